@@ -1,0 +1,341 @@
+package failover
+
+import (
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/failsafe-go/failsafe-go/circuitbreaker"
+)
+
+// BreakerConfig sets when the circuit of an upstream opens and closes.
+//
+// By default a circuit opens after FailureThreshold consecutive failures.
+// Real providers fail a fraction of a percent of requests on a good day; a
+// rule that counts failures within a period trips on that noise alone at a
+// few hundred requests per second, while consecutive failures at that rate
+// are vanishingly rare. Set FailureRate for partial outages, where an
+// upstream fails often but not every time.
+type BreakerConfig struct {
+	// FailureThreshold is how many consecutive failures open the circuit.
+	// Zero means 5. Ignored when FailureRate is set.
+	FailureThreshold uint
+
+	// FailureRate, when set (0 < rate <= 1), opens the circuit when at
+	// least that fraction of at least MinRequests requests within
+	// FailurePeriod failed.
+	FailureRate float64
+
+	// MinRequests is the fewest requests within FailurePeriod for
+	// FailureRate to apply. Zero means 20.
+	MinRequests uint
+
+	// FailurePeriod is the sliding window of FailureRate. Zero means 10s.
+	FailurePeriod time.Duration
+
+	// Cooldown is how long a circuit stays open before one probe request
+	// is let through. Zero means 30s.
+	Cooldown time.Duration
+
+	// SuccessThreshold is how many consecutive probe successes close the
+	// circuit; probes go one at a time. Zero means 1.
+	SuccessThreshold uint
+}
+
+// Defaults of BreakerConfig.
+const (
+	defaultFailureThreshold = 5
+	defaultMinRequests      = 20
+	defaultFailurePeriod    = 10 * time.Second
+	defaultBreakerCooldown  = 30 * time.Second
+)
+
+func (c BreakerConfig) withDefaults() BreakerConfig {
+	if c.FailureThreshold == 0 {
+		c.FailureThreshold = defaultFailureThreshold
+	}
+	if c.MinRequests == 0 {
+		c.MinRequests = defaultMinRequests
+	}
+	if c.FailurePeriod == 0 {
+		c.FailurePeriod = defaultFailurePeriod
+	}
+	if c.Cooldown == 0 {
+		c.Cooldown = defaultBreakerCooldown
+	}
+	if c.SuccessThreshold == 0 {
+		c.SuccessThreshold = 1
+	}
+	return c
+}
+
+func (c BreakerConfig) validate() error {
+	switch {
+	case c.FailureRate < 0 || c.FailureRate > 1 || c.FailureRate != c.FailureRate:
+		return configError("Breaker.FailureRate", "must be within [0, 1]")
+	case c.FailurePeriod < 0:
+		return configError("Breaker.FailurePeriod", "must not be negative")
+	case c.Cooldown < 0:
+		return configError("Breaker.Cooldown", "must not be negative")
+	}
+	return nil
+}
+
+// State is the state of a circuit.
+type State int32
+
+// States of a circuit.
+const (
+	Closed   State = iota // requests flow
+	Open                  // requests are refused until the cooldown ends
+	HalfOpen              // one probe at a time decides
+)
+
+// String returns "closed", "open" or "half-open".
+func (s State) String() string {
+	switch s {
+	case Closed:
+		return "closed"
+	case Open:
+		return "open"
+	case HalfOpen:
+		return "half-open"
+	}
+	return "unknown"
+}
+
+// MarshalText encodes the state as its [State.String] name.
+func (s State) MarshalText() ([]byte, error) { return []byte(s.String()), nil }
+
+// breaker is the circuit of one upstream: failsafe-go's circuit breaker
+// counts and decides, and this type adds what a RoundTripper needs around
+// it:
+//
+//   - A lock-free fast path: while the circuit is closed, allow reads one
+//     atomic and takes no lock.
+//   - A single-flight probe whatever SuccessThreshold is: failsafe-go's
+//     half-open state admits SuccessThreshold requests at once, so the
+//     probe gate here lets one through at a time, and a probe that ends
+//     with no verdict (the caller canceled, a 429) hands the gate on
+//     without recording anything (failsafe-go has no neutral outcome).
+//   - A generation that drops results of requests admitted before the
+//     last state change, so a slow success from before the circuit opened
+//     can never close it.
+type breaker struct {
+	cb      circuitbreaker.CircuitBreaker[*http.Response]
+	state   atomic.Int32 // State; mirrors cb, written under mu
+	gen     atomic.Uint64
+	probing atomic.Bool
+	trips   atomic.Uint64
+
+	// onChange, when set, is called after every state change, outside
+	// mu (for logs and metrics).
+	onChange func(from, to State)
+
+	// mu serializes the calls that can change cb's state, so that
+	// state and gen follow cb's changes in order; changes collects
+	// them for onChange.
+	mu      sync.Mutex
+	changes []stateChange
+}
+
+type stateChange struct{ from, to State }
+
+func newBreaker(c BreakerConfig) *breaker {
+	b := &breaker{}
+	builder := circuitbreaker.NewBuilder[*http.Response]().
+		WithDelay(c.Cooldown).
+		WithSuccessThreshold(c.SuccessThreshold).
+		OnStateChanged(b.changed)
+	if c.FailureRate > 0 {
+		builder = builder.WithFailureRateThreshold(c.FailureRate, c.MinRequests, c.FailurePeriod)
+	} else {
+		builder = builder.WithFailureThreshold(c.FailureThreshold)
+	}
+	b.cb = builder.Build()
+	return b
+}
+
+// changed is failsafe-go's listener. It runs on the goroutine that caused
+// the change, after failsafe-go released its own lock, while b.mu is held.
+func (b *breaker) changed(e circuitbreaker.StateChangedEvent) {
+	from, to := State(e.OldState), State(e.NewState)
+	b.state.Store(int32(to))
+	b.gen.Add(1)
+	if from == Closed && to == Open {
+		b.trips.Add(1)
+	}
+	b.changes = append(b.changes, stateChange{from, to})
+}
+
+// permit is the right to send one request, to be settled with done.
+type permit struct {
+	gen   uint64
+	probe bool
+}
+
+// allow reports whether a request may go to the upstream now, and the
+// permit to settle with done when it did.
+func (b *breaker) allow() (permit, bool) {
+	if State(b.state.Load()) == Closed {
+		return permit{gen: b.gen.Load()}, true
+	}
+	if !b.probing.CompareAndSwap(false, true) {
+		return permit{}, false // a probe is in flight
+	}
+	b.mu.Lock()
+	switch b.cb.State() {
+	case circuitbreaker.ClosedState:
+		// Closed since the atomic was read.
+		b.probing.Store(false)
+		p := permit{gen: b.gen.Load()}
+		b.mu.Unlock()
+		return p, true
+	case circuitbreaker.OpenState:
+		if b.cb.RemainingDelay() > 0 {
+			b.probing.Store(false)
+			b.mu.Unlock()
+			return permit{}, false
+		}
+		b.cb.HalfOpen()
+	}
+	p := permit{gen: b.gen.Load(), probe: true}
+	changes := b.takeChanges()
+	b.mu.Unlock()
+	b.notify(changes)
+	return p, true
+}
+
+// done settles a permit with the attempt's outcome. Outcomes that say
+// nothing of the upstream's health (Canceled, AuthFailed, RateLimited)
+// record nothing; a probe that ends with one of them hands the probe to
+// the next request.
+func (b *breaker) done(p permit, o Outcome) {
+	var success bool
+	switch o {
+	case Success, Rejected:
+		success = true
+	case Failed:
+	default:
+		if p.probe {
+			b.probing.Store(false)
+		}
+		return
+	}
+	b.mu.Lock()
+	if b.gen.Load() == p.gen {
+		if success {
+			b.cb.RecordSuccess()
+		} else {
+			b.cb.RecordFailure()
+		}
+	}
+	if p.probe {
+		b.probing.Store(false)
+	}
+	changes := b.takeChanges()
+	b.mu.Unlock()
+	b.notify(changes)
+}
+
+// reset closes the circuit by hand.
+func (b *breaker) reset() {
+	b.mu.Lock()
+	b.cb.Close()
+	changes := b.takeChanges()
+	b.mu.Unlock()
+	b.notify(changes)
+}
+
+// remaining returns how long the circuit stays open (0 unless open).
+func (b *breaker) remaining() time.Duration {
+	if State(b.state.Load()) != Open {
+		return 0
+	}
+	return b.cb.RemainingDelay()
+}
+
+// status returns the state as callers see it: an open circuit whose
+// cooldown is over reads half-open, since the next request will probe.
+func (b *breaker) status() State {
+	s := State(b.state.Load())
+	if s == Open && b.cb.RemainingDelay() == 0 {
+		return HalfOpen
+	}
+	return s
+}
+
+// Requires that b.mu is held.
+func (b *breaker) takeChanges() []stateChange {
+	if len(b.changes) == 0 {
+		return nil
+	}
+	c := b.changes
+	b.changes = nil
+	return c
+}
+
+func (b *breaker) notify(changes []stateChange) {
+	if b.onChange == nil {
+		return
+	}
+	for _, c := range changes {
+		b.onChange(c.from, c.to)
+	}
+}
+
+// Breaker is an http.RoundTripper that guards its next RoundTripper with one
+// circuit breaker, the breaker layer of [Transport] on its own. Put it
+// around the transport of one upstream: every request through it counts
+// toward the same circuit.
+//
+// While the circuit is open, RoundTrip sends nothing and returns an error
+// that matches [ErrCircuitOpen] and says how long is left
+// ([RetryAfterError]). Responses and errors of the next RoundTripper are
+// returned as they are; the classifier only decides what they count for.
+//
+// A Breaker is safe for concurrent use by multiple goroutines.
+type Breaker struct {
+	next     http.RoundTripper
+	classify Classifier
+	b        *breaker
+}
+
+// NewBreaker returns a Breaker in front of next (http.DefaultTransport when
+// nil) that judges attempts with classify ([DefaultClassifier] when nil). It
+// returns an error naming the field of a config that can never work.
+func NewBreaker(next http.RoundTripper, cfg BreakerConfig, classify Classifier) (*Breaker, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	if next == nil {
+		next = http.DefaultTransport
+	}
+	if classify == nil {
+		classify = DefaultClassifier
+	}
+	return &Breaker{next: next, classify: classify, b: newBreaker(cfg.withDefaults())}, nil
+}
+
+// RoundTrip implements http.RoundTripper.
+func (br *Breaker) RoundTrip(req *http.Request) (*http.Response, error) {
+	p, ok := br.b.allow()
+	if !ok {
+		closeBody(req)
+		return nil, &unavailableError{err: ErrCircuitOpen, retryAfter: br.b.remaining()}
+	}
+	resp, err := br.next.RoundTrip(req)
+	o := Canceled
+	if req.Context().Err() == nil {
+		o = br.classify(resp, err)
+	}
+	br.b.done(p, o)
+	return resp, err
+}
+
+// State returns the circuit's state.
+func (br *Breaker) State() State { return br.b.status() }
+
+// Reset closes the circuit by hand.
+func (br *Breaker) Reset() { br.b.reset() }

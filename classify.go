@@ -1,0 +1,151 @@
+package failover
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"net/http"
+	"net/url"
+
+	"github.com/hashicorp/go-retryablehttp"
+)
+
+// Outcome is the verdict of a [Classifier] on one attempt: what it says of
+// the upstream, and what the [Transport] does next.
+type Outcome int
+
+const (
+	// Success is a response the upstream served (2xx, 3xx). It counts as
+	// healthy and ends the request.
+	Success Outcome = iota
+
+	// Rejected is the caller's own error: a 4xx other than 401, 403, 408
+	// and 429, or a request that no upstream could send (an invalid
+	// header). The upstream is not to blame and another would answer the
+	// same, so there is no failover; a response counts as healthy.
+	Rejected
+
+	// AuthFailed is a 401 or 403: the upstream's key is wrong or revoked.
+	// It never counts toward the breaker; the next upstream, which has
+	// its own key, is tried.
+	AuthFailed
+
+	// RateLimited is a 429. It never counts toward the breaker; the
+	// upstream cools down (see [RateLimitConfig]) and the next upstream is
+	// tried at once.
+	RateLimited
+
+	// Failed is an upstream failure: 408, 5xx (529 included), a transport
+	// error or an attempt timeout. It counts toward the breaker and the
+	// next upstream is tried.
+	Failed
+
+	// Canceled is the caller's context being canceled or past its
+	// deadline. Nothing is counted against the upstream and nothing more
+	// is tried.
+	Canceled
+)
+
+var outcomeNames = [...]string{
+	Success:     "success",
+	Rejected:    "rejected",
+	AuthFailed:  "auth_failed",
+	RateLimited: "rate_limited",
+	Failed:      "failed",
+	Canceled:    "canceled",
+}
+
+// String returns the outcome's name as it appears in metrics and health
+// output: "success", "rejected", "auth_failed", "rate_limited", "failed" or
+// "canceled".
+func (o Outcome) String() string {
+	if o < 0 || int(o) >= len(outcomeNames) {
+		return "unknown"
+	}
+	return outcomeNames[o]
+}
+
+// MarshalText encodes the outcome as its [Outcome.String] name.
+func (o Outcome) MarshalText() ([]byte, error) { return []byte(o.String()), nil }
+
+// failsOver reports whether an attempt with this outcome leads to the next
+// upstream.
+func (o Outcome) failsOver() bool {
+	return o == AuthFailed || o == RateLimited || o == Failed
+}
+
+// A Classifier judges one attempt from its response, or from the error when
+// no response was obtained (resp is nil then). It must not read or close the
+// response body. [DefaultClassifier] is used when [Config.Classify] is nil; a
+// custom classifier usually handles a few cases and defers to it for the rest.
+//
+// The Transport itself decides [Canceled] before calling the classifier when
+// the caller's context is done, so a classifier never turns a caller's
+// cancellation into an upstream failure.
+type Classifier func(resp *http.Response, err error) Outcome
+
+// DefaultClassifier classifies as providers of LLM APIs behave:
+//
+//   - 2xx, 3xx: [Success].
+//   - 401, 403: [AuthFailed].
+//   - 429: [RateLimited].
+//   - 408, 5xx (529 "overloaded" included): [Failed].
+//   - any other 4xx: [Rejected].
+//   - an error wrapping context.Canceled or context.DeadlineExceeded:
+//     [Canceled] (the Transport reports its own attempt timeout as
+//     [ErrAttemptTimeout], which is [Failed]).
+//   - an error that go-retryablehttp's retry policy judges no retry can fix:
+//     [Failed] for an untrusted certificate (the upstream is misconfigured),
+//     [Rejected] otherwise (an invalid header or scheme fails on every
+//     upstream alike).
+//   - any other error (refused, reset, TLS handshake, timeouts, EOF):
+//     [Failed].
+func DefaultClassifier(resp *http.Response, err error) Outcome {
+	if err != nil {
+		switch {
+		case errors.Is(err, ErrAttemptTimeout):
+			return Failed
+		case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+			return Canceled
+		case permanent(err):
+			if certError(err) {
+				return Failed
+			}
+			return Rejected
+		}
+		return Failed
+	}
+	switch code := resp.StatusCode; {
+	case code < 400:
+		return Success
+	case code == http.StatusUnauthorized, code == http.StatusForbidden:
+		return AuthFailed
+	case code == http.StatusTooManyRequests:
+		return RateLimited
+	case code == http.StatusRequestTimeout, code >= 500:
+		return Failed
+	}
+	return Rejected
+}
+
+// permanent reports whether go-retryablehttp's retry policy judges err to be
+// one that retrying cannot fix: invalid headers, unsupported schemes,
+// redirect loops, untrusted certificates. The policy reads *url.Error, which
+// http.Client adds and a RoundTripper never sees, so err is wrapped first.
+func permanent(err error) bool {
+	retry, _ := retryablehttp.ErrorPropagatedRetryPolicy(context.Background(), nil, &url.Error{Op: "", URL: "", Err: err})
+	return !retry
+}
+
+// certError reports whether err comes from verifying the server's
+// certificate.
+func certError(err error) bool {
+	var (
+		verr *tls.CertificateVerificationError
+		uerr x509.UnknownAuthorityError
+		herr x509.HostnameError
+		cerr x509.CertificateInvalidError
+	)
+	return errors.As(err, &verr) || errors.As(err, &uerr) || errors.As(err, &herr) || errors.As(err, &cerr)
+}

@@ -1,0 +1,120 @@
+package failover
+
+import (
+	"errors"
+	"strings"
+	"time"
+)
+
+// Errors that RoundTrip returns, wrapped, when no upstream produced a
+// response. Match them with errors.Is.
+var (
+	// ErrCircuitOpen means an upstream was skipped because its circuit
+	// is open or its half-open probe is in flight.
+	ErrCircuitOpen = errors.New("failover: circuit open")
+
+	// ErrRateLimited means an upstream was skipped because it cools down
+	// after a 429.
+	ErrRateLimited = errors.New("failover: rate limited")
+
+	// ErrAttemptTimeout means an upstream sent no response headers within
+	// [Config.AttemptTimeout].
+	ErrAttemptTimeout = errors.New("failover: attempt timed out")
+
+	// ErrBodyNotReplayable means the request's body could not be sent
+	// again (no GetBody and larger than [Config.MaxBodyBuffer]), so the
+	// request had one attempt, and that attempt failed in a way that would
+	// otherwise have moved on to the next upstream.
+	ErrBodyNotReplayable = errors.New("failover: request body cannot be replayed")
+)
+
+// RetryAfterError is implemented by errors that know when to come back:
+// RetryAfter returns how long until the first skipped upstream can take a
+// request again (0 when unknown).
+type RetryAfterError interface {
+	error
+	RetryAfter() time.Duration
+}
+
+// unavailableError is an upstream skipped without sending it anything.
+type unavailableError struct {
+	err        error // ErrCircuitOpen or ErrRateLimited
+	retryAfter time.Duration
+}
+
+func (e *unavailableError) Error() string {
+	if e.retryAfter > 0 {
+		return e.err.Error() + " (retry after " + e.retryAfter.Round(time.Millisecond).String() + ")"
+	}
+	return e.err.Error()
+}
+
+func (e *unavailableError) Unwrap() error             { return e.err }
+func (e *unavailableError) RetryAfter() time.Duration { return e.retryAfter }
+
+// AttemptError is what happened at one upstream: an attempt that got no
+// response, or an upstream skipped. Err wraps the cause ([ErrCircuitOpen],
+// [ErrRateLimited], [ErrAttemptTimeout], or the transport's error).
+type AttemptError struct {
+	Upstream string // the upstream's Name
+	Err      error
+}
+
+// Error returns "upstream NAME: CAUSE".
+func (e *AttemptError) Error() string { return "upstream " + e.Upstream + ": " + e.Err.Error() }
+
+// Unwrap returns the cause.
+func (e *AttemptError) Unwrap() error { return e.Err }
+
+// RetryAfter returns how long until the upstream takes requests again, when
+// it was skipped (0 otherwise).
+func (e *AttemptError) RetryAfter() time.Duration {
+	var ra RetryAfterError
+	if errors.As(e.Err, &ra) {
+		return ra.RetryAfter()
+	}
+	return 0
+}
+
+// Error is returned by [Transport.RoundTrip] when no upstream produced a
+// response. It carries the cause of every attempt and every skipped
+// upstream, in order, as [*AttemptError] values; errors.Is matches any of
+// them (ErrCircuitOpen, ErrRateLimited, ErrAttemptTimeout, syscall errors,
+// ...). It never contains a URL, a header value or a key.
+type Error struct {
+	Attempts []*AttemptError
+	retry    time.Duration
+}
+
+// Error lists the attempts.
+func (e *Error) Error() string {
+	var b strings.Builder
+	b.WriteString("failover: no upstream answered")
+	for i, a := range e.Attempts {
+		if i == 0 {
+			b.WriteString(": ")
+		} else {
+			b.WriteString("; ")
+		}
+		b.WriteString(a.Error())
+	}
+	return b.String()
+}
+
+// Unwrap returns the attempts' errors, for errors.Is and errors.As.
+func (e *Error) Unwrap() []error {
+	errs := make([]error, len(e.Attempts))
+	for i, a := range e.Attempts {
+		errs[i] = a
+	}
+	return errs
+}
+
+// RetryAfter returns how long until the first skipped upstream takes
+// requests again, or 0 when no upstream was skipped or the time is unknown.
+func (e *Error) RetryAfter() time.Duration { return e.retry }
+
+// configError is the error New returns for a field that can never work.
+func configError(field, msg string) error {
+	return errors.New("failover: Config." + field + " " + msg)
+}

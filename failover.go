@@ -1,0 +1,612 @@
+package failover
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/go-retryablehttp"
+)
+
+// defaultCredentialHeaders are the header names that carry a caller's
+// credentials, besides every name an Upstream.Header sets.
+var defaultCredentialHeaders = []string{
+	"Authorization",
+	"Proxy-Authorization",
+	"Api-Key",
+	"X-Api-Key",
+	"X-Goog-Api-Key",
+	"Cookie",
+}
+
+// credentialParams are query parameters that carry a caller's credentials
+// (Gemini's key=, and the usual spellings of others).
+var credentialParams = []string{"key", "api_key", "api-key", "apikey", "access_token"}
+
+// minSecretLen is the shortest header value that is scrubbed from error
+// messages; shorter values (a version number) would scrub innocent text.
+const minSecretLen = 8
+
+// Bounds on reading the body of a response that is thrown away.
+const (
+	maxDrain     = 64 << 10
+	drainTimeout = 250 * time.Millisecond
+)
+
+// maxAttemptErrors bounds how many causes an Error keeps.
+const maxAttemptErrors = 64
+
+// upstream is the configuration and live state of one upstream.
+type upstream struct {
+	index   int
+	name    string
+	baseURL string // redacted: scheme, host and path only
+	scheme  string
+	host    string // as configured, for the rewritten URL and Host header
+	match   string // hostKey of scheme and host
+	path    string // decoded base path, no trailing slash
+	rawPath string // escaped base path, no trailing slash
+	header  http.Header
+
+	breaker *breaker
+	cd      cooldown
+	window  window
+	m       upstreamMetrics
+}
+
+// hostKey returns host lowercased, without the scheme's default port and
+// without IPv6 brackets' case differences, so that every spelling of one
+// authority compares equal.
+func hostKey(scheme, host string) string {
+	h, port := splitHostPort(host)
+	if port == defaultPort(scheme) {
+		port = ""
+	}
+	h = strings.ToLower(h)
+	if port == "" {
+		return h
+	}
+	return h + ":" + port
+}
+
+// sameHost reports whether host (a request URL's) names the same
+// authority as u, without allocating.
+func (u *upstream) sameHost(scheme, host string) bool {
+	h, port := splitHostPort(host)
+	if port == defaultPort(scheme) {
+		port = ""
+	}
+	if port == "" {
+		return strings.EqualFold(h, u.match)
+	}
+	n := len(u.match) - len(port) - 1
+	return n > 0 && u.match[n] == ':' && u.match[n+1:] == port && strings.EqualFold(h, u.match[:n])
+}
+
+func splitHostPort(host string) (h, port string) {
+	if i := strings.LastIndexByte(host, ':'); i >= 0 && !strings.Contains(host[i:], "]") {
+		h, port = host[:i], host[i+1:]
+	} else {
+		h = host
+	}
+	h = strings.TrimPrefix(strings.TrimSuffix(h, "]"), "[")
+	return h, port
+}
+
+func defaultPort(scheme string) string {
+	switch strings.ToLower(scheme) {
+	case "http":
+		return "80"
+	case "https":
+		return "443"
+	}
+	return ""
+}
+
+// hasDotSegment reports whether p has a "." or ".." segment, which would
+// let a request climb out of a base path once the upstream resolves it.
+func hasDotSegment(p string) bool {
+	for p != "" {
+		var seg string
+		seg, p, _ = strings.Cut(p, "/")
+		if seg == "." || seg == ".." {
+			return true
+		}
+	}
+	return false
+}
+
+// route returns the upstream that u is addressed to (the longest matching
+// base path wins) and the rest of the path after its base path, or nil.
+func (t *Transport) route(u *url.URL) (*upstream, string) {
+	if u.Opaque != "" || u.Host == "" {
+		return nil, ""
+	}
+	var best *upstream
+	for _, up := range t.upstreams {
+		if !strings.EqualFold(u.Scheme, up.scheme) || !up.sameHost(up.scheme, u.Host) {
+			continue
+		}
+		p := u.Path
+		if !strings.HasPrefix(p, up.path) || (len(p) > len(up.path) && p[len(up.path)] != '/') {
+			continue
+		}
+		if best == nil || len(up.path) > len(best.path) {
+			best = up
+		}
+	}
+	if best == nil || hasDotSegment(u.Path) {
+		return nil, ""
+	}
+	return best, u.Path[len(best.path):]
+}
+
+// call is one RoundTrip over the upstreams.
+type call struct {
+	t         *Transport
+	req       *http.Request
+	addressed *upstream
+	rest      string // the request's path after the addressed base path
+	body      replay
+
+	held     *http.Response // the latest answer, returned if nothing better comes
+	errs     []*AttemptError
+	last     *upstream // the upstream of the last failed attempt
+	attempts int       // in the current round
+	fatal    int       // attempts in the current round with permanent errors
+}
+
+func (c *call) run() (*http.Response, error) {
+	defer c.body.closeUnused()
+	if err := c.body.init(c.req, c.t.maxBody); err != nil {
+		return nil, err
+	}
+	ctx := c.req.Context()
+	var waited time.Duration
+	for round := 0; ; {
+		c.attempts, c.fatal = 0, 0
+		if resp, err, done := c.round(ctx); done {
+			return resp, err
+		}
+		if !c.body.canSend() {
+			return c.finish()
+		}
+		now := time.Now()
+		next, known := c.t.earliest(now)
+		var wait time.Duration
+		switch {
+		case c.attempts == 0:
+			// Every upstream was skipped: wait within MaxWait for the
+			// first to come back.
+			if !known || next <= 0 || waited+next > c.t.rate.MaxWait {
+				return c.finish()
+			}
+			wait = next
+		case round < c.t.retries && c.fatal < c.attempts:
+			wait = retryablehttp.DefaultBackoff(c.t.waitMin, c.t.waitMax, round, c.held)
+			wait = min(max(wait, next), c.t.rate.MaxCooldown)
+			round++
+		default:
+			return c.finish()
+		}
+		if dl, ok := ctx.Deadline(); ok && !now.Add(wait).Before(dl) {
+			return c.finish()
+		}
+		c.discardHeld()
+		if err := sleep(ctx, wait); err != nil {
+			return nil, err
+		}
+		waited += wait
+	}
+}
+
+// round tries each upstream in order once. It reports done with the
+// result when the request is over.
+func (c *call) round(ctx context.Context) (*http.Response, error, bool) {
+	for _, u := range c.t.upstreams {
+		if err := ctx.Err(); err != nil {
+			c.discardHeld()
+			return nil, err, true
+		}
+		if left := u.cd.remaining(time.Now()); left > 0 {
+			c.skip(u, ErrRateLimited, left)
+			continue
+		}
+		p, ok := u.breaker.allow()
+		if !ok {
+			c.skip(u, ErrCircuitOpen, u.breaker.remaining())
+			continue
+		}
+		if !c.body.canSend() {
+			u.breaker.done(p, Canceled) // hand the permit back unused
+			c.addErr(u, ErrBodyNotReplayable)
+			resp, err := c.finish()
+			return resp, err, true
+		}
+		if resp, err, done := c.attempt(ctx, u, p); done {
+			return resp, err, true
+		}
+	}
+	return nil, nil, false
+}
+
+// attempt sends the request to u. It reports done with the result when the
+// request is over; otherwise it has kept the response or the error for
+// later.
+func (c *call) attempt(ctx context.Context, u *upstream, p permit) (*http.Response, error, bool) {
+	if c.last != nil && c.last != u {
+		c.last.m.failovers[u.index].Inc()
+	}
+	c.attempts++
+	actx := ctx
+	var cancel context.CancelCauseFunc
+	if c.t.timeout > 0 {
+		actx, cancel = context.WithCancelCause(ctx)
+	}
+	out := c.req.Clone(actx)
+	c.rewrite(out, u)
+	body, err := c.body.next()
+	if err != nil {
+		if cancel != nil {
+			cancel(nil)
+		}
+		u.breaker.done(p, Canceled)
+		c.addErr(u, err)
+		resp, err := c.finish()
+		return resp, err, true
+	}
+	out.Body = body
+	if c.body.buffered != nil {
+		out.GetBody = c.body.getBody
+		out.ContentLength = int64(len(c.body.buffered))
+	}
+
+	start := time.Now()
+	var timer *time.Timer
+	if cancel != nil {
+		timer = time.AfterFunc(c.t.timeout, func() { cancel(ErrAttemptTimeout) })
+	}
+	resp, err := c.t.base.RoundTrip(out)
+	if timer != nil {
+		if !timer.Stop() && ctx.Err() == nil {
+			// Our timeout fired, not the caller's: a response that
+			// raced it has a canceled context and cannot be read.
+			if resp != nil {
+				resp.Body.Close()
+				resp = nil
+			}
+			err = ErrAttemptTimeout
+		}
+		if err != nil {
+			cancel(nil)
+		} else {
+			resp.Body = &cancelOnClose{ReadCloser: resp.Body, cancel: cancel}
+		}
+	}
+	now := time.Now()
+	elapsed := now.Sub(start)
+
+	o := Canceled
+	if err == nil || ctx.Err() == nil {
+		o = c.t.classify(resp, err)
+	}
+	u.breaker.done(p, o)
+	u.observe(o, elapsed)
+
+	switch o {
+	case Success, Rejected:
+		if err == nil {
+			c.discardHeld()
+			return resp, nil, true
+		}
+		// A request no upstream can send (an invalid header).
+		c.addErr(u, err)
+		r, e := c.finish()
+		return r, e, true
+	case Canceled:
+		if cerr := ctx.Err(); cerr != nil {
+			if resp != nil {
+				discard(resp)
+			}
+			c.discardHeld()
+			return nil, cerr, true
+		}
+		// A custom classifier said stop while the caller waits on.
+		if resp != nil {
+			c.discardHeld()
+			return resp, nil, true
+		}
+		c.addErr(u, err)
+		r, e := c.finish()
+		return r, e, true
+	case RateLimited:
+		c.t.coolDown(u, resp, now)
+	case AuthFailed:
+		status := 0
+		if resp != nil {
+			status = resp.StatusCode
+		}
+		c.t.log(slog.LevelError, "upstream rejected its credentials", u, slog.Int("status", status))
+	}
+	if resp != nil {
+		u.setLastError("HTTP "+resp.Status, now)
+		c.hold(resp)
+	} else {
+		if permanent(err) {
+			c.fatal++
+		}
+		u.setLastError(c.t.redact(err.Error(), c.req), now)
+		c.addErr(u, err)
+	}
+	c.last = u
+	return nil, nil, false
+}
+
+// coolDown starts or extends u's cooldown after a 429.
+func (t *Transport) coolDown(u *upstream, resp *http.Response, now time.Time) {
+	d, reason := t.rate.DefaultCooldown, CooldownRateLimited
+	if resp != nil {
+		d, reason = t.rate.cooldownFor(resp, now)
+	}
+	if u.cd.extend(now, d, reason) {
+		u.m.cooldowns[reason].Inc()
+		t.log(slog.LevelWarn, "upstream cooling down", u, slog.Duration("cooldown", d), slog.String("reason", string(reason)))
+	}
+}
+
+// skip records that u was not tried.
+func (c *call) skip(u *upstream, cause error, retryAfter time.Duration) {
+	if cause == ErrRateLimited {
+		u.m.skippedCooling.Inc()
+	} else {
+		u.m.skippedOpen.Inc()
+	}
+	c.addErr(u, &unavailableError{err: cause, retryAfter: retryAfter})
+}
+
+func (c *call) addErr(u *upstream, err error) {
+	if len(c.errs) < maxAttemptErrors {
+		c.errs = append(c.errs, &AttemptError{Upstream: u.name, Err: err})
+	}
+}
+
+// finish ends the request with the latest answer, or with an Error.
+func (c *call) finish() (*http.Response, error) {
+	if c.held != nil {
+		resp := c.held
+		c.held = nil
+		return resp, nil
+	}
+	e := &Error{Attempts: c.errs}
+	for _, a := range c.errs {
+		if ra := a.RetryAfter(); ra > 0 && (e.retry == 0 || ra < e.retry) {
+			e.retry = ra
+		}
+	}
+	return nil, e
+}
+
+func (c *call) hold(resp *http.Response) {
+	c.discardHeld()
+	c.held = resp
+}
+
+func (c *call) discardHeld() {
+	if c.held != nil {
+		discard(c.held)
+		c.held = nil
+	}
+}
+
+// rewrite points out, a clone of the caller's request, at u: scheme, host,
+// base path and u's headers. Credentials the caller set go only to the
+// upstream the caller addressed.
+func (c *call) rewrite(out *http.Request, u *upstream) {
+	out.URL.Scheme = u.scheme
+	out.URL.Host = u.host
+	out.Host = u.host
+	if u != c.addressed {
+		out.URL.Path = u.path + c.rest
+		out.URL.RawPath = ""
+		if raw := c.req.URL.RawPath; raw != "" && strings.HasPrefix(raw, c.addressed.rawPath) {
+			out.URL.RawPath = u.rawPath + raw[len(c.addressed.rawPath):]
+		}
+		c.t.stripCredentials(out)
+	}
+	// Remove the caller's values of u's header names in any spelling;
+	// net/http would send a non-canonical key as a second header.
+	for k := range out.Header {
+		if ck := http.CanonicalHeaderKey(k); ck != k {
+			if _, ok := u.header[ck]; ok {
+				delete(out.Header, k)
+			}
+		}
+	}
+	for k, v := range u.header {
+		out.Header[k] = v
+	}
+}
+
+// stripCredentials removes every credential of the caller from out.
+func (t *Transport) stripCredentials(out *http.Request) {
+	for k := range out.Header {
+		ck := http.CanonicalHeaderKey(k)
+		for _, name := range t.credHeaders {
+			if ck == name {
+				delete(out.Header, k)
+				break
+			}
+		}
+	}
+	out.URL.User = nil
+	if out.URL.RawQuery != "" {
+		q := out.URL.Query()
+		changed := false
+		for k := range q {
+			for _, p := range credentialParams {
+				if strings.EqualFold(k, p) {
+					q.Del(k)
+					changed = true
+				}
+			}
+		}
+		if changed {
+			out.URL.RawQuery = q.Encode()
+		}
+	}
+}
+
+// redact replaces every known secret in msg: the upstreams' header values
+// and the caller's credential header values.
+func (t *Transport) redact(msg string, req *http.Request) string {
+	for _, s := range t.secrets {
+		msg = strings.ReplaceAll(msg, s, "[REDACTED]")
+	}
+	for _, name := range t.credHeaders {
+		for _, v := range req.Header.Values(name) {
+			if len(v) >= minSecretLen {
+				msg = strings.ReplaceAll(msg, v, "[REDACTED]")
+			}
+		}
+	}
+	return msg
+}
+
+// earliest returns how long until the first upstream can take a request,
+// 0 when one can now, and whether that is known (a probe in flight may end
+// at any moment).
+func (t *Transport) earliest(now time.Time) (time.Duration, bool) {
+	best, known := time.Duration(-1), false
+	for _, u := range t.upstreams {
+		d := max(u.cd.remaining(now), u.breaker.remaining())
+		if d == 0 && u.breaker.probing.Load() {
+			continue
+		}
+		if d == 0 {
+			return 0, true
+		}
+		if best < 0 || d < best {
+			best, known = d, true
+		}
+	}
+	return max(best, 0), known
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-timer.C:
+		return nil
+	}
+}
+
+// replay gives each attempt the caller's body.
+type replay struct {
+	first      io.ReadCloser // the caller's Body, for the first attempt
+	used       bool
+	replayable bool
+	buffered   []byte                        // the body, when the Transport buffered it
+	getBody    func() (io.ReadCloser, error) // for the attempts after the first
+}
+
+// init prepares the caller's body: GetBody when set, else a buffer of at
+// most max bytes.
+func (b *replay) init(req *http.Request, max int64) error {
+	b.first = req.Body
+	switch {
+	case req.Body == nil || req.Body == http.NoBody:
+		b.replayable = true
+	case req.GetBody != nil:
+		b.replayable = true
+		b.getBody = req.GetBody
+	case max < 0:
+	default:
+		data, err := io.ReadAll(io.LimitReader(req.Body, max+1))
+		if err != nil {
+			req.Body.Close()
+			b.used = true
+			return err
+		}
+		if int64(len(data)) > max {
+			// Too large to keep: one attempt, that streams the rest.
+			b.first = &prefixedBody{Reader: io.MultiReader(bytes.NewReader(data), req.Body), Closer: req.Body}
+			return nil
+		}
+		req.Body.Close()
+		b.buffered = data
+		b.replayable = true
+		b.getBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(data)), nil }
+		b.first, _ = b.getBody()
+	}
+	return nil
+}
+
+func (b *replay) canSend() bool { return b.replayable || !b.used }
+
+// next returns the body of the next attempt.
+func (b *replay) next() (io.ReadCloser, error) {
+	if !b.used {
+		b.used = true
+		return b.first, nil
+	}
+	if !b.replayable {
+		return nil, ErrBodyNotReplayable
+	}
+	if b.getBody == nil {
+		return b.first, nil // nil or http.NoBody
+	}
+	rc, err := b.getBody()
+	if err != nil {
+		return nil, &bodyError{err}
+	}
+	return rc, nil
+}
+
+// closeUnused closes the caller's body when no attempt took it.
+func (b *replay) closeUnused() {
+	if !b.used && b.first != nil {
+		b.first.Close()
+	}
+}
+
+// bodyError is GetBody failing; it matches ErrBodyNotReplayable.
+type bodyError struct{ err error }
+
+func (e *bodyError) Error() string {
+	return ErrBodyNotReplayable.Error() + ": GetBody: " + e.err.Error()
+}
+func (e *bodyError) Unwrap() []error { return []error{ErrBodyNotReplayable, e.err} }
+
+// cancelOnClose ends an attempt's context when the caller closes the body.
+type cancelOnClose struct {
+	io.ReadCloser
+	cancel context.CancelCauseFunc
+}
+
+func (b *cancelOnClose) Close() error {
+	err := b.ReadCloser.Close()
+	b.cancel(nil)
+	return err
+}
+
+// discard drains a response that will not be returned, so that its
+// connection can be reused, and closes it. It reads at most maxDrain bytes
+// for at most drainTimeout: a body that is larger or stalls costs its
+// connection instead.
+func discard(resp *http.Response) {
+	if resp.Body == nil {
+		return
+	}
+	timer := time.AfterFunc(drainTimeout, func() { resp.Body.Close() })
+	io.CopyN(io.Discard, resp.Body, maxDrain)
+	timer.Stop()
+	resp.Body.Close()
+}

@@ -1,0 +1,91 @@
+package failover
+
+import (
+	"context"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/VictoriaMetrics/metrics"
+)
+
+// latencyBuckets are the upper bounds, in seconds, of the request duration
+// histogram: from a fast cache hit to a long completion.
+var latencyBuckets = []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120}
+
+// upstreamMetrics are the metric handles of one upstream, resolved once in
+// New so that the request path only increments.
+type upstreamMetrics struct {
+	requests       [len(outcomeNames)]*metrics.Counter
+	duration       *metrics.PrometheusHistogram
+	trips          *metrics.Counter
+	skippedOpen    *metrics.Counter
+	skippedCooling *metrics.Counter
+	cooldowns      map[CooldownReason]*metrics.Counter
+	failovers      []*metrics.Counter // by the index of the upstream failed over to
+}
+
+// initMetrics registers the Transport's metrics:
+//
+//	failover_requests_total{upstream,outcome}       attempts by outcome
+//	failover_request_duration_seconds{upstream}     time to response headers
+//	failover_skipped_total{upstream,reason}         requests that skipped it ("circuit_open", "rate_limited")
+//	failover_breaker_state{upstream}                0 closed, 1 open, 2 half-open
+//	failover_breaker_trips_total{upstream}          closed-to-open transitions
+//	failover_cooldown_seconds{upstream}             cooldown left
+//	failover_cooldowns_total{upstream,reason}       cooldowns started
+//	failover_failovers_total{from,to}               attempts that moved on
+//	failover_unrouted_requests_total                requests addressed to no upstream
+func (t *Transport) initMetrics() {
+	s := t.metrics
+	t.unrouted = s.GetOrCreateCounter("failover_unrouted_requests_total")
+	for _, u := range t.upstreams {
+		l := `upstream="` + labelValue(u.name) + `"`
+		for o := range u.m.requests {
+			u.m.requests[o] = s.GetOrCreateCounter(`failover_requests_total{` + l + `,outcome="` + Outcome(o).String() + `"}`)
+		}
+		u.m.duration = s.GetOrCreatePrometheusHistogramExt(`failover_request_duration_seconds{`+l+`}`, latencyBuckets)
+		u.m.trips = s.GetOrCreateCounter(`failover_breaker_trips_total{` + l + `}`)
+		u.m.skippedOpen = s.GetOrCreateCounter(`failover_skipped_total{` + l + `,reason="circuit_open"}`)
+		u.m.skippedCooling = s.GetOrCreateCounter(`failover_skipped_total{` + l + `,reason="rate_limited"}`)
+		u.m.cooldowns = map[CooldownReason]*metrics.Counter{}
+		for _, r := range []CooldownReason{CooldownRateLimited, CooldownQuotaExhausted} {
+			u.m.cooldowns[r] = s.GetOrCreateCounter(`failover_cooldowns_total{` + l + `,reason="` + string(r) + `"}`)
+		}
+		u.m.failovers = make([]*metrics.Counter, len(t.upstreams))
+		for _, v := range t.upstreams {
+			if v != u {
+				u.m.failovers[v.index] = s.GetOrCreateCounter(`failover_failovers_total{from="` + labelValue(u.name) + `",to="` + labelValue(v.name) + `"}`)
+			}
+		}
+		b := u.breaker
+		s.GetOrCreateGauge(`failover_breaker_state{`+l+`}`, func() float64 { return float64(b.status()) })
+		cd := &u.cd
+		s.GetOrCreateGauge(`failover_cooldown_seconds{`+l+`}`, func() float64 { return cd.remaining(time.Now()).Seconds() })
+
+		u.breaker.onChange = func(from, to State) {
+			if from == Closed && to == Open {
+				u.m.trips.Inc()
+			}
+			level := slog.LevelInfo
+			if to == Open {
+				level = slog.LevelWarn
+			}
+			t.log(level, "circuit "+to.String(), u, slog.String("from", from.String()))
+		}
+	}
+}
+
+// labelValue escapes s for a Prometheus label value.
+func labelValue(s string) string {
+	return strings.NewReplacer(`\`, `\\`, `"`, `\"`, "\n", `\n`).Replace(s)
+}
+
+// log writes one record about u, when a Logger is set.
+func (t *Transport) log(level slog.Level, msg string, u *upstream, attrs ...slog.Attr) {
+	if t.logger == nil || !t.logger.Enabled(context.Background(), level) {
+		return
+	}
+	attrs = append(attrs, slog.String("upstream", u.name))
+	t.logger.LogAttrs(context.Background(), level, "failover: "+msg, attrs...)
+}

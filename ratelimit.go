@@ -1,0 +1,286 @@
+package failover
+
+import (
+	"bytes"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+)
+
+// RateLimitConfig says how long an upstream cools down after a 429. While an
+// upstream cools down it gets no request.
+type RateLimitConfig struct {
+	// DefaultCooldown is the cooldown after a 429 that says nothing usable
+	// about when to come back. Zero means 1s.
+	DefaultCooldown time.Duration
+
+	// MaxCooldown caps every cooldown that a provider asks for, and is the
+	// cooldown after a 429 whose body says the quota or spend limit is
+	// exhausted (waiting a few seconds does not help then). Zero means 60s.
+	MaxCooldown time.Duration
+
+	// MaxWait is how long a request may wait when every upstream is open or
+	// cooling down, for the first of them to come back. It never waits past
+	// the request's deadline. Zero means no waiting: the request fails at
+	// once with an error that says when to come back.
+	MaxWait time.Duration
+}
+
+// Defaults of RateLimitConfig.
+const (
+	defaultCooldown    = time.Second
+	defaultMaxCooldown = 60 * time.Second
+)
+
+func (c RateLimitConfig) withDefaults() RateLimitConfig {
+	if c.DefaultCooldown == 0 {
+		c.DefaultCooldown = defaultCooldown
+	}
+	if c.MaxCooldown == 0 {
+		c.MaxCooldown = defaultMaxCooldown
+	}
+	return c
+}
+
+func (c RateLimitConfig) validate() error {
+	switch {
+	case c.DefaultCooldown < 0:
+		return configError("RateLimit.DefaultCooldown", "must not be negative")
+	case c.MaxCooldown < 0:
+		return configError("RateLimit.MaxCooldown", "must not be negative")
+	case c.MaxWait < 0:
+		return configError("RateLimit.MaxWait", "must not be negative")
+	case c.DefaultCooldown != 0 && c.MaxCooldown != 0 && c.DefaultCooldown > c.MaxCooldown:
+		return configError("RateLimit.DefaultCooldown", "must not exceed RateLimit.MaxCooldown")
+	}
+	return nil
+}
+
+// RetryAfter returns how long a rate-limited response asks the client to
+// wait, and whether it says so at all. It reads, in order:
+//
+//   - retry-after-ms and x-ms-retry-after-ms (OpenAI, Azure OpenAI), in
+//     milliseconds, fractions allowed;
+//   - Retry-After, in seconds or as an HTTP-date in any of the three forms
+//     of RFC 9110 (relative to now).
+//
+// Negative, unparsable and absent values are ignored. The result is not
+// capped; the Transport caps it at [RateLimitConfig.MaxCooldown].
+func RetryAfter(h http.Header, now time.Time) (time.Duration, bool) {
+	for _, name := range [...]string{"Retry-After-Ms", "X-Ms-Retry-After-Ms"} {
+		if v := h.Get(name); v != "" {
+			ms, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+			if err == nil && ms >= 0 && ms < float64(maxDuration/time.Millisecond) {
+				return time.Duration(ms * float64(time.Millisecond)), true
+			}
+		}
+	}
+	v := strings.TrimSpace(h.Get("Retry-After"))
+	if v == "" {
+		return 0, false
+	}
+	if secs, err := strconv.ParseInt(v, 10, 64); err == nil {
+		if secs < 0 {
+			return 0, false
+		}
+		if secs > int64(maxDuration/time.Second) {
+			return maxDuration, true
+		}
+		return time.Duration(secs) * time.Second, true
+	}
+	if t, err := http.ParseTime(v); err == nil {
+		return max(0, t.Sub(now)), true
+	}
+	return 0, false
+}
+
+const maxDuration = time.Duration(1<<63 - 1)
+
+// quotaPeek is how much of a 429's body is read to tell an exhausted quota
+// from a passing rate limit.
+const quotaPeek = 4 << 10
+
+// quotaMarkers are strings that, found in a 429's body, say waiting will
+// not help: OpenAI's insufficient_quota and spend-limit codes, Anthropic's
+// credit balance, Gemini's per-day quotas.
+var quotaMarkers = [][]byte{
+	[]byte("insufficient_quota"),
+	[]byte("billing_hard_limit_reached"),
+	[]byte("credit_balance_exhausted"),
+	[]byte("spend_limit_exceeded"), // organization_, project_
+	[]byte("credit balance is too low"),
+	[]byte("PerDay"), // Gemini: GenerateRequestsPerDayPerProjectPerModel...
+}
+
+// inspect429 reads at most quotaPeek bytes of a 429's body, reports whether
+// they say the quota is exhausted and any retryDelay they carry (Gemini puts
+// it in the body), and gives the response its body back whole.
+func inspect429(resp *http.Response) (quota bool, delay time.Duration, ok bool) {
+	if resp.Body == nil || resp.Body == http.NoBody {
+		return false, 0, false
+	}
+	buf := make([]byte, quotaPeek)
+	n, err := io.ReadFull(resp.Body, buf)
+	buf = buf[:n]
+	if err == io.EOF || err == io.ErrUnexpectedEOF {
+		// The whole body was read: hand it back from memory.
+		resp.Body.Close()
+		resp.Body = io.NopCloser(bytes.NewReader(buf))
+	} else {
+		resp.Body = &prefixedBody{Reader: io.MultiReader(bytes.NewReader(buf), resp.Body), Closer: resp.Body}
+	}
+	for _, m := range quotaMarkers {
+		if bytes.Contains(buf, m) {
+			quota = true
+			break
+		}
+	}
+	delay, ok = retryDelay(buf)
+	return quota, delay, ok
+}
+
+// retryDelay finds Gemini's "retryDelay": "22s" in a body.
+func retryDelay(body []byte) (time.Duration, bool) {
+	i := bytes.Index(body, []byte(`"retryDelay"`))
+	if i < 0 {
+		return 0, false
+	}
+	rest := bytes.TrimLeft(body[i+len(`"retryDelay"`):], " \t\r\n")
+	rest, ok := bytes.CutPrefix(rest, []byte(":"))
+	if !ok {
+		return 0, false
+	}
+	rest = bytes.TrimLeft(rest, " \t\r\n")
+	rest, ok = bytes.CutPrefix(rest, []byte(`"`))
+	if !ok {
+		return 0, false
+	}
+	end := bytes.IndexByte(rest, '"')
+	if end < 0 || end > 32 {
+		return 0, false
+	}
+	d, err := time.ParseDuration(string(rest[:end]))
+	if err != nil || d < 0 {
+		return 0, false
+	}
+	return d, true
+}
+
+type prefixedBody struct {
+	io.Reader
+	io.Closer
+}
+
+// CooldownReason says why an upstream cools down.
+type CooldownReason string
+
+// Reasons for a cooldown, as Health and the metrics name them.
+const (
+	CooldownRateLimited    CooldownReason = "rate_limited"    // a 429
+	CooldownQuotaExhausted CooldownReason = "quota_exhausted" // a 429 whose body says the quota is gone
+)
+
+// cooldown is the rate-limit state of one upstream: a deadline that only
+// moves later. The zero value is not cooling down.
+type cooldown struct {
+	until  atomic.Int64 // unix nanoseconds; 0 when never set
+	reason atomic.Pointer[CooldownReason]
+}
+
+// remaining returns how long the upstream still cools down at now.
+func (c *cooldown) remaining(now time.Time) time.Duration {
+	u := c.until.Load()
+	if u == 0 {
+		return 0
+	}
+	return max(0, time.Duration(u-now.UnixNano()))
+}
+
+// extend makes the upstream cool down until at least now+d. It never
+// shortens a cooldown. It reports whether the upstream was not cooling down
+// before (a new cooldown started).
+func (c *cooldown) extend(now time.Time, d time.Duration, reason CooldownReason) (started bool) {
+	until := now.Add(d).UnixNano()
+	for {
+		old := c.until.Load()
+		if old >= until {
+			return false
+		}
+		if c.until.CompareAndSwap(old, until) {
+			c.reason.Store(&reason)
+			return old <= now.UnixNano()
+		}
+	}
+}
+
+// clear ends any cooldown.
+func (c *cooldown) clear() { c.until.Store(0) }
+
+// cooldownFor returns how long an upstream that answered resp (a 429) cools
+// down, and why. It may replace resp.Body (see inspect429).
+func (c RateLimitConfig) cooldownFor(resp *http.Response, now time.Time) (time.Duration, CooldownReason) {
+	quota, bodyDelay, bodyOK := inspect429(resp)
+	if quota {
+		return c.MaxCooldown, CooldownQuotaExhausted
+	}
+	d, ok := RetryAfter(resp.Header, now)
+	if !ok {
+		d, ok = bodyDelay, bodyOK
+	}
+	if !ok {
+		d = c.DefaultCooldown
+	}
+	return min(d, c.MaxCooldown), CooldownRateLimited
+}
+
+// RateLimiter is an http.RoundTripper that stops sending to its next
+// RoundTripper while a 429 cooldown runs, the cooldown layer of [Transport]
+// on its own. Put it around the transport of one upstream: it does not tell
+// hosts apart.
+//
+// While it cools down, RoundTrip sends nothing and returns an error that
+// matches [ErrRateLimited] and says how long is left ([RetryAfterError]).
+// Every response, the 429 included, is returned as the next RoundTripper
+// gave it (a 429's body is read up to 4 KiB to detect an exhausted quota and
+// handed back whole).
+//
+// A RateLimiter is safe for concurrent use by multiple goroutines.
+type RateLimiter struct {
+	next http.RoundTripper
+	cfg  RateLimitConfig
+	cd   cooldown
+}
+
+// NewRateLimiter returns a RateLimiter in front of next (http.DefaultTransport
+// when nil). It returns an error naming the field of a config that can never
+// work.
+func NewRateLimiter(next http.RoundTripper, cfg RateLimitConfig) (*RateLimiter, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	if next == nil {
+		next = http.DefaultTransport
+	}
+	return &RateLimiter{next: next, cfg: cfg.withDefaults()}, nil
+}
+
+// RoundTrip implements http.RoundTripper.
+func (l *RateLimiter) RoundTrip(req *http.Request) (*http.Response, error) {
+	if left := l.cd.remaining(time.Now()); left > 0 {
+		closeBody(req)
+		return nil, &unavailableError{err: ErrRateLimited, retryAfter: left}
+	}
+	resp, err := l.next.RoundTrip(req)
+	if err == nil && resp.StatusCode == http.StatusTooManyRequests {
+		now := time.Now()
+		d, reason := l.cfg.cooldownFor(resp, now)
+		l.cd.extend(now, d, reason)
+	}
+	return resp, err
+}
+
+// Remaining returns how long the RateLimiter still cools down.
+func (l *RateLimiter) Remaining() time.Duration { return l.cd.remaining(time.Now()) }

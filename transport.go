@@ -1,0 +1,380 @@
+// Package failover makes any http.Client survive the way LLM providers fail.
+//
+//	t, err := failover.New(failover.Config{Upstreams: []failover.Upstream{
+//		{Name: "primary", BaseURL: "https://api.example.com/v1", Header: http.Header{"Authorization": {"Bearer " + k1}}},
+//		{Name: "backup", BaseURL: "https://api.openai.com/v1", Header: http.Header{"Authorization": {"Bearer " + k2}}},
+//	}})
+//	client := &http.Client{Transport: t} // hand it to any SDK
+//
+// A [Transport] is an http.RoundTripper. A request addressed to any upstream's
+// BaseURL goes to the first upstream, in the configured order, whose circuit
+// is closed and which is not cooling down after a 429; when that attempt
+// fails, the next one is tried with the same body. The request is rewritten
+// for each upstream (scheme, host, base path, and the upstream's own
+// headers); the caller's credentials reach only the upstream the caller
+// addressed.
+//
+// Each attempt is classified ([Classifier], [DefaultClassifier]):
+//
+//   - 2xx, 3xx and the caller's own 4xx end the request and count as healthy;
+//   - 401 and 403 try the next upstream and never count against a circuit;
+//   - 429 cools the upstream down for its Retry-After ([RateLimitConfig]),
+//     and tries the next at once;
+//   - 408, 5xx, 529 and transport errors count toward the upstream's circuit
+//     breaker ([BreakerConfig]) and try the next;
+//   - the caller's cancellation stops everything and blames no one.
+//
+// When an upstream answered, the caller gets that answer, even a 503: SDKs
+// then show the provider's own error. An error means no upstream answered
+// ([Error], [ErrCircuitOpen], [ErrRateLimited]).
+//
+// The layers work on their own too: [Breaker] is one circuit in front of any
+// RoundTripper and [RateLimiter] the cooldown layer. [Transport.Health] and
+// the Prometheus metrics in [Config.Metrics] show what each upstream is doing.
+package failover
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/VictoriaMetrics/metrics"
+)
+
+// Upstream is one provider endpoint that requests may go to.
+type Upstream struct {
+	// Name names the upstream in Health, metrics, logs and errors. Empty
+	// means the BaseURL's host. Names are unique within a Transport.
+	Name string
+
+	// BaseURL is the absolute http or https URL that the upstream's API
+	// lives under, such as "https://api.openai.com/v1". A request is
+	// addressed to the upstream when its URL has this scheme, host and
+	// path prefix; it is rewritten to this scheme, host and prefix when
+	// sent here. It carries no user info, query or fragment: credentials
+	// go in Header.
+	BaseURL string
+
+	// Header is set on every request sent to this upstream, replacing the
+	// caller's values of those names: the upstream's own credentials
+	// (Authorization, x-api-key, api-key, ...) and anything else it needs.
+	// Its values never appear in logs, errors, Health or metrics.
+	Header http.Header
+}
+
+// Config configures a [Transport]. A zero field means its documented
+// default.
+type Config struct {
+	// Upstreams are tried in this order. At least one is required.
+	Upstreams []Upstream
+
+	// Base sends every attempt. Nil means a clone of
+	// http.DefaultTransport. A recording, tracing or authenticating
+	// RoundTripper fits here.
+	Base http.RoundTripper
+
+	// Classify judges each attempt. Nil means DefaultClassifier.
+	Classify Classifier
+
+	// Breaker configures each upstream's circuit breaker.
+	Breaker BreakerConfig
+
+	// RateLimit configures cooldowns after 429s and waiting when every
+	// upstream is unavailable.
+	RateLimit RateLimitConfig
+
+	// Retries is how many more rounds over the upstreams a request gets
+	// after every upstream failed in a round. Zero means none: SDKs retry
+	// on their own. Rounds wait as go-retryablehttp's DefaultBackoff says,
+	// from RetryWaitMin doubling up to RetryWaitMax, longer when every
+	// upstream is still open or cooling down, and never past the
+	// request's deadline.
+	Retries int
+
+	// RetryWaitMin and RetryWaitMax bound the wait between rounds. Zero
+	// means 500ms and 5s.
+	RetryWaitMin, RetryWaitMax time.Duration
+
+	// AttemptTimeout bounds the wait for one attempt's response headers.
+	// It never cuts a body that is being read. Zero means no bound but the
+	// request's own deadline.
+	AttemptTimeout time.Duration
+
+	// MaxBodyBuffer is the largest request body that is buffered to be
+	// sent again, for requests without GetBody (SDKs set GetBody, and
+	// their bodies are never buffered). A larger body gets one attempt.
+	// Zero means 8 MiB; negative means never buffer.
+	MaxBodyBuffer int64
+
+	// Metrics receives the Transport's Prometheus metrics. Nil means a
+	// new Set, which [Transport.WritePrometheus] writes out. Give each
+	// Transport its own Set, or upstream names that differ.
+	Metrics *metrics.Set
+
+	// Logger receives state changes, auth failures and cooldowns. Nil
+	// means nothing is logged.
+	Logger *slog.Logger
+}
+
+// Defaults of Config.
+const (
+	defaultMaxBodyBuffer = 8 << 20
+	defaultRetryWaitMin  = 500 * time.Millisecond
+	defaultRetryWaitMax  = 5 * time.Second
+)
+
+// Transport is an http.RoundTripper that sends each request to the first
+// healthy upstream and fails over to the next when an attempt fails. See the
+// package documentation for what it does with each response.
+//
+// RoundTrip follows the http.RoundTripper contract:
+//
+//   - The caller's request is never modified: each attempt is a clone.
+//     The request body is read once per attempt (from GetBody after the
+//     first) and closed, even on errors.
+//   - RoundTrip returns an error only when no upstream produced a
+//     response; the error is an [*Error], or the context's error when the
+//     caller's context ended, or the Base RoundTripper's error for a
+//     request addressed to no upstream. When any upstream answered, the
+//     latest answer is returned with a nil error, whatever its status.
+//   - The caller must close the returned response's body, as with any
+//     RoundTripper. Responses of discarded attempts are drained (up to
+//     64 KiB) and closed by the Transport.
+//   - A request addressed to no upstream goes to Base untouched.
+//
+// A Transport is safe for concurrent use by multiple goroutines. It starts no
+// goroutine of its own.
+type Transport struct {
+	upstreams []*upstream
+	base      http.RoundTripper
+	classify  Classifier
+	rate      RateLimitConfig
+	retries   int
+	waitMin   time.Duration
+	waitMax   time.Duration
+	timeout   time.Duration
+	maxBody   int64
+	metrics   *metrics.Set
+	logger    *slog.Logger
+
+	// credHeaders are the header names that carry credentials: the
+	// usual ones and every name any Upstream.Header sets. They reach
+	// only the upstream the caller addressed.
+	credHeaders []string
+
+	// secrets are the values of every Upstream.Header, scrubbed from
+	// every error message that Health keeps.
+	secrets []string
+
+	unrouted *metrics.Counter
+}
+
+// New returns a Transport for cfg, or an error naming the field of cfg that
+// can never work.
+func New(cfg Config) (*Transport, error) {
+	if len(cfg.Upstreams) == 0 {
+		return nil, configError("Upstreams", "is empty: at least one upstream is required")
+	}
+	if err := cfg.Breaker.validate(); err != nil {
+		return nil, err
+	}
+	if err := cfg.RateLimit.validate(); err != nil {
+		return nil, err
+	}
+	switch {
+	case cfg.Retries < 0:
+		return nil, configError("Retries", "must not be negative")
+	case cfg.RetryWaitMin < 0:
+		return nil, configError("RetryWaitMin", "must not be negative")
+	case cfg.RetryWaitMax < 0:
+		return nil, configError("RetryWaitMax", "must not be negative")
+	case cfg.AttemptTimeout < 0:
+		return nil, configError("AttemptTimeout", "must not be negative")
+	}
+	t := &Transport{
+		base:     cfg.Base,
+		classify: cfg.Classify,
+		rate:     cfg.RateLimit.withDefaults(),
+		retries:  cfg.Retries,
+		waitMin:  cmp.Or(cfg.RetryWaitMin, defaultRetryWaitMin),
+		waitMax:  cmp.Or(cfg.RetryWaitMax, defaultRetryWaitMax),
+		timeout:  cfg.AttemptTimeout,
+		maxBody:  cmp.Or(cfg.MaxBodyBuffer, defaultMaxBodyBuffer),
+		metrics:  cfg.Metrics,
+		logger:   cfg.Logger,
+	}
+	if t.waitMin > t.waitMax {
+		return nil, configError("RetryWaitMin", "must not exceed RetryWaitMax")
+	}
+	if t.base == nil {
+		t.base = http.DefaultTransport.(*http.Transport).Clone()
+	}
+	if t.classify == nil {
+		t.classify = DefaultClassifier
+	}
+	if t.metrics == nil {
+		t.metrics = metrics.NewSet()
+	}
+	credNames := map[string]bool{}
+	for _, h := range defaultCredentialHeaders {
+		credNames[h] = true
+	}
+	names := map[string]int{}
+	bc := cfg.Breaker.withDefaults()
+	for i, uc := range cfg.Upstreams {
+		u, err := newUpstream(i, uc, bc)
+		if err != nil {
+			return nil, err
+		}
+		if j, dup := names[u.name]; dup {
+			return nil, configError(fmt.Sprintf("Upstreams[%d].Name", i), fmt.Sprintf("%q is also the name of Upstreams[%d]", u.name, j))
+		}
+		names[u.name] = i
+		for k, vs := range u.header {
+			credNames[k] = true
+			for _, v := range vs {
+				if len(v) >= minSecretLen {
+					t.secrets = append(t.secrets, v)
+				}
+			}
+		}
+		t.upstreams = append(t.upstreams, u)
+	}
+	for k := range credNames {
+		t.credHeaders = append(t.credHeaders, k)
+	}
+	t.initMetrics()
+	return t, nil
+}
+
+// newUpstream checks and parses the i-th upstream's config.
+func newUpstream(i int, uc Upstream, bc BreakerConfig) (*upstream, error) {
+	field := func(f string) string { return fmt.Sprintf("Upstreams[%d].%s", i, f) }
+	base, err := url.Parse(uc.BaseURL)
+	switch {
+	case uc.BaseURL == "":
+		return nil, configError(field("BaseURL"), "is empty")
+	case err != nil:
+		return nil, configError(field("BaseURL"), "is not a URL") // err may quote the URL
+	case base.Scheme != "http" && base.Scheme != "https":
+		return nil, configError(field("BaseURL"), "must be an absolute http or https URL")
+	case base.Host == "" || base.Hostname() == "":
+		return nil, configError(field("BaseURL"), "has no host")
+	case base.User != nil:
+		return nil, configError(field("BaseURL"), "must not carry user info: put credentials in Header")
+	case base.RawQuery != "" || base.ForceQuery:
+		return nil, configError(field("BaseURL"), "must not carry a query: put credentials in Header")
+	case base.Fragment != "":
+		return nil, configError(field("BaseURL"), "must not carry a fragment")
+	case hasDotSegment(base.Path):
+		return nil, configError(field("BaseURL"), "must not contain . or .. path segments")
+	}
+	name := uc.Name
+	if name == "" {
+		name = base.Host
+	}
+	if strings.ContainsFunc(name, func(r rune) bool { return r < ' ' || r == 0x7f }) {
+		return nil, configError(field("Name"), "must not contain control characters")
+	}
+	for k, vs := range uc.Header {
+		if !validHeaderName(k) {
+			return nil, configError(field("Header"), fmt.Sprintf("has an invalid header name %q", k))
+		}
+		for _, v := range vs {
+			if strings.ContainsAny(v, "\r\n\x00") {
+				// Never quote the value: it is likely a key.
+				return nil, configError(field("Header"), fmt.Sprintf("has an invalid value for %q", k))
+			}
+		}
+	}
+	u := &upstream{
+		index:   i,
+		name:    name,
+		baseURL: base.Scheme + "://" + base.Host + base.EscapedPath(),
+		scheme:  base.Scheme,
+		host:    base.Host,
+		match:   hostKey(base.Scheme, base.Host),
+		path:    strings.TrimSuffix(base.Path, "/"),
+		rawPath: strings.TrimSuffix(base.EscapedPath(), "/"),
+		header:  http.Header{},
+		breaker: newBreaker(bc),
+	}
+	for k, vs := range uc.Header {
+		u.header[http.CanonicalHeaderKey(k)] = append([]string(nil), vs...)
+	}
+	return u, nil
+}
+
+func validHeaderName(k string) bool {
+	if k == "" {
+		return false
+	}
+	for _, r := range k {
+		if r <= ' ' || r >= 0x7f || strings.ContainsRune("\"(),/:;<=>?@[\\]{}", r) {
+			return false
+		}
+	}
+	return true
+}
+
+// RoundTrip implements http.RoundTripper; see [Transport] for its contract.
+func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
+	if req.URL == nil {
+		closeBody(req)
+		return nil, errors.New("failover: nil Request.URL")
+	}
+	addressed, rest := t.route(req.URL)
+	if addressed == nil {
+		t.unrouted.Inc()
+		return t.base.RoundTrip(req)
+	}
+	c := &call{t: t, req: req, addressed: addressed, rest: rest}
+	return c.run()
+}
+
+// Health returns a snapshot of every upstream, in the configured order.
+func (t *Transport) Health() []UpstreamHealth {
+	now := time.Now()
+	out := make([]UpstreamHealth, len(t.upstreams))
+	for i, u := range t.upstreams {
+		out[i] = u.health(now)
+	}
+	return out
+}
+
+// Reset closes the named upstream's circuit and ends its cooldown, for an
+// operator who knows it is back.
+func (t *Transport) Reset(name string) error {
+	for _, u := range t.upstreams {
+		if u.name == name {
+			u.breaker.reset()
+			u.cd.clear()
+			return nil
+		}
+	}
+	return fmt.Errorf("failover: no upstream named %q", name)
+}
+
+// WritePrometheus writes the Transport's metrics in Prometheus text format,
+// for a /metrics handler.
+func (t *Transport) WritePrometheus(w io.Writer) { t.metrics.WritePrometheus(w) }
+
+// CloseIdleConnections closes the idle connections of Base, when Base has
+// such a method. http.Client.CloseIdleConnections calls it.
+func (t *Transport) CloseIdleConnections() {
+	if c, ok := t.base.(interface{ CloseIdleConnections() }); ok {
+		c.CloseIdleConnections()
+	}
+}
+
+func closeBody(req *http.Request) {
+	if req.Body != nil {
+		req.Body.Close()
+	}
+}
