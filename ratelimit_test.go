@@ -1,0 +1,166 @@
+package failover
+
+import (
+	"errors"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"testing/synctest"
+	"time"
+)
+
+func TestRetryAfter(t *testing.T) {
+	now := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+	tests := []struct {
+		name   string
+		header http.Header
+		want   time.Duration
+		ok     bool
+	}{
+		{"seconds", http.Header{"Retry-After": {"20"}}, 20 * time.Second, true},
+		{"zero", http.Header{"Retry-After": {"0"}}, 0, true},
+		{"spaces", http.Header{"Retry-After": {" 7 "}}, 7 * time.Second, true},
+		{"RFC 1123", http.Header{"Retry-After": {"Sun, 29 Nov 2026 12:00:30 GMT"}}, 30 * time.Second, true},
+		{"RFC 850", http.Header{"Retry-After": {"Sunday, 29-Nov-26 12:00:45 GMT"}}, 45 * time.Second, true},
+		{"asctime", http.Header{"Retry-After": {"Sun Nov 29 12:01:00 2026"}}, time.Minute, true},
+		{"date in the past", http.Header{"Retry-After": {"Sun, 29 Nov 2026 11:00:00 GMT"}}, 0, true},
+		{"ms wins", http.Header{"Retry-After": {"20"}, "Retry-After-Ms": {"1500"}}, 1500 * time.Millisecond, true},
+		{"ms fraction", http.Header{"Retry-After-Ms": {"12.5"}}, 12500 * time.Microsecond, true},
+		{"azure ms", http.Header{"X-Ms-Retry-After-Ms": {"250"}}, 250 * time.Millisecond, true},
+		{"bad ms falls back", http.Header{"Retry-After-Ms": {"soon"}, "Retry-After": {"3"}}, 3 * time.Second, true},
+		{"negative", http.Header{"Retry-After": {"-5"}}, 0, false},
+		{"negative ms", http.Header{"Retry-After-Ms": {"-5"}}, 0, false},
+		{"garbage", http.Header{"Retry-After": {"tomorrow"}}, 0, false},
+		{"huge", http.Header{"Retry-After": {"99999999999999999"}}, maxDuration, true},
+		{"huge ms", http.Header{"Retry-After-Ms": {"1e300"}}, 0, false},
+		{"absent", http.Header{}, 0, false},
+	}
+	for _, tt := range tests {
+		got, ok := RetryAfter(tt.header, now)
+		if got != tt.want || ok != tt.ok {
+			t.Errorf("%s: RetryAfter = %v, %v; want %v, %v", tt.name, got, ok, tt.want, tt.ok)
+		}
+	}
+}
+
+func TestCooldownFor(t *testing.T) {
+	cfg := RateLimitConfig{}.withDefaults()
+	now := time.Now()
+	tests := []struct {
+		name   string
+		header http.Header
+		body   string
+		want   time.Duration
+		reason CooldownReason
+	}{
+		{"retry-after", http.Header{"Retry-After": {"3"}}, `{}`, 3 * time.Second, CooldownRateLimited},
+		{"capped", http.Header{"Retry-After": {"3600"}}, `{}`, 60 * time.Second, CooldownRateLimited},
+		{"no header", http.Header{}, `{"error":{"type":"rate_limit_exceeded"}}`, time.Second, CooldownRateLimited},
+		{"openai quota", http.Header{"Retry-After": {"1"}}, `{"error":{"message":"You exceeded your current quota","type":"insufficient_quota","code":"insufficient_quota"}}`, 60 * time.Second, CooldownQuotaExhausted},
+		{"spend limit", http.Header{}, `{"error":{"code":"organization_spend_limit_exceeded"}}`, 60 * time.Second, CooldownQuotaExhausted},
+		{"gemini retryDelay", http.Header{}, `{"error":{"code":429,"status":"RESOURCE_EXHAUSTED","details":[{"@type":"type.googleapis.com/google.rpc.RetryInfo","retryDelay": "22s"}]}}`, 22 * time.Second, CooldownRateLimited},
+		{"gemini per day", http.Header{}, `{"error":{"status":"RESOURCE_EXHAUSTED","details":[{"violations":[{"quotaId":"GenerateRequestsPerDayPerProjectPerModel-FreeTier"}]},{"retryDelay":"22s"}]}}`, 60 * time.Second, CooldownQuotaExhausted},
+		{"header beats body delay", http.Header{"Retry-After": {"2"}}, `{"retryDelay":"22s"}`, 2 * time.Second, CooldownRateLimited},
+	}
+	for _, tt := range tests {
+		resp := &http.Response{StatusCode: 429, Header: tt.header, Body: io.NopCloser(strings.NewReader(tt.body))}
+		got, reason := cfg.cooldownFor(resp, now)
+		if got != tt.want || reason != tt.reason {
+			t.Errorf("%s: cooldown = %v %s, want %v %s", tt.name, got, reason, tt.want, tt.reason)
+		}
+		if b, _ := io.ReadAll(resp.Body); string(b) != tt.body {
+			t.Errorf("%s: body after inspection = %q, want it intact", tt.name, b)
+		}
+	}
+}
+
+// A body larger than what is inspected is handed back whole, and closing
+// it closes the original.
+func TestInspect429LargeBody(t *testing.T) {
+	big := strings.Repeat("x", 3*quotaPeek) + "insufficient_quota"
+	orig := &closeCounter{Reader: strings.NewReader(big)}
+	resp := &http.Response{StatusCode: 429, Header: http.Header{}, Body: orig}
+	quota, _, _ := inspect429(resp)
+	if quota {
+		t.Error("a marker past the first 4 KiB was found: more than 4 KiB was read")
+	}
+	b, _ := io.ReadAll(resp.Body)
+	if string(b) != big {
+		t.Fatalf("body length %d, want %d", len(b), len(big))
+	}
+	resp.Body.Close()
+	if orig.closed != 1 {
+		t.Fatalf("original body closed %d times, want 1", orig.closed)
+	}
+}
+
+type closeCounter struct {
+	io.Reader
+	closed int
+}
+
+func (c *closeCounter) Close() error { c.closed++; return nil }
+
+func TestCooldownOnlyExtends(t *testing.T) {
+	var c cooldown
+	now := time.Now()
+	if !c.extend(now, 10*time.Second, CooldownRateLimited) {
+		t.Error("first cooldown did not report a start")
+	}
+	if c.extend(now, 2*time.Second, CooldownRateLimited) {
+		t.Error("a shorter cooldown reported a start")
+	}
+	if got := c.remaining(now); got != 10*time.Second {
+		t.Fatalf("after a shorter 429: remaining %v, want 10s (never shortened)", got)
+	}
+	c.extend(now, 20*time.Second, CooldownRateLimited)
+	if got := c.remaining(now); got != 20*time.Second {
+		t.Fatalf("after a longer 429: remaining %v, want 20s", got)
+	}
+	if got := c.remaining(now.Add(25 * time.Second)); got != 0 {
+		t.Fatalf("after it ended: remaining %v, want 0", got)
+	}
+	if !c.extend(now.Add(25*time.Second), time.Second, CooldownRateLimited) {
+		t.Error("a cooldown after the last ended did not report a start")
+	}
+}
+
+func TestRateLimiterStandalone(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		calls := 0
+		next := roundTripFunc(func(r *http.Request) (*http.Response, error) {
+			calls++
+			if calls == 1 {
+				return respond(429, `{"error":"slow down"}`, "Retry-After", "5"), nil
+			}
+			return respond(200, "ok"), nil
+		})
+		l, err := NewRateLimiter(next, RateLimitConfig{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		client := &http.Client{Transport: l}
+		resp, err := client.Get("http://a.test/v1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.StatusCode != 429 || readBody(t, resp) != `{"error":"slow down"}` {
+			t.Fatalf("first response not handed back as is")
+		}
+		_, err = client.Get("http://a.test/v1")
+		var ra RetryAfterError
+		if !errors.Is(err, ErrRateLimited) || !errors.As(err, &ra) || ra.RetryAfter() != 5*time.Second {
+			t.Fatalf("during cooldown: err = %v, want ErrRateLimited with RetryAfter 5s", err)
+		}
+		if calls != 1 {
+			t.Fatalf("next called %d times during cooldown, want 1", calls)
+		}
+		time.Sleep(5 * time.Second)
+		resp, err = client.Get("http://a.test/v1")
+		if err != nil || resp.StatusCode != 200 {
+			t.Fatalf("after cooldown: %v %v", resp, err)
+		}
+		resp.Body.Close()
+	})
+}

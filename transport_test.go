@@ -1,0 +1,681 @@
+package failover
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"net/url"
+	"reflect"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+const chatBody = `{"model":"gpt-4o-mini","messages":[{"role":"user","content":"hi"}]}`
+
+func TestFailoverOn5xx(t *testing.T) {
+	for _, code := range []int{500, 502, 503, 504, 529, 408} {
+		primary := newUpstreamServer(t, code, `{"error":{"type":"overloaded_error"}}`)
+		backup := newUpstreamServer(t, 200, `{"id":"chatcmpl-1"}`)
+		tr := newTestTransport(t, Config{Upstreams: []Upstream{
+			{Name: "primary", BaseURL: primary.URL + "/v1"},
+			{Name: "backup", BaseURL: backup.URL + "/openai/v1"},
+		}})
+		resp := mustPost(t, tr, primary.URL+"/v1/chat/completions?api-version=2024", chatBody)
+		if resp.StatusCode != 200 || readBody(t, resp) != `{"id":"chatcmpl-1"}` {
+			t.Fatalf("%d: got %d, want the backup's 200", code, resp.StatusCode)
+		}
+		got := backup.requests()
+		if len(got) != 1 {
+			t.Fatalf("%d: backup got %d requests, want 1", code, len(got))
+		}
+		if got[0].Path != "/openai/v1/chat/completions" || got[0].RawQuery != "api-version=2024" || got[0].Body != chatBody || got[0].Method != "POST" {
+			t.Errorf("%d: backup saw %s %s?%s body %q", code, got[0].Method, got[0].Path, got[0].RawQuery, got[0].Body)
+		}
+		if got[0].Host != strings.TrimPrefix(backup.URL, "http://") {
+			t.Errorf("%d: backup saw Host %q", code, got[0].Host)
+		}
+		if h := tr.Health(); h[0].Requests.Failed != 1 || h[1].Requests.Success != 1 {
+			t.Errorf("%d: health counts %+v %+v", code, h[0].Requests, h[1].Requests)
+		}
+	}
+}
+
+func TestCallerErrorIsReturnedAsIs(t *testing.T) {
+	for _, code := range []int{400, 404, 409, 413, 422} {
+		primary := newUpstreamServer(t, code, `{"error":{"message":"bad request"}}`)
+		backup := newUpstreamServer(t, 200, "ok")
+		tr := newTestTransport(t, Config{Upstreams: []Upstream{{BaseURL: primary.URL}, {BaseURL: backup.URL}}})
+		resp := mustPost(t, tr, primary.URL+"/v1/chat/completions", chatBody)
+		if resp.StatusCode != code || readBody(t, resp) != `{"error":{"message":"bad request"}}` {
+			t.Fatalf("got %d, want the primary's %d", resp.StatusCode, code)
+		}
+		if backup.count() != 0 {
+			t.Fatalf("%d: backup got %d requests, want none", code, backup.count())
+		}
+		h := tr.Health()[0]
+		if h.Requests.Rejected != 1 || h.SuccessRate != 1 {
+			t.Errorf("%d: primary health %+v, want 1 rejected and success rate 1", code, h)
+		}
+	}
+}
+
+func TestAuthFailure(t *testing.T) {
+	const key1, key2 = "sk-primary-secret-1111", "sk-backup-secret-2222"
+	primary := newUpstreamServer(t, 401, `{"error":{"code":"invalid_api_key"}}`)
+	backup := newUpstreamServer(t, 200, "served")
+	var logs logBuffer
+	tr := newTestTransport(t, Config{
+		Upstreams: []Upstream{
+			{Name: "primary", BaseURL: primary.URL, Header: http.Header{"Authorization": {"Bearer " + key1}}},
+			{Name: "backup", BaseURL: backup.URL, Header: http.Header{"Authorization": {"Bearer " + key2}}},
+		},
+		Breaker: BreakerConfig{FailureThreshold: 2},
+		Logger:  newLogger(&logs),
+	})
+	for range 5 {
+		resp := mustGet(t, tr, primary.URL+"/v1/models")
+		if got := readBody(t, resp); got != "served" {
+			t.Fatalf("body %q, want the backup's", got)
+		}
+	}
+	h := tr.Health()
+	if h[0].State != "closed" || h[0].Trips != 0 || h[0].Requests.AuthFailed != 5 {
+		t.Fatalf("primary after 5 x 401: state %s trips %d auth %d; a 401 must never trip", h[0].State, h[0].Trips, h[0].Requests.AuthFailed)
+	}
+	out := logs.String()
+	if !strings.Contains(out, "level=ERROR") || !strings.Contains(out, "upstream=primary") || !strings.Contains(out, "status=401") {
+		t.Errorf("auth failure not logged at error level with the upstream's name:\n%s", out)
+	}
+	if strings.Contains(out, key1) || strings.Contains(out, key2) {
+		t.Errorf("a key appears in the log:\n%s", out)
+	}
+
+	// When no upstream accepts its key, the caller sees the provider's 401.
+	backup.Config.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(403)
+		io.WriteString(w, "forbidden")
+	})
+	resp := mustGet(t, tr, primary.URL+"/v1/models")
+	if resp.StatusCode != 403 || readBody(t, resp) != "forbidden" {
+		t.Fatalf("every upstream refusing: got %d, want the last answer, 403", resp.StatusCode)
+	}
+}
+
+func TestRateLimitCooldown(t *testing.T) {
+	primary := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Retry-After", "30")
+		w.WriteHeader(429)
+		io.WriteString(w, `{"error":{"type":"rate_limit_exceeded"}}`)
+	})
+	backup := newUpstreamServer(t, 200, "ok")
+	tr := newTestTransport(t, Config{Upstreams: []Upstream{{Name: "p", BaseURL: primary.URL}, {Name: "b", BaseURL: backup.URL}}})
+	for range 3 {
+		if resp := mustGet(t, tr, primary.URL+"/v1/models"); readBody(t, resp) != "ok" {
+			t.Fatal("not served by the backup")
+		}
+	}
+	if primary.count() != 1 {
+		t.Fatalf("primary got %d requests, want 1: a cooling upstream gets none", primary.count())
+	}
+	h := tr.Health()[0]
+	if h.Cooldown < 25*time.Second || h.Cooldown > 30*time.Second || h.CooldownReason != CooldownRateLimited || h.Available {
+		t.Fatalf("primary cooldown %v reason %q available %v, want about 30s rate_limited", h.Cooldown, h.CooldownReason, h.Available)
+	}
+	if h.State != "closed" || h.Requests.RateLimited != 1 {
+		t.Fatalf("a 429 touched the breaker or was not counted: %+v", h)
+	}
+}
+
+// A 429 with no Retry-After at all still fails over, and cools the
+// upstream for the default cooldown.
+func TestRateLimitWithoutHeaderFailsOver(t *testing.T) {
+	n := newFakeNet()
+	n.status("a.test", 429, `{"error":{"message":"Rate limit exceeded"}}`, "X-Ratelimit-Reset", "1754667660000")
+	n.status("b.test", 200, "ok")
+	tr := newTestTransport(t, Config{Base: n, Upstreams: []Upstream{{BaseURL: "http://a.test"}, {BaseURL: "http://b.test"}}})
+	if resp := mustGet(t, tr, "http://a.test/x"); readBody(t, resp) != "ok" {
+		t.Fatal("no failover on a 429 without Retry-After")
+	}
+	if cd := tr.Health()[0].Cooldown; cd <= 0 || cd > time.Second {
+		t.Fatalf("cooldown %v, want the 1s default", cd)
+	}
+}
+
+func TestEveryUpstreamUnavailable(t *testing.T) {
+	n := newFakeNet()
+	n.status("a.test", 429, "a busy", "Retry-After", "20")
+	n.status("b.test", 429, "b busy", "Retry-After-Ms", "7000")
+	tr := newTestTransport(t, Config{Base: n, Upstreams: []Upstream{{Name: "a", BaseURL: "http://a.test"}, {Name: "b", BaseURL: "http://b.test"}}})
+
+	// The last attempt got a response: the caller gets it, not an error.
+	resp := mustGet(t, tr, "http://a.test/x")
+	if resp.StatusCode != 429 || readBody(t, resp) != "b busy" {
+		t.Fatalf("got %d, want the last upstream's 429", resp.StatusCode)
+	}
+	// Now both cool down: nothing is sent, and the error says when to
+	// come back.
+	_, err := tr.RoundTrip(httptestRequest("GET", "http://a.test/x", ""))
+	var ferr *Error
+	if !errors.As(err, &ferr) || !errors.Is(err, ErrRateLimited) || errors.Is(err, ErrCircuitOpen) {
+		t.Fatalf("err = %v, want an *Error matching ErrRateLimited only", err)
+	}
+	if ra := ferr.RetryAfter(); ra <= 6*time.Second || ra > 7*time.Second {
+		t.Fatalf("RetryAfter = %v, want the earliest cooldown, about 7s", ra)
+	}
+	if len(ferr.Attempts) != 2 || ferr.Attempts[0].Upstream != "a" || ferr.Attempts[1].Upstream != "b" {
+		t.Fatalf("attempts = %v", ferr.Attempts)
+	}
+	if n.count("a.test") != 1 || n.count("b.test") != 1 {
+		t.Fatal("a cooling upstream was sent a request")
+	}
+}
+
+func httptestRequest(method, url, body string) *http.Request {
+	var r io.Reader
+	if body != "" {
+		r = strings.NewReader(body)
+	}
+	req, err := http.NewRequest(method, url, r)
+	if err != nil {
+		panic(err)
+	}
+	return req
+}
+
+func TestLastResponseWinsOverLaterError(t *testing.T) {
+	primary := newUpstreamServer(t, 503, "primary down")
+	tr := newTestTransport(t, Config{Upstreams: []Upstream{{BaseURL: primary.URL}, {BaseURL: closedURL(t)}}})
+	resp := mustGet(t, tr, primary.URL+"/v1/models")
+	if resp.StatusCode != 503 || readBody(t, resp) != "primary down" {
+		t.Fatalf("got %d, want the primary's 503 (an upstream answered)", resp.StatusCode)
+	}
+}
+
+func TestNoUpstreamAnswered(t *testing.T) {
+	const key = "sk-caller-secret-xyz"
+	a, b := closedURL(t), closedURL(t)
+	tr := newTestTransport(t, Config{Upstreams: []Upstream{
+		{Name: "a", BaseURL: a, Header: http.Header{"Authorization": {"Bearer sk-config-secret-123"}}},
+		{Name: "b", BaseURL: b},
+	}})
+	req := httptestRequest("GET", a+"/v1/models?key="+key, "")
+	req.Header.Set("Authorization", "Bearer "+key)
+	resp, err := tr.RoundTrip(req)
+	if resp != nil {
+		t.Fatalf("got a response from closed ports: %d", resp.StatusCode)
+	}
+	var ferr *Error
+	if !errors.As(err, &ferr) || len(ferr.Attempts) != 2 {
+		t.Fatalf("err = %v, want an *Error with two attempts", err)
+	}
+	if !errors.Is(err, syscall.ECONNREFUSED) {
+		t.Errorf("err = %v, want it to match ECONNREFUSED", err)
+	}
+	var uerr *url.Error
+	if errors.As(err, &uerr) {
+		t.Errorf("RoundTrip returned a *url.Error: http.Client adds that")
+	}
+	if msg := err.Error(); strings.Contains(msg, key) || strings.Contains(msg, "sk-config") {
+		t.Errorf("error message carries a key: %s", msg)
+	}
+	for _, h := range tr.Health() {
+		if h.LastError == "" || strings.Contains(h.LastError, key) {
+			t.Errorf("health last error %q", h.LastError)
+		}
+	}
+}
+
+func TestCallerCancellation(t *testing.T) {
+	release := make(chan struct{})
+	primary := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-r.Context().Done():
+		case <-release:
+		}
+	})
+	defer close(release)
+	backup := newUpstreamServer(t, 200, "ok")
+	tr := newTestTransport(t, Config{Upstreams: []Upstream{{BaseURL: primary.URL}, {BaseURL: backup.URL}}})
+	ctx, cancel := context.WithCancel(context.Background())
+	req := httptestRequest("POST", primary.URL+"/v1/chat/completions", chatBody).WithContext(ctx)
+	go func() {
+		for primary.count() == 0 {
+			time.Sleep(time.Millisecond)
+		}
+		cancel()
+	}()
+	resp, err := tr.RoundTrip(req)
+	if resp != nil || !errors.Is(err, context.Canceled) {
+		t.Fatalf("got %v, %v; want context.Canceled", resp, err)
+	}
+	if backup.count() != 0 {
+		t.Fatal("a canceled request failed over")
+	}
+	h := tr.Health()[0]
+	if h.Requests.Canceled != 1 || h.Requests.Failed != 0 || h.BreakerFailures != 0 {
+		t.Fatalf("primary counts %+v, breaker failures %d: a cancellation is nobody's failure", h.Requests, h.BreakerFailures)
+	}
+
+	// A context that is already done sends nothing.
+	req = httptestRequest("GET", primary.URL+"/v1/models", "").WithContext(ctx)
+	if _, err := tr.RoundTrip(req); !errors.Is(err, context.Canceled) {
+		t.Fatalf("done context: err = %v", err)
+	}
+	if primary.count() != 1 {
+		t.Fatal("a request with a done context was sent")
+	}
+}
+
+func TestUnroutedRequestPassesThrough(t *testing.T) {
+	other := newUpstreamServer(t, 200, "other")
+	primary := newUpstreamServer(t, 200, "primary")
+	tr := newTestTransport(t, Config{Upstreams: []Upstream{
+		{BaseURL: primary.URL + "/v1", Header: http.Header{"Authorization": {"Bearer upstream-key-1234"}}},
+	}})
+	for _, u := range []string{
+		other.URL + "/v1/models",   // another host
+		primary.URL + "/v2/models", // outside the base path
+		primary.URL + "/v1x",       // a prefix that is not a path segment
+		primary.URL + "/v1/../admin",
+		primary.URL + "/v1/%2e%2e/admin",
+	} {
+		req := httptestRequest("GET", u, "")
+		req.Header.Set("Authorization", "Bearer caller")
+		resp, err := do(t, tr, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+	}
+	for _, s := range append(other.requests(), primary.requests()...) {
+		if got := s.Header.Get("Authorization"); got != "Bearer caller" {
+			t.Errorf("unrouted request to %s got Authorization %q, want the caller's own", s.Path, got)
+		}
+	}
+	if got := tr.Health()[0].Requests.Total(); got != 0 {
+		t.Errorf("unrouted requests counted against the upstream: %d", got)
+	}
+}
+
+// The caller's request, headers and body are unchanged after RoundTrip, even
+// across failovers and retries (run with -race: attempts must not write to
+// shared state).
+func TestRequestUnchanged(t *testing.T) {
+	primary := newUpstreamServer(t, 503, "down")
+	backup := newUpstreamServer(t, 200, "ok")
+	tr := newTestTransport(t, Config{Upstreams: []Upstream{
+		{BaseURL: primary.URL + "/v1", Header: http.Header{"Authorization": {"Bearer primary-key-1234"}, "X-Extra": {"1"}}},
+		{BaseURL: backup.URL + "/compat/v1", Header: http.Header{"Authorization": {"Bearer backup-key-5678"}}},
+	}})
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			req, _ := http.NewRequest("POST", primary.URL+"/v1/chat/completions?x=1", strings.NewReader(chatBody))
+			req.Header.Set("Authorization", "Bearer caller-key")
+			req.Header.Set("X-Api-Key", "caller-key-2")
+			req.Header["lowercase-key"] = []string{"v"}
+			before := snapshot(req)
+			resp, err := tr.RoundTrip(req)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			resp.Body.Close()
+			if after := snapshot(req); !reflect.DeepEqual(before, after) {
+				t.Errorf("request changed:\nbefore %+v\nafter  %+v", before, after)
+			}
+			b, _ := req.GetBody()
+			if got, _ := io.ReadAll(b); string(got) != chatBody {
+				t.Errorf("GetBody now gives %q", got)
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+type reqSnapshot struct {
+	Method, URL, Host string
+	Header            http.Header
+	ContentLength     int64
+	Body              io.ReadCloser
+}
+
+func snapshot(r *http.Request) reqSnapshot {
+	return reqSnapshot{r.Method, r.URL.String(), r.Host, r.Header.Clone(), r.ContentLength, r.Body}
+}
+
+func TestBodyReplay(t *testing.T) {
+	n := newFakeNet()
+	n.status("a.test", 503, "down")
+	n.status("b.test", 503, "down")
+	n.status("c.test", 200, "ok")
+	upstreams := []Upstream{{BaseURL: "http://a.test"}, {BaseURL: "http://b.test"}, {BaseURL: "http://c.test"}}
+
+	t.Run("GetBody", func(t *testing.T) {
+		tr := newTestTransport(t, Config{Base: n, Upstreams: upstreams})
+		req := httptestRequest("POST", "http://a.test/v1", chatBody)
+		gets := 0
+		getBody := req.GetBody
+		req.GetBody = func() (io.ReadCloser, error) { gets++; return getBody() }
+		resp, err := tr.RoundTrip(req)
+		if err != nil || resp.StatusCode != 200 {
+			t.Fatal(resp, err)
+		}
+		if gets != 2 {
+			t.Errorf("GetBody called %d times, want 2 (the first attempt sends Body)", gets)
+		}
+	})
+	t.Run("buffered", func(t *testing.T) {
+		n := newFakeNet()
+		n.status("a.test", 503, "down")
+		n.status("b.test", 503, "down")
+		n.status("c.test", 200, "ok")
+		tr := newTestTransport(t, Config{Base: n, Upstreams: upstreams})
+		body := &closeCounter{Reader: strings.NewReader(chatBody)}
+		req := httptestRequest("POST", "http://a.test/v1", "")
+		req.Body, req.GetBody, req.ContentLength = body, nil, -1
+		resp, err := tr.RoundTrip(req)
+		if err != nil || resp.StatusCode != 200 {
+			t.Fatal(resp, err)
+		}
+		for _, h := range []string{"a.test", "b.test", "c.test"} {
+			if got := n.requests(h)[0].Body; got != chatBody {
+				t.Errorf("%s got body %q", h, got)
+			}
+		}
+		if body.closed != 1 {
+			t.Errorf("caller's body closed %d times, want 1", body.closed)
+		}
+	})
+	t.Run("too large", func(t *testing.T) {
+		n := newFakeNet()
+		n.handle("a.test", func(*http.Request) (*http.Response, error) { return nil, errors.New("connection reset by peer") })
+		n.status("b.test", 200, "ok")
+		tr := newTestTransport(t, Config{Base: n, MaxBodyBuffer: 16, Upstreams: upstreams[:2]})
+		body := &readCounter{r: strings.NewReader(chatBody)}
+		req := httptestRequest("POST", "http://a.test/v1", "")
+		req.Body, req.GetBody, req.ContentLength = body, nil, -1
+		resp, err := tr.RoundTrip(req)
+		if resp != nil || !errors.Is(err, ErrBodyNotReplayable) {
+			t.Fatalf("got %v, %v; want ErrBodyNotReplayable", resp, err)
+		}
+		if n.count("b.test") != 0 {
+			t.Error("a body that cannot be replayed went to a second upstream")
+		}
+		if got := n.requests("a.test")[0].Body; got != chatBody {
+			t.Errorf("the one attempt sent %q, want the whole body", got)
+		}
+		if body.n != int64(len(chatBody)) {
+			t.Errorf("caller's body read %d bytes, want %d: never twice", body.n, len(chatBody))
+		}
+	})
+	t.Run("too large, answered", func(t *testing.T) {
+		tr := newTestTransport(t, Config{Base: n, MaxBodyBuffer: -1, Upstreams: upstreams})
+		req := httptestRequest("POST", "http://a.test/v1", "")
+		req.Body, req.GetBody, req.ContentLength = io.NopCloser(strings.NewReader(chatBody)), nil, -1
+		before := n.count("b.test")
+		resp, err := tr.RoundTrip(req)
+		if err != nil || resp.StatusCode != 503 {
+			t.Fatalf("got %v, %v; want the one attempt's 503", resp, err)
+		}
+		resp.Body.Close()
+		if n.count("b.test") != before {
+			t.Error("a body that cannot be replayed went to a second upstream")
+		}
+	})
+}
+
+type readCounter struct {
+	r io.Reader
+	n int64
+}
+
+func (c *readCounter) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	return n, err
+}
+func (c *readCounter) Close() error { return nil }
+
+// A stream reaches the caller event by event: the caller reads the first
+// event while the upstream has not yet written the second, and an attempt
+// timeout shorter than the stream does not cut it.
+func TestStreamingPassesThrough(t *testing.T) {
+	firstRead := make(chan struct{})
+	primary := newUpstreamServer(t, 503, "down")
+	backup := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		io.WriteString(w, "data: {\"n\":1}\n\n")
+		w.(http.Flusher).Flush()
+		select {
+		case <-firstRead:
+		case <-r.Context().Done():
+			return
+		}
+		time.Sleep(150 * time.Millisecond) // longer than AttemptTimeout
+		io.WriteString(w, "data: {\"n\":2}\n\ndata: [DONE]\n\n")
+	})
+	tr := newTestTransport(t, Config{
+		AttemptTimeout: 50 * time.Millisecond,
+		Upstreams:      []Upstream{{BaseURL: primary.URL}, {BaseURL: backup.URL}},
+	})
+	resp := mustPost(t, tr, primary.URL+"/v1/chat/completions", `{"stream":true}`)
+	defer resp.Body.Close()
+	buf := make([]byte, 64)
+	n, err := resp.Body.Read(buf)
+	if err != nil || !bytes.HasPrefix(buf[:n], []byte("data: {\"n\":1}")) {
+		t.Fatalf("first read %q, %v", buf[:n], err)
+	}
+	close(firstRead)
+	rest, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("the stream was cut: %v", err)
+	}
+	if !strings.HasSuffix(string(rest), "data: [DONE]\n\n") {
+		t.Fatalf("rest of stream %q", rest)
+	}
+}
+
+func TestAttemptTimeout(t *testing.T) {
+	primary := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+		<-r.Context().Done() // accepts, never answers
+	})
+	backup := newUpstreamServer(t, 200, "ok")
+	tr := newTestTransport(t, Config{
+		AttemptTimeout: 50 * time.Millisecond,
+		Upstreams:      []Upstream{{BaseURL: primary.URL}, {BaseURL: backup.URL}},
+	})
+	if resp := mustGet(t, tr, primary.URL+"/v1/models"); readBody(t, resp) != "ok" {
+		t.Fatal("not served by the backup")
+	}
+	h := tr.Health()[0]
+	if h.Requests.Failed != 1 || !strings.Contains(h.LastError, "attempt timed out") {
+		t.Fatalf("primary: %+v", h)
+	}
+
+	// With no backup the caller gets ErrAttemptTimeout.
+	tr = newTestTransport(t, Config{AttemptTimeout: 50 * time.Millisecond, Upstreams: []Upstream{{BaseURL: primary.URL}}})
+	_, err := tr.RoundTrip(httptestRequest("GET", primary.URL+"/v1/models", ""))
+	if !errors.Is(err, ErrAttemptTimeout) {
+		t.Fatalf("err = %v, want ErrAttemptTimeout", err)
+	}
+}
+
+// Responses of discarded attempts are drained and closed, so their
+// connections are reused; a huge one is read only up to a bound.
+func TestDiscardedResponses(t *testing.T) {
+	primary := newUpstreamServer(t, 503, `{"error":"overloaded"}`)
+	backup := newUpstreamServer(t, 200, "ok")
+	tr := newTestTransport(t, Config{
+		Breaker:   BreakerConfig{FailureThreshold: 1000},
+		Upstreams: []Upstream{{BaseURL: primary.URL}, {BaseURL: backup.URL}},
+	})
+	for range 20 {
+		resp := mustGet(t, tr, primary.URL+"/x")
+		readBody(t, resp)
+	}
+	if c := primary.connections(); c > 2 {
+		t.Errorf("primary saw %d connections for 20 sequential requests: discarded responses are not reused", c)
+	}
+
+	var written int64
+	var mu sync.Mutex
+	huge := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(503)
+		chunk := bytes.Repeat([]byte("x"), 32<<10)
+		for range 1 << 10 { // 32 MiB, far more than is drained
+			n, err := w.Write(chunk)
+			mu.Lock()
+			written += int64(n)
+			mu.Unlock()
+			if err != nil {
+				return
+			}
+		}
+	})
+	tr = newTestTransport(t, Config{Upstreams: []Upstream{{BaseURL: huge.URL}, {BaseURL: backup.URL}}})
+	if resp := mustGet(t, tr, huge.URL+"/x"); readBody(t, resp) != "ok" {
+		t.Fatal("not served by the backup")
+	}
+	huge.Close() // waits for the handler to end
+	mu.Lock()
+	defer mu.Unlock()
+	if written >= 32<<20 {
+		t.Fatalf("the whole huge body was written (%d bytes): it was read, not closed", written)
+	}
+}
+
+func TestHealthJSONAndMetrics(t *testing.T) {
+	const key = "sk-upstream-secret-abcdef"
+	n := newFakeNet()
+	n.status("a.test", 503, "down")
+	n.status("b.test", 200, "ok")
+	tr := newTestTransport(t, Config{Base: n, Upstreams: []Upstream{
+		{Name: "a", BaseURL: "http://a.test/v1", Header: http.Header{"Authorization": {"Bearer " + key}}},
+		{Name: "b", BaseURL: "http://b.test/v1"},
+	}})
+	for range 6 {
+		resp, err := tr.RoundTrip(httptestRequest("GET", "http://a.test/v1/models", ""))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+	}
+	h := tr.Health()
+	if h[0].State != "open" || h[0].Trips != 1 || h[0].Requests.Failed != 5 || h[0].SuccessRate != 0 || h[0].OpenFor <= 0 {
+		t.Fatalf("a: %+v", h[0])
+	}
+	if h[1].Requests.Success != 6 || h[1].Window != 6 || h[1].P99 < h[1].P50 {
+		t.Fatalf("b: %+v", h[1])
+	}
+	js, err := json.Marshal(h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var decoded []map[string]any
+	if err := json.Unmarshal(js, &decoded); err != nil {
+		t.Fatal(err)
+	}
+	if decoded[0]["state"] != "open" || decoded[0]["last_error"] != "HTTP 503 Service Unavailable" {
+		t.Fatalf("health JSON: %s", js)
+	}
+
+	var m bytes.Buffer
+	tr.WritePrometheus(&m)
+	out := m.String()
+	for _, want := range []string{
+		`failover_requests_total{upstream="a",outcome="failed"} 5`,
+		`failover_requests_total{upstream="b",outcome="success"} 6`,
+		`failover_breaker_state{upstream="a"} 1`,
+		`failover_breaker_state{upstream="b"} 0`,
+		`failover_breaker_trips_total{upstream="a"} 1`,
+		`failover_failovers_total{from="a",to="b"} 5`,
+		`failover_skipped_total{upstream="a",reason="circuit_open"} 1`,
+		`failover_request_duration_seconds_count{upstream="b"} 6`,
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("metrics lack %s", want)
+		}
+	}
+	if strings.Contains(out+string(js), key) {
+		t.Error("a key appears in metrics or health")
+	}
+}
+
+func TestReset(t *testing.T) {
+	n := newFakeNet()
+	n.status("a.test", 503, "down")
+	n.status("b.test", 429, "busy", "Retry-After", "60")
+	tr := newTestTransport(t, Config{Base: n, Breaker: BreakerConfig{FailureThreshold: 1}, Upstreams: []Upstream{
+		{Name: "a", BaseURL: "http://a.test"}, {Name: "b", BaseURL: "http://b.test"},
+	}})
+	resp, _ := tr.RoundTrip(httptestRequest("GET", "http://a.test/", ""))
+	resp.Body.Close()
+	if h := tr.Health(); h[0].State != "open" || h[1].Cooldown == 0 {
+		t.Fatalf("setup: %+v", h)
+	}
+	if err := tr.Reset("a"); err != nil {
+		t.Fatal(err)
+	}
+	if err := tr.Reset("b"); err != nil {
+		t.Fatal(err)
+	}
+	if h := tr.Health(); h[0].State != "closed" || !h[0].Available || h[1].Cooldown != 0 || !h[1].Available {
+		t.Fatalf("after Reset: %+v", h)
+	}
+	if err := tr.Reset("nope"); err == nil {
+		t.Fatal("Reset of an unknown name succeeded")
+	}
+}
+
+func TestNewRejectsBadConfig(t *testing.T) {
+	ok := Upstream{BaseURL: "https://api.example.com/v1"}
+	tests := []struct {
+		name  string
+		cfg   Config
+		field string
+	}{
+		{"no upstreams", Config{}, "Upstreams"},
+		{"empty base", Config{Upstreams: []Upstream{{}}}, "Upstreams[0].BaseURL"},
+		{"relative", Config{Upstreams: []Upstream{{BaseURL: "/v1"}}}, "Upstreams[0].BaseURL"},
+		{"ftp", Config{Upstreams: []Upstream{ok, {BaseURL: "ftp://x/v1"}}}, "Upstreams[1].BaseURL"},
+		{"no host", Config{Upstreams: []Upstream{{BaseURL: "https:///v1"}}}, "Upstreams[0].BaseURL"},
+		{"user info", Config{Upstreams: []Upstream{{BaseURL: "https://u:p@x/v1"}}}, "Upstreams[0].BaseURL"},
+		{"query", Config{Upstreams: []Upstream{{BaseURL: "https://x/v1?key=k"}}}, "Upstreams[0].BaseURL"},
+		{"dot segment", Config{Upstreams: []Upstream{{BaseURL: "https://x/v1/../v2"}}}, "Upstreams[0].BaseURL"},
+		{"duplicate name", Config{Upstreams: []Upstream{{Name: "x", BaseURL: "https://a"}, {Name: "x", BaseURL: "https://b"}}}, "Upstreams[1].Name"},
+		{"duplicate host", Config{Upstreams: []Upstream{ok, ok}}, "Upstreams[1].Name"},
+		{"header name", Config{Upstreams: []Upstream{{BaseURL: "https://a", Header: http.Header{"Bad Name": {"v"}}}}}, "Upstreams[0].Header"},
+		{"header value", Config{Upstreams: []Upstream{{BaseURL: "https://a", Header: http.Header{"Authorization": {"k\r\nX: y"}}}}}, "Upstreams[0].Header"},
+		{"negative timeout", Config{Upstreams: []Upstream{ok}, AttemptTimeout: -1}, "AttemptTimeout"},
+		{"negative retries", Config{Upstreams: []Upstream{ok}, Retries: -1}, "Retries"},
+		{"retry wait order", Config{Upstreams: []Upstream{ok}, RetryWaitMin: time.Minute, RetryWaitMax: time.Second}, "RetryWaitMin"},
+		{"negative cooldown", Config{Upstreams: []Upstream{ok}, Breaker: BreakerConfig{Cooldown: -1}}, "Breaker.Cooldown"},
+		{"negative period", Config{Upstreams: []Upstream{ok}, Breaker: BreakerConfig{FailurePeriod: -1}}, "Breaker.FailurePeriod"},
+		{"rate above 1", Config{Upstreams: []Upstream{ok}, Breaker: BreakerConfig{FailureRate: 1.5}}, "Breaker.FailureRate"},
+		{"negative max wait", Config{Upstreams: []Upstream{ok}, RateLimit: RateLimitConfig{MaxWait: -1}}, "RateLimit.MaxWait"},
+		{"negative max cooldown", Config{Upstreams: []Upstream{ok}, RateLimit: RateLimitConfig{MaxCooldown: -1}}, "RateLimit.MaxCooldown"},
+		{"default above max", Config{Upstreams: []Upstream{ok}, RateLimit: RateLimitConfig{DefaultCooldown: time.Hour, MaxCooldown: time.Minute}}, "RateLimit.DefaultCooldown"},
+	}
+	for _, tt := range tests {
+		_, err := New(tt.cfg)
+		if err == nil {
+			t.Errorf("%s: New succeeded", tt.name)
+			continue
+		}
+		if !strings.Contains(err.Error(), "Config."+tt.field+" ") {
+			t.Errorf("%s: error %q does not name Config.%s", tt.name, err, tt.field)
+		}
+		if strings.Contains(err.Error(), "k\r\n") {
+			t.Errorf("%s: error quotes a header value", tt.name)
+		}
+	}
+}
