@@ -256,4 +256,3 @@ func (b *logBuffer) String() string {
 func newLogger(b *logBuffer) *slog.Logger {
 	return slog.New(slog.NewTextHandler(b, &slog.HandlerOptions{Level: slog.LevelDebug}))
 }
-
