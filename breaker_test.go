@@ -1,0 +1,570 @@
+package failover
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+)
+
+// get sends one GET through tr and returns the status, or 0 and the error.
+func get(t *testing.T, tr http.RoundTripper, url string) (int, error) {
+	t.Helper()
+	resp, err := tr.RoundTrip(httptestRequest("GET", url, ""))
+	if err != nil {
+		return 0, err
+	}
+	resp.Body.Close()
+	return resp.StatusCode, nil
+}
+
+func twoUpstreams(n *fakeNet, cfg Config) Config {
+	cfg.Base = n
+	cfg.Upstreams = []Upstream{{Name: "a", BaseURL: "http://a.test"}, {Name: "b", BaseURL: "http://b.test"}}
+	return cfg
+}
+
+func TestBreakerOpensAfterConsecutiveFailures(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := newFakeNet()
+		n.status("a.test", 503, "down")
+		n.status("b.test", 200, "ok")
+		tr := newTestTransport(t, twoUpstreams(n, Config{}))
+		for i := range 4 {
+			get(t, tr, "http://a.test/")
+			if s := tr.Health()[0].State; s != "closed" {
+				t.Fatalf("after %d failures: %s, want closed", i+1, s)
+			}
+		}
+		get(t, tr, "http://a.test/")
+		h := tr.Health()[0]
+		if h.State != "open" || h.Trips != 1 || h.OpenFor != 30*time.Second {
+			t.Fatalf("after 5 failures: %s, trips %d, open for %v; want open for the 30s default", h.State, h.Trips, h.OpenFor)
+		}
+		for range 10 {
+			if code, _ := get(t, tr, "http://a.test/"); code != 200 {
+				t.Fatalf("status %d while a is open", code)
+			}
+		}
+		if n.count("a.test") != 5 {
+			t.Fatalf("a got %d requests, want 5: an open circuit gets none", n.count("a.test"))
+		}
+	})
+}
+
+// A success between failures resets the count: the default rule needs
+// consecutive failures.
+func TestBreakerNeedsConsecutiveFailures(t *testing.T) {
+	n := newFakeNet()
+	var i atomic.Int64
+	n.handle("a.test", func(*http.Request) (*http.Response, error) {
+		if i.Add(1)%5 == 0 {
+			return respond(200, "ok"), nil
+		}
+		return respond(503, "down"), nil
+	})
+	n.status("b.test", 200, "ok")
+	tr := newTestTransport(t, twoUpstreams(n, Config{}))
+	for range 100 {
+		get(t, tr, "http://a.test/")
+	}
+	if h := tr.Health()[0]; h.Trips != 0 || h.Requests.Failed != 80 {
+		t.Fatalf("4 failures in every 5 tripped the breaker or were not counted: %+v", h)
+	}
+}
+
+// Real providers fail 0.3-0.8 % of requests on a good day. At high traffic
+// that noise must never open a circuit under the default rule.
+func TestBreakerRidesThroughBackgroundErrors(t *testing.T) {
+	n := newFakeNet()
+	rng := rand.New(rand.NewPCG(1, 2))
+	var mu sync.Mutex
+	n.handle("a.test", func(*http.Request) (*http.Response, error) {
+		mu.Lock()
+		fail := rng.Float64() < 0.008
+		mu.Unlock()
+		if fail {
+			return respond(503, "blip"), nil
+		}
+		return respond(200, "ok"), nil
+	})
+	n.status("b.test", 200, "ok")
+	tr := newTestTransport(t, twoUpstreams(n, Config{}))
+	const requests = 20000
+	var wg sync.WaitGroup
+	for w := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range requests / 8 {
+				if code, err := get(t, tr, "http://a.test/"); err != nil || code != 200 {
+					t.Errorf("worker %d: %d %v", w, code, err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	h := tr.Health()[0]
+	if h.Requests.Failed < 100 {
+		t.Fatalf("only %d background failures in %d requests: the test injects too few", h.Requests.Failed, requests)
+	}
+	if h.Trips != 0 {
+		t.Fatalf("%d trips from %d background failures in %d requests; want none", h.Trips, h.Requests.Failed, requests)
+	}
+}
+
+func TestBreakerFailureRate(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := newFakeNet()
+		var i atomic.Int64
+		n.handle("a.test", func(*http.Request) (*http.Response, error) {
+			if i.Add(1)%2 == 0 {
+				return respond(503, "down"), nil
+			}
+			return respond(200, "ok"), nil
+		})
+		n.status("b.test", 200, "ok")
+		tr := newTestTransport(t, twoUpstreams(n, Config{Breaker: BreakerConfig{FailureRate: 0.5, MinRequests: 10, FailurePeriod: time.Minute}}))
+		for range 9 {
+			get(t, tr, "http://a.test/")
+			time.Sleep(time.Second)
+		}
+		if h := tr.Health()[0]; h.State != "closed" {
+			t.Fatalf("opened before MinRequests: %+v", h)
+		}
+		get(t, tr, "http://a.test/")
+		if h := tr.Health()[0]; h.State != "open" || h.Trips != 1 {
+			t.Fatalf("50%% failures over 10 requests: %s, want open", h.State)
+		}
+	})
+}
+
+// After Cooldown exactly one probe goes through; other requests never
+// queue behind it. Its success closes the circuit.
+func TestHalfOpenSingleFlightProbe(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := newFakeNet()
+		healthy := atomic.Bool{}
+		release := make(chan struct{})
+		n.handle("a.test", func(r *http.Request) (*http.Response, error) {
+			if !healthy.Load() {
+				return respond(503, "down"), nil
+			}
+			<-release // the probe blocks until the test lets it go
+			return respond(200, "a"), nil
+		})
+		n.status("b.test", 200, "b")
+		tr := newTestTransport(t, twoUpstreams(n, Config{Breaker: BreakerConfig{Cooldown: 10 * time.Second}}))
+		for range 5 {
+			get(t, tr, "http://a.test/")
+		}
+		time.Sleep(10 * time.Second)
+		healthy.Store(true)
+		if s := tr.Health()[0].State; s != "half-open" {
+			t.Fatalf("after cooldown: %s, want half-open", s)
+		}
+
+		probeDone := make(chan int)
+		go func() {
+			code, _ := get(t, tr, "http://a.test/")
+			probeDone <- code
+		}()
+		synctest.Wait() // the probe is blocked in a.test
+		if h := tr.Health()[0]; h.Available {
+			t.Fatal("a reads available while its probe is in flight")
+		}
+		for range 20 {
+			resp, err := tr.RoundTrip(httptestRequest("GET", "http://a.test/", ""))
+			if err != nil || readBody(t, resp) != "b" {
+				t.Fatalf("request during the probe: %v, want the backup", err)
+			}
+		}
+		if got := n.count("a.test"); got != 6 {
+			t.Fatalf("a got %d requests, want 5 failures and 1 probe", got)
+		}
+		close(release)
+		if code := <-probeDone; code != 200 {
+			t.Fatalf("probe status %d", code)
+		}
+		if s := tr.Health()[0].State; s != "closed" {
+			t.Fatalf("after a successful probe: %s, want closed", s)
+		}
+		if code, _ := get(t, tr, "http://a.test/"); code != 200 || n.count("a.test") != 7 {
+			t.Fatal("a closed circuit does not take requests")
+		}
+	})
+}
+
+func TestProbeFailureReopens(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := newFakeNet()
+		n.status("a.test", 503, "down")
+		n.status("b.test", 200, "b")
+		tr := newTestTransport(t, twoUpstreams(n, Config{Breaker: BreakerConfig{Cooldown: 10 * time.Second, FailureThreshold: 2}}))
+		get(t, tr, "http://a.test/")
+		get(t, tr, "http://a.test/")
+		time.Sleep(10 * time.Second)
+		get(t, tr, "http://a.test/") // the probe fails
+		h := tr.Health()[0]
+		if h.State != "open" || h.OpenFor != 10*time.Second || h.Trips != 1 {
+			t.Fatalf("after a failed probe: %s for %v, trips %d; want open for another 10s, still 1 trip", h.State, h.OpenFor, h.Trips)
+		}
+		if n.count("a.test") != 3 {
+			t.Fatalf("a got %d requests, want 3", n.count("a.test"))
+		}
+	})
+}
+
+// SuccessThreshold probes, one at a time, close the circuit.
+func TestSuccessThreshold(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := newFakeNet()
+		var healthy atomic.Bool
+		gate := make(chan struct{})
+		n.handle("a.test", func(*http.Request) (*http.Response, error) {
+			if !healthy.Load() {
+				return respond(503, "down"), nil
+			}
+			<-gate
+			return respond(200, "a"), nil
+		})
+		n.status("b.test", 200, "b")
+		tr := newTestTransport(t, twoUpstreams(n, Config{Breaker: BreakerConfig{Cooldown: time.Second, FailureThreshold: 1, SuccessThreshold: 3}}))
+		get(t, tr, "http://a.test/")
+		time.Sleep(time.Second)
+		healthy.Store(true)
+		for probe := 1; probe <= 3; probe++ {
+			done := make(chan struct{})
+			go func() { get(t, tr, "http://a.test/"); close(done) }()
+			synctest.Wait()
+			// While this probe is in flight, nothing else reaches a.
+			for range 5 {
+				get(t, tr, "http://a.test/")
+			}
+			if got := n.count("a.test"); got != 1+probe {
+				t.Fatalf("probe %d: a got %d requests, want %d (one probe at a time)", probe, got, 1+probe)
+			}
+			gate <- struct{}{}
+			<-done
+			want := "half-open"
+			if probe == 3 {
+				want = "closed"
+			}
+			if s := tr.Health()[0].State; s != want {
+				t.Fatalf("after probe %d: %s, want %s", probe, s, want)
+			}
+		}
+	})
+}
+
+// A probe that ends without a verdict (the caller canceled) records
+// nothing: the next request probes.
+func TestCanceledProbeHandsOn(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := newFakeNet()
+		var healthy atomic.Bool
+		n.handle("a.test", func(r *http.Request) (*http.Response, error) {
+			if !healthy.Load() {
+				return respond(503, "down"), nil
+			}
+			if r.Header.Get("X-Hang") != "" {
+				<-r.Context().Done()
+				return nil, r.Context().Err()
+			}
+			return respond(200, "a"), nil
+		})
+		n.status("b.test", 200, "b")
+		tr := newTestTransport(t, twoUpstreams(n, Config{Breaker: BreakerConfig{Cooldown: time.Second, FailureThreshold: 1}}))
+		get(t, tr, "http://a.test/")
+		time.Sleep(time.Second)
+		healthy.Store(true)
+
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		req := httptestRequest("GET", "http://a.test/", "").WithContext(ctx)
+		req.Header.Set("X-Hang", "1")
+		if _, err := tr.RoundTrip(req); !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("hung probe: %v", err)
+		}
+		if h := tr.Health()[0]; h.State != "half-open" || !h.Available || h.Requests.Canceled != 1 {
+			t.Fatalf("after a canceled probe: %+v; want half-open and available", h)
+		}
+		if code, _ := get(t, tr, "http://a.test/"); code != 200 {
+			t.Fatal("next probe failed")
+		}
+		if s := tr.Health()[0].State; s != "closed" {
+			t.Fatalf("after the next probe succeeded: %s", s)
+		}
+	})
+}
+
+// A success that was admitted before the circuit opened cannot close it
+// when it arrives during the half-open probe.
+func TestLateResultIsDropped(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := newFakeNet()
+		slow := make(chan struct{})
+		probe := make(chan struct{})
+		var phase atomic.Int32
+		n.handle("a.test", func(r *http.Request) (*http.Response, error) {
+			switch {
+			case r.Header.Get("X-Slow") != "":
+				<-slow
+				return respond(200, "late"), nil
+			case phase.Load() == 1:
+				<-probe
+				return respond(503, "still down"), nil
+			}
+			return respond(503, "down"), nil
+		})
+		n.status("b.test", 200, "b")
+		tr := newTestTransport(t, twoUpstreams(n, Config{Breaker: BreakerConfig{Cooldown: time.Second, FailureThreshold: 2}}))
+
+		slowDone := make(chan struct{})
+		go func() {
+			req := httptestRequest("GET", "http://a.test/", "")
+			req.Header.Set("X-Slow", "1")
+			resp, err := tr.RoundTrip(req)
+			if err == nil {
+				resp.Body.Close()
+			}
+			close(slowDone)
+		}()
+		synctest.Wait()
+		get(t, tr, "http://a.test/")
+		get(t, tr, "http://a.test/")
+		time.Sleep(time.Second)
+		phase.Store(1)
+		probeDone := make(chan struct{})
+		go func() { get(t, tr, "http://a.test/"); close(probeDone) }()
+		synctest.Wait()
+
+		close(slow) // the late success arrives while the probe is in flight
+		<-slowDone
+		if s := tr.Health()[0].State; s != "half-open" {
+			t.Fatalf("a success admitted before the trip moved the circuit to %s", s)
+		}
+		close(probe)
+		<-probeDone
+		if s := tr.Health()[0].State; s != "open" {
+			t.Fatalf("after the probe failed: %s, want open", s)
+		}
+	})
+}
+
+func TestMaxWait(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := newFakeNet()
+		var busy atomic.Bool
+		busy.Store(true)
+		n.handle("a.test", func(*http.Request) (*http.Response, error) {
+			if busy.Load() {
+				return respond(429, "busy", "Retry-After", "2"), nil
+			}
+			return respond(200, "a"), nil
+		})
+		n.status("b.test", 429, "busy", "Retry-After", "4")
+		tr := newTestTransport(t, twoUpstreams(n, Config{RateLimit: RateLimitConfig{MaxWait: 3 * time.Second}}))
+		get(t, tr, "http://a.test/") // both cool down now
+		busy.Store(false)
+		start := time.Now()
+		code, err := get(t, tr, "http://a.test/")
+		if err != nil || code != 200 {
+			t.Fatalf("got %d, %v; want a's 200 once its cooldown ended", code, err)
+		}
+		if waited := time.Since(start); waited != 2*time.Second {
+			t.Fatalf("waited %v, want 2s", waited)
+		}
+
+		// Beyond MaxWait: no waiting, an error that says when.
+		busy.Store(true)
+		tr = newTestTransport(t, twoUpstreams(n, Config{RateLimit: RateLimitConfig{MaxWait: time.Second}}))
+		get(t, tr, "http://a.test/")
+		start = time.Now()
+		_, err = get(t, tr, "http://a.test/")
+		var ra RetryAfterError
+		if !errors.Is(err, ErrRateLimited) || !errors.As(err, &ra) || ra.RetryAfter() != 2*time.Second || time.Since(start) != 0 {
+			t.Fatalf("err = %v after %v; want ErrRateLimited at once with RetryAfter 2s", err, time.Since(start))
+		}
+
+		// Never past the request's deadline.
+		tr = newTestTransport(t, twoUpstreams(n, Config{RateLimit: RateLimitConfig{MaxWait: time.Minute}}))
+		get(t, tr, "http://a.test/")
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		start = time.Now()
+		_, err = tr.RoundTrip(httptestRequest("GET", "http://a.test/", "").WithContext(ctx))
+		if !errors.Is(err, ErrRateLimited) || time.Since(start) != 0 {
+			t.Fatalf("err = %v after %v; want ErrRateLimited at once: the cooldown outlasts the deadline", err, time.Since(start))
+		}
+	})
+}
+
+func TestOpenCircuitError(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := newFakeNet()
+		n.handle("a.test", func(*http.Request) (*http.Response, error) { return nil, errors.New("connection reset by peer") })
+		tr := newTestTransport(t, Config{Base: n, Breaker: BreakerConfig{FailureThreshold: 1, Cooldown: 20 * time.Second}, Upstreams: []Upstream{{Name: "a", BaseURL: "http://a.test"}}})
+		get(t, tr, "http://a.test/")
+		time.Sleep(5 * time.Second)
+		_, err := get(t, tr, "http://a.test/")
+		var ferr *Error
+		if !errors.Is(err, ErrCircuitOpen) || !errors.As(err, &ferr) || ferr.RetryAfter() != 15*time.Second {
+			t.Fatalf("err = %v, want ErrCircuitOpen with RetryAfter 15s", err)
+		}
+	})
+}
+
+func TestRetryRounds(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := newFakeNet()
+		var calls atomic.Int32
+		n.handle("a.test", func(*http.Request) (*http.Response, error) {
+			if calls.Add(1) <= 2 {
+				return respond(503, "down"), nil
+			}
+			return respond(200, "a"), nil
+		})
+		n.status("b.test", 502, "bad gateway")
+		tr := newTestTransport(t, twoUpstreams(n, Config{Retries: 2, RetryWaitMin: time.Second, RetryWaitMax: 10 * time.Second}))
+		start := time.Now()
+		code, err := get(t, tr, "http://a.test/")
+		if err != nil || code != 200 {
+			t.Fatalf("got %d, %v; want 200 in the third round", code, err)
+		}
+		// Rounds wait 1s then 2s (go-retryablehttp's DefaultBackoff).
+		if waited := time.Since(start); waited != 3*time.Second {
+			t.Fatalf("waited %v, want 3s", waited)
+		}
+		if n.count("b.test") != 2 {
+			t.Fatalf("b got %d requests, want one per failed round", n.count("b.test"))
+		}
+
+		// A deadline shorter than the backoff ends the request with the
+		// last answer instead of waiting.
+		calls.Store(0)
+		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+		defer cancel()
+		start = time.Now()
+		resp, err := tr.RoundTrip(httptestRequest("GET", "http://a.test/", "").WithContext(ctx))
+		if err != nil || resp.StatusCode != 502 || time.Since(start) != 0 {
+			t.Fatalf("got %v, %v after %v; want b's 502 at once", resp, err, time.Since(start))
+		}
+		resp.Body.Close()
+	})
+}
+
+func TestBreakerStandalone(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := newFakeNet()
+		n.status("a.test", 500, "boom")
+		b, err := NewBreaker(n, BreakerConfig{FailureThreshold: 2, Cooldown: time.Second}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		client := &http.Client{Transport: b}
+		for range 2 {
+			resp, err := client.Get("http://a.test/")
+			if err != nil || resp.StatusCode != 500 {
+				t.Fatalf("breaker changed the response: %v %v", resp, err)
+			}
+			resp.Body.Close()
+		}
+		if b.State() != Open {
+			t.Fatalf("state %v, want open", b.State())
+		}
+		_, err = client.Get("http://a.test/")
+		if !errors.Is(err, ErrCircuitOpen) {
+			t.Fatalf("err = %v, want ErrCircuitOpen", err)
+		}
+		if n.count("a.test") != 2 {
+			t.Fatal("an open breaker let a request through")
+		}
+		b.Reset()
+		if b.State() != Closed {
+			t.Fatal("Reset did not close")
+		}
+		if _, err := NewBreaker(nil, BreakerConfig{Cooldown: -1}, nil); err == nil {
+			t.Fatal("NewBreaker accepted a negative cooldown")
+		}
+	})
+}
+
+// Many goroutines through one Transport, upstreams failing at random: every
+// request ends in a response or an *Error, and the counts add up.
+func TestConcurrentUse(t *testing.T) {
+	n := newFakeNet()
+	rng := rand.New(rand.NewPCG(3, 4))
+	var mu sync.Mutex
+	pick := func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		return rng.IntN(100)
+	}
+	for _, h := range []string{"a.test", "b.test", "c.test"} {
+		n.handle(h, func(*http.Request) (*http.Response, error) {
+			switch p := pick(); {
+			case p < 5:
+				return respond(503, "down"), nil
+			case p < 7:
+				return respond(429, "busy", "Retry-After-Ms", "5"), nil
+			case p < 10:
+				return nil, errors.New("connection reset by peer")
+			}
+			return respond(200, "ok"), nil
+		})
+	}
+	tr := newTestTransport(t, Config{Base: n, Breaker: BreakerConfig{Cooldown: 10 * time.Millisecond}, RateLimit: RateLimitConfig{MaxWait: time.Second}, Upstreams: []Upstream{
+		{BaseURL: "http://a.test"}, {BaseURL: "http://b.test"}, {BaseURL: "http://c.test"},
+	}})
+	const workers, each = 50, 40
+	var ok, answered, failed atomic.Int64
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range each {
+				resp, err := tr.RoundTrip(httptestRequest("POST", "http://a.test/v1", chatBody))
+				var ferr *Error
+				switch {
+				case err == nil && resp.StatusCode == 200:
+					ok.Add(1)
+				case err == nil:
+					answered.Add(1)
+				case errors.As(err, &ferr):
+					failed.Add(1)
+				default:
+					t.Errorf("undocumented error %T: %v", err, err)
+				}
+				if resp != nil {
+					resp.Body.Close()
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if total := ok.Load() + answered.Load() + failed.Load(); total != workers*each {
+		t.Fatalf("%d outcomes for %d requests", total, workers*each)
+	}
+	// Each 429 takes its upstream out for 5ms, which at this rate skips
+	// it for many requests: most, not nearly all, succeed.
+	if ok.Load() < workers*each*85/100 {
+		t.Errorf("only %d of %d succeeded with three upstreams each 90%% healthy", ok.Load(), workers*each)
+	}
+	t.Logf("%d succeeded, %d answered otherwise, %d failed", ok.Load(), answered.Load(), failed.Load())
+	var attempts uint64
+	for _, h := range tr.Health() {
+		attempts += h.Requests.Total()
+	}
+	sent := uint64(n.count("a.test") + n.count("b.test") + n.count("c.test"))
+	if attempts != sent {
+		t.Fatalf("health counts %d attempts, upstreams saw %d", attempts, sent)
+	}
+}
