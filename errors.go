@@ -114,7 +114,15 @@ func (e *Error) Unwrap() []error {
 // requests again, or 0 when no upstream was skipped or the time is unknown.
 func (e *Error) RetryAfter() time.Duration { return e.retry }
 
-// configError is the error New returns for a field that can never work.
-func configError(field, msg string) error {
-	return errors.New("failover: Config." + field + " " + msg)
+// ConfigError is the error [New], [NewBreaker] and [NewRateLimiter] return
+// for a configuration that can never work. Field names the field as a Go
+// expression under Config ("Upstreams[1].BaseURL", "Breaker.Cooldown").
+type ConfigError struct {
+	Field  string
+	Reason string
 }
+
+// Error returns "failover: Config.FIELD REASON".
+func (e *ConfigError) Error() string { return "failover: Config." + e.Field + " " + e.Reason }
+
+func configError(field, reason string) error { return &ConfigError{Field: field, Reason: reason} }

@@ -418,6 +418,9 @@ func (c *call) rewrite(out *http.Request, u *upstream) {
 		}
 		c.t.stripCredentials(out)
 	}
+	if out.Header == nil {
+		out.Header = make(http.Header, len(u.header))
+	}
 	// Remove the caller's values of u's header names in any spelling;
 	// net/http would send a non-canonical key as a second header.
 	for k := range out.Header {

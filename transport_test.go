@@ -671,11 +671,62 @@ func TestNewRejectsBadConfig(t *testing.T) {
 			t.Errorf("%s: New succeeded", tt.name)
 			continue
 		}
-		if !strings.Contains(err.Error(), "Config."+tt.field+" ") {
+		var cerr *ConfigError
+		if !errors.As(err, &cerr) || cerr.Field != tt.field {
 			t.Errorf("%s: error %q does not name Config.%s", tt.name, err, tt.field)
 		}
 		if strings.Contains(err.Error(), "k\r\n") {
 			t.Errorf("%s: error quotes a header value", tt.name)
 		}
+	}
+}
+
+// A hand-built request with no Header map is routed like any other.
+func TestRequestWithoutHeader(t *testing.T) {
+	n := newFakeNet()
+	n.status("a.test", 200, "ok")
+	tr := newTestTransport(t, Config{Base: n, Upstreams: []Upstream{{BaseURL: "http://a.test", Header: http.Header{"X-Api-Key": {"upstream-key"}}}}})
+	u, _ := url.Parse("http://a.test/v1")
+	resp, err := tr.RoundTrip(&http.Request{Method: "GET", URL: u})
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if got := n.requests("a.test")[0].Header.Get("X-Api-Key"); got != "upstream-key" {
+		t.Fatalf("X-Api-Key = %q", got)
+	}
+}
+
+// The Transport composes with RoundTrippers below it (a recorder as Base)
+// and above it (an SDK's middleware that sets the caller's key).
+func TestComposesWithOtherRoundTrippers(t *testing.T) {
+	primary := newUpstreamServer(t, 503, "down")
+	backup := newUpstreamServer(t, 200, "ok")
+	var mu sync.Mutex
+	var recorded []string
+	real := http.DefaultTransport.(*http.Transport).Clone()
+	t.Cleanup(real.CloseIdleConnections)
+	recorder := roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		mu.Lock()
+		recorded = append(recorded, r.URL.String()+" "+r.Header.Get("Authorization"))
+		mu.Unlock()
+		return real.RoundTrip(r)
+	})
+	tr := newTestTransport(t, Config{Base: recorder, Upstreams: []Upstream{
+		{BaseURL: primary.URL + "/v1"},
+		{BaseURL: backup.URL + "/v1", Header: http.Header{"Authorization": {"Bearer backup"}}},
+	}})
+	middleware := roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		r = r.Clone(r.Context())
+		r.Header.Set("Authorization", "Bearer caller")
+		return tr.RoundTrip(r)
+	})
+	resp := mustGet(t, middleware, primary.URL+"/v1/models")
+	if readBody(t, resp) != "ok" {
+		t.Fatal("not served by the backup")
+	}
+	want := []string{primary.URL + "/v1/models Bearer caller", backup.URL + "/v1/models Bearer backup"}
+	if !reflect.DeepEqual(recorded, want) {
+		t.Fatalf("recorded %q, want %q", recorded, want)
 	}
 }
