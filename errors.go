@@ -58,10 +58,19 @@ func (e *unavailableError) RetryAfter() time.Duration { return e.retryAfter }
 type AttemptError struct {
 	Upstream string // the upstream's Name
 	Err      error
+
+	msg string // Err's message with every known secret scrubbed
 }
 
-// Error returns "upstream NAME: CAUSE".
-func (e *AttemptError) Error() string { return "upstream " + e.Upstream + ": " + e.Err.Error() }
+// Error returns "upstream NAME: CAUSE", with every configured credential
+// and every credential of the request scrubbed from CAUSE.
+func (e *AttemptError) Error() string {
+	msg := e.msg
+	if msg == "" {
+		msg = e.Err.Error()
+	}
+	return "upstream " + e.Upstream + ": " + msg
+}
 
 // Unwrap returns the cause.
 func (e *AttemptError) Unwrap() error { return e.Err }

@@ -371,7 +371,7 @@ func (c *call) skip(u *upstream, cause error, retryAfter time.Duration) {
 
 func (c *call) addErr(u *upstream, err error) {
 	if len(c.errs) < maxAttemptErrors {
-		c.errs = append(c.errs, &AttemptError{Upstream: u.name, Err: err})
+		c.errs = append(c.errs, &AttemptError{Upstream: u.name, Err: err, msg: c.t.redact(err.Error(), c.req)})
 	}
 }
 

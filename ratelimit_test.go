@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -162,5 +163,47 @@ func TestRateLimiterStandalone(t *testing.T) {
 			t.Fatalf("after cooldown: %v %v", resp, err)
 		}
 		resp.Body.Close()
+	})
+}
+
+// Two 429s from requests that were in flight together: the shorter
+// Retry-After, arriving last, does not shorten the cooldown.
+func TestLaterShorterRetryAfterDoesNotShorten(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := newFakeNet()
+		long, short := make(chan struct{}), make(chan struct{})
+		n.handle("a.test", func(r *http.Request) (*http.Response, error) {
+			if r.Header.Get("X-Which") == "long" {
+				<-long
+				return respond(429, "", "Retry-After", "10"), nil
+			}
+			<-short
+			return respond(429, "", "Retry-After", "2"), nil
+		})
+		n.status("b.test", 200, "b")
+		tr := newTestTransport(t, twoUpstreams(n, Config{}))
+		var wg sync.WaitGroup
+		for _, which := range []string{"long", "short"} {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				req := httptestRequest("GET", "http://a.test/", "")
+				req.Header.Set("X-Which", which)
+				resp, err := tr.RoundTrip(req)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				resp.Body.Close()
+			}()
+		}
+		synctest.Wait()
+		close(long)
+		synctest.Wait()
+		close(short)
+		wg.Wait()
+		if cd := tr.Health()[0].Cooldown; cd != 10*time.Second {
+			t.Fatalf("cooldown %v, want 10s: a later, shorter Retry-After must not shorten it", cd)
+		}
 	})
 }
