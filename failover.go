@@ -170,6 +170,7 @@ func (c *call) run() (*http.Response, error) {
 	var waited time.Duration
 	for round := 0; ; {
 		c.attempts, c.fatal = 0, 0
+		errsBefore := len(c.errs)
 		if resp, err, done := c.round(ctx); done {
 			return resp, err
 		}
@@ -187,6 +188,9 @@ func (c *call) run() (*http.Response, error) {
 				return c.finish()
 			}
 			wait = next
+			if dl, ok := ctx.Deadline(); !ok || now.Add(wait).Before(dl) {
+				c.errs = c.errs[:errsBefore] // the next round says it again
+			}
 		case round < c.t.retries && c.fatal < c.attempts:
 			wait = retryablehttp.DefaultBackoff(c.t.waitMin, c.t.waitMax, round, c.held)
 			wait = min(max(wait, next), c.t.rate.MaxCooldown)

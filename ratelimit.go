@@ -122,8 +122,12 @@ func inspect429(resp *http.Response) (quota bool, delay time.Duration, ok bool) 
 	if resp.Body == nil || resp.Body == http.NoBody {
 		return false, 0, false
 	}
+	// A body that stalls is cut after drainTimeout rather than holding
+	// up the failover; the caller then reads what arrived and an error.
+	timer := time.AfterFunc(drainTimeout, func() { resp.Body.Close() })
 	buf := make([]byte, quotaPeek)
 	n, err := io.ReadFull(resp.Body, buf)
+	timer.Stop()
 	buf = buf[:n]
 	if err == io.EOF || err == io.ErrUnexpectedEOF {
 		// The whole body was read: hand it back from memory.

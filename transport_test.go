@@ -757,3 +757,25 @@ func TestErrorsAreRedacted(t *testing.T) {
 		}
 	}
 }
+
+// A 429 whose body stalls after the headers does not hold up the failover:
+// inspecting it is cut short.
+func TestStalled429BodyDoesNotBlock(t *testing.T) {
+	primary := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(429)
+		io.WriteString(w, `{"error":`)
+		w.(http.Flusher).Flush()
+		<-r.Context().Done()
+	})
+	backup := newUpstreamServer(t, 200, "ok")
+	tr := newTestTransport(t, Config{Upstreams: []Upstream{{BaseURL: primary.URL}, {BaseURL: backup.URL}}})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	resp, err := tr.RoundTrip(httptestRequest("GET", primary.URL+"/v1", "").WithContext(ctx))
+	if err != nil {
+		t.Fatalf("stalled 429 body blocked the request: %v", err)
+	}
+	if got := readBody(t, resp); got != "ok" {
+		t.Fatalf("body %q, want the backup's", got)
+	}
+}
