@@ -69,12 +69,6 @@ func (o Outcome) String() string {
 // MarshalText encodes the outcome as its [Outcome.String] name.
 func (o Outcome) MarshalText() ([]byte, error) { return []byte(o.String()), nil }
 
-// failsOver reports whether an attempt with this outcome leads to the next
-// upstream.
-func (o Outcome) failsOver() bool {
-	return o == AuthFailed || o == RateLimited || o == Failed
-}
-
 // A Classifier judges one attempt from its response, or from the error when
 // no response was obtained (resp is nil then). It must not read or close the
 // response body. [DefaultClassifier] is used when [Config.Classify] is nil; a

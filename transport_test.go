@@ -779,3 +779,29 @@ func TestStalled429BodyDoesNotBlock(t *testing.T) {
 		t.Fatalf("body %q, want the backup's", got)
 	}
 }
+
+// GetBody failing ends the request with an error that says why, and the
+// next upstream gets nothing.
+func TestGetBodyFails(t *testing.T) {
+	n := newFakeNet()
+	n.status("a.test", 503, "down")
+	n.status("b.test", 200, "ok")
+	tr := newTestTransport(t, Config{Base: n, Upstreams: []Upstream{{BaseURL: "http://a.test"}, {BaseURL: "http://b.test"}}})
+	req := httptestRequest("POST", "http://a.test/v1", chatBody)
+	boom := errors.New("file gone")
+	req.GetBody = func() (io.ReadCloser, error) { return nil, boom }
+	resp, err := tr.RoundTrip(req)
+	if err != nil || resp.StatusCode != 503 {
+		t.Fatalf("got %v, %v; want the first attempt's 503", resp, err)
+	}
+	resp.Body.Close()
+	if n.count("b.test") != 0 {
+		t.Fatal("b got a request without its body")
+	}
+
+	n.handle("a.test", func(*http.Request) (*http.Response, error) { return nil, errors.New("connection reset") })
+	_, err = tr.RoundTrip(req)
+	if !errors.Is(err, ErrBodyNotReplayable) || !errors.Is(err, boom) {
+		t.Fatalf("err = %v, want ErrBodyNotReplayable wrapping GetBody's error", err)
+	}
+}
