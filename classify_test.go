@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -62,6 +63,7 @@ func TestUntrustedCertificateFailsOver(t *testing.T) {
 	bad := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		t.Error("request reached the server with the untrusted certificate")
 	}))
+	bad.Config.ErrorLog = log.New(io.Discard, "", 0) // the handshake failure is the point
 	defer bad.Close()
 	good := newUpstreamServer(t, 200, "ok")
 	tr := newTestTransport(t, Config{Upstreams: []Upstream{

@@ -126,3 +126,23 @@ func findSecret(s seen, secret string) string {
 	}
 	return ""
 }
+
+func TestStripQueryCredentials(t *testing.T) {
+	tests := []struct{ in, want string }{
+		{"", ""},
+		{"model=x", "model=x"},
+		{"key=s&alt=json", "alt=json"},
+		{"$alt=json;enum-encoding=int&key=s", "$alt=json;enum-encoding=int"},
+		{"z=%2F1&KEY=s&a=1&a=2", "z=%2F1&a=1&a=2"},
+		{"%6Bey=s&x=1", "x=1"}, // an escaped name is still key
+		{"api_key=s&api-key=s&apikey=s&access_token=s", ""},
+		{"keyboard=1&monkey=2", "keyboard=1&monkey=2"},
+		{"key", ""},
+		{"a=1&&b=2", "a=1&&b=2"},
+	}
+	for _, tt := range tests {
+		if got := stripQueryCredentials(tt.in); got != tt.want {
+			t.Errorf("stripQueryCredentials(%q) = %q, want %q", tt.in, got, tt.want)
+		}
+	}
+}

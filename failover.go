@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -22,6 +23,9 @@ var defaultCredentialHeaders = []string{
 	"X-Api-Key",
 	"X-Goog-Api-Key",
 	"Cookie",
+	// Account-scoped: another provider answers 401 to a foreign org.
+	"Openai-Organization",
+	"Openai-Project",
 }
 
 // credentialParams are query parameters that carry a caller's credentials
@@ -338,7 +342,7 @@ func (c *call) attempt(ctx context.Context, u *upstream, p permit) (*http.Respon
 		c.t.log(slog.LevelError, "upstream rejected its credentials", u, slog.Int("status", status))
 	}
 	if resp != nil {
-		u.setLastError("HTTP "+resp.Status, now)
+		u.setLastError(statusText(resp.StatusCode), now)
 		c.hold(resp)
 	} else {
 		if permanent(err) {
@@ -349,6 +353,15 @@ func (c *call) attempt(ctx context.Context, u *upstream, p permit) (*http.Respon
 	}
 	c.last = u
 	return nil, nil, false
+}
+
+// statusText describes a status for Health: "HTTP 503 Service
+// Unavailable", "HTTP 529".
+func statusText(code int) string {
+	if text := http.StatusText(code); text != "" {
+		return "HTTP " + strconv.Itoa(code) + " " + text
+	}
+	return "HTTP " + strconv.Itoa(code)
 }
 
 // coolDown starts or extends u's cooldown after a 429.
@@ -451,21 +464,50 @@ func (t *Transport) stripCredentials(out *http.Request) {
 		}
 	}
 	out.URL.User = nil
-	if out.URL.RawQuery != "" {
-		q := out.URL.Query()
-		changed := false
-		for k := range q {
-			for _, p := range credentialParams {
-				if strings.EqualFold(k, p) {
-					q.Del(k)
-					changed = true
-				}
-			}
+	out.URL.RawQuery = stripQueryCredentials(out.URL.RawQuery)
+}
+
+// stripQueryCredentials drops the pairs of a raw query whose name is a
+// credential parameter, and keeps every other pair byte for byte, in order
+// (url.ParseQuery would drop pairs with a ';' and reorder the rest).
+func stripQueryCredentials(raw string) string {
+	if raw == "" {
+		return raw
+	}
+	var b strings.Builder
+	changed := false
+	for rest := raw; ; {
+		pair, more, found := strings.Cut(rest, "&")
+		name, _, _ := strings.Cut(pair, "=")
+		if n, err := url.QueryUnescape(name); err == nil {
+			name = n
 		}
-		if changed {
-			out.URL.RawQuery = q.Encode()
+		if isCredentialParam(name) {
+			changed = true
+		} else {
+			if b.Len() > 0 {
+				b.WriteByte('&')
+			}
+			b.WriteString(pair)
+		}
+		if !found {
+			break
+		}
+		rest = more
+	}
+	if !changed {
+		return raw
+	}
+	return b.String()
+}
+
+func isCredentialParam(name string) bool {
+	for _, p := range credentialParams {
+		if strings.EqualFold(name, p) {
+			return true
 		}
 	}
+	return false
 }
 
 // redact replaces every known secret in msg: the upstreams' header values

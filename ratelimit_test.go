@@ -4,6 +4,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -47,7 +48,7 @@ func TestRetryAfter(t *testing.T) {
 
 func TestCooldownFor(t *testing.T) {
 	cfg := RateLimitConfig{}.withDefaults()
-	now := time.Now()
+	now := time.Now().Truncate(time.Second) // RFC 3339 keeps whole seconds
 	tests := []struct {
 		name   string
 		header http.Header
@@ -62,6 +63,13 @@ func TestCooldownFor(t *testing.T) {
 		{"spend limit", http.Header{}, `{"error":{"code":"organization_spend_limit_exceeded"}}`, 60 * time.Second, CooldownQuotaExhausted},
 		{"gemini retryDelay", http.Header{}, `{"error":{"code":429,"status":"RESOURCE_EXHAUSTED","details":[{"@type":"type.googleapis.com/google.rpc.RetryInfo","retryDelay": "22s"}]}}`, 22 * time.Second, CooldownRateLimited},
 		{"gemini per day", http.Header{}, `{"error":{"status":"RESOURCE_EXHAUSTED","details":[{"violations":[{"quotaId":"GenerateRequestsPerDayPerProjectPerModel-FreeTier"}]},{"retryDelay":"22s"}]}}`, 60 * time.Second, CooldownQuotaExhausted},
+		{"openrouter reset in ms", http.Header{"X-Ratelimit-Reset": {strconv.FormatInt(now.Add(40*time.Second).UnixMilli(), 10)}}, `{}`, 40 * time.Second, CooldownRateLimited},
+		{"reset in the past", http.Header{"X-Ratelimit-Reset": {"1754667660000"}}, `{}`, time.Second, CooldownRateLimited},
+		{"reset in seconds", http.Header{"X-Ratelimit-Reset": {"12"}}, `{}`, 12 * time.Second, CooldownRateLimited},
+		{"anthropic resets", http.Header{
+			"Anthropic-Ratelimit-Requests-Reset": {now.Add(5 * time.Second).Format(time.RFC3339)},
+			"Anthropic-Ratelimit-Tokens-Reset":   {now.Add(20 * time.Second).Format(time.RFC3339)},
+		}, `{}`, 20 * time.Second, CooldownRateLimited},
 		{"header beats body delay", http.Header{"Retry-After": {"2"}}, `{"retryDelay":"22s"}`, 2 * time.Second, CooldownRateLimited},
 	}
 	for _, tt := range tests {

@@ -132,24 +132,66 @@ var credentialHeaders = []string{"Authorization", "Proxy-Authorization", "Api-Ke
 // credentialParams are the query parameters that carry credentials.
 var credentialParams = []string{"key", "api_key", "api-key", "apikey", "access_token"}
 
-// withoutCredentialParams returns the raw query that an upstream the
-// caller did not address receives.
-func withoutCredentialParams(raw string) string {
-	q, err := url.ParseQuery(raw)
-	if err != nil {
-		return raw
-	}
-	changed := false
-	for k := range q {
-		if slices.ContainsFunc(credentialParams, func(p string) bool { return strings.EqualFold(k, p) }) {
-			q.Del(k)
-			changed = true
+// withoutCredentialParams returns the raw query minus its credential
+// parameters, every other pair as the caller wrote it, and whether it
+// removed any.
+func withoutCredentialParams(raw string) (string, bool) {
+	var kept []string
+	removed := false
+	for _, pair := range strings.Split(raw, "&") {
+		k, _, _ := strings.Cut(pair, "=")
+		if uk, err := url.QueryUnescape(k); err == nil {
+			k = uk
 		}
+		if slices.ContainsFunc(credentialParams, func(p string) bool { return strings.EqualFold(k, p) }) {
+			removed = true
+			continue
+		}
+		kept = append(kept, pair)
 	}
-	if !changed {
-		return raw
+	return strings.Join(kept, "&"), removed
+}
+
+// queryPairs returns the decoded key=value pairs of a raw query, sorted: two
+// queries with the same pairs mean the same to a server, whatever their
+// order and escaping. Only & separates pairs; a ; is data.
+func queryPairs(raw string) []string {
+	var out []string
+	for _, pair := range strings.Split(raw, "&") {
+		if pair == "" {
+			continue
+		}
+		k, v, _ := strings.Cut(pair, "=")
+		if uk, err := url.QueryUnescape(k); err == nil {
+			k = uk
+		}
+		if uv, err := url.QueryUnescape(v); err == nil {
+			v = uv
+		}
+		out = append(out, k+"="+v)
 	}
-	return q.Encode()
+	slices.Sort(out)
+	return out
+}
+
+// unescapedQuery returns raw with every pair's key and value unescaped, as
+// a query written by hand looks.
+func unescapedQuery(raw string) string {
+	var out []string
+	for _, pair := range strings.Split(raw, "&") {
+		k, v, hasV := strings.Cut(pair, "=")
+		if uk, err := url.QueryUnescape(k); err == nil {
+			k = uk
+		}
+		if uv, err := url.QueryUnescape(v); err == nil {
+			v = uv
+		}
+		if hasV {
+			k += "=" + v
+		}
+		out = append(out, k)
+	}
+	return strings.Join(out, "&")
 }
 
 // streamSeparator returns what a streamed body of contentType is flushed
@@ -255,25 +297,27 @@ var replayModes = []replayMode{
 // over (the recordings' 403s and 429), and then answers the same.
 func TestRecordingsTransparent(t *testing.T) {
 	exchanges, files := loadRecordings(t)
-	checked, failedOver := 0, map[int]int{}
+	checked, passed, failedOver := 0, 0, map[int]int{}
 	for i := range exchanges {
 		ex := &exchanges[i]
-		ok := t.Run(ex.name, func(t *testing.T) {
+		checked++
+		if failsOver(ex.resp.StatusCode) {
+			failedOver[ex.resp.StatusCode]++
+		}
+		if t.Run(ex.name, func(t *testing.T) {
 			for _, mode := range replayModes {
 				t.Run(mode.name, func(t *testing.T) { checkReplay(t, ex, mode) })
 			}
-		})
-		if ok {
-			checked++
-			if failsOver(ex.resp.StatusCode) {
-				failedOver[ex.resp.StatusCode]++
-			}
+		}) {
+			passed++
 		}
 	}
-	t.Logf("checked %d of %d exchanges from %d files in %s, each in %d modes; failed over to the second upstream by status: %v",
-		checked, len(exchanges), files, recordingsDir, len(replayModes), failedOver)
+	t.Logf("checked %d exchanges from %d files in %s (%d passed), each in %d modes; failed over to the second upstream by status: %v",
+		checked, files, recordingsDir, passed, len(replayModes), failedOver)
 }
 
+// checkReplay replays ex through a Transport over two recording servers
+// and checks what the caller and each upstream got.
 func checkReplay(t *testing.T, ex *recordedExchange, mode replayMode) {
 	first := newRecordingServer(t, ex)
 	second := newRecordingServer(t, ex)
@@ -349,23 +393,32 @@ func checkReplay(t *testing.T, ex *recordedExchange, mode replayMode) {
 	if len(firstReqs) != 1 || len(secondReqs) != wantSecond {
 		t.Fatalf("got %d requests at the first upstream and %d at the second, want 1 and %d", len(firstReqs), len(secondReqs), wantSecond)
 	}
-	checkUpstreamRequest(t, "first", firstReqs[0], ex, ex.req.URL.RequestURI(), false)
+	// The first upstream gets the request target as the caller wrote it;
+	// the second gets it below its own base path, without the caller's
+	// credential parameters and, when there were any, with the other
+	// pairs' meaning kept.
+	checkUpstreamRequest(t, "first", firstReqs[0], ex, ex.req.URL.EscapedPath(), ex.req.URL.RawQuery, true, false)
 	if wantSecond == 1 {
-		uri := secondBase + ex.req.URL.EscapedPath()
-		if q := withoutCredentialParams(ex.req.URL.RawQuery); q != "" {
-			uri += "?" + q
-		}
-		checkUpstreamRequest(t, "second", secondReqs[0], ex, uri, true)
+		q, removed := withoutCredentialParams(ex.req.URL.RawQuery)
+		checkUpstreamRequest(t, "second", secondReqs[0], ex, secondBase+ex.req.URL.EscapedPath(), q, !removed, true)
 	}
 }
 
 // checkUpstreamRequest compares what an upstream received with the recorded
-// request. The upstream the caller did not address gets its own credentials
-// instead of the caller's.
-func checkUpstreamRequest(t *testing.T, name string, got upstreamRequest, ex *recordedExchange, wantURI string, other bool) {
+// request: method, escaped path, raw query (byte for byte when exact, else
+// as decoded pairs), body and headers. The upstream the caller did not
+// address (other) gets its own credentials instead of the caller's.
+func checkUpstreamRequest(t *testing.T, name string, got upstreamRequest, ex *recordedExchange, wantPath, wantQuery string, exact, other bool) {
 	t.Helper()
-	if got.method != ex.req.Method || got.requestURI != wantURI {
-		t.Errorf("%s upstream got %s %s, want %s %s", name, got.method, got.requestURI, ex.req.Method, wantURI)
+	path, query, _ := strings.Cut(got.requestURI, "?")
+	if got.method != ex.req.Method || path != wantPath {
+		t.Errorf("%s upstream got %s %s, want %s %s", name, got.method, path, ex.req.Method, wantPath)
+	}
+	if exact && query != wantQuery {
+		t.Errorf("%s upstream got query %q, want %q", name, query, wantQuery)
+	}
+	if g, w := queryPairs(query), queryPairs(wantQuery); !exact && !slices.Equal(g, w) {
+		t.Errorf("%s upstream got query %q, meaning %q; want %q", name, query, g, w)
 	}
 	if !bytes.Equal(got.body, ex.reqBody) {
 		t.Errorf("%s upstream got a body of %d bytes that differs from the recorded %d bytes at byte %d", name, len(got.body), len(ex.reqBody), firstDifference(got.body, ex.reqBody))
@@ -407,4 +460,38 @@ func firstDifference(a, b []byte) int {
 		}
 	}
 	return n
+}
+
+// TestRecordingsCredentialQueryParams replays the recorded requests that
+// fail over and carry a query with the caller's key in the query, as
+// Gemini's REST API takes it (?key=), once appended to the recorded query
+// and once first in front of the recorded query as written by hand
+// (unescaped). The key must reach the first upstream only; every other
+// parameter must reach both.
+func TestRecordingsCredentialQueryParams(t *testing.T) {
+	exchanges, _ := loadRecordings(t)
+	n := 0
+	for i := range exchanges {
+		ex := &exchanges[i]
+		if !failsOver(ex.resp.StatusCode) || ex.req.URL.RawQuery == "" {
+			continue
+		}
+		raw := ex.req.URL.RawQuery
+		for _, v := range []struct{ name, query string }{
+			{"key appended", raw + "&key=test-api-key"},
+			{"key first, unescaped", "key=test-api-key&" + unescapedQuery(raw)},
+		} {
+			n++
+			t.Run(ex.name+"/"+v.name, func(t *testing.T) {
+				variant := *ex
+				variant.req = ex.req.Clone(t.Context())
+				variant.req.URL.RawQuery = v.query
+				checkReplay(t, &variant, replayModes[0])
+			})
+		}
+	}
+	if n == 0 {
+		t.Fatal("no recorded exchange fails over with a query")
+	}
+	t.Logf("checked %d variants", n)
 }
