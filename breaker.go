@@ -129,9 +129,11 @@ type breaker struct {
 	probing atomic.Bool
 	trips   atomic.Uint64
 
+	since atomic.Int64 // unix nanoseconds of the last state change; 0: never changed
+
 	// onChange, when set, is called after every state change, outside
-	// mu (for logs and metrics).
-	onChange func(from, to State)
+	// mu (for logs, metrics and Config.OnStateChange).
+	onChange func(stateChange)
 
 	// mu serializes the calls that can change cb's state, so that
 	// state and gen follow cb's changes in order; changes collects
@@ -140,7 +142,10 @@ type breaker struct {
 	changes []stateChange
 }
 
-type stateChange struct{ from, to State }
+type stateChange struct {
+	from, to State
+	at       time.Time
+}
 
 func newBreaker(c BreakerConfig) *breaker {
 	b := &breaker{}
@@ -161,12 +166,14 @@ func newBreaker(c BreakerConfig) *breaker {
 // the change, after failsafe-go released its own lock, while b.mu is held.
 func (b *breaker) changed(e circuitbreaker.StateChangedEvent) {
 	from, to := State(e.OldState), State(e.NewState)
+	at := time.Now()
 	b.state.Store(int32(to))
+	b.since.Store(at.UnixNano())
 	b.gen.Add(1)
 	if from == Closed && to == Open {
 		b.trips.Add(1)
 	}
-	b.changes = append(b.changes, stateChange{from, to})
+	b.changes = append(b.changes, stateChange{from, to, at})
 }
 
 // permit is the right to send one request, to be settled with done.
@@ -281,7 +288,7 @@ func (b *breaker) notify(changes []stateChange) {
 		return
 	}
 	for _, c := range changes {
-		b.onChange(c.from, c.to)
+		b.onChange(c)
 	}
 }
 

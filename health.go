@@ -76,6 +76,10 @@ type UpstreamHealth struct {
 	// request probes).
 	State string
 
+	// StateSince is when the circuit last changed state; zero when it
+	// has been closed since the Transport was made.
+	StateSince time.Time
+
 	// Available says whether a request would be sent here now: the
 	// circuit lets it through and the upstream is not cooling down.
 	Available bool
@@ -129,6 +133,9 @@ func (u *upstream) health(now time.Time) UpstreamHealth {
 		Cooldown:        u.cd.remaining(now),
 		Trips:           u.breaker.trips.Load(),
 		BreakerFailures: u.breaker.cb.Metrics().Failures(),
+	}
+	if ns := u.breaker.since.Load(); ns != 0 {
+		h.StateSince = time.Unix(0, ns)
 	}
 	h.Available = h.Cooldown == 0 && (h.State == "closed" || (h.State == "half-open" && !u.breaker.probing.Load()))
 	if h.Cooldown > 0 {
@@ -188,14 +195,18 @@ func (h UpstreamHealth) MarshalJSON() ([]byte, error) {
 		P95 float64 `json:"p95"`
 		P99 float64 `json:"p99"`
 	}
-	var lastAt *time.Time
+	var lastAt, since *time.Time
 	if !h.LastErrorAt.IsZero() {
 		lastAt = &h.LastErrorAt
+	}
+	if !h.StateSince.IsZero() {
+		since = &h.StateSince
 	}
 	return json.Marshal(struct {
 		Name            string         `json:"name"`
 		BaseURL         string         `json:"base_url"`
 		State           string         `json:"state"`
+		StateSince      *time.Time     `json:"state_since,omitempty"`
 		Available       bool           `json:"available"`
 		OpenFor         float64        `json:"open_for_seconds"`
 		Cooldown        float64        `json:"cooldown_seconds"`
@@ -209,7 +220,7 @@ func (h UpstreamHealth) MarshalJSON() ([]byte, error) {
 		LastError       string         `json:"last_error,omitempty"`
 		LastErrorAt     *time.Time     `json:"last_error_at,omitempty"`
 	}{
-		h.Name, h.BaseURL, h.State, h.Available, h.OpenFor.Seconds(), h.Cooldown.Seconds(), h.CooldownReason,
+		h.Name, h.BaseURL, h.State, since, h.Available, h.OpenFor.Seconds(), h.Cooldown.Seconds(), h.CooldownReason,
 		h.Trips, h.BreakerFailures, h.Requests, h.Window, h.SuccessRate,
 		latency{h.P50.Seconds(), h.P95.Seconds(), h.P99.Seconds()},
 		h.LastError, lastAt,

@@ -63,15 +63,18 @@ func (t *Transport) initMetrics() {
 		cd := &u.cd
 		s.GetOrCreateGauge(`failover_cooldown_seconds{`+l+`}`, func() float64 { return cd.remaining(time.Now()).Seconds() })
 
-		u.breaker.onChange = func(from, to State) {
-			if from == Closed && to == Open {
+		u.breaker.onChange = func(c stateChange) {
+			if c.from == Closed && c.to == Open {
 				u.m.trips.Inc()
 			}
 			level := slog.LevelInfo
-			if to == Open {
+			if c.to == Open {
 				level = slog.LevelWarn
 			}
-			t.log(level, "circuit "+to.String(), u, slog.String("from", from.String()))
+			t.log(level, "circuit "+c.to.String(), u, slog.String("from", c.from.String()))
+			if t.onStateChange != nil {
+				t.onStateChange(StateChange{Upstream: u.name, From: c.from, To: c.to, At: c.at})
+			}
 		}
 	}
 }

@@ -120,6 +120,19 @@ type Config struct {
 	// Logger receives state changes, auth failures and cooldowns. Nil
 	// means nothing is logged.
 	Logger *slog.Logger
+
+	// OnStateChange, when set, is called after each change of an
+	// upstream's circuit, outside every lock, on the goroutine of the
+	// request that caused it (or of Reset). It must not block.
+	OnStateChange func(StateChange)
+}
+
+// StateChange is a change of an upstream's circuit, as
+// [Config.OnStateChange] receives it.
+type StateChange struct {
+	Upstream string // the upstream's Name
+	From, To State
+	At       time.Time
 }
 
 // Defaults of Config.
@@ -162,6 +175,8 @@ type Transport struct {
 	maxBody   int64
 	metrics   *metrics.Set
 	logger    *slog.Logger
+
+	onStateChange func(StateChange)
 
 	// credHeaders are the header names that carry credentials: the
 	// usual ones and every name any Upstream.Header sets. They reach
@@ -208,6 +223,8 @@ func New(cfg Config) (*Transport, error) {
 		maxBody:  cmp.Or(cfg.MaxBodyBuffer, defaultMaxBodyBuffer),
 		metrics:  cfg.Metrics,
 		logger:   cfg.Logger,
+
+		onStateChange: cfg.OnStateChange,
 	}
 	if t.waitMin > t.waitMax {
 		return nil, configError("RetryWaitMin", "must not exceed RetryWaitMax")

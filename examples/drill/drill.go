@@ -7,11 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"net/http"
 	"net/url"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -197,42 +195,28 @@ func (r *run) close() {
 	}
 }
 
-// event is a state change or cooldown that the Transport logged.
+// event is a change of a circuit's state, as Config.OnStateChange reports it.
 type event struct {
 	at       time.Duration
 	upstream string
-	msg      string // "circuit open", "circuit half-open", "circuit closed", "upstream cooling down", ...
-	from     string // the state before, for circuit changes
+	msg      string // "circuit open", "circuit half-open", "circuit closed"
+	from     string // the state before
 }
 
-// eventLog is a slog.Handler that keeps the Transport's log records: the
-// exact times of every state change, without polling Health.
+// eventLog keeps the Transport's state changes with their exact times,
+// without polling Health.
 type eventLog struct {
 	start time.Time
 	mu    sync.Mutex
 	evs   []event
 }
 
-func (l *eventLog) Enabled(context.Context, slog.Level) bool { return true }
-func (l *eventLog) WithAttrs([]slog.Attr) slog.Handler       { return l }
-func (l *eventLog) WithGroup(string) slog.Handler            { return l }
-
-func (l *eventLog) Handle(_ context.Context, rec slog.Record) error {
-	e := event{at: rec.Time.Sub(l.start), msg: rec.Message}
-	e.msg, _ = strings.CutPrefix(e.msg, "failover: ")
-	rec.Attrs(func(a slog.Attr) bool {
-		switch a.Key {
-		case "upstream":
-			e.upstream = a.Value.String()
-		case "from":
-			e.from = a.Value.String()
-		}
-		return true
-	})
+// record is the Transport's Config.OnStateChange.
+func (l *eventLog) record(c failover.StateChange) {
+	e := event{at: c.At.Sub(l.start), upstream: c.Upstream, msg: "circuit " + c.To.String(), from: c.From.String()}
 	l.mu.Lock()
 	l.evs = append(l.evs, e)
 	l.mu.Unlock()
-	return nil
 }
 
 func (l *eventLog) events() []event {
@@ -312,7 +296,7 @@ func drill(ctx context.Context, o options, out io.Writer) error {
 		Breaker:        failover.BreakerConfig{Cooldown: o.scaled(breakerCooldown)},
 		RateLimit:      failover.RateLimitConfig{DefaultCooldown: o.scaled(defaultCooldown), MaxCooldown: o.scaled(maxCooldown)},
 		AttemptTimeout: o.attemptTimeout(),
-		Logger:         slog.New(fo.events),
+		OnStateChange:  fo.events.record,
 	})
 	if err != nil {
 		return err
