@@ -119,15 +119,23 @@ func (s State) MarshalText() ([]byte, error) { return []byte(s.String()), nil }
 //     probe gate here lets one through at a time, and a probe that ends
 //     with no verdict (the caller canceled, a 429) hands the gate on
 //     without recording anything (failsafe-go has no neutral outcome).
+//     A probe still out after Cooldown is presumed hung and the next
+//     request probes instead; Reset frees the gate.
 //   - A generation that drops results of requests admitted before the
 //     last state change, so a slow success from before the circuit opened
 //     can never close it.
 type breaker struct {
-	cb      circuitbreaker.CircuitBreaker[*http.Response]
-	state   atomic.Int32 // State; mirrors cb, written under mu
-	gen     atomic.Uint64
-	probing atomic.Bool
-	trips   atomic.Uint64
+	cb    circuitbreaker.CircuitBreaker[*http.Response]
+	state atomic.Int32 // State; mirrors cb, written under mu
+	gen   atomic.Uint64
+	trips atomic.Uint64
+
+	// The probe gate: the token of the probe in flight (0: none) and
+	// when it started. Tokens come from probeSeq, under mu.
+	probe      atomic.Uint64
+	probeStart atomic.Int64
+	probeSeq   uint64
+	probeTTL   time.Duration
 
 	since atomic.Int64 // unix nanoseconds of the last state change; 0: never changed
 
@@ -148,7 +156,7 @@ type stateChange struct {
 }
 
 func newBreaker(c BreakerConfig) *breaker {
-	b := &breaker{}
+	b := &breaker{probeTTL: c.Cooldown}
 	builder := circuitbreaker.NewBuilder[*http.Response]().
 		WithDelay(c.Cooldown).
 		WithSuccessThreshold(c.SuccessThreshold).
@@ -179,39 +187,68 @@ func (b *breaker) changed(e circuitbreaker.StateChangedEvent) {
 // permit is the right to send one request, to be settled with done.
 type permit struct {
 	gen   uint64
-	probe bool
+	probe uint64 // the probe's token; 0 for a request through a closed circuit
 }
 
 // allow reports whether a request may go to the upstream now, and the
 // permit to settle with done when it did.
 func (b *breaker) allow() (permit, bool) {
+	gen := b.gen.Load() // before the state, as gobreaker reads them
 	if State(b.state.Load()) == Closed {
-		return permit{gen: b.gen.Load()}, true
+		return permit{gen: gen}, true
 	}
-	if !b.probing.CompareAndSwap(false, true) {
-		return permit{}, false // a probe is in flight
+	now := time.Now()
+	if b.probeInFlight(now) {
+		return permit{}, false
 	}
 	b.mu.Lock()
 	switch b.cb.State() {
 	case circuitbreaker.ClosedState:
-		// Closed since the atomic was read.
-		b.probing.Store(false)
-		p := permit{gen: b.gen.Load()}
+		p := permit{gen: b.gen.Load()} // closed since the atomic was read
 		b.mu.Unlock()
 		return p, true
 	case circuitbreaker.OpenState:
 		if b.cb.RemainingDelay() > 0 {
-			b.probing.Store(false)
 			b.mu.Unlock()
 			return permit{}, false
 		}
 		b.cb.HalfOpen()
+	case circuitbreaker.HalfOpenState:
+		if b.probeInFlight(now) { // another request took it meanwhile
+			b.mu.Unlock()
+			return permit{}, false
+		}
 	}
-	p := permit{gen: b.gen.Load(), probe: true}
+	b.probeSeq++
+	p := permit{gen: b.gen.Load(), probe: b.probeSeq}
+	b.probeStart.Store(now.UnixNano())
+	b.probe.Store(p.probe)
 	changes := b.takeChanges()
 	b.mu.Unlock()
-	b.notify(changes)
+	if len(changes) > 0 {
+		defer func() {
+			if r := recover(); r != nil { // a hook panicked: the probe never goes
+				b.releaseProbe(p)
+				panic(r)
+			}
+		}()
+		b.notify(changes)
+	}
 	return p, true
+}
+
+// probeInFlight reports whether a probe holds the gate at now. A probe
+// older than probeTTL is presumed hung (no AttemptTimeout and a caller
+// without a deadline) and the next request takes over.
+func (b *breaker) probeInFlight(now time.Time) bool {
+	return b.probe.Load() != 0 && now.UnixNano()-b.probeStart.Load() < int64(b.probeTTL)
+}
+
+// releaseProbe hands the probe gate on, if p still holds it.
+func (b *breaker) releaseProbe(p permit) {
+	if p.probe != 0 {
+		b.probe.CompareAndSwap(p.probe, 0)
+	}
 }
 
 // done settles a permit with the attempt's outcome. Outcomes that say
@@ -225,9 +262,7 @@ func (b *breaker) done(p permit, o Outcome) {
 		success = true
 	case Failed:
 	default:
-		if p.probe {
-			b.probing.Store(false)
-		}
+		b.releaseProbe(p)
 		return
 	}
 	b.mu.Lock()
@@ -238,18 +273,18 @@ func (b *breaker) done(p permit, o Outcome) {
 			b.cb.RecordFailure()
 		}
 	}
-	if p.probe {
-		b.probing.Store(false)
-	}
+	b.releaseProbe(p)
 	changes := b.takeChanges()
 	b.mu.Unlock()
 	b.notify(changes)
 }
 
-// reset closes the circuit by hand.
+// reset closes the circuit by hand, and frees the probe gate of a probe
+// that may hang.
 func (b *breaker) reset() {
 	b.mu.Lock()
 	b.cb.Close()
+	b.probe.Store(0)
 	changes := b.takeChanges()
 	b.mu.Unlock()
 	b.notify(changes)
@@ -292,6 +327,16 @@ func (b *breaker) notify(changes []stateChange) {
 	}
 }
 
+// breakerOutcome is what an attempt counts for on the breaker: a request
+// that no upstream could send (Rejected with an error) says nothing of the
+// upstream.
+func breakerOutcome(o Outcome, err error) Outcome {
+	if o == Rejected && err != nil {
+		return Canceled
+	}
+	return o
+}
+
 // Breaker is an http.RoundTripper that guards its next RoundTripper with one
 // circuit breaker, the breaker layer of [Transport] on its own. Put it
 // around the transport of one upstream: every request through it counts
@@ -332,12 +377,15 @@ func (br *Breaker) RoundTrip(req *http.Request) (*http.Response, error) {
 		closeBody(req)
 		return nil, &unavailableError{err: ErrCircuitOpen, retryAfter: br.b.remaining()}
 	}
+	if p.probe != 0 {
+		defer br.b.releaseProbe(p) // even if next panics
+	}
 	resp, err := br.next.RoundTrip(req)
 	o := Canceled
 	if req.Context().Err() == nil {
 		o = br.classify(resp, err)
 	}
-	br.b.done(p, o)
+	br.b.done(p, breakerOutcome(o, err))
 	return resp, err
 }
 

@@ -76,7 +76,8 @@ func (o Outcome) MarshalText() ([]byte, error) { return []byte(o.String()), nil 
 //
 // The Transport itself decides [Canceled] before calling the classifier when
 // the caller's context is done, so a classifier never turns a caller's
-// cancellation into an upstream failure.
+// cancellation into an upstream failure; an error it sees that wraps a
+// context error is the upstream's (a dial or header timeout).
 type Classifier func(resp *http.Response, err error) Outcome
 
 // DefaultClassifier classifies as providers of LLM APIs behave:
@@ -86,22 +87,22 @@ type Classifier func(resp *http.Response, err error) Outcome
 //   - 429: [RateLimited].
 //   - 408, 5xx (529 "overloaded" included): [Failed].
 //   - any other 4xx: [Rejected].
-//   - an error wrapping context.Canceled or context.DeadlineExceeded:
-//     [Canceled] (the Transport reports its own attempt timeout as
-//     [ErrAttemptTimeout], which is [Failed]).
 //   - an error that go-retryablehttp's retry policy judges no retry can fix:
 //     [Failed] for an untrusted certificate (the upstream is misconfigured),
 //     [Rejected] otherwise (an invalid header or scheme fails on every
 //     upstream alike).
-//   - any other error (refused, reset, TLS handshake, timeouts, EOF):
-//     [Failed].
+//   - any other error (refused, reset, TLS handshake, timeouts, EOF,
+//     [ErrAttemptTimeout]): [Failed]. That includes errors that wrap
+//     context.DeadlineExceeded while the caller's context is alive: a dial
+//     timeout, http.Transport's ResponseHeaderTimeout.
+//
+// DefaultClassifier never returns [Canceled]: the Transport and [Breaker]
+// decide that from the caller's context before they classify.
 func DefaultClassifier(resp *http.Response, err error) Outcome {
 	if err != nil {
 		switch {
 		case errors.Is(err, ErrAttemptTimeout):
 			return Failed
-		case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
-			return Canceled
 		case permanent(err):
 			if certError(err) {
 				return Failed

@@ -44,8 +44,10 @@ func TestDefaultClassifierErrors(t *testing.T) {
 		{"reset", &net.OpError{Op: "read", Net: "tcp", Err: syscall.ECONNRESET}, Failed},
 		{"eof", io.ErrUnexpectedEOF, Failed},
 		{"attempt timeout", ErrAttemptTimeout, Failed},
-		{"caller canceled", fmt.Errorf("net/http: request canceled: %w", context.Canceled), Canceled},
-		{"caller deadline", context.DeadlineExceeded, Canceled},
+		// The Transport decides Canceled from the caller's context first; a
+		// context error the classifier sees is the upstream's.
+		{"dial timeout", &net.OpError{Op: "dial", Net: "tcp", Err: fmt.Errorf("i/o timeout: %w", context.DeadlineExceeded)}, Failed},
+		{"header timeout", fmt.Errorf("net/http: timeout awaiting response headers: %w", context.DeadlineExceeded), Failed},
 		{"untrusted certificate", &tls.CertificateVerificationError{Err: x509.UnknownAuthorityError{}}, Failed},
 		{"invalid header", errors.New(`net/http: invalid header field value for "X-Foo"`), Rejected},
 		{"unsupported scheme", errors.New(`unsupported protocol scheme "ftp"`), Rejected},

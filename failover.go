@@ -63,9 +63,8 @@ type upstream struct {
 	m       upstreamMetrics
 }
 
-// hostKey returns host lowercased, without the scheme's default port and
-// without IPv6 brackets' case differences, so that every spelling of one
-// authority compares equal.
+// hostKey returns host lowercased and without the scheme's default port, so
+// that every spelling of one authority compares equal.
 func hostKey(scheme, host string) string {
 	h, port := splitHostPort(host)
 	if port == defaultPort(scheme) {
@@ -92,14 +91,24 @@ func (u *upstream) sameHost(scheme, host string) bool {
 	return n > 0 && u.match[n] == ':' && u.match[n+1:] == port && strings.EqualFold(h, u.match[:n])
 }
 
+// splitHostPort splits an authority into host and port. An IPv6 host keeps
+// its brackets, so that "[::1]:8080" and "[::1:8080]" stay apart.
 func splitHostPort(host string) (h, port string) {
-	if i := strings.LastIndexByte(host, ':'); i >= 0 && !strings.Contains(host[i:], "]") {
-		h, port = host[:i], host[i+1:]
-	} else {
-		h = host
+	if strings.HasPrefix(host, "[") {
+		end := strings.IndexByte(host, ']')
+		if end < 0 {
+			return host, ""
+		}
+		h, rest := host[:end+1], host[end+1:]
+		if p, ok := strings.CutPrefix(rest, ":"); ok {
+			return h, p
+		}
+		return h, ""
 	}
-	h = strings.TrimPrefix(strings.TrimSuffix(h, "]"), "[")
-	return h, port
+	if i := strings.LastIndexByte(host, ':'); i >= 0 {
+		return host[:i], host[i+1:]
+	}
+	return host, ""
 }
 
 func defaultPort(scheme string) string {
@@ -126,28 +135,32 @@ func hasDotSegment(p string) bool {
 }
 
 // route returns the upstream that u is addressed to (the longest matching
-// base path wins) and the rest of the path after its base path, or nil.
-func (t *Transport) route(u *url.URL) (*upstream, string) {
+// base path wins) and the rest of the path after its base path, decoded and
+// escaped, or nil. Both the decoded and the escaped path must lie under the
+// base path, so that an encoded slash cannot pass for a path segment.
+func (t *Transport) route(u *url.URL) (up *upstream, rest, rawRest string) {
 	if u.Opaque != "" || u.Host == "" {
-		return nil, ""
+		return nil, "", ""
 	}
-	var best *upstream
-	for _, up := range t.upstreams {
-		if !strings.EqualFold(u.Scheme, up.scheme) || !up.sameHost(up.scheme, u.Host) {
+	raw := u.EscapedPath()
+	for _, c := range t.upstreams {
+		if !strings.EqualFold(u.Scheme, c.scheme) || !c.sameHost(c.scheme, u.Host) ||
+			!underBase(u.Path, c.path) || !underBase(raw, c.rawPath) {
 			continue
 		}
-		p := u.Path
-		if !strings.HasPrefix(p, up.path) || (len(p) > len(up.path) && p[len(up.path)] != '/') {
-			continue
-		}
-		if best == nil || len(up.path) > len(best.path) {
-			best = up
+		if up == nil || len(c.path) > len(up.path) {
+			up = c
 		}
 	}
-	if best == nil || hasDotSegment(u.Path) {
-		return nil, ""
+	if up == nil || hasDotSegment(u.Path) {
+		return nil, "", ""
 	}
-	return best, u.Path[len(best.path):]
+	return up, u.Path[len(up.path):], raw[len(up.rawPath):]
+}
+
+// underBase reports whether path is base or lies under it.
+func underBase(path, base string) bool {
+	return strings.HasPrefix(path, base) && (len(path) == len(base) || path[len(base)] == '/')
 }
 
 // call is one RoundTrip over the upstreams.
@@ -156,6 +169,7 @@ type call struct {
 	req       *http.Request
 	addressed *upstream
 	rest      string // the request's path after the addressed base path
+	rawRest   string // the same, escaped
 	body      replay
 
 	held     *http.Response // the latest answer, returned if nothing better comes
@@ -196,8 +210,15 @@ func (c *call) run() (*http.Response, error) {
 				c.errs = c.errs[:errsBefore] // the next round says it again
 			}
 		case round < c.t.retries && c.fatal < c.attempts:
-			wait = retryablehttp.DefaultBackoff(c.t.waitMin, c.t.waitMax, round, c.held)
-			wait = min(max(wait, next), c.t.rate.MaxCooldown)
+			// DefaultBackoff returns a 429's or 503's Retry-After
+			// uncapped.
+			wait = min(retryablehttp.DefaultBackoff(c.t.waitMin, c.t.waitMax, round, c.held), c.t.rate.MaxCooldown)
+			if known && next > wait {
+				if next > c.t.rate.MaxCooldown {
+					return c.finish() // nothing comes back in time
+				}
+				wait = next
+			}
 			round++
 		default:
 			return c.finish()
@@ -205,8 +226,9 @@ func (c *call) run() (*http.Response, error) {
 		if dl, ok := ctx.Deadline(); ok && !now.Add(wait).Before(dl) {
 			return c.finish()
 		}
-		c.discardHeld()
+		c.bufferHeld()
 		if err := sleep(ctx, wait); err != nil {
+			c.discardHeld()
 			return nil, err
 		}
 		waited += wait
@@ -251,6 +273,9 @@ func (c *call) attempt(ctx context.Context, u *upstream, p permit) (*http.Respon
 		c.last.m.failovers[u.index].Inc()
 	}
 	c.attempts++
+	if p.probe != 0 {
+		defer u.breaker.releaseProbe(p) // even if Base or Classify panics
+	}
 	actx := ctx
 	var cancel context.CancelCauseFunc
 	if c.t.timeout > 0 {
@@ -298,12 +323,19 @@ func (c *call) attempt(ctx context.Context, u *upstream, p permit) (*http.Respon
 	}
 	now := time.Now()
 	elapsed := now.Sub(start)
+	if resp != nil && len(u.header) > 0 {
+		// resp.Request shows where the request went, with the caller's
+		// own headers: u's credentials stay out of SDK error dumps.
+		view := *out
+		view.Header = c.req.Header
+		resp.Request = &view
+	}
 
 	o := Canceled
 	if err == nil || ctx.Err() == nil {
 		o = c.t.classify(resp, err)
 	}
-	u.breaker.done(p, o)
+	u.breaker.done(p, breakerOutcome(o, err))
 	u.observe(o, elapsed)
 
 	switch o {
@@ -413,6 +445,25 @@ func (c *call) hold(resp *http.Response) {
 	c.held = resp
 }
 
+// bufferHeld reads the held answer's body into memory (at most maxDrain
+// bytes, for at most drainTimeout) so that its connection is free while the
+// request waits for another round.
+func (c *call) bufferHeld() {
+	r := c.held
+	if r == nil || r.Body == nil || r.Body == http.NoBody {
+		return
+	}
+	timer := time.AfterFunc(drainTimeout, func() { r.Body.Close() })
+	data, err := io.ReadAll(io.LimitReader(r.Body, maxDrain+1))
+	timer.Stop()
+	if err == nil && len(data) <= maxDrain {
+		r.Body.Close()
+		r.Body = io.NopCloser(bytes.NewReader(data))
+		return
+	}
+	r.Body = &prefixedBody{Reader: io.MultiReader(bytes.NewReader(data), r.Body), Closer: r.Body}
+}
+
 func (c *call) discardHeld() {
 	if c.held != nil {
 		discard(c.held)
@@ -429,10 +480,9 @@ func (c *call) rewrite(out *http.Request, u *upstream) {
 	out.Host = u.host
 	if u != c.addressed {
 		out.URL.Path = u.path + c.rest
-		out.URL.RawPath = ""
-		if raw := c.req.URL.RawPath; raw != "" && strings.HasPrefix(raw, c.addressed.rawPath) {
-			out.URL.RawPath = u.rawPath + raw[len(c.addressed.rawPath):]
-		}
+		// url.URL uses RawPath only while it is an encoding of Path;
+		// it keeps an encoded base path (".../proxy%2Fopenai/v1").
+		out.URL.RawPath = u.rawPath + c.rawRest
 		c.t.stripCredentials(out)
 	}
 	if out.Header == nil {
@@ -510,16 +560,39 @@ func isCredentialParam(name string) bool {
 	return false
 }
 
-// redact replaces every known secret in msg: the upstreams' header values
-// and the caller's credential header values.
+// redact replaces every known secret in msg: the upstreams' header values,
+// and the caller's credential header values, key= query values and URL
+// password.
 func (t *Transport) redact(msg string, req *http.Request) string {
+	scrub := func(v string) {
+		if len(v) >= minSecretLen {
+			msg = strings.ReplaceAll(msg, v, "[REDACTED]")
+		}
+	}
 	for _, s := range t.secrets {
-		msg = strings.ReplaceAll(msg, s, "[REDACTED]")
+		scrub(s)
 	}
 	for _, name := range t.credHeaders {
 		for _, v := range req.Header.Values(name) {
-			if len(v) >= minSecretLen {
-				msg = strings.ReplaceAll(msg, v, "[REDACTED]")
+			scrub(v)
+		}
+	}
+	if u := req.URL; u != nil {
+		if u.User != nil {
+			if pw, ok := u.User.Password(); ok {
+				scrub(pw)
+				scrub(url.QueryEscape(pw))
+			}
+		}
+		for rest := u.RawQuery; rest != ""; {
+			var pair string
+			pair, rest, _ = strings.Cut(rest, "&")
+			name, value, _ := strings.Cut(pair, "=")
+			if n, err := url.QueryUnescape(name); err == nil && isCredentialParam(n) {
+				scrub(value)
+				if v, err := url.QueryUnescape(value); err == nil {
+					scrub(v)
+				}
 			}
 		}
 	}
@@ -533,7 +606,7 @@ func (t *Transport) earliest(now time.Time) (time.Duration, bool) {
 	best, known := time.Duration(-1), false
 	for _, u := range t.upstreams {
 		d := max(u.cd.remaining(now), u.breaker.remaining())
-		if d == 0 && u.breaker.probing.Load() {
+		if d == 0 && u.breaker.probeInFlight(now) {
 			continue
 		}
 		if d == 0 {

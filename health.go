@@ -137,7 +137,7 @@ func (u *upstream) health(now time.Time) UpstreamHealth {
 	if ns := u.breaker.since.Load(); ns != 0 {
 		h.StateSince = time.Unix(0, ns)
 	}
-	h.Available = h.Cooldown == 0 && (h.State == "closed" || (h.State == "half-open" && !u.breaker.probing.Load()))
+	h.Available = h.Cooldown == 0 && (h.State == "closed" || (h.State == "half-open" && !u.breaker.probeInFlight(now)))
 	if h.Cooldown > 0 {
 		if r := u.cd.reason.Load(); r != nil {
 			h.CooldownReason = *r

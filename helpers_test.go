@@ -166,18 +166,6 @@ func (s *server) connections() int {
 	return s.conns
 }
 
-// closedURL returns the URL of a loopback port that refuses connections.
-func closedURL(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
-	return "http://" + addr
-}
-
 // newTestTransport builds a Transport with its own connection pool (unless
 // cfg.Base is set) and closes its idle connections when the test ends.
 func newTestTransport(t *testing.T, cfg Config) *Transport {

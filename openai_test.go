@@ -105,15 +105,6 @@ func fakeUpstream(t *testing.T, log *requestLog, name string, h http.HandlerFunc
 	return srv
 }
 
-// closedURL returns the URL of a port that refuses connections.
-func closedURL(t *testing.T) string {
-	t.Helper()
-	srv := httptest.NewServer(http.NotFoundHandler())
-	u := srv.URL
-	srv.Close()
-	return u
-}
-
 // apiError answers as OpenAI does when it fails: status, an error object,
 // and header pairs kv.
 func apiError(status int, typ, msg string, kv ...string) http.HandlerFunc {
@@ -257,7 +248,7 @@ func TestOpenAIFailoverCredentials(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			var log requestLog
-			primaryBase := closedURL(t) + "/v1"
+			primaryBase := failover.ClosedURL(t) + "/v1"
 			if tc.primary != nil {
 				primaryBase = fakeUpstream(t, &log, "primary", tc.primary).URL + "/v1"
 			}

@@ -67,7 +67,8 @@ func (c RateLimitConfig) validate() error {
 //   - Retry-After, in seconds or as an HTTP-date in any of the three forms
 //     of RFC 9110 (relative to now).
 //
-// Negative, unparsable and absent values are ignored. The result is not
+// Negative, unparsable and absent values are ignored, and so is a date in
+// the past, which says more of the clocks than of the provider. The result is not
 // capped; the Transport caps it at [RateLimitConfig.MaxCooldown].
 func RetryAfter(h http.Header, now time.Time) (time.Duration, bool) {
 	for _, name := range [...]string{"Retry-After-Ms", "X-Ms-Retry-After-Ms"} {
@@ -91,8 +92,8 @@ func RetryAfter(h http.Header, now time.Time) (time.Duration, bool) {
 		}
 		return time.Duration(secs) * time.Second, true
 	}
-	if t, err := http.ParseTime(v); err == nil {
-		return max(0, t.Sub(now)), true
+	if t, err := http.ParseTime(v); err == nil && t.After(now) {
+		return t.Sub(now), true
 	}
 	return 0, false
 }

@@ -26,7 +26,7 @@ func TestRetryAfter(t *testing.T) {
 		{"RFC 1123", http.Header{"Retry-After": {"Sun, 29 Nov 2026 12:00:30 GMT"}}, 30 * time.Second, true},
 		{"RFC 850", http.Header{"Retry-After": {"Sunday, 29-Nov-26 12:00:45 GMT"}}, 45 * time.Second, true},
 		{"asctime", http.Header{"Retry-After": {"Sun Nov 29 12:01:00 2026"}}, time.Minute, true},
-		{"date in the past", http.Header{"Retry-After": {"Sun, 29 Nov 2026 11:00:00 GMT"}}, 0, true},
+		{"date in the past", http.Header{"Retry-After": {"Sun, 29 Nov 2026 11:00:00 GMT"}}, 0, false},
 		{"ms wins", http.Header{"Retry-After": {"20"}, "Retry-After-Ms": {"1500"}}, 1500 * time.Millisecond, true},
 		{"ms fraction", http.Header{"Retry-After-Ms": {"12.5"}}, 12500 * time.Microsecond, true},
 		{"azure ms", http.Header{"X-Ms-Retry-After-Ms": {"250"}}, 250 * time.Millisecond, true},
@@ -70,6 +70,7 @@ func TestCooldownFor(t *testing.T) {
 			"Anthropic-Ratelimit-Requests-Reset": {now.Add(5 * time.Second).Format(time.RFC3339)},
 			"Anthropic-Ratelimit-Tokens-Reset":   {now.Add(20 * time.Second).Format(time.RFC3339)},
 		}, `{}`, 20 * time.Second, CooldownRateLimited},
+		{"past date: default", http.Header{"Retry-After": {"Sun, 06 Nov 1994 08:49:37 GMT"}}, `{}`, time.Second, CooldownRateLimited},
 		{"header beats body delay", http.Header{"Retry-After": {"2"}}, `{"retryDelay":"22s"}`, 2 * time.Second, CooldownRateLimited},
 	}
 	for _, tt := range tests {

@@ -123,7 +123,9 @@ type Config struct {
 
 	// OnStateChange, when set, is called after each change of an
 	// upstream's circuit, outside every lock, on the goroutine of the
-	// request that caused it (or of Reset). It must not block.
+	// request that caused it (or of Reset). It must not block. Changes
+	// made at nearly the same moment by different goroutines may arrive
+	// out of order: order them by At.
 	OnStateChange func(StateChange)
 }
 
@@ -157,7 +159,8 @@ const (
 //     request addressed to no upstream. When any upstream answered, the
 //     latest answer is returned with a nil error, whatever its status.
 //   - The caller must close the returned response's body, as with any
-//     RoundTripper. Responses of discarded attempts are drained (up to
+//     RoundTripper. Its Request is the attempt that got it (the URL it
+//     went to) with the caller's own headers, never an upstream's. Responses of discarded attempts are drained (up to
 //     64 KiB) and closed by the Transport.
 //   - A request addressed to no upstream goes to Base untouched.
 //
@@ -346,12 +349,12 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		closeBody(req)
 		return nil, errors.New("failover: nil Request.URL")
 	}
-	addressed, rest := t.route(req.URL)
+	addressed, rest, rawRest := t.route(req.URL)
 	if addressed == nil {
 		t.unrouted.Inc()
 		return t.base.RoundTrip(req)
 	}
-	c := &call{t: t, req: req, addressed: addressed, rest: rest}
+	c := &call{t: t, req: req, addressed: addressed, rest: rest, rawRest: rawRest}
 	return c.run()
 }
 
