@@ -163,3 +163,48 @@ func ExampleRetryAfter() {
 	// 20s
 	// 1m0s
 }
+
+// loggingTransport is any RoundTripper of the caller's: tracing, auth, a
+// recorder for tests.
+type loggingTransport struct{ next http.RoundTripper }
+
+func (l loggingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	resp, err := l.next.RoundTrip(r)
+	if err == nil {
+		fmt.Printf("sent to %s: %d\n", r.URL.Path, resp.StatusCode)
+	}
+	return resp, err
+}
+
+// The Transport composes with other RoundTrippers: below it (Base sees every
+// attempt, rewritten for its upstream) and above it (an SDK's middleware, or
+// a tracing wrapper, sees one request and one answer).
+func Example_compose() {
+	primary := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusBadGateway)
+	}))
+	defer primary.Close()
+	backup := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	defer backup.Close()
+
+	t, err := failover.New(failover.Config{
+		Upstreams: []failover.Upstream{
+			{Name: "primary", BaseURL: primary.URL + "/v1"},
+			{Name: "backup", BaseURL: backup.URL + "/compat/v1"},
+		},
+		Base: loggingTransport{http.DefaultTransport}, // below: every attempt
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	client := &http.Client{Transport: loggingTransport{t}} // above: the caller's view
+	resp, err := client.Get(primary.URL + "/v1/models")
+	if err != nil {
+		log.Fatal(err)
+	}
+	resp.Body.Close()
+	// Output:
+	// sent to /v1/models: 502
+	// sent to /compat/v1/models: 200
+	// sent to /v1/models: 200
+}

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/url"
 	"reflect"
+	"runtime"
 	"strings"
 	"sync"
 	"syscall"
@@ -803,5 +804,48 @@ func TestGetBodyFails(t *testing.T) {
 	_, err = tr.RoundTrip(req)
 	if !errors.Is(err, ErrBodyNotReplayable) || !errors.Is(err, boom) {
 		t.Fatalf("err = %v, want ErrBodyNotReplayable wrapping GetBody's error", err)
+	}
+}
+
+// Memory stays bounded whatever the traffic: per-upstream state is fixed
+// in size (windows, counters, metric handles), so heap in use after many
+// more requests is where it was.
+func TestMemoryBounded(t *testing.T) {
+	base := roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		if r.Header.Get("X-Fail") != "" {
+			return respond(503, "down"), nil
+		}
+		return respond(200, "ok"), nil
+	})
+	tr := newTestTransport(t, Config{Base: base, Upstreams: []Upstream{{BaseURL: "http://a.test"}, {BaseURL: "http://b.test"}}})
+	run := func(n int) {
+		for i := range n {
+			req := httptestRequest("POST", "http://a.test/v1/chat", chatBody)
+			if i%100 == 0 {
+				req.Header.Set("X-Fail", "1")
+			}
+			resp, err := tr.RoundTrip(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+		}
+	}
+	heap := func() uint64 {
+		runtime.GC()
+		var m runtime.MemStats
+		runtime.ReadMemStats(&m)
+		return m.HeapInuse
+	}
+	run(10_000)
+	before := heap()
+	run(100_000)
+	after := heap()
+	if after > before+2<<20 {
+		t.Fatalf("heap in use grew from %d to %d bytes over 100,000 requests", before, after)
+	}
+	if got := tr.Health()[0].Requests.Total(); got != 110_000 {
+		t.Fatalf("counted %d attempts at a, want 110000", got)
 	}
 }
