@@ -137,6 +137,12 @@ type breaker struct {
 	probeSeq   uint64
 	probeTTL   time.Duration
 
+	// clean is true while the circuit is closed and its window holds no
+	// failure, under the consecutive-failure rule (counting): a success
+	// then changes nothing, and done skips both locks.
+	clean    atomic.Bool
+	counting bool
+
 	since atomic.Int64 // unix nanoseconds of the last state change; 0: never changed
 
 	// onChange, when set, is called after every state change, outside
@@ -156,7 +162,8 @@ type stateChange struct {
 }
 
 func newBreaker(c BreakerConfig) *breaker {
-	b := &breaker{probeTTL: c.Cooldown}
+	b := &breaker{probeTTL: c.Cooldown, counting: c.FailureRate == 0}
+	b.clean.Store(b.counting)
 	builder := circuitbreaker.NewBuilder[*http.Response]().
 		WithDelay(c.Cooldown).
 		WithSuccessThreshold(c.SuccessThreshold).
@@ -260,6 +267,9 @@ func (b *breaker) done(p permit, o Outcome) {
 	switch o {
 	case Success, Rejected:
 		success = true
+		if p.probe == 0 && b.clean.Load() {
+			return // the hot path: nothing to count
+		}
 	case Failed:
 	default:
 		b.releaseProbe(p)
@@ -272,6 +282,7 @@ func (b *breaker) done(p permit, o Outcome) {
 		} else {
 			b.cb.RecordFailure()
 		}
+		b.clean.Store(b.counting && State(b.state.Load()) == Closed && b.cb.Metrics().Failures() == 0)
 	}
 	b.releaseProbe(p)
 	changes := b.takeChanges()
@@ -285,6 +296,7 @@ func (b *breaker) reset() {
 	b.mu.Lock()
 	b.cb.Close()
 	b.probe.Store(0)
+	b.clean.Store(b.counting && b.cb.Metrics().Failures() == 0)
 	changes := b.takeChanges()
 	b.mu.Unlock()
 	b.notify(changes)

@@ -243,7 +243,8 @@ func (c *call) round(ctx context.Context) (*http.Response, error, bool) {
 			c.discardHeld()
 			return nil, err, true
 		}
-		if left := u.cd.remaining(time.Now()); left > 0 {
+		now := time.Now()
+		if left := u.cd.remaining(now); left > 0 {
 			c.skip(u, ErrRateLimited, left)
 			continue
 		}
@@ -258,7 +259,7 @@ func (c *call) round(ctx context.Context) (*http.Response, error, bool) {
 			resp, err := c.finish()
 			return resp, err, true
 		}
-		if resp, err, done := c.attempt(ctx, u, p); done {
+		if resp, err, done := c.attempt(ctx, u, p, now); done {
 			return resp, err, true
 		}
 	}
@@ -268,7 +269,7 @@ func (c *call) round(ctx context.Context) (*http.Response, error, bool) {
 // attempt sends the request to u. It reports done with the result when the
 // request is over; otherwise it has kept the response or the error for
 // later.
-func (c *call) attempt(ctx context.Context, u *upstream, p permit) (*http.Response, error, bool) {
+func (c *call) attempt(ctx context.Context, u *upstream, p permit, start time.Time) (*http.Response, error, bool) {
 	if c.last != nil && c.last != u {
 		c.last.m.failovers[u.index].Inc()
 	}
@@ -299,7 +300,6 @@ func (c *call) attempt(ctx context.Context, u *upstream, p permit) (*http.Respon
 		out.ContentLength = int64(len(c.body.buffered))
 	}
 
-	start := time.Now()
 	var timer *time.Timer
 	if cancel != nil {
 		timer = time.AfterFunc(c.t.timeout, func() { cancel(ErrAttemptTimeout) })
