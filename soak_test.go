@@ -33,8 +33,8 @@ type soakUpstream struct {
 
 	mu     sync.Mutex
 	rng    *rand.Rand
-	seen   map[int]int // request id: attempts received
-	wrong  []string    // requests whose body is not their own
+	seen   map[int]int                 // request id: attempts received
+	wrong  []string                    // requests whose body is not their own
 	active map[net.Conn]http.ConnState // open connections, idle ones too
 }
 
