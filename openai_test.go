@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"slices"
 	"strings"
@@ -541,5 +542,40 @@ func TestOpenAIRateLimitedPrimaryCoolsDown(t *testing.T) {
 				checkCredentials(t, r, backupKey)
 			}
 		})
+	}
+}
+
+// Why host failover lives in the Transport: openai-go checks, after its own
+// middleware, that the request still goes to its base URL's origin, so a
+// middleware that moves it to the backup is refused before anything is
+// sent. The same move inside the http.Client's RoundTripper works.
+func TestOpenAIMiddlewareCannotChangeHost(t *testing.T) {
+	var log requestLog
+	primary := fakeUpstream(t, &log, "primary", apiError(503, "server_error", "down"))
+	backup := fakeUpstream(t, &log, "backup", completion("from backup"))
+	backupURL, err := url.Parse(backup.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	moveToBackup := option.WithMiddleware(func(r *http.Request, next option.MiddlewareNext) (*http.Response, error) {
+		r.URL.Host, r.Host = backupURL.Host, backupURL.Host
+		return next(r)
+	})
+	client := newOpenAIClient(t, http.DefaultTransport, primary.URL+"/v1", moveToBackup, option.WithMaxRetries(0))
+	if _, err := client.Chat.Completions.New(testContext(t), chatParams()); err == nil {
+		t.Fatal("openai-go let a middleware move the request to another host")
+	}
+	if n := len(log.all()); n != 0 {
+		t.Fatalf("%d requests were sent; the SDK should refuse before sending", n)
+	}
+
+	tr := newFailover(t, primary.URL+"/v1", backup.URL+"/v1", failover.Config{})
+	client = newOpenAIClient(t, tr, primary.URL+"/v1", option.WithMaxRetries(0))
+	got, err := client.Chat.Completions.New(testContext(t), chatParams())
+	if err != nil {
+		t.Fatalf("through the Transport: %v", err)
+	}
+	if got.Choices[0].Message.Content != "from backup" {
+		t.Fatalf("content %q", got.Choices[0].Message.Content)
 	}
 }
