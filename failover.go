@@ -3,6 +3,7 @@ package failover
 import (
 	"bytes"
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"net/http"
@@ -60,7 +61,44 @@ type upstream struct {
 	breaker *breaker
 	cd      cooldown
 	window  window
+	recent  recent
+	live    liveness
 	m       upstreamMetrics
+}
+
+// demoted reports whether u is to be tried after the others: degraded, or
+// suspected of hanging.
+func (t *Transport) demoted(u *upstream, now time.Time) bool {
+	u.refresh(now, t.degraded)
+	return u.recent.degraded.Load() || u.suspect(now, t.hang)
+}
+
+// order returns the upstreams in the order a request tries them: the
+// configured order, demoted upstreams last (past the 64th, none is
+// demoted). It allocates nothing: it returns t.upstreams when no upstream
+// is demoted, and reorders into buf otherwise.
+func (t *Transport) order(buf []*upstream, now time.Time) []*upstream {
+	var demoted uint64
+	for i, u := range t.upstreams {
+		if i < 64 && t.demoted(u, now) {
+			demoted |= 1 << i
+		}
+	}
+	if demoted == 0 {
+		return t.upstreams
+	}
+	out := buf[:0]
+	for i, u := range t.upstreams {
+		if i >= 64 || demoted&(1<<i) == 0 {
+			out = append(out, u)
+		}
+	}
+	for i, u := range t.upstreams {
+		if i < 64 && demoted&(1<<i) != 0 {
+			out = append(out, u)
+		}
+	}
+	return out
 }
 
 // hostKey returns host lowercased and without the scheme's default port, so
@@ -238,7 +276,8 @@ func (c *call) run() (*http.Response, error) {
 // round tries each upstream in order once. It reports done with the
 // result when the request is over.
 func (c *call) round(ctx context.Context) (*http.Response, error, bool) {
-	for _, u := range c.t.upstreams {
+	var buf [8]*upstream
+	for _, u := range c.t.order(buf[:0], time.Now()) {
 		if err := ctx.Err(); err != nil {
 			c.discardHeld()
 			return nil, err, true
@@ -304,6 +343,10 @@ func (c *call) attempt(ctx context.Context, u *upstream, p permit, start time.Ti
 	if cancel != nil {
 		timer = time.AfterFunc(c.t.timeout, func() { cancel(ErrAttemptTimeout) })
 	}
+	var now time.Time
+	answered := false
+	u.live.start(start)
+	defer func() { u.live.end(now, answered) }() // even if Base panics
 	resp, err := c.t.base.RoundTrip(out)
 	if timer != nil {
 		if !timer.Stop() && ctx.Err() == nil {
@@ -321,7 +364,7 @@ func (c *call) attempt(ctx context.Context, u *upstream, p permit, start time.Ti
 			resp.Body = &cancelOnClose{ReadCloser: resp.Body, cancel: cancel}
 		}
 	}
-	now := time.Now()
+	now = time.Now()
 	elapsed := now.Sub(start)
 	if resp != nil && len(u.header) > 0 {
 		// resp.Request shows where the request went, with the caller's
@@ -335,8 +378,9 @@ func (c *call) attempt(ctx context.Context, u *upstream, p permit, start time.Ti
 	if err == nil || ctx.Err() == nil {
 		o = c.t.classify(resp, err)
 	}
+	answered = o != Canceled && !errors.Is(err, ErrAttemptTimeout)
 	u.breaker.done(p, breakerOutcome(o, err))
-	u.observe(o, elapsed)
+	u.observe(o, elapsed, now)
 
 	switch o {
 	case Success, Rejected:

@@ -2,20 +2,27 @@ package failover
 
 import (
 	"encoding/json"
+	"math"
 	"slices"
 	"sync/atomic"
 	"time"
 )
 
 // windowSize is how many recent attempts an upstream's latency percentiles
-// and success rate are computed from.
+// and success rate are computed from, at most.
 const windowSize = 1024
+
+// healthAge is how old an attempt may be and still count in Health's
+// percentiles and success rate: an upstream that nobody tried for longer
+// shows no figures rather than stale ones.
+const healthAge = 5 * time.Minute
 
 // window keeps an upstream's recent attempts in a fixed ring, lock-free:
 // memory stays bounded whatever the traffic.
 type window struct {
 	next   atomic.Uint64
 	ring   [windowSize]atomic.Int64 // latency<<4 | outcome<<1 | 1; 0 is empty
+	at     [windowSize]atomic.Int64 // when, in unix nanoseconds
 	counts [len(outcomeNames)]atomic.Uint64
 	last   atomic.Pointer[lastError]
 }
@@ -25,18 +32,65 @@ type lastError struct {
 	at  time.Time
 }
 
-func (w *window) add(o Outcome, d time.Duration) {
+func (w *window) add(o Outcome, d time.Duration, now time.Time) {
 	w.counts[o].Add(1)
 	if o == Canceled {
 		return // says nothing of the upstream
 	}
-	i := w.next.Add(1) - 1
-	w.ring[i%windowSize].Store(int64(max(d, 0))<<4 | int64(o)<<1 | 1)
+	i := (w.next.Add(1) - 1) % windowSize
+	w.at[i].Store(now.UnixNano())
+	w.ring[i].Store(int64(max(d, 0))<<4 | int64(o)<<1 | 1)
+}
+
+// windowStats are the figures of the attempts in a window that are at
+// most some age.
+type windowStats struct {
+	latencies []time.Duration // sorted
+	good, bad int             // served (success, rejected) and failed
+}
+
+// stats returns the figures of w's attempts made after since. (An entry
+// being written while this reads may pair a new latency with an old time:
+// one sample in a thousand, for a moment.)
+func (w *window) stats(since time.Time) windowStats {
+	var s windowStats
+	s.latencies = make([]time.Duration, 0, windowSize)
+	from := since.UnixNano()
+	for i := range w.ring {
+		v := w.ring[i].Load()
+		if v == 0 || w.at[i].Load() < from {
+			continue
+		}
+		s.latencies = append(s.latencies, time.Duration(v>>4))
+		switch Outcome(v >> 1 & 7) {
+		case Success, Rejected:
+			s.good++
+		case Failed:
+			s.bad++
+		}
+	}
+	slices.Sort(s.latencies)
+	return s
+}
+
+// successRate is served over served and failed; 1 when there are none.
+func (s windowStats) successRate() float64 {
+	if s.good+s.bad == 0 {
+		return 1
+	}
+	return float64(s.good) / float64(s.good+s.bad)
+}
+
+func (s windowStats) percentile(q float64) time.Duration {
+	if len(s.latencies) == 0 {
+		return 0
+	}
+	return percentile(s.latencies, q)
 }
 
 // observe records one attempt at u in its window and metrics.
-func (u *upstream) observe(o Outcome, d time.Duration) {
-	u.window.add(o, d)
+func (u *upstream) observe(o Outcome, d time.Duration, now time.Time) {
+	u.window.add(o, d, now)
 	u.m.requests[o].Inc()
 	if o != Canceled {
 		u.m.duration.Update(d.Seconds())
@@ -84,6 +138,14 @@ type UpstreamHealth struct {
 	// circuit lets it through and the upstream is not cooling down.
 	Available bool
 
+	// Degraded says the upstream is slow or failing often (see
+	// DegradedConfig), and Suspect that it looks hung (see HangConfig):
+	// either way it is tried after the others. InFlight is how many
+	// attempts wait on it now.
+	Degraded bool
+	Suspect  bool
+	InFlight int
+
 	// OpenFor is how long the circuit stays open before its next probe.
 	OpenFor time.Duration
 
@@ -103,8 +165,8 @@ type UpstreamHealth struct {
 	Requests Counts
 
 	// Window is the number of recent attempts that SuccessRate and the
-	// latencies are computed from (at most 1024; canceled ones are left
-	// out).
+	// latencies are computed from: at most the last 1024, none older
+	// than 5 minutes, canceled ones left out.
 	Window int
 
 	// SuccessRate is the fraction of the window's attempts that the
@@ -137,6 +199,8 @@ func (u *upstream) health(now time.Time) UpstreamHealth {
 	if ns := u.breaker.since.Load(); ns != 0 {
 		h.StateSince = time.Unix(0, ns)
 	}
+	h.Degraded = u.recent.degraded.Load()
+	h.InFlight = int(u.live.inflight.Load())
 	h.Available = h.Cooldown == 0 && (h.State == "closed" || (h.State == "half-open" && !u.breaker.probeInFlight(now)))
 	if h.Cooldown > 0 {
 		if r := u.cd.reason.Load(); r != nil {
@@ -152,30 +216,10 @@ func (u *upstream) health(now time.Time) UpstreamHealth {
 		Failed:      w.counts[Failed].Load(),
 		Canceled:    w.counts[Canceled].Load(),
 	}
-	lat := make([]time.Duration, 0, windowSize)
-	var good, bad int
-	for i := range w.ring {
-		v := w.ring[i].Load()
-		if v == 0 {
-			continue
-		}
-		lat = append(lat, time.Duration(v>>4))
-		switch Outcome(v >> 1 & 7) {
-		case Success, Rejected:
-			good++
-		case Failed:
-			bad++
-		}
-	}
-	h.Window = len(lat)
-	h.SuccessRate = 1
-	if good+bad > 0 {
-		h.SuccessRate = float64(good) / float64(good+bad)
-	}
-	if len(lat) > 0 {
-		slices.Sort(lat)
-		h.P50, h.P95, h.P99 = percentile(lat, 0.50), percentile(lat, 0.95), percentile(lat, 0.99)
-	}
+	ws := w.stats(now.Add(-healthAge))
+	h.Window = len(ws.latencies)
+	h.SuccessRate = ws.successRate()
+	h.P50, h.P95, h.P99 = ws.percentile(0.50), ws.percentile(0.95), ws.percentile(0.99)
 	if le := w.last.Load(); le != nil {
 		h.LastError, h.LastErrorAt = le.msg, le.at
 	}
@@ -208,6 +252,9 @@ func (h UpstreamHealth) MarshalJSON() ([]byte, error) {
 		State           string         `json:"state"`
 		StateSince      *time.Time     `json:"state_since,omitempty"`
 		Available       bool           `json:"available"`
+		Degraded        bool           `json:"degraded"`
+		Suspect         bool           `json:"suspect"`
+		InFlight        int            `json:"in_flight"`
 		OpenFor         float64        `json:"open_for_seconds"`
 		Cooldown        float64        `json:"cooldown_seconds"`
 		CooldownReason  CooldownReason `json:"cooldown_reason,omitempty"`
@@ -220,9 +267,86 @@ func (h UpstreamHealth) MarshalJSON() ([]byte, error) {
 		LastError       string         `json:"last_error,omitempty"`
 		LastErrorAt     *time.Time     `json:"last_error_at,omitempty"`
 	}{
-		h.Name, h.BaseURL, h.State, since, h.Available, h.OpenFor.Seconds(), h.Cooldown.Seconds(), h.CooldownReason,
+		h.Name, h.BaseURL, h.State, since, h.Available, h.Degraded, h.Suspect, h.InFlight, h.OpenFor.Seconds(), h.Cooldown.Seconds(), h.CooldownReason,
 		h.Trips, h.BreakerFailures, h.Requests, h.Window, h.SuccessRate,
 		latency{h.P50.Seconds(), h.P95.Seconds(), h.P99.Seconds()},
 		h.LastError, lastAt,
 	})
+}
+
+// DegradedConfig sets when an upstream is degraded: slow or failing often,
+// though not enough to open its circuit. A degraded upstream is tried after
+// the healthy ones (its circuit stays closed) and comes back by itself when
+// its figures recover; Health and the metrics report it. The zero value
+// never degrades an upstream.
+type DegradedConfig struct {
+	// Latency degrades an upstream whose recent p99 exceeds it. Zero
+	// means latency never degrades.
+	Latency time.Duration
+
+	// SuccessRate degrades an upstream whose recent success rate is
+	// below it (0 < rate <= 1). Zero means it never does.
+	SuccessRate float64
+
+	// Window is how far back "recent" reaches. Zero means 30s.
+	Window time.Duration
+
+	// MinSamples is the fewest recent attempts to judge from. Zero
+	// means 20.
+	MinSamples int
+}
+
+func (c DegradedConfig) withDefaults() DegradedConfig {
+	if c.Window == 0 {
+		c.Window = 30 * time.Second
+	}
+	if c.MinSamples == 0 {
+		c.MinSamples = 20
+	}
+	return c
+}
+
+func (c DegradedConfig) validate() error {
+	switch {
+	case c.Latency < 0:
+		return configError("Degraded.Latency", "must not be negative")
+	case c.SuccessRate < 0 || c.SuccessRate > 1 || c.SuccessRate != c.SuccessRate:
+		return configError("Degraded.SuccessRate", "must be within [0, 1]")
+	case c.Window < 0:
+		return configError("Degraded.Window", "must not be negative")
+	case c.MinSamples < 0:
+		return configError("Degraded.MinSamples", "must not be negative")
+	}
+	return nil
+}
+
+// refreshEvery is how often an upstream's recent figures are recomputed
+// (a sort of at most 1024 latencies) for routing decisions.
+const refreshEvery = 250 * time.Millisecond
+
+// recent caches an upstream's recent figures for the request path: read
+// with atomic loads, recomputed by one request at most every refreshEvery.
+type recent struct {
+	at       atomic.Int64 // unix ns of the last computation
+	p99      atomic.Int64 // time.Duration
+	p50      atomic.Int64 // time.Duration
+	rate     atomic.Uint64
+	degraded atomic.Bool
+}
+
+// refresh recomputes u's recent figures if they are older than
+// refreshEvery.
+func (u *upstream) refresh(now time.Time, c DegradedConfig) {
+	at := u.recent.at.Load()
+	if now.UnixNano()-at < int64(refreshEvery) || !u.recent.at.CompareAndSwap(at, now.UnixNano()) {
+		return
+	}
+	s := u.window.stats(now.Add(-c.Window))
+	p99 := s.percentile(0.99)
+	rate := s.successRate()
+	u.recent.p99.Store(int64(p99))
+	u.recent.p50.Store(int64(s.percentile(0.50)))
+	u.recent.rate.Store(math.Float64bits(rate))
+	enough := len(s.latencies) >= c.MinSamples
+	u.recent.degraded.Store(enough && ((c.Latency > 0 && p99 > c.Latency) || (c.SuccessRate > 0 && rate < c.SuccessRate)))
 }

@@ -35,6 +35,9 @@ type upstreamMetrics struct {
 //	failover_cooldown_seconds{upstream}             cooldown left
 //	failover_cooldowns_total{upstream,reason}       cooldowns started
 //	failover_failovers_total{from,to}               attempts that moved on
+//	failover_in_flight{upstream}                    attempts waiting on it
+//	failover_degraded{upstream}                     1 when degraded (DegradedConfig)
+//	failover_suspect{upstream}                      1 when suspected of hanging (HangConfig)
 //	failover_unrouted_requests_total                requests addressed to no upstream
 func (t *Transport) initMetrics() {
 	s := t.metrics
@@ -62,6 +65,9 @@ func (t *Transport) initMetrics() {
 		s.GetOrCreateGauge(`failover_breaker_state{`+l+`}`, func() float64 { return float64(b.status()) })
 		cd := &u.cd
 		s.GetOrCreateGauge(`failover_cooldown_seconds{`+l+`}`, func() float64 { return cd.remaining(time.Now()).Seconds() })
+		s.GetOrCreateGauge(`failover_in_flight{`+l+`}`, func() float64 { return float64(u.live.inflight.Load()) })
+		s.GetOrCreateGauge(`failover_degraded{`+l+`}`, func() float64 { return boolMetric(u.recent.degraded.Load()) })
+		s.GetOrCreateGauge(`failover_suspect{`+l+`}`, func() float64 { return boolMetric(u.suspect(time.Now(), t.hang)) })
 
 		u.breaker.onChange = func(c stateChange) {
 			if c.from == Closed && c.to == Open {
@@ -91,4 +97,11 @@ func (t *Transport) log(level slog.Level, msg string, u *upstream, attrs ...slog
 	}
 	attrs = append(attrs, slog.String("upstream", u.name))
 	t.logger.LogAttrs(context.Background(), level, "failover: "+msg, attrs...)
+}
+
+func boolMetric(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
 }

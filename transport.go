@@ -101,6 +101,15 @@ type Config struct {
 	// means 500ms and 5s.
 	RetryWaitMin, RetryWaitMax time.Duration
 
+	// Hang configures hang detection: an upstream with requests in
+	// flight that stopped answering is tried after the others, before its
+	// attempts time out. On by default.
+	Hang HangConfig
+
+	// Degraded configures when a slow or often failing upstream is tried
+	// after the others without opening its circuit. Off by default.
+	Degraded DegradedConfig
+
 	// AttemptTimeout bounds the wait for one attempt's response headers.
 	// It never cuts a body that is being read. Zero means no bound but the
 	// request's own deadline.
@@ -175,6 +184,8 @@ type Transport struct {
 	waitMin   time.Duration
 	waitMax   time.Duration
 	timeout   time.Duration
+	hang      HangConfig
+	degraded  DegradedConfig
 	maxBody   int64
 	metrics   *metrics.Set
 	logger    *slog.Logger
@@ -205,6 +216,12 @@ func New(cfg Config) (*Transport, error) {
 	if err := cfg.RateLimit.validate(); err != nil {
 		return nil, err
 	}
+	if err := cfg.Hang.validate(); err != nil {
+		return nil, err
+	}
+	if err := cfg.Degraded.validate(); err != nil {
+		return nil, err
+	}
 	switch {
 	case cfg.Retries < 0:
 		return nil, configError("Retries", "must not be negative")
@@ -223,6 +240,8 @@ func New(cfg Config) (*Transport, error) {
 		waitMin:  cmp.Or(cfg.RetryWaitMin, defaultRetryWaitMin),
 		waitMax:  cmp.Or(cfg.RetryWaitMax, defaultRetryWaitMax),
 		timeout:  cfg.AttemptTimeout,
+		hang:     cfg.Hang.withDefaults(),
+		degraded: cfg.Degraded.withDefaults(),
 		maxBody:  cmp.Or(cfg.MaxBodyBuffer, defaultMaxBodyBuffer),
 		metrics:  cfg.Metrics,
 		logger:   cfg.Logger,
@@ -363,7 +382,9 @@ func (t *Transport) Health() []UpstreamHealth {
 	now := time.Now()
 	out := make([]UpstreamHealth, len(t.upstreams))
 	for i, u := range t.upstreams {
+		u.refresh(now, t.degraded)
 		out[i] = u.health(now)
+		out[i].Suspect = u.suspect(now, t.hang)
 	}
 	return out
 }

@@ -1,0 +1,162 @@
+package failover
+
+import (
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+)
+
+// A primary that accepts requests and answers none is routed around once
+// a few requests wait on it past the floor, long before their attempt
+// timeout, and trusted again at its first answer.
+func TestHangDetection(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := newFakeNet()
+		release := make(chan struct{})
+		n.handle("a.test", func(r *http.Request) (*http.Response, error) {
+			select {
+			case <-release:
+				return respond(200, "a"), nil
+			case <-r.Context().Done():
+				return nil, r.Context().Err()
+			}
+		})
+		n.status("b.test", 200, "b")
+		tr := newTestTransport(t, twoUpstreams(n, Config{AttemptTimeout: 10 * time.Second}))
+		var wg sync.WaitGroup
+		send := func() {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				get(t, tr, "http://a.test/")
+			}()
+		}
+		for range 3 {
+			send()
+		}
+		synctest.Wait()
+		if got := n.count("a.test"); got != 3 {
+			t.Fatalf("a got %d requests, want 3 before any suspicion", got)
+		}
+		time.Sleep(50 * time.Millisecond) // under the 100ms floor
+		send()
+		synctest.Wait()
+		if got := n.count("a.test"); got != 4 {
+			t.Fatalf("a got %d requests at 50ms, want 4: not suspect yet", got)
+		}
+		time.Sleep(100 * time.Millisecond)
+		if h := tr.Health()[0]; !h.Suspect || h.InFlight != 4 || h.State != "closed" {
+			t.Fatalf("after 150ms of silence: %+v; want suspect, 4 in flight, circuit closed", h)
+		}
+		var m strings.Builder
+		tr.WritePrometheus(&m)
+		if !strings.Contains(m.String(), `failover_suspect{upstream="a"} 1`) || !strings.Contains(m.String(), `failover_in_flight{upstream="a"} 4`) {
+			t.Errorf("metrics do not show the suspicion")
+		}
+		for range 10 {
+			resp, err := tr.RoundTrip(httptestRequest("GET", "http://a.test/", ""))
+			if err != nil || readBody(t, resp) != "b" {
+				t.Fatalf("request while a is suspect: %v, want b's answer at once", err)
+			}
+		}
+		if got := n.count("a.test"); got != 4 {
+			t.Fatalf("a got %d requests while suspect, want none more", got)
+		}
+		close(release) // a answers: trusted again
+		wg.Wait()
+		if h := tr.Health()[0]; h.Suspect {
+			t.Fatal("still suspect after answering")
+		}
+		if code, _ := get(t, tr, "http://a.test/"); code != 200 || n.count("a.test") != 5 {
+			t.Fatal("a is not tried first again after it answered")
+		}
+	})
+}
+
+// With hang detection off, requests keep going to the silent upstream.
+func TestHangDetectionOff(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := newFakeNet()
+		release := make(chan struct{})
+		n.handle("a.test", func(r *http.Request) (*http.Response, error) {
+			<-release
+			return respond(200, "a"), nil
+		})
+		n.status("b.test", 200, "b")
+		tr := newTestTransport(t, twoUpstreams(n, Config{Hang: HangConfig{Off: true}}))
+		var wg sync.WaitGroup
+		for range 5 {
+			wg.Add(1)
+			go func() { defer wg.Done(); get(t, tr, "http://a.test/") }()
+			synctest.Wait()
+			time.Sleep(time.Second)
+		}
+		if got := n.count("a.test"); got != 5 {
+			t.Fatalf("a got %d requests, want all 5", got)
+		}
+		close(release)
+		wg.Wait()
+	})
+}
+
+// A slow upstream is degraded: tried after the others while its recent p99
+// is over the bound, without opening its circuit, and back first once its
+// slow samples age out.
+func TestDegraded(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := newFakeNet()
+		n.handle("a.test", func(*http.Request) (*http.Response, error) {
+			time.Sleep(200 * time.Millisecond)
+			return respond(200, "a"), nil
+		})
+		n.status("b.test", 200, "b")
+		tr := newTestTransport(t, twoUpstreams(n, Config{Degraded: DegradedConfig{Latency: 100 * time.Millisecond, MinSamples: 5, Window: 10 * time.Second}}))
+		for range 5 {
+			if code, _ := get(t, tr, "http://a.test/"); code != 200 {
+				t.Fatal("a failed")
+			}
+		}
+		time.Sleep(time.Second) // past the refresh interval
+		h := tr.Health()[0]
+		if !h.Degraded || h.State != "closed" || h.Trips != 0 {
+			t.Fatalf("a after 5 slow answers: %+v; want degraded, circuit closed", h)
+		}
+		resp, err := tr.RoundTrip(httptestRequest("GET", "http://a.test/", ""))
+		if err != nil || readBody(t, resp) != "b" {
+			t.Fatal("a degraded upstream was tried first")
+		}
+		time.Sleep(10 * time.Second) // the slow samples age out
+		if code, _ := get(t, tr, "http://a.test/"); code != 200 || n.count("a.test") != 6 {
+			t.Fatal("a is not tried first again once its figures recovered")
+		}
+		if tr.Health()[0].Degraded {
+			t.Fatal("still degraded")
+		}
+	})
+}
+
+func TestDegradedBySuccessRate(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := newFakeNet()
+		calls := 0
+		n.handle("a.test", func(*http.Request) (*http.Response, error) {
+			calls++
+			if calls%2 == 0 {
+				return respond(500, "flaky"), nil
+			}
+			return respond(200, "a"), nil
+		})
+		n.status("b.test", 200, "b")
+		tr := newTestTransport(t, twoUpstreams(n, Config{Degraded: DegradedConfig{SuccessRate: 0.9, MinSamples: 10}}))
+		for range 10 {
+			get(t, tr, "http://a.test/")
+		}
+		time.Sleep(time.Second)
+		if h := tr.Health()[0]; !h.Degraded || h.SuccessRate > 0.6 || h.Trips != 0 {
+			t.Fatalf("a at 50%% success: %+v; want degraded and no trip", h)
+		}
+	})
+}
