@@ -290,6 +290,25 @@ func (b *breaker) done(p permit, o Outcome) {
 	b.notify(changes)
 }
 
+// probed records the verdict of an active probe: a failure counts like a
+// failed request (it reopens a half-open circuit), and a success moves an
+// open circuit to half-open at once, so that the next request probes it.
+func (b *breaker) probed(o Outcome) {
+	b.mu.Lock()
+	switch st := b.cb.State(); {
+	case o == Failed && st != circuitbreaker.OpenState:
+		b.cb.RecordFailure()
+	case (o == Success || o == Rejected) && st == circuitbreaker.OpenState:
+		b.cb.HalfOpen()
+	case (o == Success || o == Rejected) && st == circuitbreaker.ClosedState:
+		b.cb.RecordSuccess()
+	}
+	b.clean.Store(b.counting && State(b.state.Load()) == Closed && b.cb.Metrics().Failures() == 0)
+	changes := b.takeChanges()
+	b.mu.Unlock()
+	b.notify(changes)
+}
+
 // reset closes the circuit by hand, and frees the probe gate of a probe
 // that may hang.
 func (b *breaker) reset() {

@@ -48,6 +48,7 @@ const maxAttemptErrors = 64
 
 // upstream is the configuration and live state of one upstream.
 type upstream struct {
+	cfg     Upstream // as configured, for probes
 	index   int
 	name    string
 	baseURL string // redacted: scheme, host and path only

@@ -23,6 +23,7 @@ type upstreamMetrics struct {
 	skippedCooling *metrics.Counter
 	cooldowns      map[CooldownReason]*metrics.Counter
 	failovers      []*metrics.Counter // by the index of the upstream failed over to
+	probes         [len(outcomeNames)]*metrics.Counter
 }
 
 // initMetrics registers the Transport's metrics:
@@ -35,6 +36,7 @@ type upstreamMetrics struct {
 //	failover_cooldown_seconds{upstream}             cooldown left
 //	failover_cooldowns_total{upstream,reason}       cooldowns started
 //	failover_failovers_total{from,to}               attempts that moved on
+//	failover_probes_total{upstream,outcome}         active probes (ProbeConfig)
 //	failover_in_flight{upstream}                    attempts waiting on it
 //	failover_degraded{upstream}                     1 when degraded (DegradedConfig)
 //	failover_suspect{upstream}                      1 when suspected of hanging (HangConfig)
@@ -46,6 +48,9 @@ func (t *Transport) initMetrics() {
 		l := `upstream="` + labelValue(u.name) + `"`
 		for o := range u.m.requests {
 			u.m.requests[o] = s.GetOrCreateCounter(`failover_requests_total{` + l + `,outcome="` + Outcome(o).String() + `"}`)
+		}
+		for o := range u.m.probes {
+			u.m.probes[o] = s.GetOrCreateCounter(`failover_probes_total{` + l + `,outcome="` + Outcome(o).String() + `"}`)
 		}
 		u.m.duration = s.GetOrCreatePrometheusHistogramExt(`failover_request_duration_seconds{`+l+`}`, latencyBuckets)
 		u.m.trips = s.GetOrCreateCounter(`failover_breaker_trips_total{` + l + `}`)

@@ -110,6 +110,10 @@ type Config struct {
 	// after the others without opening its circuit. Off by default.
 	Degraded DegradedConfig
 
+	// Probe configures active health probes, run by a background loop
+	// that New starts only when Probe.Interval is set and Close stops.
+	Probe ProbeConfig
+
 	// AttemptTimeout bounds the wait for one attempt's response headers.
 	// It never cuts a body that is being read. Zero means no bound but the
 	// request's own deadline.
@@ -174,7 +178,8 @@ const (
 //   - A request addressed to no upstream goes to Base untouched.
 //
 // A Transport is safe for concurrent use by multiple goroutines. It starts no
-// goroutine of its own.
+// goroutine of its own, except the probe loops of [ProbeConfig], which
+// [Transport.Close] stops.
 type Transport struct {
 	upstreams []*upstream
 	base      http.RoundTripper
@@ -191,6 +196,7 @@ type Transport struct {
 	logger    *slog.Logger
 
 	onStateChange func(StateChange)
+	probes        *prober // nil without probes
 
 	// credHeaders are the header names that carry credentials: the
 	// usual ones and every name any Upstream.Header sets. They reach
@@ -220,6 +226,9 @@ func New(cfg Config) (*Transport, error) {
 		return nil, err
 	}
 	if err := cfg.Degraded.validate(); err != nil {
+		return nil, err
+	}
+	if err := cfg.Probe.validate(); err != nil {
 		return nil, err
 	}
 	switch {
@@ -289,6 +298,7 @@ func New(cfg Config) (*Transport, error) {
 		t.credHeaders = append(t.credHeaders, k)
 	}
 	t.initMetrics()
+	t.startProbes(cfg.Probe)
 	return t, nil
 }
 
@@ -333,6 +343,7 @@ func newUpstream(i int, uc Upstream, bc BreakerConfig) (*upstream, error) {
 		}
 	}
 	u := &upstream{
+		cfg:     uc,
 		index:   i,
 		name:    name,
 		baseURL: base.Scheme + "://" + base.Host + base.EscapedPath(),

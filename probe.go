@@ -1,0 +1,142 @@
+package failover
+
+import (
+	"context"
+	"log/slog"
+	"math/rand/v2"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+)
+
+// ProbeConfig configures active health probes: a background loop that sends
+// each upstream a cheap request every Interval, so that a provider that went
+// down is known before users hit it, and one that came back is tried again
+// before its circuit's Cooldown ends.
+//
+// A failing probe counts toward the upstream's breaker like a failed
+// request; a succeeding probe on an open circuit moves it to half-open at
+// once, so the next request probes it for real. No probe goes out while a
+// half-open probe request is in flight. Probes carry the upstream's Header
+// and are counted in failover_probes_total{upstream,outcome}, not in
+// Health's request counts.
+type ProbeConfig struct {
+	// Interval between two probes of one upstream, each jittered by up
+	// to ±10 % so that a fleet does not probe in lockstep. Zero means no
+	// probes (and no background goroutine).
+	Interval time.Duration
+
+	// Timeout bounds one probe. Zero means Interval, at most 10s.
+	Timeout time.Duration
+
+	// Request builds the probe of an upstream; the Transport then sets
+	// the upstream's Header on it. Nil means GET {BaseURL}/models, the
+	// cheapest request an OpenAI-compatible API has; a chat completion
+	// with max_tokens 1 suits providers without it.
+	Request func(ctx context.Context, u Upstream) (*http.Request, error)
+}
+
+func (c ProbeConfig) validate() error {
+	switch {
+	case c.Interval < 0:
+		return configError("Probe.Interval", "must not be negative")
+	case c.Timeout < 0:
+		return configError("Probe.Timeout", "must not be negative")
+	}
+	return nil
+}
+
+// prober runs the probe loops of a Transport.
+type prober struct {
+	cfg    ProbeConfig
+	ctx    context.Context // canceled by Close
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+// startProbes starts one loop per upstream, when probes are configured.
+func (t *Transport) startProbes(cfg ProbeConfig) {
+	if cfg.Interval == 0 {
+		return
+	}
+	if cfg.Timeout == 0 {
+		cfg.Timeout = min(cfg.Interval, 10*time.Second)
+	}
+	if cfg.Request == nil {
+		cfg.Request = modelsRequest
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.probes = &prober{cfg: cfg, ctx: ctx, cancel: cancel}
+	for _, u := range t.upstreams {
+		t.probes.wg.Add(1)
+		go t.probeLoop(u)
+	}
+}
+
+func modelsRequest(ctx context.Context, u Upstream) (*http.Request, error) {
+	return http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimSuffix(u.BaseURL, "/")+"/models", nil)
+}
+
+func (t *Transport) probeLoop(u *upstream) {
+	p := t.probes
+	defer p.wg.Done()
+	timer := time.NewTimer(jitter(p.cfg.Interval))
+	defer timer.Stop()
+	for {
+		select {
+		case <-p.ctx.Done():
+			return
+		case <-timer.C:
+		}
+		t.probe(u)
+		timer.Reset(jitter(p.cfg.Interval))
+	}
+}
+
+// jitter returns d give or take 10 %.
+func jitter(d time.Duration) time.Duration {
+	return d + time.Duration((rand.Float64()-0.5)*0.2*float64(d))
+}
+
+// probe sends u one probe and records what it says.
+func (t *Transport) probe(u *upstream) {
+	if u.breaker.probeInFlight(time.Now()) {
+		return // a real request is probing it
+	}
+	p := t.probes
+	ctx, cancel := context.WithTimeout(p.ctx, p.cfg.Timeout)
+	defer cancel()
+	req, err := p.cfg.Request(ctx, u.cfg)
+	if err != nil {
+		t.log(slog.LevelError, "probe request: "+err.Error(), u)
+		return
+	}
+	if req.Header == nil {
+		req.Header = make(http.Header)
+	}
+	for k, v := range u.header {
+		req.Header[k] = v
+	}
+	resp, err := t.base.RoundTrip(req)
+	o := t.classify(resp, err) // the probe's timeout is the upstream's failure
+	if err != nil && p.ctx.Err() != nil {
+		o = Canceled // Close ended it
+	}
+	if resp != nil {
+		discard(resp)
+	}
+	u.m.probes[o].Inc()
+	u.breaker.probed(o)
+}
+
+// Close stops the probe loops and waits for them to end. It is safe to call
+// more than once, and on a Transport without probes. Requests still work
+// after Close.
+func (t *Transport) Close() error {
+	if p := t.probes; p != nil {
+		p.cancel()
+		p.wg.Wait()
+	}
+	return nil
+}

@@ -1,0 +1,148 @@
+package failover
+
+import (
+	"errors"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+)
+
+// probes counts the probe requests (GET .../models) that reached host.
+func probes(n *fakeNet, host string) int {
+	c := 0
+	for _, s := range n.requests(host) {
+		if s.Method == "GET" && strings.HasSuffix(s.Path, "/models") {
+			c++
+		}
+	}
+	return c
+}
+
+// Probes find a dead upstream with no user traffic at all, and carry the
+// upstream's own headers.
+func TestProbesOpenADeadUpstream(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := newFakeNet()
+		n.status("a.test", 503, "down")
+		n.status("b.test", 200, "b")
+		cfg := twoUpstreams(n, Config{
+			Breaker: BreakerConfig{FailureThreshold: 3},
+			Probe:   ProbeConfig{Interval: time.Second},
+		})
+		cfg.Upstreams[0].BaseURL = "http://a.test/v1"
+		cfg.Upstreams[0].Header = http.Header{"Authorization": {"Bearer key-a"}}
+		tr := newTestTransport(t, cfg)
+		defer tr.Close()
+		time.Sleep(3500 * time.Millisecond) // three probes, each 0.9-1.1s apart
+		if h := tr.Health()[0]; h.State != "open" || h.Requests.Total() != 0 {
+			t.Fatalf("after 3 failed probes: %+v; want open, and no request counted", h)
+		}
+		got := n.requests("a.test")
+		if len(got) != 3 || got[0].Path != "/v1/models" || got[0].Header.Get("Authorization") != "Bearer key-a" {
+			t.Fatalf("a got %d probes, first %+v", len(got), got[0])
+		}
+		var m strings.Builder
+		tr.WritePrometheus(&m)
+		if !strings.Contains(m.String(), `failover_probes_total{upstream="a",outcome="failed"} 3`) {
+			t.Error("probes are not counted in the metrics")
+		}
+		tr.Close()
+		tr.Close() // twice is fine
+		time.Sleep(time.Minute)
+		if len(n.requests("a.test")) != 3 {
+			t.Fatal("probes went on after Close")
+		}
+	})
+}
+
+// A succeeding probe moves an open circuit to half-open long before its
+// Cooldown, so the next request tries the upstream again.
+func TestProbeReopensEarly(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := newFakeNet()
+		var healthy atomic.Bool
+		n.handle("a.test", func(*http.Request) (*http.Response, error) {
+			if healthy.Load() {
+				return respond(200, "a"), nil
+			}
+			return respond(503, "down"), nil
+		})
+		n.status("b.test", 200, "b")
+		tr := newTestTransport(t, twoUpstreams(n, Config{
+			Breaker: BreakerConfig{FailureThreshold: 1, Cooldown: time.Hour},
+			Probe:   ProbeConfig{Interval: 10 * time.Second},
+		}))
+		defer tr.Close()
+		get(t, tr, "http://a.test/x")
+		if s := tr.Health()[0].State; s != "open" {
+			t.Fatalf("state %s", s)
+		}
+		healthy.Store(true)
+		time.Sleep(12 * time.Second)
+		if s := tr.Health()[0].State; s != "half-open" {
+			t.Fatalf("after a successful probe: %s, want half-open (an hour before the cooldown ends)", s)
+		}
+		resp, err := tr.RoundTrip(httptestRequest("GET", "http://a.test/x", ""))
+		if err != nil || readBody(t, resp) != "a" {
+			t.Fatalf("next request: %v, want a's answer", err)
+		}
+		if s := tr.Health()[0].State; s != "closed" {
+			t.Fatalf("after the request succeeded: %s", s)
+		}
+	})
+}
+
+// No probe goes out while a half-open probe request is in flight.
+func TestNoProbeDuringARealProbe(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := newFakeNet()
+		release := make(chan struct{})
+		var phase atomic.Int32
+		n.handle("a.test", func(r *http.Request) (*http.Response, error) {
+			if phase.Load() == 1 && r.Method == "POST" {
+				<-release
+				return respond(200, "a"), nil
+			}
+			if phase.Load() == 0 {
+				return respond(503, "down"), nil
+			}
+			return respond(200, "ok"), nil
+		})
+		n.status("b.test", 200, "b")
+		tr := newTestTransport(t, twoUpstreams(n, Config{
+			Breaker: BreakerConfig{FailureThreshold: 1, Cooldown: time.Second},
+			Probe:   ProbeConfig{Interval: time.Hour}, // only the real probe here
+		}))
+		defer tr.Close()
+		get(t, tr, "http://a.test/x")
+		time.Sleep(time.Second)
+		phase.Store(1)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			resp, err := tr.RoundTrip(httptestRequest("POST", "http://a.test/x", "{}"))
+			if err == nil {
+				resp.Body.Close()
+			}
+		}()
+		synctest.Wait()
+		before := probes(n, "a.test")
+		tr.probe(tr.upstreams[0]) // what the loop would do now
+		if got := probes(n, "a.test"); got != before {
+			t.Fatal("an active probe went out while a request was probing")
+		}
+		close(release)
+		<-done
+	})
+}
+
+func TestProbeConfigErrors(t *testing.T) {
+	_, err := New(Config{Upstreams: []Upstream{{BaseURL: "http://a.test"}}, Probe: ProbeConfig{Interval: -1}})
+	var cerr *ConfigError
+	if !errors.As(err, &cerr) || cerr.Field != "Probe.Interval" {
+		t.Fatalf("err = %v", err)
+	}
+}
