@@ -139,6 +139,8 @@ func TestStripQueryCredentials(t *testing.T) {
 		{"keyboard=1&monkey=2", "keyboard=1&monkey=2"},
 		{"key", ""},
 		{"a=1&&b=2", "a=1&&b=2"},
+		{"a=1;key=s;b=2", "a=1;b=2"}, // some servers split at ';'
+		{"key=s;b=2&c=3", "b=2&c=3"},
 	}
 	for _, tt := range tests {
 		if got := stripQueryCredentials(tt.in); got != tt.want {

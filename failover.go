@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"math"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -64,6 +65,7 @@ type upstream struct {
 	window  window
 	recent  recent
 	live    liveness
+	latency peakEWMA // for LeastLatency
 	m       upstreamMetrics
 }
 
@@ -75,10 +77,14 @@ func (t *Transport) demoted(u *upstream, now time.Time) bool {
 }
 
 // order returns the upstreams in the order a request tries them: the
-// configured order, demoted upstreams last (past the 64th, none is
-// demoted). It allocates nothing: it returns t.upstreams when no upstream
-// is demoted, and reorders into buf otherwise.
+// router's order (the configured one when there is no router), demoted
+// upstreams last. Without a router it allocates nothing: it returns
+// t.upstreams when no upstream is demoted, and reorders into buf
+// otherwise (past the 64th, no upstream is demoted).
 func (t *Transport) order(buf []*upstream, now time.Time) []*upstream {
+	if t.router != nil {
+		return t.routed(buf, now)
+	}
 	var demoted uint64
 	for i, u := range t.upstreams {
 		if i < 64 && t.demoted(u, now) {
@@ -100,6 +106,45 @@ func (t *Transport) order(buf []*upstream, now time.Time) []*upstream {
 		}
 	}
 	return out
+}
+
+// routed asks the router for the order.
+func (t *Transport) routed(buf []*upstream, now time.Time) []*upstream {
+	var cbuf [8]Candidate
+	var ibuf [8]int
+	cands := cbuf[:0]
+	for i, u := range t.upstreams {
+		cands = append(cands, t.candidate(i, u, now))
+	}
+	out := buf[:0]
+	for _, i := range t.router.Order(ibuf[:0], cands) {
+		out = append(out, t.upstreams[i])
+	}
+	return out
+}
+
+// candidate is what a Router knows of u at now. An upstream the Transport
+// would skip (cooling down, or with a probe in flight) reads as Open.
+func (t *Transport) candidate(i int, u *upstream, now time.Time) Candidate {
+	degraded := t.demoted(u, now) // refreshes the recent figures first
+	state := u.breaker.status()
+	if u.cd.remaining(now) > 0 || (state != Closed && u.breaker.probeInFlight(now)) {
+		state = Open
+	}
+	since := u.breaker.since.Load()
+	return Candidate{
+		Index:       i,
+		Name:        u.name,
+		Weight:      u.cfg.Weight,
+		Cost:        u.cfg.Cost,
+		InFlight:    int(u.live.inflight.Load()),
+		Latency:     u.latency.value(now),
+		P50:         time.Duration(u.recent.p50.Load()),
+		SuccessRate: math.Float64frombits(u.recent.rate.Load()),
+		State:       state,
+		Recovering:  state == Closed && since != 0 && now.UnixNano()-since < int64(u.breaker.probeTTL),
+		Degraded:    degraded,
+	}
 }
 
 // hostKey returns host lowercased and without the scheme's default port, so
@@ -161,11 +206,17 @@ func defaultPort(scheme string) string {
 }
 
 // hasDotSegment reports whether p has a "." or ".." segment, which would
-// let a request climb out of a base path once the upstream resolves it.
+// let a request climb out of a base path once the upstream resolves it. A
+// backslash separates segments too, as some servers read it.
 func hasDotSegment(p string) bool {
 	for p != "" {
-		var seg string
-		seg, p, _ = strings.Cut(p, "/")
+		i := strings.IndexAny(p, `/\`)
+		seg := p
+		if i >= 0 {
+			seg, p = p[:i], p[i+1:]
+		} else {
+			p = ""
+		}
 		if seg == "." || seg == ".." {
 			return true
 		}
@@ -380,6 +431,9 @@ func (c *call) attempt(ctx context.Context, u *upstream, p permit, start time.Ti
 		o = c.t.classify(resp, err)
 	}
 	answered = o != Canceled && !errors.Is(err, ErrAttemptTimeout)
+	if o == Success || o == Rejected || o == Failed {
+		u.latency.observe(elapsed, now) // a fast 429 or 401 says nothing of speed
+	}
 	u.breaker.done(p, breakerOutcome(o, err))
 	u.observe(o, elapsed, now)
 
@@ -564,36 +618,49 @@ func (t *Transport) stripCredentials(out *http.Request) {
 
 // stripQueryCredentials drops the pairs of a raw query whose name is a
 // credential parameter, and keeps every other pair byte for byte, in order
-// (url.ParseQuery would drop pairs with a ';' and reorder the rest).
+// (url.ParseQuery would drop pairs with a ';' and reorder the rest). Pairs
+// are split at '&' and at ';' alike, since some servers read ';' as a
+// separator: "a=1;key=k" loses its key either way.
 func stripQueryCredentials(raw string) string {
 	if raw == "" {
 		return raw
 	}
 	var b strings.Builder
-	changed := false
+	changed, wrote := false, false
+	sep := byte(0) // the separator before the current pair
 	for rest := raw; ; {
-		pair, more, found := strings.Cut(rest, "&")
-		name, _, _ := strings.Cut(pair, "=")
-		if n, err := url.QueryUnescape(name); err == nil {
-			name = n
+		i := strings.IndexAny(rest, "&;")
+		pair := rest
+		if i >= 0 {
+			pair = rest[:i]
 		}
-		if isCredentialParam(name) {
+		if isCredentialParam(queryName(pair)) {
 			changed = true
 		} else {
-			if b.Len() > 0 {
-				b.WriteByte('&')
+			if wrote {
+				b.WriteByte(sep)
 			}
 			b.WriteString(pair)
+			wrote = true
 		}
-		if !found {
+		if i < 0 {
 			break
 		}
-		rest = more
+		sep, rest = rest[i], rest[i+1:]
 	}
 	if !changed {
 		return raw
 	}
 	return b.String()
+}
+
+// queryName returns the unescaped name of a raw query pair.
+func queryName(pair string) string {
+	name, _, _ := strings.Cut(pair, "=")
+	if n, err := url.QueryUnescape(name); err == nil {
+		return n
+	}
+	return name
 }
 
 func isCredentialParam(name string) bool {
@@ -629,11 +696,9 @@ func (t *Transport) redact(msg string, req *http.Request) string {
 				scrub(url.QueryEscape(pw))
 			}
 		}
-		for rest := u.RawQuery; rest != ""; {
-			var pair string
-			pair, rest, _ = strings.Cut(rest, "&")
-			name, value, _ := strings.Cut(pair, "=")
-			if n, err := url.QueryUnescape(name); err == nil && isCredentialParam(n) {
+		for _, pair := range strings.FieldsFunc(u.RawQuery, func(r rune) bool { return r == '&' || r == ';' }) {
+			if isCredentialParam(queryName(pair)) {
+				_, value, _ := strings.Cut(pair, "=")
 				scrub(value)
 				if v, err := url.QueryUnescape(value); err == nil {
 					scrub(v)

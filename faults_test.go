@@ -290,11 +290,11 @@ func runFault(t *testing.T, tc faultCase, withBackup bool) {
 	}
 	base := http.DefaultTransport.(*http.Transport).Clone()
 	base.MaxResponseHeaderBytes = 64 << 10
-	tr := newTestTransport(t, Config{Base: base, Upstreams: upstreams, AttemptTimeout: 100 * time.Millisecond})
+	tr := newTestTransport(t, Config{Base: base, Upstreams: upstreams, AttemptTimeout: 300 * time.Millisecond})
 
 	// The caller's deadline is what ends a body that hangs after its
 	// headers (AttemptTimeout never cuts a body).
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
 	req := httptestRequest("POST", primaryURL+"/v1/chat/completions", chatBody).WithContext(ctx)
 	resp, err := tr.RoundTrip(req)

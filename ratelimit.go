@@ -2,6 +2,7 @@ package failover
 
 import (
 	"bytes"
+	"errors"
 	"io"
 	"net/http"
 	"strconv"
@@ -83,11 +84,11 @@ func RetryAfter(h http.Header, now time.Time) (time.Duration, bool) {
 	if v == "" {
 		return 0, false
 	}
-	if secs, err := strconv.ParseInt(v, 10, 64); err == nil {
-		if secs < 0 {
+	if secs, err := strconv.ParseInt(v, 10, 64); err == nil || errors.Is(err, strconv.ErrRange) {
+		switch {
+		case secs < 0:
 			return 0, false
-		}
-		if secs > int64(maxDuration/time.Second) {
+		case secs > int64(maxDuration/time.Second): // beyond int64 too
 			return maxDuration, true
 		}
 		return time.Duration(secs) * time.Second, true

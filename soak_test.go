@@ -182,7 +182,9 @@ func TestSoak(t *testing.T) {
 					resp.Body.Close()
 				}
 				cancel()
-				if took := time.Since(start); took > deadline+2*time.Second {
+				// A hang would be unbounded; the slack only absorbs a loaded
+				// machine stalling the whole process (seen with -race).
+				if took := time.Since(start); took > deadline+10*time.Second {
 					t.Errorf("request %d took %v, past its %v deadline", id, took, deadline)
 				}
 			}

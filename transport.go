@@ -66,6 +66,13 @@ type Upstream struct {
 	// (Authorization, x-api-key, api-key, ...) and anything else it needs.
 	// Its values never appear in logs, errors, Health or metrics.
 	Header http.Header
+
+	// Weight is the upstream's share of traffic under the Weighted
+	// router. Zero means 1.
+	Weight float64
+
+	// Cost is the upstream's price, for the Score router.
+	Cost Cost
 }
 
 // Config configures a [Transport]. A zero field means its documented
@@ -81,6 +88,13 @@ type Config struct {
 
 	// Classify judges each attempt. Nil means DefaultClassifier.
 	Classify Classifier
+
+	// Router orders the upstreams for each request: Priority (the
+	// configured order), Weighted, LeastLatency, Score, or your own.
+	// Nil means Priority, at no cost. Whatever the order, open, probing
+	// and cooling upstreams are skipped, and degraded or suspect ones go
+	// after the others.
+	Router Router
 
 	// Breaker configures each upstream's circuit breaker.
 	Breaker BreakerConfig
@@ -184,6 +198,7 @@ type Transport struct {
 	upstreams []*upstream
 	base      http.RoundTripper
 	classify  Classifier
+	router    Router // nil: the configured order
 	rate      RateLimitConfig
 	retries   int
 	waitMin   time.Duration
@@ -244,6 +259,7 @@ func New(cfg Config) (*Transport, error) {
 	t := &Transport{
 		base:     cfg.Base,
 		classify: cfg.Classify,
+		router:   cfg.Router,
 		rate:     cfg.RateLimit.withDefaults(),
 		retries:  cfg.Retries,
 		waitMin:  cmp.Or(cfg.RetryWaitMin, defaultRetryWaitMin),
@@ -331,6 +347,12 @@ func newUpstream(i int, uc Upstream, bc BreakerConfig) (*upstream, error) {
 	if strings.ContainsFunc(name, func(r rune) bool { return r < ' ' || r == 0x7f }) {
 		return nil, configError(field("Name"), "must not contain control characters")
 	}
+	switch {
+	case uc.Weight < 0 || uc.Weight != uc.Weight:
+		return nil, configError(field("Weight"), "must not be negative")
+	case uc.Cost.Input < 0 || uc.Cost.Output < 0:
+		return nil, configError(field("Cost"), "must not be negative")
+	}
 	for k, vs := range uc.Header {
 		if !validHeaderName(k) {
 			return nil, configError(field("Header"), fmt.Sprintf("has an invalid header name %q", k))
@@ -350,10 +372,14 @@ func newUpstream(i int, uc Upstream, bc BreakerConfig) (*upstream, error) {
 		scheme:  base.Scheme,
 		host:    base.Host,
 		match:   hostKey(base.Scheme, base.Host),
-		path:    strings.TrimSuffix(base.Path, "/"),
-		rawPath: strings.TrimSuffix(base.EscapedPath(), "/"),
+		path:    base.Path,
+		rawPath: base.EscapedPath(),
 		header:  http.Header{},
 		breaker: newBreaker(bc),
+	}
+	if strings.HasSuffix(u.rawPath, "/") { // a literal slash, not %2F
+		u.rawPath = u.rawPath[:len(u.rawPath)-1]
+		u.path = strings.TrimSuffix(u.path, "/")
 	}
 	for k, vs := range uc.Header {
 		u.header[http.CanonicalHeaderKey(k)] = append([]string(nil), vs...)

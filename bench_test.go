@@ -1,0 +1,498 @@
+package failover_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/failsafe-go/failsafe-go/circuitbreaker"
+	"github.com/failsafe-go/failsafe-go/failsafehttp"
+	"github.com/hashicorp/go-retryablehttp"
+
+	"github.com/failover-go/failover"
+)
+
+// The benchmarks of the hot path, side by side with what users would pick
+// instead. bench/run.sh runs them with -benchmem, -count and -cpu 1,2 and
+// prints benchstat tables with the ratios to the first column:
+//
+//	BenchmarkRoundTrip/impl={bare,failover,failover_2up,failsafehttp,retryablehttp}/mode={serial,parallel}
+//	BenchmarkDecision/impl={canned,failover,failover_2up}/mode={serial,parallel}
+//	BenchmarkFailover/case={direct,refused,open,429,429_each}/mode={serial,parallel}
+//
+// Every variant has its own clone of http.DefaultTransport (with room for 16
+// idle connections per host, so that RunParallel never closes and reopens
+// connections) and reaches a loopback httptest server through an
+// http.Client, as an SDK would. Each request is built anew, as an SDK
+// builds it: a POST of a small chat request with GetBody, Content-Type,
+// Accept and the caller's own Authorization.
+
+const (
+	// benchRequest is the body the caller sends.
+	benchRequest = `{"model":"gpt-4o-mini","messages":[{"role":"user","content":"Say hi"}],"max_tokens":8}`
+
+	// benchReply is the upstream's answer: a 57-byte chat completion.
+	benchReply = `{"id":"chatcmpl","object":"chat.completion","choices":[]}`
+
+	// benchRateLimited is a 429's body, as OpenAI sends it.
+	benchRateLimited = `{"error":{"message":"Rate limit reached for requests","type":"requests","code":"rate_limit_exceeded"}}`
+
+	benchCallerAuth  = "Bearer sk-caller-0123456789abcdef0123456789"
+	benchPrimaryAuth = "Bearer sk-primary-0123456789abcdef0123456789"
+	benchBackupAuth  = "Bearer sk-backup-0123456789abcdef0123456789"
+)
+
+var (
+	benchJSON = []string{"application/json"}
+	benchAuth = []string{benchCallerAuth}
+)
+
+// newBenchServer starts a loopback upstream that answers every request with
+// code, body and the header pairs kv, and stops it when tb ends.
+func newBenchServer(tb testing.TB, code int, body string, kv ...string) *httptest.Server {
+	tb.Helper()
+	extra := http.Header{}
+	for i := 0; i+1 < len(kv); i += 2 {
+		extra.Set(kv[i], kv[i+1])
+	}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		h := w.Header()
+		h["Content-Type"] = benchJSON
+		for k, v := range extra {
+			h[k] = v
+		}
+		w.WriteHeader(code)
+		io.WriteString(w, body)
+	}))
+	tb.Cleanup(srv.Close)
+	return srv
+}
+
+// newHTTPTransport returns a variant's own connection pool.
+func newHTTPTransport(tb testing.TB) *http.Transport {
+	ht := http.DefaultTransport.(*http.Transport).Clone()
+	ht.MaxIdleConnsPerHost = 16
+	tb.Cleanup(ht.CloseIdleConnections)
+	return ht
+}
+
+func newBenchTransport(tb testing.TB, cfg failover.Config) *failover.Transport {
+	tb.Helper()
+	tr, err := failover.New(cfg)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(tr.CloseIdleConnections)
+	return tr
+}
+
+// newChatRequest builds the request an SDK sends to url.
+func newChatRequest(ctx context.Context, url string) *http.Request {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, strings.NewReader(benchRequest))
+	if err != nil {
+		panic(err) // the URLs here are all well formed
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json")
+	req.Header.Set("Authorization", benchCallerAuth)
+	return req
+}
+
+// chat sends one chat request through c and reads the whole answer.
+func chat(c *http.Client, url string) error {
+	resp, err := c.Do(newChatRequest(context.Background(), url))
+	if err != nil {
+		return err
+	}
+	n, err := io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	switch {
+	case err != nil:
+		return err
+	case resp.StatusCode != http.StatusOK || n != int64(len(benchReply)):
+		return fmt.Errorf("got %d with %d bytes, want 200 with %d", resp.StatusCode, n, len(benchReply))
+	}
+	return nil
+}
+
+// chatWorker sends chat requests to url through rt, from any goroutine.
+func chatWorker(rt http.RoundTripper, url string) func() func() error {
+	c := &http.Client{Transport: rt}
+	op := func() error { return chat(c, url) }
+	return func() func() error { return op }
+}
+
+// benchModes runs mode=serial and mode=parallel sub-benchmarks. setup
+// builds a fresh variant for each and returns a factory of workers: each
+// goroutine gets its own worker, an op to repeat. A few ops run before the
+// timer starts (connections opened, a circuit opened, a cooldown started),
+// then check, when not nil, says whether the variant is in the state it
+// is meant to measure.
+func benchModes(b *testing.B, setup func(b *testing.B) (worker func() func() error, check func() error)) {
+	prepare := func(b *testing.B) func() func() error {
+		worker, check := setup(b)
+		op := worker()
+		for range 10 {
+			if err := op(); err != nil {
+				b.Fatal(err)
+			}
+		}
+		if check != nil {
+			if err := check(); err != nil {
+				b.Fatal(err)
+			}
+		}
+		return worker
+	}
+	b.Run("mode=serial", func(b *testing.B) {
+		op := prepare(b)()
+		b.ReportAllocs()
+		for b.Loop() {
+			if err := op(); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("mode=parallel", func(b *testing.B) {
+		worker := prepare(b)
+		b.ReportAllocs()
+		b.ResetTimer()
+		b.RunParallel(func(pb *testing.PB) {
+			op := worker()
+			for pb.Next() {
+				if err := op(); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+	})
+}
+
+// BenchmarkRoundTrip is the healthy path end to end, this package against
+// a bare http.Transport and the alternatives. impl=failover is the usual
+// configuration: one upstream carrying its own Authorization while the
+// caller sets its own.
+func BenchmarkRoundTrip(b *testing.B) {
+	srv := newBenchServer(b, http.StatusOK, benchReply)
+	url := srv.URL + "/v1/chat/completions"
+	impls := []struct {
+		name string
+		rt   func(b *testing.B) http.RoundTripper
+	}{
+		{"bare", func(b *testing.B) http.RoundTripper { return newHTTPTransport(b) }},
+		{"failover", func(b *testing.B) http.RoundTripper {
+			return newBenchTransport(b, failover.Config{
+				Base: newHTTPTransport(b),
+				Upstreams: []failover.Upstream{
+					{Name: "primary", BaseURL: srv.URL + "/v1", Header: http.Header{"Authorization": {benchPrimaryAuth}}},
+				},
+			})
+		}},
+		{"failover_2up", func(b *testing.B) http.RoundTripper {
+			return newBenchTransport(b, failover.Config{
+				Base: newHTTPTransport(b),
+				Upstreams: []failover.Upstream{
+					{Name: "primary", BaseURL: srv.URL + "/v1", Header: http.Header{"Authorization": {benchPrimaryAuth}}},
+					{Name: "backup", BaseURL: srv.URL + "/backup/v1", Header: http.Header{"Authorization": {benchBackupAuth}}},
+				},
+			})
+		}},
+		{"failsafehttp", func(b *testing.B) http.RoundTripper {
+			// What a user of failsafe-go writes: a breaker that
+			// counts errors and 5xx, inside failsafehttp's retries.
+			cb := circuitbreaker.NewBuilder[*http.Response]().
+				HandleIf(func(resp *http.Response, err error) bool { return err != nil || resp.StatusCode >= 500 }).
+				WithFailureThreshold(5).
+				WithDelay(30 * time.Second).
+				Build()
+			return failsafehttp.NewRoundTripper(newHTTPTransport(b), failsafehttp.NewRetryPolicyBuilder().Build(), cb)
+		}},
+		{"retryablehttp", func(b *testing.B) http.RoundTripper {
+			c := retryablehttp.NewClient()
+			c.Logger = nil
+			c.HTTPClient = &http.Client{Transport: newHTTPTransport(b)}
+			return &retryablehttp.RoundTripper{Client: c}
+		}},
+	}
+	for _, impl := range impls {
+		b.Run("impl="+impl.name, func(b *testing.B) {
+			benchModes(b, func(b *testing.B) (func() func() error, func() error) {
+				return chatWorker(impl.rt(b), url), nil
+			})
+		})
+	}
+}
+
+// refusedWorker sends chat requests through rt to url, a port that refuses
+// them: every request must fail.
+func refusedWorker(rt http.RoundTripper, url string) func() func() error {
+	c := &http.Client{Transport: rt}
+	op := func() error {
+		resp, err := c.Do(newChatRequest(context.Background(), url))
+		if err == nil {
+			resp.Body.Close()
+			return fmt.Errorf("got %d from a port that refuses connections", resp.StatusCode)
+		}
+		return nil
+	}
+	return func() func() error { return op }
+}
+
+// cannedKey is the context key of a decision-path worker's response.
+type cannedKey struct{}
+
+// cannedBase is a Base that sends nothing: it answers every request with the
+// response that the request's context carries, one per worker and reused,
+// so that it allocates nothing and the decision path times only the
+// package's own work.
+type cannedBase struct{}
+
+func (cannedBase) RoundTrip(r *http.Request) (*http.Response, error) {
+	if r.Body != nil {
+		r.Body.Close()
+	}
+	resp := r.Context().Value(cannedKey{}).(*http.Response)
+	resp.Body = http.NoBody
+	resp.Request = r
+	return resp, nil
+}
+
+// cannedWorker sends one request, built once per worker, through rt again
+// and again (a Transport never changes the caller's request).
+func cannedWorker(rt http.RoundTripper, url string) func() func() error {
+	return func() func() error {
+		resp := &http.Response{
+			Status:     "200 OK",
+			StatusCode: http.StatusOK,
+			Proto:      "HTTP/1.1",
+			ProtoMajor: 1,
+			ProtoMinor: 1,
+			Header:     http.Header{"Content-Type": benchJSON},
+		}
+		req := newChatRequest(context.WithValue(context.Background(), cannedKey{}, resp), url)
+		return func() error {
+			r, err := rt.RoundTrip(req)
+			if err != nil {
+				return err
+			}
+			r.Body.Close()
+			if r.StatusCode != http.StatusOK {
+				return fmt.Errorf("got %d, want 200", r.StatusCode)
+			}
+			return nil
+		}
+	}
+}
+
+// decisionConfig is the usual configuration over a Base that answers at
+// once: impl=failover has one upstream, impl=failover_2up a backup too.
+func decisionConfig(upstreams int) failover.Config {
+	cfg := failover.Config{
+		Base: cannedBase{},
+		Upstreams: []failover.Upstream{
+			{Name: "primary", BaseURL: "https://primary.example/v1", Header: http.Header{"Authorization": {benchPrimaryAuth}}},
+			{Name: "backup", BaseURL: "https://backup.example/v1", Header: http.Header{"Authorization": {benchBackupAuth}}},
+		},
+	}
+	cfg.Upstreams = cfg.Upstreams[:upstreams]
+	return cfg
+}
+
+// BenchmarkDecision is the package's own work on the healthy path, with no
+// I/O: routing, the clone and rewrite, the breaker, classification, metrics
+// and the health window. impl=canned is the Base alone.
+func BenchmarkDecision(b *testing.B) {
+	const url = "https://primary.example/v1/chat/completions"
+	impls := []struct {
+		name string
+		rt   func(b *testing.B) http.RoundTripper
+	}{
+		{"canned", func(*testing.B) http.RoundTripper { return cannedBase{} }},
+		{"failover", func(b *testing.B) http.RoundTripper { return newBenchTransport(b, decisionConfig(1)) }},
+		{"failover_2up", func(b *testing.B) http.RoundTripper { return newBenchTransport(b, decisionConfig(2)) }},
+	}
+	for _, impl := range impls {
+		b.Run("impl="+impl.name, func(b *testing.B) {
+			benchModes(b, func(b *testing.B) (func() func() error, func() error) {
+				return cannedWorker(impl.rt(b), url), nil
+			})
+		})
+	}
+}
+
+// BenchmarkFailover is what failing over costs, against case=direct, the
+// same request sent straight to the backup (its only upstream):
+//
+//   - case=refused: the primary refuses connections (its circuit never
+//     opens here, so every request tries it first);
+//   - case=open: the primary's circuit is open, so it is skipped;
+//   - case=429: the primary answers 429 with Retry-After: 1, so it cools
+//     down and is skipped, and about once a second meets the 429 again;
+//   - case=429_each: the primary answers 429 with retry-after-ms: 0, so
+//     every request meets the 429 before the backup serves it;
+//   - case=dial_refused: no failover, a bare http.Transport's request to the
+//     refusing port, which fails: what the refused dial costs by itself,
+//     so that direct + dial_refused is the floor of case=refused.
+func BenchmarkFailover(b *testing.B) {
+	backup := newBenchServer(b, http.StatusOK, benchReply)
+	limited := newBenchServer(b, http.StatusTooManyRequests, benchRateLimited, "Retry-After", "1")
+	limitedEach := newBenchServer(b, http.StatusTooManyRequests, benchRateLimited, "Retry-After-Ms", "0")
+	refused := refusingURL(b)
+
+	backupUp := failover.Upstream{Name: "backup", BaseURL: backup.URL + "/v1", Header: http.Header{"Authorization": {benchBackupAuth}}}
+	primary := func(base string) failover.Upstream {
+		return failover.Upstream{Name: "primary", BaseURL: base + "/v1", Header: http.Header{"Authorization": {benchPrimaryAuth}}}
+	}
+	health := func(tr *failover.Transport) failover.UpstreamHealth { return tr.Health()[0] }
+	cases := []struct {
+		name    string
+		primary string // "" for none
+		breaker failover.BreakerConfig
+		check   func(failover.UpstreamHealth) error
+	}{
+		{name: "direct"},
+		{
+			name:    "refused",
+			primary: refused,
+			// Consecutive failures as by default, but more than any
+			// run sends: the circuit stays closed.
+			breaker: failover.BreakerConfig{FailureThreshold: 1 << 20},
+			check: func(h failover.UpstreamHealth) error {
+				if h.State != "closed" || h.Requests.Failed == 0 {
+					return fmt.Errorf("primary %s with %d failures, want closed and failing", h.State, h.Requests.Failed)
+				}
+				return nil
+			},
+		},
+		{
+			name:    "open",
+			primary: refused,
+			breaker: failover.BreakerConfig{Cooldown: time.Hour},
+			check: func(h failover.UpstreamHealth) error {
+				if h.State != "open" {
+					return fmt.Errorf("primary %s, want open", h.State)
+				}
+				return nil
+			},
+		},
+		{
+			name:    "429",
+			primary: limited.URL,
+			check: func(h failover.UpstreamHealth) error {
+				if h.Requests.RateLimited == 0 || h.Cooldown <= 0 {
+					return fmt.Errorf("primary rate limited %d times, cooling down %v, want a cooldown", h.Requests.RateLimited, h.Cooldown)
+				}
+				return nil
+			},
+		},
+		{
+			name:    "429_each",
+			primary: limitedEach.URL,
+			check: func(h failover.UpstreamHealth) error {
+				if h.Requests.RateLimited < 10 {
+					return fmt.Errorf("primary rate limited %d times in 10 requests, want every time", h.Requests.RateLimited)
+				}
+				return nil
+			},
+		},
+		{name: "dial_refused"},
+	}
+	for _, tc := range cases {
+		b.Run("case="+tc.name, func(b *testing.B) {
+			benchModes(b, func(b *testing.B) (func() func() error, func() error) {
+				if tc.name == "dial_refused" {
+					return refusedWorker(newHTTPTransport(b), refused+"/v1/chat/completions"), nil
+				}
+				cfg := failover.Config{Base: newHTTPTransport(b), Breaker: tc.breaker, Upstreams: []failover.Upstream{backupUp}}
+				url := backup.URL + "/v1/chat/completions"
+				if tc.primary != "" {
+					cfg.Upstreams = []failover.Upstream{primary(tc.primary), backupUp}
+					url = tc.primary + "/v1/chat/completions"
+				}
+				tr := newBenchTransport(b, cfg)
+				var check func() error
+				if tc.check != nil {
+					check = func() error { return tc.check(health(tr)) }
+				}
+				return chatWorker(tr, url), check
+			})
+		})
+	}
+}
+
+// TestDecisionPathMemory checks that memory stays bounded: heap in use after
+// 1,000,000 requests through the decision path is within 1 MiB of what it
+// was after 10,000. One request in a hundred fails on the primary and fails
+// over, so that failure state (windows, last errors, failover counters) is
+// exercised too. It takes a few seconds: it runs when FAILOVER_MEMTEST is
+// set (bench/run.sh sets it), never in -short.
+func TestDecisionPathMemory(t *testing.T) {
+	if os.Getenv("FAILOVER_MEMTEST") == "" || testing.Short() {
+		t.Skip("set FAILOVER_MEMTEST=1 to send 1,000,000 requests")
+	}
+	var n int
+	cfg := decisionConfig(2)
+	cfg.Base = roundTripper(func(r *http.Request) (*http.Response, error) {
+		code := http.StatusOK
+		if r.URL.Host == "primary.example" {
+			n++
+			if n%100 == 0 {
+				code = http.StatusServiceUnavailable
+			}
+		}
+		return &http.Response{StatusCode: code, Header: http.Header{"Content-Type": benchJSON}, Body: http.NoBody, Request: r}, nil
+	})
+	tr := newBenchTransport(t, cfg)
+	req := newChatRequest(context.Background(), "https://primary.example/v1/chat/completions")
+	run := func(n int) {
+		for range n {
+			resp, err := tr.RoundTrip(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				t.Fatalf("got %d, want 200", resp.StatusCode)
+			}
+		}
+	}
+	heap := func() (inuse, alloc uint64) {
+		runtime.GC()
+		runtime.GC()
+		var m runtime.MemStats
+		runtime.ReadMemStats(&m)
+		return m.HeapInuse, m.HeapAlloc
+	}
+	run(10_000)
+	inuse0, alloc0 := heap()
+	run(990_000)
+	inuse1, alloc1 := heap()
+	t.Logf("heap in use after 10,000 requests: %d B; after 1,000,000: %d B (%+d B); live heap %d B -> %d B (%+d B)",
+		inuse0, inuse1, int64(inuse1)-int64(inuse0), alloc0, alloc1, int64(alloc1)-int64(alloc0))
+	if inuse1 > inuse0+1<<20 {
+		t.Errorf("heap in use grew by %d B over 990,000 requests, want at most 1 MiB", inuse1-inuse0)
+	}
+	h := tr.Health()
+	if got := h[0].Requests.Total(); got != 1_000_000 {
+		t.Errorf("primary counted %d attempts, want 1000000", got)
+	}
+	if got := h[1].Requests.Success; got != 10_000 {
+		t.Errorf("backup served %d, want 10000", got)
+	}
+	if h[0].State != "closed" {
+		t.Errorf("primary %s, want closed (failures are 1 in 100)", h[0].State)
+	}
+}
+
+type roundTripper func(*http.Request) (*http.Response, error)
+
+func (f roundTripper) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }

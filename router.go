@@ -1,0 +1,592 @@
+package failover
+
+import (
+	"cmp"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Cost is what an upstream charges, in any currency as long as every
+// upstream uses the same one. [Score] prefers the cheaper upstreams.
+type Cost struct {
+	// Input and Output are the prices of a million input and of a
+	// million output tokens. Zero means unknown or free: the upstream
+	// counts as the cheapest.
+	Input, Output float64
+}
+
+// total returns Input+Output, negative prices counting as zero.
+func (c Cost) total() float64 {
+	return max(c.Input, 0) + max(c.Output, 0)
+}
+
+// Candidate is what a [Router] knows of one upstream when it orders a
+// request. The Transport fills one per upstream for each request.
+type Candidate struct {
+	// Index is the upstream's position in Config.Upstreams: what Order
+	// returns. Indexes are distinct and not negative.
+	Index int
+
+	// Name is the upstream's Name. The routers of this package ignore
+	// it; a Router of your own may key on it.
+	Name string
+
+	// Weight is the upstream's share of the traffic under [Weighted],
+	// relative to the others' (Upstream.Weight). Zero, and anything but
+	// a positive finite number, means 1.
+	Weight float64
+
+	// Cost is the upstream's price (Upstream.Cost), for [Score].
+	Cost Cost
+
+	// InFlight is the number of attempts sent to the upstream whose
+	// response headers or error have not arrived yet: the span that
+	// Latency measures.
+	InFlight int
+
+	// Latency is a peak-sensitive moving average of the upstream's recent
+	// latencies to response headers, decayed toward zero while none
+	// arrive (Finagle's peak EWMA). Zero means none yet.
+	Latency time.Duration
+
+	// P50 is the median latency to response headers over the upstream's
+	// recent window of attempts (UpstreamHealth.P50). Zero means none yet.
+	P50 time.Duration
+
+	// SuccessRate is the fraction, from 0 to 1, of the recent window's
+	// attempts that the upstream served, as UpstreamHealth.SuccessRate:
+	// 1 when there are none yet.
+	SuccessRate float64
+
+	// State is the upstream's circuit as Health reports it: HalfOpen
+	// when the next request may probe it. It is Open whenever the
+	// Transport would not send the request there: while the circuit
+	// refuses requests, while another request probes it, and while the
+	// upstream cools down after a 429. The routers leave Open candidates
+	// out of their picks, so that a pick is an upstream the Transport
+	// sends to.
+	State State
+
+	// Recovering reports that the circuit closed recently after being
+	// open. Until it has shown it copes, [Weighted] gives it at most 10 %
+	// of the picks, and [LeastLatency] and [Score] put it first for a
+	// tenth of the requests they otherwise would: a little traffic, never
+	// a flood. [Priority] ignores it.
+	Recovering bool
+
+	// Degraded reports that the upstream's recent latency or success rate
+	// is bad (Config.Degraded), though its circuit is not open.
+	Degraded bool
+}
+
+// Router orders the upstreams for one request.
+//
+// Order appends to dst the Index of every candidate, each exactly once, in
+// the order the Transport should try them, and returns the extended slice.
+// It must not modify cands or keep them after it returns. The Transport
+// calls it once per request, concurrently from many goroutines, so it must
+// be safe for concurrent use and should not allocate when dst has room for
+// every candidate.
+//
+// A Router only orders. The Transport still skips upstreams whose circuit
+// is open or already probing, and those cooling down after a 429, and falls
+// back through the rest in the order returned.
+//
+// The Routers of this package order Degraded candidates after the others
+// and Open ones last, keeping their own order within each of the three
+// groups. A HalfOpen candidate keeps its place: the circuit closes only
+// after a request probes it, and one ordered last would go unprobed for as
+// long as the others serve.
+type Router interface {
+	Order(dst []int, cands []Candidate) []int
+}
+
+// Groups of candidates, tried in this order.
+const (
+	groupUsable = iota
+	groupDegraded
+	groupOpen
+)
+
+func routeGroup(c *Candidate) int {
+	switch {
+	case c.State == Open:
+		return groupOpen
+	case c.Degraded:
+		return groupDegraded
+	}
+	return groupUsable
+}
+
+// recoveringShare is the most of the traffic that a Recovering candidate
+// gets where it would get more.
+const recoveringShare = 0.1
+
+// appendPositions appends 0, 1, ..., n-1 to dst. The routers sort these
+// positions in cands, then turn them into Indexes with toIndexes.
+func appendPositions(dst []int, n int) []int {
+	for i := range n {
+		dst = append(dst, i)
+	}
+	return dst
+}
+
+func toIndexes(seg []int, cands []Candidate) {
+	for i, p := range seg {
+		seg[i] = cands[p].Index
+	}
+}
+
+// bestGroup returns the first group that has a candidate, and how many
+// candidates it has.
+func bestGroup(cands []Candidate) (g, n int) {
+	g = groupOpen + 1
+	for i := range cands {
+		switch cg := routeGroup(&cands[i]); {
+		case cg < g:
+			g, n = cg, 1
+		case cg == g:
+			n++
+		}
+	}
+	return g, n
+}
+
+// moveToFront moves seg[i] to the front, shifting seg[:i] back by one.
+func moveToFront(seg []int, i int) {
+	p := seg[i]
+	copy(seg[1:i+1], seg[:i])
+	seg[0] = p
+}
+
+// spareRecovering keeps a Recovering candidate first in seg only for
+// recoveringShare of the requests: otherwise the first candidate of its
+// group after it that is not recovering goes first.
+func spareRecovering(seg []int, cands []Candidate) {
+	if len(seg) < 2 || !cands[seg[0]].Recovering {
+		return
+	}
+	g := routeGroup(&cands[seg[0]])
+	for i := 1; i < len(seg); i++ {
+		c := &cands[seg[i]]
+		if routeGroup(c) != g {
+			return
+		}
+		if !c.Recovering {
+			if rand.Float64() >= recoveringShare {
+				moveToFront(seg, i)
+			}
+			return
+		}
+	}
+}
+
+// Priority is the [Router] that tries the upstreams in the configured
+// order (by Index), the default. It ignores Recovering: the first upstream
+// gets all its traffic back as soon as its circuit closes, as without a
+// Router.
+//
+// Priority keeps no state and takes no lock. Order does not allocate when
+// dst has room.
+type Priority struct{}
+
+// Order implements [Router].
+func (Priority) Order(dst []int, cands []Candidate) []int {
+	// The common case: all usable, in the configured order already.
+	inOrder := true
+	for i := range cands {
+		if routeGroup(&cands[i]) != groupUsable || i > 0 && cands[i].Index <= cands[i-1].Index {
+			inOrder = false
+			break
+		}
+	}
+	if inOrder {
+		for i := range cands {
+			dst = append(dst, cands[i].Index)
+		}
+		return dst
+	}
+	start := len(dst)
+	dst = appendPositions(dst, len(cands))
+	seg := dst[start:]
+	slices.SortFunc(seg, func(a, b int) int {
+		ca, cb := &cands[a], &cands[b]
+		if c := cmp.Compare(routeGroup(ca), routeGroup(cb)); c != 0 {
+			return c
+		}
+		return cmp.Or(cmp.Compare(ca.Index, cb.Index), cmp.Compare(a, b))
+	})
+	toIndexes(seg, cands)
+	return dst
+}
+
+// Weighted is the [Router] that spreads requests over the upstreams in
+// proportion to their Weight (zero meaning 1), by smooth weighted round
+// robin, nginx's algorithm: on each request every candidate's current
+// weight grows by its weight, the candidate with the largest current
+// weight goes first, and its current weight drops by the sum of the
+// weights. With weights 5, 1, 1 the first seven requests go to a, a, b, a,
+// c, a, a: exactly in proportion over each cycle, and never in bursts.
+//
+// Only the candidates of the best group take part (neither degraded nor
+// open when there are such, then degraded ones); the rest of the order
+// after the pick is by descending weight, then Index. A Recovering
+// candidate's weight is capped at a ninth of the others' total, so that it
+// gets at most 10 % of the picks until it has recovered: a little traffic,
+// never a flood.
+//
+// The current weights are state shared by all requests: each Order holds
+// a mutex for the round-robin step, one pass over the candidates (tens of
+// nanoseconds), so concurrent requests queue on it briefly; the rest of
+// the ordering runs outside it. The zero value is ready to use. A Weighted
+// must not be copied after first use. Order allocates only when dst lacks
+// room, or when an Index larger than any before shows up.
+type Weighted struct {
+	mu      sync.Mutex
+	current []float64 // by Index
+}
+
+// swrrWeight returns c's weight, capped at limit when it is recovering.
+func swrrWeight(c *Candidate, limit float64) float64 {
+	w := c.Weight
+	if !(w > 0) || math.IsInf(w, 1) {
+		w = 1
+	}
+	if c.Recovering {
+		w = min(w, limit)
+	}
+	return w
+}
+
+// Order implements [Router].
+func (w *Weighted) Order(dst []int, cands []Candidate) []int {
+	if len(cands) == 0 {
+		return dst
+	}
+	best, _ := bestGroup(cands)
+	// The cap of a Recovering candidate's weight: share/(1-share) of the
+	// others' weight gives one recovering candidate that share.
+	var others float64
+	maxIndex := 0
+	for i := range cands {
+		c := &cands[i]
+		maxIndex = max(maxIndex, c.Index)
+		if routeGroup(c) == best && !c.Recovering {
+			others += swrrWeight(c, 0)
+		}
+	}
+	limit := math.Inf(1)
+	if others > 0 {
+		limit = others * recoveringShare / (1 - recoveringShare)
+	}
+	pick := w.pick(cands, best, limit, maxIndex)
+
+	start := len(dst)
+	dst = appendPositions(dst, len(cands))
+	seg := dst[start:]
+	slices.SortFunc(seg, func(a, b int) int {
+		switch {
+		case a == b:
+			return 0
+		case a == pick:
+			return -1
+		case b == pick:
+			return 1
+		}
+		ca, cb := &cands[a], &cands[b]
+		if c := cmp.Compare(routeGroup(ca), routeGroup(cb)); c != 0 {
+			return c
+		}
+		return cmp.Or(cmp.Compare(swrrWeight(cb, limit), swrrWeight(ca, limit)), cmp.Compare(ca.Index, cb.Index), cmp.Compare(a, b))
+	})
+	toIndexes(seg, cands)
+	return dst
+}
+
+// pick runs one step of smooth weighted round robin over the candidates of
+// group g and returns the position of the one picked.
+func (w *Weighted) pick(cands []Candidate, g int, limit float64, maxIndex int) int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if len(w.current) <= maxIndex {
+		w.current = append(w.current, make([]float64, maxIndex+1-len(w.current))...)
+	}
+	pick, total := -1, 0.0
+	for i := range cands {
+		c := &cands[i]
+		if routeGroup(c) != g {
+			continue
+		}
+		cw := swrrWeight(c, limit)
+		w.current[c.Index] += cw
+		total += cw
+		if pick < 0 || w.current[c.Index] > w.current[cands[pick].Index] {
+			pick = i
+		}
+	}
+	w.current[cands[pick].Index] -= total
+	return pick
+}
+
+// LeastLatency is the [Router] that sends each request to the better of two
+// candidates drawn at random, by the cost Latency × (InFlight+1): Finagle's
+// power of two choices over a peak-sensitive EWMA. A slow upstream gets less
+// traffic but is not cut off: it still wins when the faster ones have
+// enough requests in flight, and its Latency decays toward zero while it
+// gets none, so it is tried again.
+//
+// A candidate with no Latency yet costs 0, the best, so that a new upstream
+// is tried; once it has requests in flight and still no answer it costs
+// more than any other (Finagle's penalty, ties broken by InFlight), so that
+// a burst of requests does not all land on an upstream that has never
+// answered.
+//
+// Only the candidates of the best group are drawn (neither degraded nor
+// open when there are such, then degraded ones); the rest of the order
+// after the pick is by ascending cost, then Index. A Recovering pick goes
+// first only for 10 % of the requests; the others go to the cheapest
+// candidate of its group that is not recovering.
+//
+// LeastLatency keeps no state and takes no lock: it draws from
+// math/rand/v2's global generator. Order does not allocate when dst has
+// room. The zero value is ready to use.
+type LeastLatency struct{}
+
+// latencyCost returns c's cost; +Inf is Finagle's penalty for a candidate
+// that has requests in flight but no latency yet.
+func latencyCost(c *Candidate) float64 {
+	n := max(c.InFlight, 0)
+	if c.Latency <= 0 {
+		if n > 0 {
+			return math.Inf(1)
+		}
+		return 0
+	}
+	return float64(c.Latency) * float64(n+1)
+}
+
+func compareLatencyCost(ca, cb *Candidate) int {
+	return cmp.Or(cmp.Compare(latencyCost(ca), latencyCost(cb)), cmp.Compare(ca.InFlight, cb.InFlight))
+}
+
+// Order implements [Router].
+func (LeastLatency) Order(dst []int, cands []Candidate) []int {
+	start := len(dst)
+	dst = appendPositions(dst, len(cands))
+	seg := dst[start:]
+	slices.SortFunc(seg, func(a, b int) int {
+		ca, cb := &cands[a], &cands[b]
+		if c := cmp.Compare(routeGroup(ca), routeGroup(cb)); c != 0 {
+			return c
+		}
+		return cmp.Or(compareLatencyCost(ca, cb), cmp.Compare(ca.Index, cb.Index), cmp.Compare(a, b))
+	})
+	// The best group is sorted first: draw two of it, and move the
+	// cheaper to the front. A tie goes to the first drawn, so that equal
+	// candidates share the traffic.
+	if _, n := bestGroup(cands); n > 1 {
+		i, j := rand.IntN(n), rand.IntN(n-1)
+		if j >= i {
+			j++
+		}
+		if j < i && compareLatencyCost(&cands[seg[j]], &cands[seg[i]]) < 0 {
+			i = j
+		}
+		moveToFront(seg, i)
+	}
+	spareRecovering(seg, cands)
+	toIndexes(seg, cands)
+	return dst
+}
+
+// Score is the [Router] that orders the upstreams by a composite score,
+// the highest first (ties by Index):
+//
+//	score = Latency × max(0, 1 − P50/Baseline)
+//	      + Success × SuccessRate
+//	      + Cost × (1 − cost/maxCost)
+//
+// where cost is the candidate's Cost.Input+Cost.Output and maxCost the
+// largest among the candidates (the cost term is the whole weight Cost
+// when every cost is zero). An Open candidate scores −1. With the default
+// weights a free upstream that answers instantly and never fails scores 1;
+// one with a P50 of 500 ms, a 99 % success rate and the highest price
+// scores 0.4 × 0.75 + 0.4 × 0.99 = 0.696.
+//
+// A Recovering candidate that scores best goes first only for 10 % of the
+// requests; the others go to the best candidate of its group that is not
+// recovering.
+//
+// Score keeps no state. Order computes the scores while it sorts, and does
+// not allocate when dst has room. The zero value weighs latency 40 %,
+// success rate 40 % and cost 20 %, against a 2 s baseline.
+type Score struct {
+	// Latency, Success and Cost weigh the three terms. When all three
+	// are zero they are 0.4, 0.4 and 0.2.
+	Latency, Success, Cost float64
+
+	// Baseline is the P50 at which the latency term falls to zero. Zero
+	// means 2s.
+	Baseline time.Duration
+}
+
+// Defaults of Score.
+const (
+	defaultScoreLatency  = 0.4
+	defaultScoreSuccess  = 0.4
+	defaultScoreCost     = 0.2
+	defaultScoreBaseline = 2 * time.Second
+)
+
+func (s Score) withDefaults() Score {
+	if s.Latency == 0 && s.Success == 0 && s.Cost == 0 {
+		s.Latency, s.Success, s.Cost = defaultScoreLatency, defaultScoreSuccess, defaultScoreCost
+	}
+	if s.Baseline <= 0 {
+		s.Baseline = defaultScoreBaseline
+	}
+	return s
+}
+
+// score returns c's score, for s with its defaults and the candidates'
+// largest cost maxCost.
+func (s Score) score(c *Candidate, maxCost float64) float64 {
+	if c.State == Open {
+		return -1
+	}
+	latency := max(0, 1-float64(max(c.P50, 0))/float64(s.Baseline))
+	success := c.SuccessRate
+	switch {
+	case !(success >= 0): // negative or NaN
+		success = 0
+	case success > 1:
+		success = 1
+	}
+	cost := 1.0
+	if maxCost > 0 {
+		cost = 1 - c.Cost.total()/maxCost
+	}
+	return s.Latency*latency + s.Success*success + s.Cost*cost
+}
+
+// Order implements [Router].
+func (s Score) Order(dst []int, cands []Candidate) []int {
+	s = s.withDefaults()
+	var maxCost float64
+	for i := range cands {
+		maxCost = max(maxCost, cands[i].Cost.total())
+	}
+	start := len(dst)
+	dst = appendPositions(dst, len(cands))
+	seg := dst[start:]
+	slices.SortFunc(seg, func(a, b int) int {
+		ca, cb := &cands[a], &cands[b]
+		if c := cmp.Compare(routeGroup(ca), routeGroup(cb)); c != 0 {
+			return c
+		}
+		return cmp.Or(cmp.Compare(s.score(cb, maxCost), s.score(ca, maxCost)), cmp.Compare(ca.Index, cb.Index), cmp.Compare(a, b))
+	})
+	spareRecovering(seg, cands)
+	toIndexes(seg, cands)
+	return dst
+}
+
+// defaultEWMADecay is the decay time constant of a zero peakEWMA.
+const defaultEWMADecay = 10 * time.Second
+
+// peakEWMA is a peak-sensitive exponentially weighted moving average of an
+// upstream's latency, Finagle's "peak EWMA", lock-free.
+//
+// A sample larger than the average replaces it at once: one slow answer
+// makes the upstream look slow right away. A smaller sample d pulls the
+// average v toward it by the time since the previous sample, Δ:
+//
+//	v ← v·w + d·(1 − w),  w = exp(−Δ/decay)
+//
+// so the average forgets a peak over about decay, however many samples
+// arrive meanwhile. Reading it at now discounts it by the time since the
+// last sample, v·exp(−(now − last)/decay): an upstream that has not
+// answered for a while looks faster and faster, so a router tries it again
+// (Finagle reaches the same end by observing a zero on each read; here
+// reading writes nothing, so the value does not depend on how often it is
+// read).
+//
+// The value and the time of the last sample share one atomic word: the
+// value as a float32 of nanoseconds, the time as milliseconds modulo 2^32
+// (49.7 days). A sample timed up to a minute before the last one (goroutines
+// racing) counts as simultaneous with it. The zero value is ready to use,
+// with a decay of 10 s. A peakEWMA must not be copied after first use.
+type peakEWMA struct {
+	decay time.Duration // zero means defaultEWMADecay; set before first use
+	state atomic.Uint64 // math.Float32bits(v)<<32 | milliseconds of the last sample
+}
+
+// newPeakEWMA returns a peakEWMA with the decay time constant decay (zero
+// means 10s).
+func newPeakEWMA(decay time.Duration) *peakEWMA {
+	return &peakEWMA{decay: decay}
+}
+
+// ewmaSkew is how far before the last sample a sample may be timed and
+// still count as simultaneous with it, in milliseconds.
+const ewmaSkew = 60_000
+
+func ewmaTick(t time.Time) uint32 { return uint32(t.UnixMilli()) }
+
+// ewmaElapsed returns the milliseconds from tick last to tick now, and
+// false when now is up to ewmaSkew before last.
+func ewmaElapsed(last, now uint32) (uint32, bool) {
+	d := now - last
+	if d > math.MaxUint32-ewmaSkew {
+		return 0, false
+	}
+	return d, true
+}
+
+// weight returns exp(−ms/decay).
+func (e *peakEWMA) weight(ms uint32) float64 {
+	decay := e.decay
+	if decay <= 0 {
+		decay = defaultEWMADecay
+	}
+	return math.Exp(-float64(ms) * float64(time.Millisecond) / float64(decay))
+}
+
+// observe adds the sample d, taken at now.
+func (e *peakEWMA) observe(d time.Duration, now time.Time) {
+	for {
+		old := e.state.Load()
+		v, last := float64(math.Float32frombits(uint32(old>>32))), uint32(old)
+		x, tick := float64(max(d, 0)), ewmaTick(now)
+		ms, inOrder := ewmaElapsed(last, tick)
+		if !inOrder && v > 0 { // with no value yet, the stamp means nothing
+			tick = last
+		}
+		if x < v {
+			w := e.weight(ms)
+			x = v*w + x*(1-w)
+		}
+		s := uint64(math.Float32bits(float32(x)))<<32 | uint64(tick)
+		if s == old || e.state.CompareAndSwap(old, s) {
+			return
+		}
+	}
+}
+
+// value returns the average as read at now: discounted by the time since
+// the last sample. It is zero before the first sample.
+func (e *peakEWMA) value(now time.Time) time.Duration {
+	s := e.state.Load()
+	v := float64(math.Float32frombits(uint32(s >> 32)))
+	if v == 0 {
+		return 0
+	}
+	if ms, ok := ewmaElapsed(uint32(s), ewmaTick(now)); ok {
+		v *= e.weight(ms)
+	}
+	return time.Duration(math.Round(v))
+}

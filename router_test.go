@@ -1,0 +1,625 @@
+package failover
+
+import (
+	"cmp"
+	"fmt"
+	"math"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+)
+
+// numbered numbers candidates by their position.
+func numbered(cs ...Candidate) []Candidate {
+	for i := range cs {
+		cs[i].Index = i
+		cs[i].Name = fmt.Sprint("u", i)
+	}
+	return cs
+}
+
+// checkOrder reports whether got holds every candidate's Index exactly
+// once, and marks t failed when not. It may run on any goroutine.
+func checkOrder(t testing.TB, got []int, cs []Candidate) bool {
+	t.Helper()
+	want := make([]int, 0, len(cs))
+	for _, c := range cs {
+		want = append(want, c.Index)
+	}
+	slices.Sort(want)
+	sorted := slices.Sorted(slices.Values(got))
+	if !slices.Equal(sorted, want) {
+		t.Errorf("Order = %v, not each of %v once", got, want)
+		return false
+	}
+	return true
+}
+
+type orderCase struct {
+	name  string
+	cands []Candidate
+	want  []int
+}
+
+// runOrder checks the order that r gives each case, that Order appends to
+// what dst already holds, and that it leaves cands alone.
+func runOrder(t *testing.T, r func() Router, cases []orderCase) {
+	t.Helper()
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Helper()
+			before := fmt.Sprint(tc.cands)
+			got := r().Order([]int{-7}, tc.cands)
+			if got[0] != -7 {
+				t.Fatalf("Order overwrote dst: got %v", got)
+			}
+			if after := fmt.Sprint(tc.cands); after != before {
+				t.Errorf("Order changed cands: %s, was %s", after, before)
+			}
+			got = got[1:]
+			if checkOrder(t, got, tc.cands) && !slices.Equal(got, tc.want) {
+				t.Errorf("got %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestPriorityOrder(t *testing.T) {
+	runOrder(t, func() Router { return Priority{} }, []orderCase{
+		{"empty", nil, []int{}},
+		{"one", numbered(Candidate{}), []int{0}},
+		{"configured order", numbered(Candidate{Latency: time.Second}, Candidate{}, Candidate{Weight: 9}), []int{0, 1, 2}},
+		{"by index, not position", []Candidate{{Index: 2}, {Index: 0}, {Index: 1}}, []int{0, 1, 2}},
+		{"degraded after", numbered(Candidate{Degraded: true}, Candidate{}, Candidate{Degraded: true}, Candidate{}), []int{1, 3, 0, 2}},
+		{"open last", numbered(Candidate{State: Open}, Candidate{Degraded: true}, Candidate{}), []int{2, 1, 0}},
+		{"open and degraded is open", numbered(Candidate{State: Open, Degraded: true}, Candidate{State: Open}, Candidate{Degraded: true}), []int{2, 0, 1}},
+		{"half-open keeps its place", numbered(Candidate{State: HalfOpen}, Candidate{}), []int{0, 1}},
+		{"recovering keeps its place", numbered(Candidate{Recovering: true}, Candidate{}), []int{0, 1}},
+	})
+}
+
+func TestWeightedOrder(t *testing.T) {
+	// A new Weighted for each case: its first pick is the largest weight,
+	// the first of equal ones.
+	runOrder(t, func() Router { return new(Weighted) }, []orderCase{
+		{"empty", nil, []int{}},
+		{"one", numbered(Candidate{Weight: 3}), []int{0}},
+		{"largest weight first, rest by weight", numbered(Candidate{Weight: 1}, Candidate{Weight: 2}, Candidate{Weight: 5}, Candidate{Weight: 3}), []int{2, 3, 1, 0}},
+		{"zero weight is 1", numbered(Candidate{Weight: 0.5}, Candidate{}, Candidate{Weight: 0.9}), []int{1, 2, 0}},
+		{"nonsense weight is 1", numbered(Candidate{Weight: 0.5}, Candidate{Weight: math.NaN()}, Candidate{Weight: math.Inf(1)}, Candidate{Weight: -3}), []int{1, 2, 3, 0}},
+		{"equal weights by index", []Candidate{{Index: 2}, {Index: 0}, {Index: 1}}, []int{2, 0, 1}},
+		{"degraded never picked while others are usable", numbered(Candidate{Weight: 9, Degraded: true}, Candidate{Weight: 1}, Candidate{Weight: 2}), []int{2, 1, 0}},
+		{"open last", numbered(Candidate{Weight: 9, State: Open}, Candidate{Weight: 1, Degraded: true}, Candidate{Weight: 2, Degraded: true}), []int{2, 1, 0}},
+		// Capped at a ninth of 1+2, the recovering one weighs 1/3.
+		{"recovering capped", numbered(Candidate{Weight: 9, Recovering: true}, Candidate{Weight: 1}, Candidate{Weight: 2}), []int{2, 1, 0}},
+	})
+}
+
+// TestWeightedSmooth checks nginx's own example: weights 5, 1, 1 give a, a,
+// b, a, c, a, a.
+func TestWeightedSmooth(t *testing.T) {
+	var w Weighted
+	cs := numbered(Candidate{Weight: 5}, Candidate{Weight: 1}, Candidate{Weight: 1})
+	var got []int
+	for range 14 {
+		got = append(got, w.Order(nil, cs)[0])
+	}
+	want := []int{0, 0, 1, 0, 2, 0, 0, 0, 0, 1, 0, 2, 0, 0}
+	if !slices.Equal(got, want) {
+		t.Errorf("got %v, want %v", got, want)
+	}
+}
+
+// firstPicks returns how many of n orders of r put each candidate first.
+func firstPicks(r Router, cs []Candidate, n int) []int {
+	count := make([]int, len(cs))
+	dst := make([]int, 0, len(cs))
+	for range n {
+		count[r.Order(dst[:0], cs)[0]]++
+	}
+	return count
+}
+
+// checkShare fails unless got is want within tol (a fraction of n).
+func checkShare(t *testing.T, what string, got, want float64, n int, tol float64) {
+	t.Helper()
+	if math.Abs(got-want) > tol*float64(n) {
+		t.Errorf("%s: got %v of %d, want %v ± %v", what, got, n, want, tol*float64(n))
+	}
+}
+
+func TestWeightedDistribution(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		weights []float64
+	}{
+		{"5 3 2", []float64{5, 3, 2}},
+		{"zero is 1", []float64{0, 1, 2}},
+		{"fractions", []float64{0.7, 0.2, 0.1}},
+		{"uneven", []float64{13, 1, 7, 3}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var cs []Candidate
+			var total float64
+			for _, w := range tc.weights {
+				cs = append(cs, Candidate{Weight: w})
+				total += cmp.Or(w, 1)
+			}
+			cs = numbered(cs...)
+			const n = 1000
+			got := firstPicks(new(Weighted), cs, n)
+			for i, c := range cs {
+				checkShare(t, c.Name, float64(got[i]), n*cmp.Or(c.Weight, 1)/total, n, 0.01)
+			}
+		})
+	}
+}
+
+// TestWeightedRecovering checks that a recovering upstream with most of the
+// weight gets a tenth of the picks, and all of its share once recovered.
+func TestWeightedRecovering(t *testing.T) {
+	var w Weighted
+	cs := numbered(Candidate{Weight: 8, Recovering: true}, Candidate{Weight: 1}, Candidate{Weight: 1})
+	const n = 1000
+	got := firstPicks(&w, cs, n)
+	checkShare(t, "recovering", float64(got[0]), 0.1*n, n, 0.01)
+	checkShare(t, "u1", float64(got[1]), 0.45*n, n, 0.01)
+
+	cs[0].Recovering = false
+	got = firstPicks(&w, cs, n)
+	checkShare(t, "recovered", float64(got[0]), 0.8*n, n, 0.01)
+
+	// Alone in its group, it is not capped.
+	cs = numbered(Candidate{Weight: 8, Recovering: true}, Candidate{Weight: 1, Degraded: true})
+	if got := firstPicks(new(Weighted), cs, 100); got[0] != 100 {
+		t.Errorf("recovering with only a degraded other: got %d of 100 picks, want 100", got[0])
+	}
+}
+
+// TestWeightedGroups checks that the round robin runs among the usable
+// candidates only, and among the degraded ones when none is usable.
+func TestWeightedGroups(t *testing.T) {
+	var w Weighted
+	cs := numbered(Candidate{Weight: 1}, Candidate{Weight: 1, Degraded: true}, Candidate{Weight: 2}, Candidate{Weight: 5, State: Open})
+	got := firstPicks(&w, cs, 300)
+	if want := []int{100, 0, 200, 0}; !slices.Equal(got, want) {
+		t.Errorf("picks = %v, want %v", got, want)
+	}
+	cs[0].Degraded, cs[2].Degraded = true, true
+	got = firstPicks(&w, cs, 400)
+	if want := []int{100, 100, 200, 0}; !slices.Equal(got, want) {
+		t.Errorf("all degraded: picks = %v, want %v", got, want)
+	}
+}
+
+func TestLeastLatencyOrder(t *testing.T) {
+	ms := time.Millisecond
+	// With two usable candidates, both are always drawn: the order is
+	// deterministic.
+	runOrder(t, func() Router { return LeastLatency{} }, []orderCase{
+		{"empty", nil, []int{}},
+		{"one", numbered(Candidate{Latency: ms}), []int{0}},
+		{"faster first", numbered(Candidate{Latency: 300 * ms}, Candidate{Latency: 100 * ms}), []int{1, 0}},
+		{"in flight counts", numbered(Candidate{Latency: 100 * ms, InFlight: 3}, Candidate{Latency: 300 * ms}), []int{1, 0}},
+		{"in flight times latency", numbered(Candidate{Latency: 100 * ms, InFlight: 2}, Candidate{Latency: 301 * ms}), []int{0, 1}},
+		{"no latency yet is best", numbered(Candidate{Latency: ms}, Candidate{}), []int{1, 0}},
+		{"no latency but in flight is worst", numbered(Candidate{Latency: time.Minute, InFlight: 9}, Candidate{InFlight: 1}), []int{0, 1}},
+		{"degraded after", numbered(Candidate{Latency: ms, Degraded: true}, Candidate{Latency: 9 * ms}, Candidate{Latency: 5 * ms}), []int{2, 1, 0}},
+		{"open last", numbered(Candidate{State: Open}, Candidate{Latency: 9 * ms, Degraded: true}, Candidate{Latency: 5 * ms}, Candidate{Latency: 8 * ms, Degraded: true}), []int{2, 3, 1, 0}},
+		{"only degraded", numbered(Candidate{Latency: 9 * ms, Degraded: true}, Candidate{Latency: 5 * ms, Degraded: true}, Candidate{State: Open}), []int{1, 0, 2}},
+	})
+}
+
+// TestLeastLatencyTwoChoices checks the power of two choices with three
+// candidates: the costliest never goes first, the cheapest goes first when
+// drawn (2/3 of the time), the middle one the rest; after the pick the
+// others are by cost.
+func TestLeastLatencyTwoChoices(t *testing.T) {
+	ms := time.Millisecond
+	cs := numbered(Candidate{Latency: 30 * ms}, Candidate{Latency: 10 * ms}, Candidate{Latency: 20 * ms}, Candidate{Latency: ms, Degraded: true})
+	const n = 6000
+	count := make([]int, len(cs))
+	dst := make([]int, 0, len(cs))
+	for range n {
+		got := LeastLatency{}.Order(dst[:0], cs)
+		count[got[0]]++
+		var want []int
+		switch got[0] {
+		case 1:
+			want = []int{1, 2, 0, 3}
+		case 2:
+			want = []int{2, 1, 0, 3}
+		default:
+			t.Fatalf("got %v: the costliest or a degraded candidate went first", got)
+		}
+		if !slices.Equal(got, want) {
+			t.Fatalf("got %v, want %v", got, want)
+		}
+	}
+	checkShare(t, "cheapest", float64(count[1]), n*2.0/3, n, 0.03)
+}
+
+// TestLeastLatencyTies checks that equal candidates share the traffic.
+func TestLeastLatencyTies(t *testing.T) {
+	cs := numbered(Candidate{}, Candidate{}, Candidate{}, Candidate{})
+	const n = 8000
+	got := firstPicks(LeastLatency{}, cs, n)
+	for i, c := range got {
+		checkShare(t, cs[i].Name, float64(c), n/4, n, 0.025)
+	}
+}
+
+// simulateRouting sends a request every gap for n requests to upstreams that
+// answer each in its own fixed time, routed by r on peak EWMAs of what
+// they answered. It returns how many requests each upstream got.
+func simulateRouting(r Router, service []time.Duration, gap time.Duration, n int) []int {
+	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	ewma := make([]peakEWMA, len(service))
+	pending := make([][]time.Time, len(service)) // answer times, in order
+	cs := make([]Candidate, len(service))
+	count := make([]int, len(service))
+	dst := make([]int, 0, len(service))
+	for i := range n {
+		now := start.Add(time.Duration(i) * gap)
+		for u := range pending {
+			for len(pending[u]) > 0 && !pending[u][0].After(now) {
+				ewma[u].observe(service[u], pending[u][0])
+				pending[u] = pending[u][1:]
+			}
+			cs[u] = Candidate{Index: u, Latency: ewma[u].value(now), InFlight: len(pending[u])}
+		}
+		u := r.Order(dst[:0], cs)[0]
+		count[u]++
+		pending[u] = append(pending[u], now.Add(service[u]))
+	}
+	return count
+}
+
+// TestLeastLatencySlow checks that a slow upstream gets less traffic than
+// the fast ones, but not none: under load because the fast ones have
+// requests in flight, and when idle because its latency decays.
+func TestLeastLatencySlow(t *testing.T) {
+	ms := time.Millisecond
+	t.Run("loaded", func(t *testing.T) {
+		const n = 20000 // 100 s at 200 requests a second
+		got := simulateRouting(LeastLatency{}, []time.Duration{50 * ms, 50 * ms, 250 * ms}, 5*ms, n)
+		t.Logf("requests per upstream: %v", got)
+		if got[2] < n/100 || got[2] > got[0]/2 || got[2] > got[1]/2 {
+			t.Errorf("requests per upstream %v: want the slow one (last) to get at least 1 %% and at most half of a fast one's", got)
+		}
+		checkShare(t, "fast ones apart", float64(got[0]-got[1]), 0, n, 0.05)
+	})
+	t.Run("idle", func(t *testing.T) {
+		const n = 1000 // one request a second: never two in flight
+		got := simulateRouting(LeastLatency{}, []time.Duration{50 * ms, 250 * ms}, time.Second, n)
+		t.Logf("requests per upstream: %v", got)
+		// The slow one's latency decays below the fast one's after
+		// ln(5)·10s, about 16 s: it gets about one request in 17.
+		if got[1] < n/50 || got[1] > n/10 {
+			t.Errorf("requests per upstream %v: want the slow one (last) to get 2 to 10 %%", got)
+		}
+	})
+}
+
+func TestScoreValues(t *testing.T) {
+	ms := time.Millisecond
+	for _, tc := range []struct {
+		name    string
+		s       Score
+		c       Candidate
+		maxCost float64
+		want    float64
+	}{
+		{"perfect and free", Score{}, Candidate{SuccessRate: 1}, 0, 1},
+		{"doc example", Score{}, Candidate{P50: 500 * ms, SuccessRate: 0.99, Cost: Cost{Input: 2, Output: 8}}, 10, 0.4*0.75 + 0.4*0.99},
+		{"half price", Score{}, Candidate{P50: time.Second, SuccessRate: 0.5, Cost: Cost{Input: 1, Output: 4}}, 10, 0.4*0.5 + 0.4*0.5 + 0.2*0.5},
+		{"over baseline", Score{}, Candidate{P50: 5 * time.Second, SuccessRate: 1}, 0, 0.4*0 + 0.4 + 0.2},
+		{"baseline", Score{Baseline: 10 * time.Second}, Candidate{P50: 5 * time.Second, SuccessRate: 1}, 0, 0.4*0.5 + 0.4 + 0.2},
+		{"own weights", Score{Latency: 1}, Candidate{P50: 1500 * ms, SuccessRate: 0.1, Cost: Cost{Input: 3}}, 3, 0.25},
+		{"cost only", Score{Cost: 1}, Candidate{P50: 1500 * ms, SuccessRate: 0.1, Cost: Cost{Input: 1, Output: 2}}, 4, 0.25},
+		{"negative price is free", Score{}, Candidate{SuccessRate: 1, Cost: Cost{Input: -5}}, 4, 1},
+		{"success rate clamped", Score{}, Candidate{SuccessRate: 7}, 0, 1},
+		{"NaN success rate is 0", Score{}, Candidate{SuccessRate: math.NaN()}, 0, 0.6},
+		{"open", Score{}, Candidate{SuccessRate: 1, State: Open}, 0, -1},
+		{"half-open scores", Score{}, Candidate{SuccessRate: 0.5, State: HalfOpen}, 0, 0.8},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := tc.c
+			got := tc.s.withDefaults().score(&c, tc.maxCost)
+			if math.Abs(got-tc.want) > 1e-12 {
+				t.Errorf("got %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestScoreOrder(t *testing.T) {
+	ms := time.Millisecond
+	runOrder(t, func() Router { return Score{} }, []orderCase{
+		{"empty", nil, []int{}},
+		{"faster first", numbered(Candidate{P50: 900 * ms, SuccessRate: 1}, Candidate{P50: 300 * ms, SuccessRate: 1}, Candidate{P50: 600 * ms, SuccessRate: 1}), []int{1, 2, 0}},
+		{"ties by index", []Candidate{{Index: 2, SuccessRate: 1}, {Index: 0, SuccessRate: 1}, {Index: 1, SuccessRate: 1}}, []int{0, 1, 2}},
+		{"success weighs", numbered(Candidate{P50: 300 * ms, SuccessRate: 0.5}, Candidate{P50: 600 * ms, SuccessRate: 1}), []int{1, 0}},
+		// 0.4·0.85 + 0.4 + 0.2·0 = 0.74 against 0.4·0.70 + 0.4 + 0.2·0.9 = 0.86.
+		{"cheaper wins", numbered(Candidate{P50: 300 * ms, SuccessRate: 1, Cost: Cost{Input: 2, Output: 8}}, Candidate{P50: 600 * ms, SuccessRate: 1, Cost: Cost{Input: 0.2, Output: 0.8}}), []int{1, 0}},
+		{"open scores last", numbered(Candidate{SuccessRate: 1, State: Open}, Candidate{P50: 3 * time.Second, SuccessRate: 0}), []int{1, 0}},
+		{"degraded after", numbered(Candidate{SuccessRate: 1, Degraded: true}, Candidate{P50: 3 * time.Second, SuccessRate: 0.2}, Candidate{P50: time.Second, SuccessRate: 0.9, State: Open}), []int{1, 0, 2}},
+		{"order within groups", numbered(
+			Candidate{P50: 100 * ms, SuccessRate: 1, Degraded: true},
+			Candidate{P50: 900 * ms, SuccessRate: 1},
+			Candidate{P50: 50 * ms, SuccessRate: 1, Degraded: true},
+			Candidate{P50: 500 * ms, SuccessRate: 1},
+		), []int{3, 1, 2, 0}},
+	})
+	runOrder(t, func() Router { return Score{Cost: 1} }, []orderCase{
+		{"cost only", numbered(Candidate{Cost: Cost{Input: 3}}, Candidate{Cost: Cost{Output: 1}}, Candidate{}), []int{2, 1, 0}},
+	})
+}
+
+// TestRouterRecovering checks that LeastLatency and Score send a recovering
+// upstream that would go first a tenth of the traffic, and the rest to the
+// next best of its group.
+func TestRouterRecovering(t *testing.T) {
+	ms := time.Millisecond
+	cs := numbered(
+		Candidate{Latency: ms, P50: ms, SuccessRate: 1, Recovering: true},
+		Candidate{Latency: 90 * ms, P50: 90 * ms, SuccessRate: 1},
+		Candidate{Latency: 99 * ms, P50: 99 * ms, SuccessRate: 1, Degraded: true},
+	)
+	for _, r := range []Router{LeastLatency{}, Score{}} {
+		t.Run(fmt.Sprintf("%T", r), func(t *testing.T) {
+			const n = 20000
+			got := firstPicks(r, cs, n)
+			checkShare(t, "recovering", float64(got[0]), 0.1*n, n, 0.02)
+			checkShare(t, "next", float64(got[1]), 0.9*n, n, 0.02)
+
+			// With no other usable candidate it keeps its place.
+			alone := slices.Clone(cs)
+			alone[1].Degraded = true
+			if got := firstPicks(r, alone, 100); got[0] != 100 {
+				t.Errorf("picks %v, want the recovering one first alone in its group", got)
+			}
+		})
+	}
+}
+
+// TestRouterGroups checks every router's order on a mix of usable,
+// degraded and open candidates: usable first, degraded next, open last.
+func TestRouterGroups(t *testing.T) {
+	cs := numbered(
+		Candidate{State: Open, SuccessRate: 1},
+		Candidate{Degraded: true, Latency: time.Millisecond, SuccessRate: 1, Weight: 5},
+		Candidate{State: HalfOpen, Latency: time.Second, SuccessRate: 0.5},
+		Candidate{Degraded: true, State: Open},
+		Candidate{Latency: 2 * time.Second, SuccessRate: 0.9},
+		Candidate{Degraded: true, Latency: 3 * time.Second, SuccessRate: 0.1},
+	)
+	groups := []int{groupOpen, groupDegraded, groupUsable, groupOpen, groupUsable, groupDegraded}
+	for _, r := range []Router{Priority{}, new(Weighted), LeastLatency{}, Score{}} {
+		t.Run(fmt.Sprintf("%T", r), func(t *testing.T) {
+			for range 100 {
+				got := r.Order(nil, cs)
+				if !checkOrder(t, got, cs) {
+					return
+				}
+				for i := 1; i < len(got); i++ {
+					if groups[got[i-1]] > groups[got[i]] {
+						t.Fatalf("got %v: %d (group %d) before %d (group %d)", got, got[i-1], groups[got[i-1]], got[i], groups[got[i]])
+					}
+				}
+			}
+		})
+	}
+}
+
+// TestRoutersConcurrent calls each router from many goroutines at once
+// (run with -race). Weighted's picks stay exact: its steps are serialized.
+func TestRoutersConcurrent(t *testing.T) {
+	cs := numbered(
+		Candidate{Weight: 5, Latency: 10 * time.Millisecond, InFlight: 2, P50: 100 * time.Millisecond, SuccessRate: 1},
+		Candidate{Weight: 3, Latency: 20 * time.Millisecond, P50: 200 * time.Millisecond, SuccessRate: 0.9, Cost: Cost{1, 2}},
+		Candidate{Weight: 2, Latency: 30 * time.Millisecond, P50: 300 * time.Millisecond, SuccessRate: 0.8, Recovering: true},
+		Candidate{Weight: 1, State: Open},
+	)
+	const goroutines, calls = 16, 500
+	for _, r := range []Router{Priority{}, new(Weighted), LeastLatency{}, Score{}} {
+		t.Run(fmt.Sprintf("%T", r), func(t *testing.T) {
+			var mu sync.Mutex
+			count := make([]int, len(cs))
+			var wg sync.WaitGroup
+			for range goroutines {
+				wg.Go(func() {
+					local := make([]int, len(cs))
+					dst := make([]int, 0, len(cs))
+					for range calls {
+						got := r.Order(dst[:0], cs)
+						if !checkOrder(t, got, cs) {
+							return
+						}
+						local[got[0]]++
+					}
+					mu.Lock()
+					for i, c := range local {
+						count[i] += c
+					}
+					mu.Unlock()
+				})
+			}
+			wg.Wait()
+			if _, ok := r.(*Weighted); ok {
+				// 8000 picks over cycles of 5+3+0.9 (recovering capped
+				// at a ninth of 8): about 56 %, 34 %, 10 %.
+				const n = goroutines * calls
+				checkShare(t, "u0", float64(count[0]), n*5/8.8889, n, 0.01)
+				checkShare(t, "u2", float64(count[2]), n*0.8889/8.8889, n, 0.01)
+			}
+		})
+	}
+}
+
+func TestRoutersAllocs(t *testing.T) {
+	cs := numbered(
+		Candidate{Weight: 2, Latency: 10 * time.Millisecond, InFlight: 1, P50: 100 * time.Millisecond, SuccessRate: 1, Recovering: true},
+		Candidate{Weight: 1, Latency: 20 * time.Millisecond, P50: 200 * time.Millisecond, SuccessRate: 0.9, Cost: Cost{1, 2}},
+		Candidate{Weight: 3, Latency: 30 * time.Millisecond, P50: 300 * time.Millisecond, SuccessRate: 0.8, Degraded: true},
+		Candidate{State: Open},
+	)
+	dst := make([]int, 0, len(cs))
+	for _, r := range []Router{Priority{}, new(Weighted), LeastLatency{}, Score{}} {
+		r.Order(dst, cs) // Weighted sizes its state on first use
+		if n := testing.AllocsPerRun(100, func() { r.Order(dst, cs) }); n != 0 {
+			t.Errorf("%T: %v allocations per Order, want 0", r, n)
+		}
+	}
+}
+
+func BenchmarkRouterOrder(b *testing.B) {
+	cs := numbered(
+		Candidate{Weight: 5, Latency: 300 * time.Millisecond, InFlight: 4, P50: 340 * time.Millisecond, SuccessRate: 0.9971, Cost: Cost{1.25, 10}},
+		Candidate{Weight: 3, Latency: 400 * time.Millisecond, InFlight: 1, P50: 410 * time.Millisecond, SuccessRate: 0.9918, Cost: Cost{3, 15}},
+		Candidate{Weight: 2, Latency: 180 * time.Millisecond, InFlight: 2, P50: 180 * time.Millisecond, SuccessRate: 0.9962, Cost: Cost{0.3, 2.5}},
+	)
+	for _, tc := range []struct {
+		name string
+		r    Router
+	}{{"Priority", Priority{}}, {"Weighted", new(Weighted)}, {"LeastLatency", LeastLatency{}}, {"Score", Score{}}} {
+		name, r := tc.name, tc.r
+		b.Run(name, func(b *testing.B) {
+			dst := make([]int, 0, len(cs))
+			b.ReportAllocs()
+			for b.Loop() {
+				dst = r.Order(dst[:0], cs)
+			}
+		})
+		b.Run(name+"/parallel", func(b *testing.B) {
+			b.ReportAllocs()
+			b.RunParallel(func(pb *testing.PB) {
+				dst := make([]int, 0, len(cs))
+				for pb.Next() {
+					dst = r.Order(dst[:0], cs)
+				}
+			})
+		})
+	}
+}
+
+func TestPeakEWMA(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	ms := time.Millisecond
+	at := func(d time.Duration) time.Time { return t0.Add(d) }
+	e1 := math.Exp(-1)
+
+	// A step observes sample at t0+when, unless it only reads, then
+	// checks the value at t0+when.
+	type step struct {
+		sample, when, want time.Duration
+		read               bool
+	}
+	decayed := func(v time.Duration, w float64) time.Duration { return time.Duration(float64(v) * w) }
+	for _, tc := range []struct {
+		name  string
+		decay time.Duration
+		steps []step
+	}{
+		{"first sample", 0, []step{{sample: 100 * ms, want: 100 * ms}}},
+		{"reads decay toward zero", 0, []step{
+			{sample: 100 * ms, want: 100 * ms},
+			{read: true, when: 10 * time.Second, want: decayed(100*ms, e1)},
+		}},
+		{"long silence reads zero", 0, []step{{sample: time.Second, want: time.Second}, {read: true, when: time.Hour}}},
+		{"peak replaces at once", 0, []step{{sample: 100 * ms, want: 100 * ms}, {sample: 900 * ms, when: ms, want: 900 * ms}}},
+		{"peak after a decay", 0, []step{{sample: 100 * ms, want: 100 * ms}, {sample: 150 * ms, when: 20 * time.Second, want: 150 * ms}}},
+		// v·w + d·(1−w), w = e^(−Δ/decay); read at once, no discount.
+		{"smaller sample pulls by time", 0, []step{{sample: 100 * ms, want: 100 * ms}, {sample: 0, when: 10 * time.Second, want: decayed(100*ms, e1)}}},
+		{"smaller sample right away moves nothing", 0, []step{{sample: 100 * ms, want: 100 * ms}, {sample: 0, want: 100 * ms}}},
+		{"between sample and average", 0, []step{
+			{sample: 400 * ms, want: 400 * ms},
+			{sample: 100 * ms, when: 5 * time.Second, want: decayed(400*ms, math.Exp(-0.5)) + decayed(100*ms, 1-math.Exp(-0.5))},
+		}},
+		{"own decay", time.Second, []step{
+			{sample: 100 * ms, want: 100 * ms},
+			{sample: 10 * ms, when: time.Second, want: decayed(100*ms, e1) + decayed(10*ms, 1-e1)},
+			{read: true, when: 2 * time.Second, want: decayed(decayed(100*ms, e1)+decayed(10*ms, 1-e1), e1)},
+		}},
+		{"sample timed before the last counts as simultaneous", 0, []step{
+			{sample: 100 * ms, when: 10 * time.Second, want: 100 * ms},
+			{sample: 10 * ms, when: 9 * time.Second, want: 100 * ms},        // no time to pull
+			{sample: 300 * ms, when: 9 * time.Second, want: 300 * ms},       // a peak still is one
+			{read: true, when: 20 * time.Second, want: decayed(300*ms, e1)}, // from the stamp at 10 s
+		}},
+		{"negative sample is zero", 0, []step{{sample: 100 * ms, want: 100 * ms}, {sample: -time.Hour, when: 10 * time.Second, want: decayed(100*ms, e1)}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newPeakEWMA(tc.decay)
+			if got := e.value(t0); got != 0 {
+				t.Fatalf("before any sample: got %v, want 0", got)
+			}
+			for i, s := range tc.steps {
+				if !s.read {
+					e.observe(s.sample, at(s.when))
+				}
+				got := e.value(at(s.when))
+				if d := got - s.want; d < -2*time.Microsecond || d > 2*time.Microsecond {
+					t.Errorf("step %d: got %v, want %v", i, got, s.want)
+				}
+			}
+		})
+	}
+}
+
+// TestPeakEWMAWrap checks that the millisecond stamps, modulo 2^32, work
+// across the wrap.
+func TestPeakEWMAWrap(t *testing.T) {
+	before := time.UnixMilli(1<<32*400 - 2000)
+	var e peakEWMA
+	e.observe(time.Second, before)
+	after := before.Add(10 * time.Second)
+	want := time.Duration(math.Exp(-1) * float64(time.Second))
+	if got := e.value(after); got < want-time.Microsecond || got > want+time.Microsecond {
+		t.Errorf("got %v, want %v", got, want)
+	}
+	e.observe(0, after)
+	if got := e.value(after); got < want-time.Microsecond || got > want+time.Microsecond {
+		t.Errorf("after a sample across the wrap: got %v, want %v", got, want)
+	}
+}
+
+// TestPeakEWMAConcurrent observes and reads from many goroutines (run with
+// -race): the average stays within the samples.
+func TestPeakEWMAConcurrent(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	var e peakEWMA
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Go(func() {
+			for i := range 1000 {
+				now := t0.Add(time.Duration(i) * time.Millisecond)
+				e.observe(time.Duration(10+g)*time.Millisecond, now)
+				if v := e.value(now); v > 17*time.Millisecond {
+					t.Errorf("value %v above every sample", v)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if v := e.value(t0.Add(999 * time.Millisecond)); v < 10*time.Millisecond || v > 17*time.Millisecond {
+		t.Errorf("value %v outside the samples' range", v)
+	}
+}
+
+func BenchmarkPeakEWMA(b *testing.B) {
+	var e peakEWMA
+	now := time.Now()
+	b.Run("observe", func(b *testing.B) {
+		for b.Loop() {
+			e.observe(100*time.Millisecond, now)
+		}
+	})
+	b.Run("value", func(b *testing.B) {
+		for b.Loop() {
+			_ = e.value(now)
+		}
+	})
+}
