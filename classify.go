@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
+	"net"
 	"net/http"
 	"net/url"
 
@@ -129,6 +130,10 @@ func DefaultClassifier(resp *http.Response, err error) Outcome {
 // redirect loops, untrusted certificates. The policy reads *url.Error, which
 // http.Client adds and a RoundTripper never sees, so err is wrapped first.
 func permanent(err error) bool {
+	var oerr *net.OpError
+	if errors.As(err, &oerr) {
+		return false // dial, read, write: retrying can fix these
+	}
 	retry, _ := retryablehttp.ErrorPropagatedRetryPolicy(context.Background(), nil, &url.Error{Op: "", URL: "", Err: err})
 	return !retry
 }

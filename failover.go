@@ -72,8 +72,13 @@ type upstream struct {
 // demoted reports whether u is to be tried after the others: degraded, or
 // suspected of hanging.
 func (t *Transport) demoted(u *upstream, now time.Time) bool {
-	u.refresh(now, t.degraded)
-	return u.recent.degraded.Load() || u.suspect(now, t.hang)
+	if t.degraded.enabled() {
+		u.refresh(now, t.degraded)
+		if u.recent.degraded.Load() {
+			return true
+		}
+	}
+	return u.suspect(now, t.hang, t.degraded)
 }
 
 // order returns the upstreams in the order a request tries them: the
@@ -126,7 +131,8 @@ func (t *Transport) routed(buf []*upstream, now time.Time) []*upstream {
 // candidate is what a Router knows of u at now. An upstream the Transport
 // would skip (cooling down, or with a probe in flight) reads as Open.
 func (t *Transport) candidate(i int, u *upstream, now time.Time) Candidate {
-	degraded := t.demoted(u, now) // refreshes the recent figures first
+	u.refresh(now, t.degraded) // the router reads the recent figures
+	degraded := t.demoted(u, now)
 	state := u.breaker.status()
 	if u.cd.remaining(now) > 0 || (state != Closed && u.breaker.probeInFlight(now)) {
 		state = Open
@@ -209,6 +215,9 @@ func defaultPort(scheme string) string {
 // let a request climb out of a base path once the upstream resolves it. A
 // backslash separates segments too, as some servers read it.
 func hasDotSegment(p string) bool {
+	if !strings.Contains(p, ".") {
+		return false
+	}
 	for p != "" {
 		i := strings.IndexAny(p, `/\`)
 		seg := p
@@ -329,12 +338,15 @@ func (c *call) run() (*http.Response, error) {
 // result when the request is over.
 func (c *call) round(ctx context.Context) (*http.Response, error, bool) {
 	var buf [8]*upstream
-	for _, u := range c.t.order(buf[:0], time.Now()) {
+	now := time.Now()
+	for i, u := range c.t.order(buf[:0], now) {
 		if err := ctx.Err(); err != nil {
 			c.discardHeld()
 			return nil, err, true
 		}
-		now := time.Now()
+		if i > 0 {
+			now = time.Now() // the attempts before took time
+		}
 		if left := u.cd.remaining(now); left > 0 {
 			c.skip(u, ErrRateLimited, left)
 			continue
@@ -373,7 +385,7 @@ func (c *call) attempt(ctx context.Context, u *upstream, p permit, start time.Ti
 	if c.t.timeout > 0 {
 		actx, cancel = context.WithCancelCause(ctx)
 	}
-	out := c.req.Clone(actx)
+	out := c.clone(actx, u)
 	c.rewrite(out, u)
 	body, err := c.body.next()
 	if err != nil {
@@ -421,9 +433,13 @@ func (c *call) attempt(ctx context.Context, u *upstream, p permit, start time.Ti
 	if resp != nil && len(u.header) > 0 {
 		// resp.Request shows where the request went, with the caller's
 		// own headers: u's credentials stay out of SDK error dumps.
-		view := *out
-		view.Header = c.req.Header
-		resp.Request = &view
+		if u == c.addressed {
+			resp.Request = c.req
+		} else {
+			view := *out
+			view.Header = c.req.Header
+			resp.Request = &view
+		}
 	}
 
 	o := Canceled
@@ -431,7 +447,7 @@ func (c *call) attempt(ctx context.Context, u *upstream, p permit, start time.Ti
 		o = c.t.classify(resp, err)
 	}
 	answered = o != Canceled && !errors.Is(err, ErrAttemptTimeout)
-	if o == Success || o == Rejected || o == Failed {
+	if c.t.router != nil && (o == Success || o == Rejected || o == Failed) {
 		u.latency.observe(elapsed, now) // a fast 429 or 401 says nothing of speed
 	}
 	u.breaker.done(p, breakerOutcome(o, err))
@@ -479,8 +495,9 @@ func (c *call) attempt(ctx context.Context, u *upstream, p permit, start time.Ti
 		if permanent(err) {
 			c.fatal++
 		}
-		u.setLastError(c.t.redact(err.Error(), c.req), now)
-		c.addErr(u, err)
+		msg := c.t.redact(err.Error(), c.req)
+		u.setLastError(msg, now)
+		c.addErrMsg(u, err, msg)
 	}
 	c.last = u
 	return nil, nil, false
@@ -519,8 +536,44 @@ func (c *call) skip(u *upstream, cause error, retryAfter time.Duration) {
 
 func (c *call) addErr(u *upstream, err error) {
 	if len(c.errs) < maxAttemptErrors {
-		c.errs = append(c.errs, &AttemptError{Upstream: u.name, Err: err, msg: c.t.redact(err.Error(), c.req)})
+		c.addErrMsg(u, err, c.t.redact(err.Error(), c.req))
 	}
+}
+
+// addErrMsg records err with its message already redacted.
+func (c *call) addErrMsg(u *upstream, err error, msg string) {
+	if len(c.errs) < maxAttemptErrors {
+		c.errs = append(c.errs, &AttemptError{Upstream: u.name, Err: err, msg: msg})
+	}
+}
+
+// clone copies the caller's request for one attempt to up: its own URL and
+// header map, without the headers keepHeader leaves out, the value slices
+// shared (nothing writes them). With the caller's context, request and URL
+// take one allocation.
+func (c *call) clone(ctx context.Context, up *upstream) *http.Request {
+	var out *http.Request
+	if ctx == c.req.Context() {
+		pair := new(struct {
+			r http.Request
+			u url.URL
+		})
+		pair.r, pair.u = *c.req, *c.req.URL
+		out = &pair.r
+		out.URL = &pair.u
+	} else {
+		out = c.req.WithContext(ctx)
+		u := *c.req.URL
+		out.URL = &u
+	}
+	h := make(http.Header, len(c.req.Header)+len(up.header))
+	for k, v := range c.req.Header {
+		if c.keepHeader(k, up) {
+			h[k] = v
+		}
+	}
+	out.Header = h
+	return out
 }
 
 // finish ends the request with the latest answer, or with an Error.
@@ -572,7 +625,8 @@ func (c *call) discardHeld() {
 
 // rewrite points out, a clone of the caller's request, at u: scheme, host,
 // base path and u's headers. Credentials the caller set go only to the
-// upstream the caller addressed.
+// upstream the caller addressed (clone left the caller's credential
+// headers out for any other).
 func (c *call) rewrite(out *http.Request, u *upstream) {
 	out.URL.Scheme = u.scheme
 	out.URL.Host = u.host
@@ -582,38 +636,52 @@ func (c *call) rewrite(out *http.Request, u *upstream) {
 		// url.URL uses RawPath only while it is an encoding of Path;
 		// it keeps an encoded base path (".../proxy%2Fopenai/v1").
 		out.URL.RawPath = u.rawPath + c.rawRest
-		c.t.stripCredentials(out)
-	}
-	if out.Header == nil {
-		out.Header = make(http.Header, len(u.header))
-	}
-	// Remove the caller's values of u's header names in any spelling;
-	// net/http would send a non-canonical key as a second header.
-	for k := range out.Header {
-		if ck := http.CanonicalHeaderKey(k); ck != k {
-			if _, ok := u.header[ck]; ok {
-				delete(out.Header, k)
-			}
-		}
+		out.URL.User = nil
+		out.URL.RawQuery = stripQueryCredentials(out.URL.RawQuery)
 	}
 	for k, v := range u.header {
 		out.Header[k] = v
 	}
 }
 
-// stripCredentials removes every credential of the caller from out.
-func (t *Transport) stripCredentials(out *http.Request) {
-	for k := range out.Header {
-		ck := http.CanonicalHeaderKey(k)
-		for _, name := range t.credHeaders {
+// keepHeader reports whether the caller's header k goes to u: not when u's
+// Header replaces it, in any spelling (net/http would send a non-canonical
+// key as a second header), nor, for an upstream the caller did not address,
+// when it carries a credential.
+func (c *call) keepHeader(k string, u *upstream) bool {
+	if _, ok := u.header[k]; ok {
+		return false
+	}
+	ck := k
+	if !canonicalASCII(k) {
+		ck = http.CanonicalHeaderKey(k)
+		if _, ok := u.header[ck]; ok {
+			return false
+		}
+	}
+	if u != c.addressed {
+		for _, name := range c.t.credHeaders {
 			if ck == name {
-				delete(out.Header, k)
-				break
+				return false
 			}
 		}
 	}
-	out.URL.User = nil
-	out.URL.RawQuery = stripQueryCredentials(out.URL.RawQuery)
+	return true
+}
+
+// canonicalASCII reports, quickly, whether k is already in canonical form
+// ("Content-Type"); false only costs a call to http.CanonicalHeaderKey.
+func canonicalASCII(k string) bool {
+	upper := true
+	for i := 0; i < len(k); i++ {
+		b := k[i]
+		switch {
+		case upper && 'a' <= b && b <= 'z', !upper && 'A' <= b && b <= 'Z', b <= ' ', b >= 0x7f:
+			return false
+		}
+		upper = b == '-'
+	}
+	return true
 }
 
 // stripQueryCredentials drops the pairs of a raw query whose name is a

@@ -80,11 +80,13 @@ func (l *liveness) end(now time.Time, answered bool) {
 	l.inflight.Add(-1)
 }
 
-// suspect reports whether u looks hung at now.
-func (u *upstream) suspect(now time.Time, c HangConfig) bool {
+// suspect reports whether u looks hung at now. It reads the recent p99,
+// refreshing it only when enough requests wait to matter.
+func (u *upstream) suspect(now time.Time, c HangConfig, d DegradedConfig) bool {
 	if c.Off || int(u.live.inflight.Load()) < c.MinInFlight {
 		return false
 	}
+	u.refresh(now, d)
 	quiet := now.UnixNano() - max(u.live.busySince.Load(), u.live.lastAnswer.Load())
 	limit := max(c.Floor, time.Duration(c.Multiple*float64(u.recent.p99.Load())))
 	return quiet > int64(limit)

@@ -296,6 +296,8 @@ type DegradedConfig struct {
 	MinSamples int
 }
 
+func (c DegradedConfig) enabled() bool { return c.Latency > 0 || c.SuccessRate > 0 }
+
 func (c DegradedConfig) withDefaults() DegradedConfig {
 	if c.Window == 0 {
 		c.Window = 30 * time.Second

@@ -72,7 +72,7 @@ func (t *Transport) initMetrics() {
 		s.GetOrCreateGauge(`failover_cooldown_seconds{`+l+`}`, func() float64 { return cd.remaining(time.Now()).Seconds() })
 		s.GetOrCreateGauge(`failover_in_flight{`+l+`}`, func() float64 { return float64(u.live.inflight.Load()) })
 		s.GetOrCreateGauge(`failover_degraded{`+l+`}`, func() float64 { return boolMetric(u.recent.degraded.Load()) })
-		s.GetOrCreateGauge(`failover_suspect{`+l+`}`, func() float64 { return boolMetric(u.suspect(time.Now(), t.hang)) })
+		s.GetOrCreateGauge(`failover_suspect{`+l+`}`, func() float64 { return boolMetric(u.suspect(time.Now(), t.hang, t.degraded)) })
 
 		u.breaker.onChange = func(c stateChange) {
 			if c.from == Closed && c.to == Open {

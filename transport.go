@@ -421,7 +421,7 @@ func (t *Transport) Health() []UpstreamHealth {
 	for i, u := range t.upstreams {
 		u.refresh(now, t.degraded)
 		out[i] = u.health(now)
-		out[i].Suspect = u.suspect(now, t.hang)
+		out[i].Suspect = u.suspect(now, t.hang, t.degraded)
 	}
 	return out
 }
