@@ -60,18 +60,22 @@ type upstream struct {
 	rawPath string // escaped base path, no trailing slash
 	header  http.Header
 
-	breaker *breaker
-	cd      cooldown
-	window  window
-	recent  recent
-	live    liveness
-	latency peakEWMA // for LeastLatency
-	m       upstreamMetrics
+	breaker  *breaker
+	cd       cooldown
+	window   window
+	recent   recent
+	live     liveness
+	latency  peakEWMA // for LeastLatency
+	headroom headroomState
+	m        upstreamMetrics
 }
 
-// demoted reports whether u is to be tried after the others: degraded, or
-// suspected of hanging.
+// demoted reports whether u is to be tried after the others: out of
+// rate-limit headroom, degraded, or suspected of hanging.
 func (t *Transport) demoted(u *upstream, now time.Time) bool {
+	if u.outOfHeadroom(now) {
+		return true
+	}
 	if t.degraded.enabled() {
 		u.refresh(now, t.degraded)
 		if u.recent.degraded.Load() {
@@ -456,6 +460,9 @@ func (c *call) attempt(ctx context.Context, u *upstream, p permit, start time.Ti
 	switch o {
 	case Success, Rejected:
 		if err == nil {
+			if o == Success {
+				u.noteHeadroom(resp.Header, now, c.t.rate.DefaultCooldown)
+			}
 			c.discardHeld()
 			return resp, nil, true
 		}

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 )
 
@@ -284,4 +285,61 @@ func parseResetNumber(v string, now time.Time) time.Time {
 	default: // seconds from now
 		return now.Add(time.Duration(n * float64(time.Second)))
 	}
+}
+
+// headroomState is what an upstream last said of its rate-limit headroom.
+type headroomState struct {
+	at    atomic.Int64 // unix ns of the last full parse
+	last  atomic.Pointer[Headroom]
+	until atomic.Int64 // unix ns: demoted until then (a window at 0)
+}
+
+// remainingHeaders are where the dialects put their remaining counts: a
+// success with one of them at 0 is read at once; otherwise the headers are
+// read at most every headroomEvery.
+var remainingHeaders = []string{
+	"X-Ratelimit-Remaining-Requests", "X-Ratelimit-Remaining-Tokens",
+	"Anthropic-Ratelimit-Requests-Remaining", "Anthropic-Ratelimit-Tokens-Remaining",
+	"Anthropic-Ratelimit-Input-Tokens-Remaining", "Anthropic-Ratelimit-Output-Tokens-Remaining",
+	"X-Ratelimit-Remaining", "Ratelimit-Remaining",
+}
+
+const headroomEvery = 100 * time.Millisecond
+
+func zeroRemaining(h http.Header) bool {
+	for _, k := range remainingHeaders {
+		if v := h[k]; len(v) > 0 && strings.TrimSpace(v[0]) == "0" {
+			return true
+		}
+	}
+	return false
+}
+
+// noteHeadroom reads what a success says of u's headroom. When a window is
+// exhausted, u goes behind the others until that window resets (or, when
+// the provider does not say when, for fallback).
+func (u *upstream) noteHeadroom(h http.Header, now time.Time, fallback time.Duration) {
+	at := u.headroom.at.Load()
+	zero := zeroRemaining(h)
+	if !zero && (now.UnixNano()-at < int64(headroomEvery) || !u.headroom.at.CompareAndSwap(at, now.UnixNano())) {
+		return
+	}
+	hr, ok := ParseHeadroom(h, now)
+	if !ok {
+		return
+	}
+	u.headroom.last.Store(&hr)
+	if hr.Exhausted() {
+		until := hr.Reset
+		if until.IsZero() {
+			until = now.Add(fallback)
+		}
+		u.headroom.until.Store(until.UnixNano())
+	}
+}
+
+// outOfHeadroom reports whether u said at its last success that a window
+// is exhausted, and that window has not reset yet.
+func (u *upstream) outOfHeadroom(now time.Time) bool {
+	return now.UnixNano() < u.headroom.until.Load()
 }

@@ -146,6 +146,12 @@ type UpstreamHealth struct {
 	Suspect  bool
 	InFlight int
 
+	// Headroom is what the upstream last said of its rate limits (nil
+	// when it never did), and OutOfHeadroom whether a window it reported
+	// at 0 has not reset yet, which puts it behind the others.
+	Headroom      *Headroom
+	OutOfHeadroom bool
+
 	// OpenFor is how long the circuit stays open before its next probe.
 	OpenFor time.Duration
 
@@ -200,6 +206,11 @@ func (u *upstream) health(now time.Time) UpstreamHealth {
 		h.StateSince = time.Unix(0, ns)
 	}
 	h.Degraded = u.recent.degraded.Load()
+	if hr := u.headroom.last.Load(); hr != nil {
+		c := *hr
+		h.Headroom = &c
+	}
+	h.OutOfHeadroom = u.outOfHeadroom(now)
 	h.InFlight = int(u.live.inflight.Load())
 	h.Available = h.Cooldown == 0 && (h.State == "closed" || (h.State == "half-open" && !u.breaker.probeInFlight(now)))
 	if h.Cooldown > 0 {
@@ -255,6 +266,8 @@ func (h UpstreamHealth) MarshalJSON() ([]byte, error) {
 		Degraded        bool           `json:"degraded"`
 		Suspect         bool           `json:"suspect"`
 		InFlight        int            `json:"in_flight"`
+		Headroom        *headroomJSON  `json:"headroom,omitempty"`
+		OutOfHeadroom   bool           `json:"out_of_headroom"`
 		OpenFor         float64        `json:"open_for_seconds"`
 		Cooldown        float64        `json:"cooldown_seconds"`
 		CooldownReason  CooldownReason `json:"cooldown_reason,omitempty"`
@@ -267,7 +280,7 @@ func (h UpstreamHealth) MarshalJSON() ([]byte, error) {
 		LastError       string         `json:"last_error,omitempty"`
 		LastErrorAt     *time.Time     `json:"last_error_at,omitempty"`
 	}{
-		h.Name, h.BaseURL, h.State, since, h.Available, h.Degraded, h.Suspect, h.InFlight, h.OpenFor.Seconds(), h.Cooldown.Seconds(), h.CooldownReason,
+		h.Name, h.BaseURL, h.State, since, h.Available, h.Degraded, h.Suspect, h.InFlight, h.Headroom.json(), h.OutOfHeadroom, h.OpenFor.Seconds(), h.Cooldown.Seconds(), h.CooldownReason,
 		h.Trips, h.BreakerFailures, h.Requests, h.Window, h.SuccessRate,
 		latency{h.P50.Seconds(), h.P95.Seconds(), h.P99.Seconds()},
 		h.LastError, lastAt,
@@ -351,4 +364,27 @@ func (u *upstream) refresh(now time.Time, c DegradedConfig) {
 	u.recent.rate.Store(math.Float64bits(rate))
 	enough := len(s.latencies) >= c.MinSamples
 	u.recent.degraded.Store(enough && ((c.Latency > 0 && p99 > c.Latency) || (c.SuccessRate > 0 && rate < c.SuccessRate)))
+}
+
+type headroomJSON struct {
+	RemainingRequests *int64     `json:"remaining_requests,omitempty"`
+	RemainingTokens   *int64     `json:"remaining_tokens,omitempty"`
+	Reset             *time.Time `json:"reset,omitempty"`
+}
+
+func (h *Headroom) json() *headroomJSON {
+	if h == nil {
+		return nil
+	}
+	var j headroomJSON
+	if h.RemainingRequests >= 0 {
+		j.RemainingRequests = &h.RemainingRequests
+	}
+	if h.RemainingTokens >= 0 {
+		j.RemainingTokens = &h.RemainingTokens
+	}
+	if !h.Reset.IsZero() {
+		j.Reset = &h.Reset
+	}
+	return &j
 }

@@ -37,6 +37,8 @@ type upstreamMetrics struct {
 //	failover_cooldowns_total{upstream,reason}       cooldowns started
 //	failover_failovers_total{from,to}               attempts that moved on
 //	failover_probes_total{upstream,outcome}         active probes (ProbeConfig)
+//	failover_headroom_requests{upstream}            remaining requests the provider last reported (-1: unknown)
+//	failover_headroom_tokens{upstream}              remaining tokens the provider last reported (-1: unknown)
 //	failover_in_flight{upstream}                    attempts waiting on it
 //	failover_degraded{upstream}                     1 when degraded (DegradedConfig)
 //	failover_suspect{upstream}                      1 when suspected of hanging (HangConfig)
@@ -70,6 +72,8 @@ func (t *Transport) initMetrics() {
 		s.GetOrCreateGauge(`failover_breaker_state{`+l+`}`, func() float64 { return float64(b.status()) })
 		cd := &u.cd
 		s.GetOrCreateGauge(`failover_cooldown_seconds{`+l+`}`, func() float64 { return cd.remaining(time.Now()).Seconds() })
+		s.GetOrCreateGauge(`failover_headroom_requests{`+l+`}`, func() float64 { return headroomMetric(u, false) })
+		s.GetOrCreateGauge(`failover_headroom_tokens{`+l+`}`, func() float64 { return headroomMetric(u, true) })
 		s.GetOrCreateGauge(`failover_in_flight{`+l+`}`, func() float64 { return float64(u.live.inflight.Load()) })
 		s.GetOrCreateGauge(`failover_degraded{`+l+`}`, func() float64 { return boolMetric(u.recent.degraded.Load()) })
 		s.GetOrCreateGauge(`failover_suspect{`+l+`}`, func() float64 { return boolMetric(u.suspect(time.Now(), t.hang, t.degraded)) })
@@ -109,4 +113,15 @@ func boolMetric(b bool) float64 {
 		return 1
 	}
 	return 0
+}
+
+func headroomMetric(u *upstream, tokens bool) float64 {
+	hr := u.headroom.last.Load()
+	switch {
+	case hr == nil:
+		return -1
+	case tokens:
+		return float64(hr.RemainingTokens)
+	}
+	return float64(hr.RemainingRequests)
 }

@@ -237,48 +237,12 @@ func (c RateLimitConfig) cooldownFor(resp *http.Response, now time.Time) (time.D
 		d, ok = bodyDelay, bodyOK
 	}
 	if !ok {
-		d, ok = resetHint(resp.Header, now)
+		d, ok = retryHint(resp.Header, now)
 	}
 	if !ok {
 		d = c.DefaultCooldown
 	}
 	return min(d, c.MaxCooldown), CooldownRateLimited
-}
-
-// resetHint reads the time a rate-limit window resets, for a 429 that
-// says nothing else (only a time in the future counts): X-RateLimit-Reset as a Unix time in seconds or
-// milliseconds (OpenRouter) or as seconds from now, and Anthropic's
-// anthropic-ratelimit-*-reset RFC 3339 times (the latest of them).
-func resetHint(h http.Header, now time.Time) (time.Duration, bool) {
-	if v := strings.TrimSpace(h.Get("X-Ratelimit-Reset")); v != "" {
-		if n, err := strconv.ParseFloat(v, 64); err == nil && n >= 0 {
-			var at time.Time
-			switch {
-			case n > 1e11: // Unix milliseconds
-				at = time.UnixMilli(int64(n))
-			case n > 1e9: // Unix seconds
-				at = time.Unix(int64(n), 0)
-			default: // seconds from now
-				d := time.Duration(n * float64(time.Second))
-				return d, d > 0
-			}
-			d := at.Sub(now)
-			return d, d > 0 // a reset in the past (clock skew) says nothing
-		}
-	}
-	var latest time.Duration
-	found := false
-	for _, name := range [...]string{
-		"Anthropic-Ratelimit-Requests-Reset",
-		"Anthropic-Ratelimit-Tokens-Reset",
-		"Anthropic-Ratelimit-Input-Tokens-Reset",
-		"Anthropic-Ratelimit-Output-Tokens-Reset",
-	} {
-		if t, err := time.Parse(time.RFC3339, h.Get(name)); err == nil && t.After(now) {
-			latest, found = max(latest, t.Sub(now)), true
-		}
-	}
-	return latest, found
 }
 
 // RateLimiter is an http.RoundTripper that stops sending to its next
