@@ -432,6 +432,15 @@ func (c *call) attempt(ctx context.Context, u *upstream, p permit, start time.Ti
 			resp.Body = &cancelOnClose{ReadCloser: resp.Body, cancel: cancel}
 		}
 	}
+	if g := c.t.stream; g != nil && err == nil && resp.StatusCode/100 == 2 && ctx.Err() == nil {
+		// Nothing has reached the caller yet: a stream that starts with
+		// an error, or says nothing in time, fails over.
+		if guarded, gerr := g.guard(resp); gerr != nil {
+			resp, err = nil, gerr
+		} else {
+			resp = guarded
+		}
+	}
 	now = time.Now()
 	elapsed := now.Sub(start)
 	if resp != nil && len(u.header) > 0 {

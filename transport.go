@@ -128,6 +128,14 @@ type Config struct {
 	// that New starts only when Probe.Interval is set and Close stops.
 	Probe ProbeConfig
 
+	// StreamGuard, when set, watches the start of every text/event-stream
+	// response before handing it to the caller: a stream whose first
+	// event does not come within FirstByteTimeout, or that begins with an
+	// error event before any content, counts as a failure and the request
+	// goes to the next upstream. Once content reaches the caller, the
+	// stream is never switched. Nil means streams pass through at once.
+	StreamGuard *StreamGuard
+
 	// AttemptTimeout bounds the wait for one attempt's response headers.
 	// It never cuts a body that is being read. Zero means no bound but the
 	// request's own deadline.
@@ -198,7 +206,8 @@ type Transport struct {
 	upstreams []*upstream
 	base      http.RoundTripper
 	classify  Classifier
-	router    Router // nil: the configured order
+	router    Router       // nil: the configured order
+	stream    *StreamGuard // nil: no stream guard
 	rate      RateLimitConfig
 	retries   int
 	waitMin   time.Duration
@@ -246,6 +255,9 @@ func New(cfg Config) (*Transport, error) {
 	if err := cfg.Probe.validate(); err != nil {
 		return nil, err
 	}
+	if g := cfg.StreamGuard; g != nil && g.FirstByteTimeout < 0 {
+		return nil, configError("StreamGuard.FirstByteTimeout", "must not be negative")
+	}
 	switch {
 	case cfg.Retries < 0:
 		return nil, configError("Retries", "must not be negative")
@@ -260,6 +272,7 @@ func New(cfg Config) (*Transport, error) {
 		base:     cfg.Base,
 		classify: cfg.Classify,
 		router:   cfg.Router,
+		stream:   cfg.StreamGuard,
 		rate:     cfg.RateLimit.withDefaults(),
 		retries:  cfg.Retries,
 		waitMin:  cmp.Or(cfg.RetryWaitMin, defaultRetryWaitMin),

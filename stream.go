@@ -1,0 +1,656 @@
+package failover
+
+// Stream guards: a streamed answer (text/event-stream) is held back until
+// its first content event, so that a stream that begins with an error event,
+// or never begins, can still fail over: until content arrives, nothing has
+// reached the caller.
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"github.com/tidwall/gjson"
+)
+
+// Errors the stream guard reports for a streamed answer that is abandoned
+// before any of it reached the caller.
+var (
+	// ErrFirstByteTimeout means a streamed answer sent no event within
+	// [StreamGuard.FirstByteTimeout] of its headers.
+	ErrFirstByteTimeout = errors.New("failover: no stream event within FirstByteTimeout")
+
+	// ErrStreamError means a streamed answer sent an error event before any
+	// content (Anthropic's overloaded_error, the Responses API's
+	// insufficient_quota after response.created). The error that wraps it
+	// names the event's error type or code.
+	ErrStreamError = errors.New("failover: stream began with an error event")
+)
+
+// Defaults of [StreamGuard].
+const (
+	defaultHoldEvents = 64
+	defaultHoldBytes  = 256 << 10
+)
+
+const (
+	// maxErrorDetail bounds how many bytes of an error event an error
+	// carries.
+	maxErrorDetail = 200
+	// holdBufSize is the first size of the buffer of held bytes.
+	holdBufSize = 4 << 10
+	// maxEmptyReads is how many reads in a row may return nothing before
+	// the body counts as broken (io.ErrNoProgress).
+	maxEmptyReads = 100
+)
+
+// StreamGuard configures how the Transport holds back a streamed answer
+// (2xx, Content-Type text/event-stream) until it proves itself. Until its first
+// content event the stream has reached no one, so an error event or silence
+// can still fail over to the next upstream; from the first content event on
+// the stream belongs to the caller and is never switched. The caller reads
+// the stream exactly as the upstream sent it, held bytes included.
+//
+// An event is content when it carries output: an OpenAI chat chunk with
+// delta content, tool calls, a refusal or reasoning; a Responses API
+// "*.delta" event or an output item other than reasoning; an Anthropic
+// content_block_delta, or a content_block_start with text or a tool call;
+// Gemini candidates with parts; data that is not a JSON object. An event is
+// an error when its event field is "error", its JSON type is "error" or
+// "response.failed", or its JSON object has a top-level "error" member
+// (not null). Everything else (role-only chunks, message_start, ping,
+// response.created, response.in_progress) is held back. "data: [DONE]" ends
+// the holding, as does the end of the stream.
+//
+// The zero value holds back up to 64 events or 256 KiB before the first
+// content event and puts no bound on the time to the first event.
+type StreamGuard struct {
+	// FirstByteTimeout bounds the wait, from the response headers, for the
+	// stream's first event. A comment line (OpenRouter's ": OPENROUTER
+	// PROCESSING" keep-alive) counts: it proves the upstream alive, though
+	// it is not content. A stream with no event in time is abandoned with
+	// [ErrFirstByteTimeout]. It bounds the holding too: a stream that has
+	// sent its first event but no content by then is returned as it is,
+	// still streaming (a reasoning model may think for a minute).
+	// Zero means no bound: the guard waits as long as the request's
+	// context lets the body be read.
+	FirstByteTimeout time.Duration
+
+	// HoldEvents is how many events may be held back before the first
+	// content event; when that many have passed without content or error,
+	// the stream is returned as it is. Comments do not count. Zero means
+	// 64. Negative disables holding: the guard then only waits for the
+	// first event or comment (when FirstByteTimeout is set) and fails over
+	// only when that first event is an error.
+	HoldEvents int
+
+	// HoldBytes bounds the bytes held back before the first content
+	// event; when reached, the stream is returned as it is. Zero means
+	// 256 KiB. Negative disables holding, as a negative HoldEvents does.
+	HoldBytes int
+}
+
+// streamError is an error event that began a stream. It matches
+// ErrStreamError.
+type streamError struct {
+	code   string // the event's error code or type: "overloaded_error", "insufficient_quota"
+	detail string // code and message, at most maxErrorDetail bytes of the event
+}
+
+func (e *streamError) Error() string {
+	if e.detail == "" {
+		return ErrStreamError.Error()
+	}
+	return ErrStreamError.Error() + ": " + e.detail
+}
+
+func (e *streamError) Unwrap() error { return ErrStreamError }
+
+// guard holds back the beginning of a streamed answer until its first
+// content event, an error event, the end of the stream or g's limits, and
+// returns resp with a Body that yields the held bytes and then the rest of
+// the stream. It returns resp untouched unless resp is a 2xx
+// text/event-stream answer with a body.
+//
+// When the stream begins with an error event, has no event within
+// FirstByteTimeout, or fails to read before any content, guard closes the
+// body and returns an error: one that matches ErrStreamError, or
+// ErrFirstByteTimeout, or the body's read error. The caller may then try
+// another upstream: nothing of the stream has reached anyone.
+//
+// With FirstByteTimeout set, the body is read by a goroutine of guard's,
+// which ends when its last read returns (a body that is closed returns at
+// once); otherwise guard reads in the caller's goroutine.
+func (g StreamGuard) guard(resp *http.Response) (*http.Response, error) {
+	if resp == nil || resp.StatusCode < 200 || resp.StatusCode > 299 ||
+		resp.Body == nil || resp.Body == http.NoBody || !isEventStream(resp.Header.Get("Content-Type")) {
+		return resp, nil
+	}
+	h := holder{
+		rc:        resp.Body,
+		hold:      g.HoldEvents >= 0 && g.HoldBytes >= 0,
+		maxEvents: g.HoldEvents,
+		maxBytes:  g.HoldBytes,
+	}
+	if !h.hold && g.FirstByteTimeout <= 0 {
+		return resp, nil
+	}
+	if h.maxEvents <= 0 {
+		h.maxEvents = defaultHoldEvents
+	}
+	if h.maxBytes <= 0 {
+		h.maxBytes = defaultHoldBytes
+	}
+	body, err := h.run(g.FirstByteTimeout)
+	if err != nil {
+		return nil, err
+	}
+	resp.Body = body
+	return resp, nil
+}
+
+// isEventStream reports whether a Content-Type is text/event-stream.
+func isEventStream(ct string) bool {
+	mt, _, _ := strings.Cut(ct, ";")
+	return strings.EqualFold(strings.TrimSpace(mt), "text/event-stream")
+}
+
+// holder reads the beginning of one stream.
+type holder struct {
+	rc        io.ReadCloser
+	hold      bool // false: stop at the first event or comment
+	maxEvents int
+	maxBytes  int
+
+	buf    []byte // every byte read so far; never more than maxBytes
+	p      sseParser
+	events int  // events held that were neither content nor error
+	alive  bool // an event or a comment has arrived
+
+	// With a FirstByteTimeout, reads go through a goroutine so that the
+	// deadline can interrupt them: one buffer at a time on reqs, its
+	// result on res.
+	reqs chan []byte
+	res  chan readResult
+}
+
+type readResult struct {
+	n   int
+	err error
+}
+
+// run reads until it knows what the stream is, and returns the body to give
+// the caller or the error to fail over with.
+func (h *holder) run(timeout time.Duration) (io.ReadCloser, error) {
+	var deadline <-chan time.Time
+	if timeout > 0 {
+		t := time.NewTimer(timeout)
+		defer t.Stop()
+		deadline = t.C
+		h.reqs = make(chan []byte)
+		h.res = make(chan readResult, 1) // a read left in flight never blocks its goroutine
+		go readLoop(h.rc, h.reqs, h.res)
+		defer close(h.reqs)
+	}
+	empty := 0
+	for {
+		if len(h.buf) == cap(h.buf) {
+			h.grow()
+		}
+		p := h.buf[len(h.buf):cap(h.buf)]
+		var n int
+		var err error
+		if deadline == nil {
+			n, err = h.rc.Read(p)
+		} else {
+			h.reqs <- p
+			select {
+			case r := <-h.res:
+				n, err = r.n, r.err
+			case <-deadline:
+				if !h.alive {
+					h.rc.Close() // ends the read in flight
+					return nil, ErrFirstByteTimeout
+				}
+				// Alive but no content yet: hand over the stream with
+				// the read still in flight.
+				return &heldBody{buf: h.buf, pending: h.res, tail: p, rc: h.rc}, nil
+			}
+		}
+		h.buf = h.buf[:len(h.buf)+n]
+		// At the limit the guard stops looking, end of stream or not, so
+		// that what it decides does not depend on how reads split the
+		// stream.
+		full := len(h.buf) >= h.maxBytes
+		pass, fail := h.scan(err == io.EOF && !full)
+		switch {
+		case fail != nil:
+			h.rc.Close()
+			return nil, fail
+		case pass || full || err == io.EOF:
+			return &heldBody{buf: h.buf, err: err, rc: h.rc}, nil
+		case err != nil:
+			h.rc.Close()
+			return nil, err
+		case n == 0:
+			if empty++; empty >= maxEmptyReads {
+				h.rc.Close()
+				return nil, io.ErrNoProgress
+			}
+		default:
+			empty = 0
+		}
+	}
+}
+
+// grow makes room in buf for the next read, up to maxBytes.
+func (h *holder) grow() {
+	size := min(max(2*cap(h.buf), holdBufSize), h.maxBytes)
+	buf := make([]byte, len(h.buf), size)
+	copy(buf, h.buf)
+	h.buf = buf
+}
+
+// scan parses the complete lines read so far. It reports pass when the
+// stream is to be returned (content, the end, a limit) and fail when it is
+// to be abandoned. At eof, the last line and event need no terminator.
+func (h *holder) scan(eof bool) (pass bool, fail error) {
+	for {
+		switch h.p.next(h.buf, eof) {
+		case sseNone:
+			return eof, nil
+		case sseComment:
+			h.alive = true
+			if !h.hold {
+				return true, nil
+			}
+		case sseEvent:
+			h.alive = true
+			switch classify(h.p.typ, h.p.data) {
+			case eventError:
+				return false, newStreamError(h.p.typ, h.p.data)
+			case eventContent, eventDone:
+				return true, nil
+			}
+			if h.events++; !h.hold || h.events >= h.maxEvents {
+				return true, nil
+			}
+		}
+	}
+}
+
+// readLoop reads r into each buffer it is sent, until reqs is closed.
+func readLoop(r io.Reader, reqs <-chan []byte, res chan<- readResult) {
+	for p := range reqs {
+		n, err := r.Read(p)
+		res <- readResult{n, err}
+	}
+}
+
+// heldBody is a guarded stream's Body: the bytes the guard read, then the
+// read the guard left in flight, if any, then the rest of the original
+// body.
+type heldBody struct {
+	buf     []byte          // held bytes not yet returned
+	pending chan readResult // the result of the read in flight, or nil
+	tail    []byte          // the buffer of the read in flight
+	err     error           // the original body's error, once seen (io.EOF at its end)
+	rc      io.ReadCloser
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+func (b *heldBody) Read(p []byte) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
+	}
+	if len(b.buf) == 0 && b.pending != nil {
+		r := <-b.pending
+		b.buf, b.err = b.tail[:r.n], r.err
+		b.pending, b.tail = nil, nil
+	}
+	if len(b.buf) > 0 {
+		n := copy(p, b.buf)
+		b.buf = b.buf[n:]
+		if len(b.buf) == 0 {
+			b.buf = nil // let the held bytes go
+		}
+		return n, nil
+	}
+	if b.err != nil {
+		return 0, b.err
+	}
+	return b.rc.Read(p)
+}
+
+// Close closes the original body, once.
+func (b *heldBody) Close() error {
+	b.closeOnce.Do(func() { b.closeErr = b.rc.Close() })
+	return b.closeErr
+}
+
+// What a line of a stream completes.
+const (
+	sseNone    = iota // no complete line left
+	sseComment        // a comment line
+	sseEvent          // an event, in typ and data
+)
+
+// utf8BOM is the byte order mark a stream may begin with.
+var utf8BOM = []byte("\xEF\xBB\xBF")
+
+// sseParser splits a stream into events as the WHATWG HTML standard's
+// "Server-sent events" section does: lines end in CRLF, LF or CR; a blank
+// line ends an event; "event" and "data" fields, data lines joined by LF;
+// lines beginning with a colon are comments; other fields are ignored. It
+// parses a buffer that only grows, from where it left off.
+type sseParser struct {
+	pos     int  // start of the first line not parsed
+	scan    int  // where the search for the end of that line resumes
+	started bool // the byte order mark has been looked for
+	skipLF  bool // the last line ended in CR at the end of the buffer
+	flushed bool // the end of the stream has been handled
+
+	// The event being read. An event with no data but an event field
+	// counts too (an "event: error" line alone says enough).
+	typ     []byte // a slice of the buffer
+	acc     []byte // data lines, each followed by LF
+	hasData bool
+
+	// The event last returned: typ and data, without the final LF.
+	data []byte
+	sent bool
+}
+
+// next parses buf from where it left off until it completes a comment or an
+// event. At eof, buf is all there is.
+func (p *sseParser) next(buf []byte, eof bool) int {
+	if p.sent {
+		p.typ, p.acc, p.data, p.hasData, p.sent = nil, p.acc[:0], nil, false, false
+	}
+	if !p.started {
+		if !eof && len(buf) < len(utf8BOM) && bytes.HasPrefix(utf8BOM, buf) {
+			return sseNone
+		}
+		p.started = true
+		if bytes.HasPrefix(buf, utf8BOM) {
+			p.pos, p.scan = len(utf8BOM), len(utf8BOM)
+		}
+	}
+	for {
+		if p.skipLF && p.pos < len(buf) {
+			if buf[p.pos] == '\n' {
+				p.pos++
+				p.scan = p.pos
+			}
+			p.skipLF = false
+		}
+		var line []byte
+		if i := bytes.IndexAny(buf[p.scan:], "\r\n"); i >= 0 {
+			i += p.scan
+			end := i + 1
+			if buf[i] == '\r' {
+				if end < len(buf) {
+					if buf[end] == '\n' {
+						end++
+					}
+				} else {
+					p.skipLF = true // the LF of a CRLF may come next
+				}
+			}
+			line = buf[p.pos:i]
+			p.pos, p.scan = end, end
+		} else {
+			p.scan = len(buf)
+			if !eof {
+				return sseNone
+			}
+			if p.pos == len(buf) {
+				// The end of the stream ends the last event too, as the
+				// SDKs that read streams see it.
+				if !p.flushed {
+					p.flushed = true
+					if p.dispatch() {
+						return sseEvent
+					}
+				}
+				return sseNone
+			}
+			line = buf[p.pos:] // the last line, unterminated
+			p.pos = len(buf)
+		}
+		switch {
+		case len(line) == 0:
+			if p.dispatch() {
+				return sseEvent
+			}
+		case line[0] == ':':
+			return sseComment
+		default:
+			p.field(line)
+		}
+	}
+}
+
+// field takes in one "name: value" line.
+func (p *sseParser) field(line []byte) {
+	name, value, _ := bytes.Cut(line, []byte(":"))
+	if len(value) > 0 && value[0] == ' ' {
+		value = value[1:]
+	}
+	switch string(name) {
+	case "event":
+		p.typ = value
+	case "data":
+		p.acc = append(p.acc, value...)
+		p.acc = append(p.acc, '\n')
+		p.hasData = true
+	}
+}
+
+// dispatch ends the event being read and reports whether there was one.
+func (p *sseParser) dispatch() bool {
+	if !p.hasData && len(p.typ) == 0 {
+		return false
+	}
+	if p.hasData {
+		p.data = p.acc[:len(p.acc)-1]
+	}
+	p.sent = true
+	return true
+}
+
+// What an event says about a stream.
+const (
+	eventHeld    = iota // neither content nor error: role chunks, pings, preambles
+	eventContent        // output for the caller
+	eventError          // an error instead of output
+	eventDone           // "[DONE]": the end
+)
+
+// classify tells what an event with event field typ and data is.
+func classify(typ, data []byte) int {
+	if string(typ) == "error" {
+		return eventError
+	}
+	d := bytes.TrimSpace(data)
+	switch {
+	case len(d) == 0:
+		return eventHeld
+	case d[0] != '{':
+		if string(d) == "[DONE]" {
+			return eventDone
+		}
+		return eventContent // plain text is its own content
+	}
+	js := string(d)
+	if !gjson.Valid(js) {
+		return eventContent // not a JSON object after all
+	}
+	// One pass over the top-level members.
+	var kind string
+	var errv, choices, candidates, block, item gjson.Result
+	gjson.Parse(js).ForEach(func(k, v gjson.Result) bool {
+		switch k.Str {
+		case "error":
+			errv = v
+		case "type":
+			kind = v.Str
+		case "choices":
+			choices = v
+		case "candidates":
+			candidates = v
+		case "content_block":
+			block = v
+		case "item":
+			item = v
+		}
+		return true
+	})
+	if kind == "" {
+		kind = string(typ)
+	}
+	switch {
+	case nonEmpty(errv), kind == "error", kind == "response.failed":
+		return eventError
+	case strings.HasSuffix(kind, "delta"):
+		// content_block_delta, response.output_text.delta and the other
+		// Responses deltas, Cohere's content-delta.
+		return eventContent
+	case kind == "content_block_start":
+		switch block.Get("type").Str {
+		case "text":
+			return content(nonEmpty(block.Get("text")))
+		case "thinking":
+			return content(nonEmpty(block.Get("thinking")))
+		}
+		return eventContent // tool_use and other blocks name their call
+	case kind == "response.output_item.added":
+		return content(item.Get("type").Str != "reasoning")
+	case chatHasContent(choices), geminiHasContent(candidates):
+		return eventContent
+	}
+	return eventHeld
+}
+
+func content(ok bool) int {
+	if ok {
+		return eventContent
+	}
+	return eventHeld
+}
+
+// chatHasContent reports whether an OpenAI chat chunk's choices carry output.
+func chatHasContent(choices gjson.Result) bool {
+	found := false
+	choices.ForEach(func(_, c gjson.Result) bool {
+		c.ForEach(func(k, v gjson.Result) bool {
+			switch k.Str {
+			case "text": // completions
+				found = nonEmpty(v)
+			case "delta":
+				v.ForEach(func(k, v gjson.Result) bool {
+					switch k.Str {
+					case "content", "refusal", "tool_calls", "function_call", "reasoning", "reasoning_content", "audio":
+						found = nonEmpty(v)
+					}
+					return !found
+				})
+			}
+			return !found
+		})
+		return !found
+	})
+	return found
+}
+
+// geminiHasContent reports whether Gemini candidates carry parts.
+func geminiHasContent(candidates gjson.Result) bool {
+	found := false
+	candidates.ForEach(func(_, c gjson.Result) bool {
+		found = nonEmpty(c.Get("content.parts"))
+		return !found
+	})
+	return found
+}
+
+// nonEmpty reports whether v is there and is not null, false, "", [] or {}.
+func nonEmpty(v gjson.Result) bool {
+	switch v.Type {
+	case gjson.Null, gjson.False:
+		return false
+	case gjson.String:
+		return v.Str != ""
+	case gjson.JSON:
+		found := false
+		v.ForEach(func(_, _ gjson.Result) bool {
+			found = true
+			return false
+		})
+		return found
+	}
+	return true
+}
+
+// newStreamError describes an error event by its code and message.
+func newStreamError(typ, data []byte) error {
+	d := bytes.TrimSpace(data)
+	var code, msg string
+	if len(d) > 0 && d[0] == '{' {
+		j := gjson.ParseBytes(d)
+		code = firstString(j, "error.code", "error.type", "error.status", "code", "response.error.code")
+		if code == "" {
+			if c := j.Get("error.code"); c.Type == gjson.Number {
+				code = c.Raw
+			}
+		}
+		msg = firstString(j, "error.message", "message", "response.error.message", "error")
+	} else {
+		msg = string(d)
+	}
+	detail := code
+	if msg != "" {
+		if detail != "" {
+			detail += ": "
+		}
+		detail += msg
+	}
+	return &streamError{code: clip(code), detail: clip(detail)}
+}
+
+func firstString(j gjson.Result, paths ...string) string {
+	for _, path := range paths {
+		if v := j.Get(path); v.Type == gjson.String && v.Str != "" {
+			return v.Str
+		}
+	}
+	return ""
+}
+
+// clip makes s one line of valid UTF-8 of at most maxErrorDetail bytes.
+func clip(s string) string {
+	if len(s) > 4*maxErrorDetail {
+		s = s[:4*maxErrorDetail]
+	}
+	s = strings.ToValidUTF8(s, "\uFFFD")
+	s = strings.Map(func(r rune) rune {
+		if r < ' ' || r == 0x7f {
+			return ' '
+		}
+		return r
+	}, s)
+	if len(s) > maxErrorDetail {
+		i := maxErrorDetail
+		for i > 0 && !utf8.RuneStart(s[i]) {
+			i--
+		}
+		s = s[:i]
+	}
+	return s
+}
