@@ -21,6 +21,10 @@ var (
 	// [Config.AttemptTimeout].
 	ErrAttemptTimeout = errors.New("failover: attempt timed out")
 
+	// ErrModelNotServed means an upstream was skipped because its
+	// Upstream.Models does not map the model the request asks for.
+	ErrModelNotServed = errors.New("failover: upstream does not serve the requested model")
+
 	// ErrBodyNotReplayable means the request's body could not be sent
 	// again (no GetBody and larger than [Config.MaxBodyBuffer]), so the
 	// request had one attempt, and that attempt failed in a way that would

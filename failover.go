@@ -65,6 +65,7 @@ type upstream struct {
 	window   window
 	recent   recent
 	live     liveness
+	models   modelMap // Upstream.Models
 	latency  peakEWMA // for LeastLatency
 	headroom headroomState
 	m        upstreamMetrics
@@ -280,12 +281,56 @@ type call struct {
 	last     *upstream // the upstream of the last failed attempt
 	attempts int       // in the current round
 	fatal    int       // attempts in the current round with permanent errors
+
+	// With Upstream.Models: the model the caller asked for, and the
+	// body it is read from ("" when the body says none or cannot be
+	// read: the request then goes to every upstream as it is).
+	model     string
+	modelBody []byte
+}
+
+// readModel reads the model of the request's body, for model mapping. It
+// uses the body buffered for replay, or one read of GetBody; a body that
+// cannot be replayed is left alone.
+func (c *call) readModel() {
+	data := c.body.buffered
+	if data == nil && c.body.getBody != nil {
+		rc, err := c.body.getBody()
+		if err != nil {
+			return
+		}
+		data, err = io.ReadAll(io.LimitReader(rc, c.t.maxBody+1))
+		rc.Close()
+		if err != nil || int64(len(data)) > c.t.maxBody {
+			return
+		}
+	}
+	if m, ok := requestModel(data); ok {
+		c.model, c.modelBody = m, data
+	}
+}
+
+// mapped returns the body of the request for u when u's Models rename the
+// model, and whether it does.
+func (c *call) mapped(u *upstream) ([]byte, bool) {
+	if c.model == "" || len(u.models) == 0 {
+		return nil, false
+	}
+	target, ok := u.models.lookup(c.model)
+	if !ok || target == c.model {
+		return nil, false
+	}
+	body, err := rewriteModel(c.modelBody, target)
+	return body, err == nil
 }
 
 func (c *call) run() (*http.Response, error) {
 	defer c.body.closeUnused()
 	if err := c.body.init(c.req, c.t.maxBody); err != nil {
 		return nil, err
+	}
+	if c.t.models {
+		c.readModel()
 	}
 	ctx := c.req.Context()
 	var waited time.Duration
@@ -355,6 +400,12 @@ func (c *call) round(ctx context.Context) (*http.Response, error, bool) {
 			c.skip(u, ErrRateLimited, left)
 			continue
 		}
+		if c.model != "" && len(u.models) > 0 {
+			if _, ok := u.models.lookup(c.model); !ok {
+				c.addErr(u, ErrModelNotServed)
+				continue
+			}
+		}
 		p, ok := u.breaker.allow()
 		if !ok {
 			c.skip(u, ErrCircuitOpen, u.breaker.remaining())
@@ -405,6 +456,14 @@ func (c *call) attempt(ctx context.Context, u *upstream, p permit, start time.Ti
 	if c.body.buffered != nil {
 		out.GetBody = c.body.getBody
 		out.ContentLength = int64(len(c.body.buffered))
+	}
+	if data, ok := c.mapped(u); ok {
+		if body != nil {
+			body.Close() // this attempt sends the renamed body instead
+		}
+		out.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(data)), nil }
+		out.Body, _ = out.GetBody()
+		out.ContentLength = int64(len(data))
 	}
 
 	var timer *time.Timer

@@ -39,6 +39,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net/http"
 	"net/url"
 	"strings"
@@ -73,6 +74,17 @@ type Upstream struct {
 
 	// Cost is the upstream's price, for the Score router.
 	Cost Cost
+
+	// Models maps the model a request asks for (the top-level "model" of
+	// its JSON body) to this upstream's id for it, so that a request for
+	// "gpt-4o" can fall back to "gemini-2.5-flash" on another provider.
+	// The key "*" matches any other model; the value "*" keeps the
+	// caller's model. A request whose model this map does not serve skips
+	// the upstream ([ErrModelNotServed]). Nil means every model is served
+	// as it is. Only the "model" value is rewritten; the rest of the body
+	// goes byte for byte, with Content-Length and GetBody to match. A
+	// body that cannot be replayed is never read for its model.
+	Models map[string]string
 }
 
 // Config configures a [Transport]. A zero field means its documented
@@ -208,6 +220,7 @@ type Transport struct {
 	classify  Classifier
 	router    Router       // nil: the configured order
 	stream    *StreamGuard // nil: no stream guard
+	models    bool         // some upstream has Models
 	rate      RateLimitConfig
 	retries   int
 	waitMin   time.Duration
@@ -322,6 +335,7 @@ func New(cfg Config) (*Transport, error) {
 			}
 		}
 		t.upstreams = append(t.upstreams, u)
+		t.models = t.models || len(u.models) > 0
 	}
 	for k := range credNames {
 		t.credHeaders = append(t.credHeaders, k)
@@ -396,6 +410,12 @@ func newUpstream(i int, uc Upstream, bc BreakerConfig) (*upstream, error) {
 	}
 	for k, vs := range uc.Header {
 		u.header[http.CanonicalHeaderKey(k)] = append([]string(nil), vs...)
+	}
+	if len(uc.Models) > 0 {
+		if err := modelMap(uc.Models).validate(field("Models")); err != nil {
+			return nil, err
+		}
+		u.models = maps.Clone(uc.Models)
 	}
 	return u, nil
 }
