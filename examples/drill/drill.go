@@ -26,6 +26,7 @@ type options struct {
 	Plot      string        // .png or .svg file to draw, or ""
 	Listen    string        // address for /metrics and /health, or ""
 	Model     string        // model named in the request bodies
+	Router    string        // routing policy of the failover run: priority, weighted, leastlatency, score
 	Upstreams []realUpstream
 
 	// Status receives the live status; nil means none. StatusTTY redraws
@@ -290,6 +291,10 @@ func drill(ctx context.Context, o options, out io.Writer) error {
 		fo.hosts[pu.Host] = i
 	}
 	fo.url = fp.baseURL() + "/chat/completions"
+	router, err := newRouter(o.Router)
+	if err != nil {
+		return err
+	}
 	ft, err := failover.New(failover.Config{
 		Upstreams:      ups,
 		Base:           &counter{next: fo.base, r: fo},
@@ -297,6 +302,7 @@ func drill(ctx context.Context, o options, out io.Writer) error {
 		RateLimit:      failover.RateLimitConfig{DefaultCooldown: o.scaled(defaultCooldown), MaxCooldown: o.scaled(maxCooldown)},
 		AttemptTimeout: o.attemptTimeout(),
 		OnStateChange:  fo.events.record,
+		Router:         router,
 	})
 	if err != nil {
 		return err
@@ -438,4 +444,19 @@ func serveMetrics(addr string, t *failover.Transport) (stop func(), err error) {
 		}
 		<-served
 	}, nil
+}
+
+// newRouter returns the routing policy named by -router.
+func newRouter(name string) (failover.Router, error) {
+	switch name {
+	case "", "priority":
+		return nil, nil // the default: the configured order
+	case "weighted":
+		return &failover.Weighted{}, nil
+	case "leastlatency":
+		return failover.LeastLatency{}, nil
+	case "score":
+		return failover.Score{}, nil
+	}
+	return nil, fmt.Errorf("-router %q: want priority, weighted, leastlatency or score", name)
 }

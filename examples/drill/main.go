@@ -41,6 +41,9 @@
 //	                  local. With -upstream, -timescale defaults to 1, -rps to 2
 //	                  and -duration to 3m, unless given.
 //	-model name       model in the request bodies (default gpt-4o-mini)
+//	-router name      routing policy of the failover run: priority (default),
+//	                  weighted, leastlatency or score; run the drill once per
+//	                  policy to compare them
 //	-quiet            no live status on stderr
 //
 // While it runs, stderr shows each upstream's state, success rate and p99,
@@ -94,6 +97,7 @@ func main() {
 	flag.StringVar(&o.Listen, "listen", "", "serve /metrics and /health on this address during the drill")
 	flag.Var(&ups, "upstream", "name=URL,KEY_ENV: a real provider to fail over to, instead of the local backups (repeatable)")
 	flag.StringVar(&o.Model, "model", "gpt-4o-mini", "model in the request bodies")
+	flag.StringVar(&o.Router, "router", "priority", "routing policy of the failover run: priority, weighted, leastlatency or score")
 	flag.BoolVar(&quiet, "quiet", false, "no live status on stderr")
 	flag.Parse()
 	if flag.NArg() > 0 {
