@@ -28,6 +28,14 @@
 // then show the provider's own error. An error means no upstream answered
 // ([Error], [ErrCircuitOpen], [ErrRateLimited]).
 //
+// Beyond ordered failover, all opt-in: [Config.Router] picks the order per
+// request ([Priority], [Weighted], [LeastLatency], or [Score], which ranks by
+// 0.4·max(0, 1 − p50/2s) + 0.4·success rate + 0.2·(1 − cost/highest cost),
+// an open circuit scoring −1); [Config.Degraded] and [Config.Hang] try slow
+// and silent upstreams last; [Config.Probe] probes upstreams in the
+// background; [Upstream.Models] renames the model per upstream;
+// [Config.StreamGuard] fails over a stream that starts with an error.
+//
 // The layers work on their own too: [Breaker] is one circuit in front of any
 // RoundTripper and [RateLimiter] the cooldown layer. [Transport.Health] and
 // the Prometheus metrics in [Config.Metrics] show what each upstream is doing.
