@@ -277,7 +277,8 @@ type call struct {
 	body      replay
 
 	held     *http.Response // the latest answer, returned if nothing better comes
-	errs     []*AttemptError
+	errs     []attemptRec   // what happened at each upstream, for an Error
+	errBuf   [4]attemptRec
 	last     *upstream // the upstream of the last failed attempt
 	attempts int       // in the current round
 	fatal    int       // attempts in the current round with permanent errors
@@ -600,13 +601,30 @@ func (t *Transport) coolDown(u *upstream, resp *http.Response, now time.Time) {
 }
 
 // skip records that u was not tried.
+// attemptRec is what happened at one upstream, kept by value (no
+// allocation on the request path) until an Error is built from it.
+type attemptRec struct {
+	u          *upstream
+	err        error // the attempt's error, or
+	cause      error // why it was skipped (ErrCircuitOpen, ErrRateLimited)
+	retryAfter time.Duration
+	msg        string // err's message, redacted
+}
+
+func (r attemptRec) attemptError() *AttemptError {
+	if r.cause != nil {
+		return &AttemptError{Upstream: r.u.name, Err: &unavailableError{err: r.cause, retryAfter: r.retryAfter}}
+	}
+	return &AttemptError{Upstream: r.u.name, Err: r.err, msg: r.msg}
+}
+
 func (c *call) skip(u *upstream, cause error, retryAfter time.Duration) {
 	if cause == ErrRateLimited {
 		u.m.skippedCooling.Inc()
 	} else {
 		u.m.skippedOpen.Inc()
 	}
-	c.addErr(u, &unavailableError{err: cause, retryAfter: retryAfter})
+	c.record(attemptRec{u: u, cause: cause, retryAfter: retryAfter})
 }
 
 func (c *call) addErr(u *upstream, err error) {
@@ -617,8 +635,15 @@ func (c *call) addErr(u *upstream, err error) {
 
 // addErrMsg records err with its message already redacted.
 func (c *call) addErrMsg(u *upstream, err error, msg string) {
+	c.record(attemptRec{u: u, err: err, msg: msg})
+}
+
+func (c *call) record(r attemptRec) {
+	if c.errs == nil {
+		c.errs = c.errBuf[:0]
+	}
 	if len(c.errs) < maxAttemptErrors {
-		c.errs = append(c.errs, &AttemptError{Upstream: u.name, Err: err, msg: msg})
+		c.errs = append(c.errs, r)
 	}
 }
 
@@ -658,9 +683,10 @@ func (c *call) finish() (*http.Response, error) {
 		c.held = nil
 		return resp, nil
 	}
-	e := &Error{Attempts: c.errs}
-	for _, a := range c.errs {
-		if ra := a.RetryAfter(); ra > 0 && (e.retry == 0 || ra < e.retry) {
+	e := &Error{Attempts: make([]*AttemptError, len(c.errs))}
+	for i, r := range c.errs {
+		e.Attempts[i] = r.attemptError()
+		if ra := r.retryAfter; ra > 0 && (e.retry == 0 || ra < e.retry) {
 			e.retry = ra
 		}
 	}
@@ -710,7 +736,10 @@ func (c *call) rewrite(out *http.Request, u *upstream) {
 		out.URL.Path = u.path + c.rest
 		// url.URL uses RawPath only while it is an encoding of Path;
 		// it keeps an encoded base path (".../proxy%2Fopenai/v1").
-		out.URL.RawPath = u.rawPath + c.rawRest
+		out.URL.RawPath = ""
+		if u.rawPath != u.path || c.rawRest != c.rest {
+			out.URL.RawPath = u.rawPath + c.rawRest
+		}
 		out.URL.User = nil
 		out.URL.RawQuery = stripQueryCredentials(out.URL.RawQuery)
 	}
