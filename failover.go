@@ -278,10 +278,9 @@ type call struct {
 
 	held     *http.Response // the latest answer, returned if nothing better comes
 	errs     []attemptRec   // what happened at each upstream, for an Error
-	errBuf   [4]attemptRec
-	last     *upstream // the upstream of the last failed attempt
-	attempts int       // in the current round
-	fatal    int       // attempts in the current round with permanent errors
+	last     *upstream      // the upstream of the last failed attempt
+	attempts int            // in the current round
+	fatal    int            // attempts in the current round with permanent errors
 
 	// With Upstream.Models: the model the caller asked for, and the
 	// body it is read from ("" when the body says none or cannot be
@@ -601,8 +600,8 @@ func (t *Transport) coolDown(u *upstream, resp *http.Response, now time.Time) {
 }
 
 // skip records that u was not tried.
-// attemptRec is what happened at one upstream, kept by value (no
-// allocation on the request path) until an Error is built from it.
+// attemptRec is what happened at one upstream, kept by value (one
+// allocation for all of them) until an Error is built from them.
 type attemptRec struct {
 	u          *upstream
 	err        error // the attempt's error, or
@@ -639,9 +638,6 @@ func (c *call) addErrMsg(u *upstream, err error, msg string) {
 }
 
 func (c *call) record(r attemptRec) {
-	if c.errs == nil {
-		c.errs = c.errBuf[:0]
-	}
 	if len(c.errs) < maxAttemptErrors {
 		c.errs = append(c.errs, r)
 	}
