@@ -732,8 +732,9 @@ func (c *call) rewrite(out *http.Request, u *upstream) {
 		out.URL.Path = u.path + c.rest
 		// url.URL uses RawPath only while it is an encoding of Path;
 		// it keeps an encoded base path (".../proxy%2Fopenai/v1").
-		out.URL.RawPath = ""
-		if u.rawPath != u.path || c.rawRest != c.rest {
+		if u.rawPath == u.path && c.rawRest == c.rest {
+			out.URL.RawPath = out.URL.Path // the same bytes: keeps "!" and friends as sent
+		} else {
 			out.URL.RawPath = u.rawPath + c.rawRest
 		}
 		out.URL.User = nil

@@ -84,7 +84,7 @@ func RetryAfter(h http.Header, now time.Time) (time.Duration, bool) {
 	if v == "" {
 		return 0, false
 	}
-	if secs, err := strconv.ParseInt(v, 10, 64); err == nil || errors.Is(err, strconv.ErrRange) {
+	if secs, err := strconv.ParseInt(v, 10, 64); err == nil || (errors.Is(err, strconv.ErrRange) && digits(v)) {
 		switch {
 		case secs < 0:
 			return 0, false
@@ -100,6 +100,21 @@ func RetryAfter(h http.Header, now time.Time) (time.Duration, bool) {
 }
 
 const maxDuration = time.Duration(1<<63 - 1)
+
+// digits reports whether s is a run of decimal digits, with an optional
+// sign: an integer too large for int64 rather than garbage.
+func digits(s string) bool {
+	s = strings.TrimLeft(s, "+-")
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return true
+}
 
 // quotaPeek is how much of a 429's body is read to tell an exhausted quota
 // from a passing rate limit.
