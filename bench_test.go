@@ -346,7 +346,7 @@ func BenchmarkFailover(b *testing.B) {
 	backup := newBenchServer(b, http.StatusOK, benchReply)
 	limited := newBenchServer(b, http.StatusTooManyRequests, benchRateLimited, "Retry-After", "1")
 	limitedEach := newBenchServer(b, http.StatusTooManyRequests, benchRateLimited, "Retry-After-Ms", "0")
-	refused := refusingURL(b)
+	refused := failover.ClosedURL(b)
 
 	backupUp := failover.Upstream{Name: "backup", BaseURL: backup.URL + "/v1", Header: http.Header{"Authorization": {benchBackupAuth}}}
 	primary := func(base string) failover.Upstream {

@@ -2,6 +2,6 @@ package failover
 
 import "testing"
 
-// ClosedURL gives the external tests (package failover_test) the same
+// ClosedURL gives the external tests and benchmarks (package failover_test) the same
 // refusing port as the internal ones.
-func ClosedURL(t *testing.T) string { return closedURL(t) }
+func ClosedURL(tb testing.TB) string { return closedURL(tb) }

@@ -11,7 +11,7 @@ import (
 // closedURL returns the URL of a loopback port that refuses connections. The
 // port is bound but never listened on until the test ends, so no server that
 // the test starts later can take it (a closed listener's port could be).
-func closedURL(t *testing.T) string {
+func closedURL(t testing.TB) string {
 	t.Helper()
 	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM, 0)
 	if err != nil {
