@@ -285,6 +285,7 @@ func TestUnroutedRequestPassesThrough(t *testing.T) {
 		primary.URL + "/v1x",       // a prefix that is not a path segment
 		primary.URL + "/v1/../admin",
 		primary.URL + "/v1/%2e%2e/admin",
+		primary.URL + "/v1/..%5Cadmin", // some servers read '\' as '/'
 	} {
 		req := httptestRequest("GET", u, "")
 		req.Header.Set("Authorization", "Bearer caller")
