@@ -319,6 +319,13 @@ func BenchmarkDecision(b *testing.B) {
 		{"canned", func(*testing.B) http.RoundTripper { return cannedBase{} }},
 		{"failover", func(b *testing.B) http.RoundTripper { return newBenchTransport(b, decisionConfig(1)) }},
 		{"failover_2up", func(b *testing.B) http.RoundTripper { return newBenchTransport(b, decisionConfig(2)) }},
+		{"failover_2up_hedged", func(b *testing.B) http.RoundTripper {
+			// A hedge that never fires: what Config.Hedge costs a
+			// request answered within the delay.
+			cfg := decisionConfig(2)
+			cfg.Hedge = &failover.HedgeConfig{Delay: time.Minute}
+			return newBenchTransport(b, cfg)
+		}},
 	}
 	for _, impl := range impls {
 		b.Run("impl="+impl.name, func(b *testing.B) {

@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-retryablehttp"
@@ -332,6 +333,9 @@ func (c *call) run() (*http.Response, error) {
 	if c.t.models {
 		c.readModel()
 	}
+	if c.t.hedge != nil {
+		c.t.hedge.earn()
+	}
 	ctx := c.req.Context()
 	var waited time.Duration
 	for round := 0; ; {
@@ -386,6 +390,9 @@ func (c *call) run() (*http.Response, error) {
 // round tries each upstream in order once. It reports done with the
 // result when the request is over.
 func (c *call) round(ctx context.Context) (*http.Response, error, bool) {
+	if c.t.hedge != nil && c.body.replayable {
+		return c.hedged(ctx)
+	}
 	var buf [8]*upstream
 	now := time.Now()
 	for i, u := range c.t.order(buf[:0], now) {
@@ -396,19 +403,8 @@ func (c *call) round(ctx context.Context) (*http.Response, error, bool) {
 		if i > 0 {
 			now = time.Now() // the attempts before took time
 		}
-		if left := u.cd.remaining(now); left > 0 {
-			c.skip(u, ErrRateLimited, left)
-			continue
-		}
-		if c.model != "" && len(u.models) > 0 {
-			if _, ok := u.models.lookup(c.model); !ok {
-				c.addErr(u, ErrModelNotServed)
-				continue
-			}
-		}
-		p, ok := u.breaker.allow()
+		p, ok := c.admit(u, now)
 		if !ok {
-			c.skip(u, ErrCircuitOpen, u.breaker.remaining())
 			continue
 		}
 		if !c.body.canSend() {
@@ -424,33 +420,82 @@ func (c *call) round(ctx context.Context) (*http.Response, error, bool) {
 	return nil, nil, false
 }
 
+// admit returns a permit to send the request to u, or records why u is
+// skipped: cooling down, not serving the model, or its circuit open.
+func (c *call) admit(u *upstream, now time.Time) (permit, bool) {
+	if left := u.cd.remaining(now); left > 0 {
+		c.skip(u, ErrRateLimited, left)
+		return permit{}, false
+	}
+	if c.model != "" && len(u.models) > 0 {
+		if _, ok := u.models.lookup(c.model); !ok {
+			c.addErr(u, ErrModelNotServed)
+			return permit{}, false
+		}
+	}
+	p, ok := u.breaker.allow()
+	if !ok {
+		c.skip(u, ErrCircuitOpen, u.breaker.remaining())
+	}
+	return p, ok
+}
+
+// flight is one attempt: the request to one upstream and what came back.
+type flight struct {
+	u      *upstream
+	p      permit
+	start  time.Time
+	hedge  bool // sent as a hedge, beside an attempt still in flight
+	out    *http.Request
+	cancel context.CancelCauseFunc // nil when nothing needs to end the attempt early
+
+	resp *http.Response
+	err  error
+	o    Outcome
+	now  time.Time // when the answer came
+
+	// Hedging: whether the call gave up on it, and who owns its result.
+	lost     atomic.Bool
+	state    atomic.Int32 // flying, delivered or abandoned
+	panicked any
+}
+
 // attempt sends the request to u. It reports done with the result when the
 // request is over; otherwise it has kept the response or the error for
 // later.
 func (c *call) attempt(ctx context.Context, u *upstream, p permit, start time.Time) (*http.Response, error, bool) {
-	if c.last != nil && c.last != u {
+	f := flight{u: u, p: p, start: start}
+	if err := c.prepare(ctx, &f, c.t.timeout > 0); err != nil {
+		u.breaker.done(p, Canceled)
+		c.addErr(u, err)
+		resp, err := c.finish()
+		return resp, err, true
+	}
+	c.send(&f)
+	return c.settle(&f)
+}
+
+// prepare builds f's request: the caller's, rewritten for f.u, with the
+// next copy of the body. With cancelable, the request has its own context,
+// which f.cancel ends.
+func (c *call) prepare(ctx context.Context, f *flight, cancelable bool) error {
+	u := f.u
+	if c.last != nil && c.last != u && !f.hedge {
 		c.last.m.failovers[u.index].Inc()
 	}
 	c.attempts++
-	if p.probe != 0 {
-		defer u.breaker.releaseProbe(p) // even if Base or Classify panics
-	}
 	actx := ctx
-	var cancel context.CancelCauseFunc
-	if c.t.timeout > 0 {
-		actx, cancel = context.WithCancelCause(ctx)
+	if cancelable {
+		actx, f.cancel = context.WithCancelCause(ctx)
 	}
 	out := c.clone(actx, u)
 	c.rewrite(out, u)
 	body, err := c.body.next()
 	if err != nil {
-		if cancel != nil {
-			cancel(nil)
+		if f.cancel != nil {
+			f.cancel(nil)
 		}
-		u.breaker.done(p, Canceled)
-		c.addErr(u, err)
-		resp, err := c.finish()
-		return resp, err, true
+		return err
 	}
 	out.Body = body
 	if c.body.buffered != nil {
@@ -465,30 +510,43 @@ func (c *call) attempt(ctx context.Context, u *upstream, p permit, start time.Ti
 		out.Body, _ = out.GetBody()
 		out.ContentLength = int64(len(data))
 	}
+	f.out = out
+	return nil
+}
 
+// send sends f's request through Base, and records what came back in f
+// and in f.u's breaker and figures. It touches nothing of c but what it
+// reads, so that hedged attempts can run side by side.
+func (c *call) send(f *flight) {
+	ctx := c.req.Context()
+	u := f.u
+	if f.p.probe != 0 {
+		defer u.breaker.releaseProbe(f.p) // even if Base or Classify panics
+	}
 	var timer *time.Timer
-	if cancel != nil {
+	if c.t.timeout > 0 {
+		cancel := f.cancel
 		timer = time.AfterFunc(c.t.timeout, func() { cancel(ErrAttemptTimeout) })
 	}
 	var now time.Time
 	answered := false
-	u.live.start(start)
+	u.live.start(f.start)
 	defer func() { u.live.end(now, answered) }() // even if Base panics
-	resp, err := c.t.base.RoundTrip(out)
-	if timer != nil {
-		if !timer.Stop() && ctx.Err() == nil {
-			// Our timeout fired, not the caller's: a response that
-			// raced it has a canceled context and cannot be read.
-			if resp != nil {
-				resp.Body.Close()
-				resp = nil
-			}
-			err = ErrAttemptTimeout
+	resp, err := c.t.base.RoundTrip(f.out)
+	if timer != nil && !timer.Stop() && ctx.Err() == nil && !f.lost.Load() {
+		// Our timeout fired, not the caller's: a response that raced it
+		// has a canceled context and cannot be read.
+		if resp != nil {
+			resp.Body.Close()
+			resp = nil
 		}
+		err = ErrAttemptTimeout
+	}
+	if f.cancel != nil {
 		if err != nil {
-			cancel(nil)
+			f.cancel(nil)
 		} else {
-			resp.Body = &cancelOnClose{ReadCloser: resp.Body, cancel: cancel}
+			resp.Body = &cancelOnClose{ReadCloser: resp.Body, cancel: f.cancel}
 		}
 	}
 	if g := c.t.stream; g != nil && err == nil && resp.StatusCode/100 == 2 && ctx.Err() == nil {
@@ -501,34 +559,41 @@ func (c *call) attempt(ctx context.Context, u *upstream, p permit, start time.Ti
 		}
 	}
 	now = time.Now()
-	elapsed := now.Sub(start)
+	elapsed := now.Sub(f.start)
 	if resp != nil && len(u.header) > 0 {
 		// resp.Request shows where the request went, with the caller's
 		// own headers: u's credentials stay out of SDK error dumps.
 		if u == c.addressed {
 			resp.Request = c.req
 		} else {
-			view := *out
+			view := *f.out
 			view.Header = c.req.Header
 			resp.Request = &view
 		}
 	}
 
 	o := Canceled
-	if err == nil || ctx.Err() == nil {
+	if (err == nil || ctx.Err() == nil) && !f.lost.Load() {
 		o = c.t.classify(resp, err)
 	}
 	answered = o != Canceled && !errors.Is(err, ErrAttemptTimeout)
 	if c.t.router != nil && (o == Success || o == Rejected || o == Failed) {
 		u.latency.observe(elapsed, now) // a fast 429 or 401 says nothing of speed
 	}
-	u.breaker.done(p, breakerOutcome(o, err))
+	u.breaker.done(f.p, breakerOutcome(o, err))
 	u.observe(o, elapsed, now)
+	f.resp, f.err, f.o, f.now = resp, err, o, now
+}
 
-	switch o {
+// settle acts on f's answer: it reports done with the result when the
+// request is over; otherwise it keeps the response or the error for later.
+func (c *call) settle(f *flight) (*http.Response, error, bool) {
+	ctx := c.req.Context()
+	u, resp, err, now := f.u, f.resp, f.err, f.now
+	switch f.o {
 	case Success, Rejected:
 		if err == nil {
-			if o == Success {
+			if f.o == Success {
 				u.noteHeadroom(resp.Header, now, c.t.rate.DefaultCooldown)
 			}
 			c.discardHeld()

@@ -344,7 +344,9 @@ const refreshEvery = 250 * time.Millisecond
 type recent struct {
 	at       atomic.Int64 // unix ns of the last computation
 	p99      atomic.Int64 // time.Duration
+	p95      atomic.Int64 // time.Duration
 	p50      atomic.Int64 // time.Duration
+	samples  atomic.Int64 // answers the figures are from
 	rate     atomic.Uint64
 	degraded atomic.Bool
 }
@@ -360,7 +362,9 @@ func (u *upstream) refresh(now time.Time, c DegradedConfig) {
 	p99 := s.percentile(0.99)
 	rate := s.successRate()
 	u.recent.p99.Store(int64(p99))
+	u.recent.p95.Store(int64(s.percentile(0.95)))
 	u.recent.p50.Store(int64(s.percentile(0.50)))
+	u.recent.samples.Store(int64(len(s.latencies)))
 	u.recent.rate.Store(math.Float64bits(rate))
 	enough := len(s.latencies) >= c.MinSamples
 	u.recent.degraded.Store(enough && ((c.Latency > 0 && p99 > c.Latency) || (c.SuccessRate > 0 && rate < c.SuccessRate)))

@@ -161,6 +161,11 @@ type Config struct {
 	// request's own deadline.
 	AttemptTimeout time.Duration
 
+	// Hedge, when set, sends a request that has not been answered within
+	// a delay to the next upstream too, and takes the first answer; see
+	// [HedgeConfig] for the cost. Nil means no hedging.
+	Hedge *HedgeConfig
+
 	// MaxBodyBuffer is the largest request body that is buffered to be
 	// sent again, for requests without GetBody (SDKs set GetBody, and
 	// their bodies are never buffered). A larger body gets one attempt.
@@ -221,13 +226,15 @@ const (
 //
 // A Transport is safe for concurrent use by multiple goroutines. It starts no
 // goroutine of its own, except the probe loops of [ProbeConfig], which
-// [Transport.Close] stops.
+// [Transport.Close] stops, and with [HedgeConfig] one per attempt of a
+// hedged request, which ends when Base returns.
 type Transport struct {
 	upstreams []*upstream
 	base      http.RoundTripper
 	classify  Classifier
 	router    Router       // nil: the configured order
 	stream    *StreamGuard // nil: no stream guard
+	hedge     *hedger      // nil: no hedging
 	models    bool         // some upstream has Models
 	rate      RateLimitConfig
 	retries   int
@@ -279,6 +286,11 @@ func New(cfg Config) (*Transport, error) {
 	if g := cfg.StreamGuard; g != nil && g.FirstByteTimeout < 0 {
 		return nil, configError("StreamGuard.FirstByteTimeout", "must not be negative")
 	}
+	if h := cfg.Hedge; h != nil {
+		if err := h.validate(); err != nil {
+			return nil, err
+		}
+	}
 	switch {
 	case cfg.Retries < 0:
 		return nil, configError("Retries", "must not be negative")
@@ -318,6 +330,9 @@ func New(cfg Config) (*Transport, error) {
 	}
 	if t.metrics == nil {
 		t.metrics = metrics.NewSet()
+	}
+	if cfg.Hedge != nil {
+		t.hedge = newHedger(*cfg.Hedge, t.metrics)
 	}
 	credNames := map[string]bool{}
 	for _, h := range defaultCredentialHeaders {

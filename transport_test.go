@@ -666,6 +666,10 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		{"negative max wait", Config{Upstreams: []Upstream{ok}, RateLimit: RateLimitConfig{MaxWait: -1}}, "RateLimit.MaxWait"},
 		{"negative max cooldown", Config{Upstreams: []Upstream{ok}, RateLimit: RateLimitConfig{MaxCooldown: -1}}, "RateLimit.MaxCooldown"},
 		{"default above max", Config{Upstreams: []Upstream{ok}, RateLimit: RateLimitConfig{DefaultCooldown: time.Hour, MaxCooldown: time.Minute}}, "RateLimit.DefaultCooldown"},
+		{"negative hedge delay", Config{Upstreams: []Upstream{ok}, Hedge: &HedgeConfig{Delay: -1}}, "Hedge.Delay"},
+		{"hedge percent", Config{Upstreams: []Upstream{ok}, Hedge: &HedgeConfig{Percent: 150}}, "Hedge.Percent"},
+		{"hedge delays", Config{Upstreams: []Upstream{ok}, Hedge: &HedgeConfig{MinDelay: time.Minute}}, "Hedge.MinDelay"},
+		{"negative hedges", Config{Upstreams: []Upstream{ok}, Hedge: &HedgeConfig{MaxHedges: -1}}, "Hedge.MaxHedges"},
 	}
 	for _, tt := range tests {
 		_, err := New(tt.cfg)

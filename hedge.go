@@ -1,0 +1,347 @@
+package failover
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"net/http"
+	"sync/atomic"
+	"time"
+
+	"github.com/VictoriaMetrics/metrics"
+)
+
+// HedgeConfig turns on hedging: when an attempt has not answered within a
+// delay, the same request also goes to the next upstream in order, and the
+// first answer wins. The other attempt is canceled and its response, if it
+// had one, drained and closed.
+//
+// Hedging trades money for tail latency: every hedge is a second request
+// the providers bill, and an answer that was only slow, not lost, is paid
+// for twice. The budget bounds that: over any stretch of time, hedges are
+// at most Percent % of the requests plus a burst of 10. A delay at the
+// upstream's p95 hedges about the slowest 5 % of requests, so a Percent
+// above 5 rarely binds on a normal day and holds the bill on a slow one.
+//
+// Only a request whose body can be sent twice is hedged: no body, a body
+// with GetBody, or one the Transport buffered (see Config.MaxBodyBuffer).
+// A hedge counts against no retry: when an attempt fails before the delay,
+// the request fails over as usual.
+type HedgeConfig struct {
+	// Delay is how long the first attempt may go unanswered before the
+	// hedge is sent. Zero means the p95 of the attempted upstream's
+	// recent latency (over Config.Degraded.Window), kept between
+	// MinDelay and MaxDelay, and MaxDelay while the upstream has fewer
+	// than Config.Degraded.MinSamples recent answers.
+	Delay time.Duration
+
+	// MinDelay is the shortest latency-based delay. Zero means 20ms.
+	MinDelay time.Duration
+
+	// MaxDelay is the longest latency-based delay. Zero means 2s.
+	MaxDelay time.Duration
+
+	// MaxHedges is how many hedges one request may send, each a delay
+	// after the one before, each to the next upstream. Zero means 1.
+	MaxHedges int
+
+	// Percent is the budget: hedges per 100 requests. Zero means 10;
+	// 100 means no budget: every request may be hedged.
+	Percent float64
+}
+
+const defaultHedgeMaxDelay = 2 * time.Second
+
+// hedgeBurst is how many hedges the budget holds when full.
+const hedgeBurst = 10
+
+func (c HedgeConfig) withDefaults() HedgeConfig {
+	if c.MinDelay == 0 {
+		c.MinDelay = 20 * time.Millisecond
+	}
+	if c.MaxDelay == 0 {
+		c.MaxDelay = defaultHedgeMaxDelay
+	}
+	if c.MaxHedges == 0 {
+		c.MaxHedges = 1
+	}
+	if c.Percent == 0 {
+		c.Percent = 10
+	}
+	return c
+}
+
+func (c HedgeConfig) validate() error {
+	switch {
+	case c.Delay < 0:
+		return configError("Hedge.Delay", "must not be negative")
+	case c.MinDelay < 0:
+		return configError("Hedge.MinDelay", "must not be negative")
+	case c.MaxDelay < 0:
+		return configError("Hedge.MaxDelay", "must not be negative")
+	case c.MinDelay > cmp.Or(c.MaxDelay, defaultHedgeMaxDelay):
+		return configError("Hedge.MinDelay", "must not exceed Hedge.MaxDelay")
+	case c.MaxHedges < 0:
+		return configError("Hedge.MaxHedges", "must not be negative")
+	case c.Percent < 0 || c.Percent > 100 || c.Percent != c.Percent:
+		return configError("Hedge.Percent", "must be between 0 and 100")
+	}
+	return nil
+}
+
+// hedger is the Transport's hedging: its configuration, budget and
+// metrics.
+type hedger struct {
+	HedgeConfig
+	// tokens is the budget in thousandths of a hedge: each request adds
+	// Percent*10, each hedge takes 1000, and it holds at most
+	// hedgeBurst*1000.
+	tokens  atomic.Int64
+	deposit int64
+
+	sent   *metrics.Counter
+	won    *metrics.Counter
+	denied *metrics.Counter
+}
+
+func newHedger(c HedgeConfig, s *metrics.Set) *hedger {
+	c = c.withDefaults()
+	h := &hedger{
+		HedgeConfig: c,
+		deposit:     int64(c.Percent * 10),
+		sent:        s.GetOrCreateCounter("failover_hedges_total"),
+		won:         s.GetOrCreateCounter("failover_hedge_wins_total"),
+		denied:      s.GetOrCreateCounter("failover_hedges_denied_total"),
+	}
+	h.tokens.Store(hedgeBurst * 1000)
+	return h
+}
+
+// earn adds one request's share to the budget.
+func (h *hedger) earn() {
+	for {
+		v := h.tokens.Load()
+		if v >= hedgeBurst*1000 || h.tokens.CompareAndSwap(v, min(v+h.deposit, hedgeBurst*1000)) {
+			return
+		}
+	}
+}
+
+// spend takes one hedge from the budget, if it has one.
+func (h *hedger) spend() bool {
+	if h.Percent >= 100 {
+		return true
+	}
+	for {
+		v := h.tokens.Load()
+		if v < 1000 {
+			h.denied.Inc()
+			return false
+		}
+		if h.tokens.CompareAndSwap(v, v-1000) {
+			return true
+		}
+	}
+}
+
+// refund gives back a hedge that was not sent.
+func (h *hedger) refund() {
+	if h.Percent < 100 {
+		h.tokens.Add(1000)
+	}
+}
+
+// delay is how long an attempt on u may go unanswered before a hedge.
+func (t *Transport) hedgeDelay(u *upstream, now time.Time) time.Duration {
+	h := t.hedge
+	if h.Delay > 0 {
+		return h.Delay
+	}
+	u.refresh(now, t.degraded)
+	if int(u.recent.samples.Load()) < t.degraded.MinSamples {
+		return h.MaxDelay
+	}
+	return min(max(time.Duration(u.recent.p95.Load()), h.MinDelay), h.MaxDelay)
+}
+
+// errHedgeLost cancels an attempt whose request another attempt answered.
+var errHedgeLost = errors.New("failover: another attempt answered first")
+
+// Where a hedged attempt's result goes.
+const (
+	flying    = iota
+	delivered // sent to the call
+	abandoned // the call is over: the attempt cleans up after itself
+)
+
+// hedged is a round with hedging: it tries the upstreams in order, sending
+// the request to the next one also when the attempts in flight have not
+// answered within the delay, and takes the first answer that ends the
+// request. It reports done with the result when the request is over.
+//
+// Each attempt runs in its own goroutine. When the request is over, the
+// attempts still in flight are canceled; each closes what it got when Base
+// returns.
+func (c *call) hedged(ctx context.Context) (*http.Response, error, bool) {
+	h := c.t.hedge
+	var buf [8]*upstream
+	order := c.t.order(buf[:0], time.Now())
+	results := make(chan *flight, len(order))
+	// What the attempts read of c, so that c itself stays on the stack of
+	// requests that are not hedged.
+	sender := &call{t: c.t, req: c.req, addressed: c.addressed}
+	var flying []*flight
+	next, hedges := 0, 0
+
+	// launch sends the request to the next upstream that takes it. It
+	// reports whether it did, and the error that ends the request.
+	launch := func(hedge bool) (bool, error) {
+		for next < len(order) {
+			u := order[next]
+			next++
+			now := time.Now()
+			p, ok := c.admit(u, now)
+			if !ok {
+				continue
+			}
+			if hedge && !h.spend() {
+				u.breaker.done(p, Canceled) // hand the permit back unused
+				next--
+				return false, nil
+			}
+			f := &flight{u: u, p: p, start: now, hedge: hedge}
+			if err := c.prepare(ctx, f, true); err != nil {
+				u.breaker.done(p, Canceled)
+				if hedge {
+					h.refund()
+				}
+				c.addErr(u, err)
+				return false, err
+			}
+			if hedge {
+				h.sent.Inc()
+			}
+			flying = append(flying, f)
+			go sender.fly(f, results)
+			return true, nil
+		}
+		return false, nil
+	}
+	// end is the request's end: the attempts in flight are abandoned.
+	end := func(resp *http.Response, err error) (*http.Response, error, bool) {
+		c.abandon(flying, results)
+		return resp, err, true
+	}
+
+	ok, err := launch(false)
+	if err != nil {
+		return end(c.finish())
+	}
+	if !ok {
+		return nil, nil, false
+	}
+	timer := time.NewTimer(c.t.hedgeDelay(flying[0].u, time.Now()))
+	defer timer.Stop()
+	for {
+		var tick <-chan time.Time
+		if hedges < h.MaxHedges && next < len(order) {
+			tick = timer.C
+		}
+		select {
+		case <-ctx.Done():
+			c.discardHeld()
+			return end(nil, ctx.Err())
+		case <-tick:
+			ok, err := launch(true)
+			if err != nil {
+				return end(c.finish())
+			}
+			if !ok {
+				hedges = h.MaxHedges // out of budget or of upstreams
+				continue
+			}
+			hedges++
+			timer.Reset(c.t.hedgeDelay(flying[len(flying)-1].u, time.Now()))
+		case f := <-results:
+			for i, g := range flying {
+				if g == f {
+					flying = append(flying[:i], flying[i+1:]...)
+					break
+				}
+			}
+			if f.panicked != nil {
+				c.abandon(flying, results)
+				panic(f.panicked)
+			}
+			if resp, err, done := c.settle(f); done {
+				if f.hedge && resp != nil {
+					h.won.Inc()
+				}
+				return end(resp, err)
+			}
+			if len(flying) > 0 {
+				continue // another attempt may still answer
+			}
+			ok, err := launch(false) // fail over as usual
+			if err != nil {
+				return end(c.finish())
+			}
+			if !ok {
+				return nil, nil, false
+			}
+			timer.Reset(c.t.hedgeDelay(flying[0].u, time.Now()))
+		}
+	}
+}
+
+// fly runs f and hands its result to the call, or cleans up when the call
+// is over. A panic in Base or Classify reaches the caller's goroutine, or
+// this one's when the call is over.
+func (c *call) fly(f *flight, results chan<- *flight) {
+	defer func() {
+		if v := recover(); v != nil {
+			f.panicked = v
+		}
+		if f.state.CompareAndSwap(flying, delivered) {
+			results <- f // never blocks: it holds every attempt of the round
+			return
+		}
+		f.cleanup()
+		if f.panicked != nil {
+			panic(f.panicked)
+		}
+	}()
+	c.send(f)
+}
+
+// abandon cancels the attempts in flight. Those that have answered already
+// are cleaned up here; the others clean up when Base returns.
+func (c *call) abandon(flights []*flight, results <-chan *flight) {
+	pending := 0
+	for _, f := range flights {
+		f.lost.Store(true)
+		f.cancel(errHedgeLost)
+		if !f.state.CompareAndSwap(flying, abandoned) {
+			pending++ // delivered: on its way to results
+		}
+	}
+	var panicked any
+	for range pending {
+		f := <-results
+		f.cleanup()
+		if f.panicked != nil {
+			panicked = f.panicked
+		}
+	}
+	if panicked != nil {
+		panic(panicked)
+	}
+}
+
+// cleanup closes what an attempt nobody waits for got.
+func (f *flight) cleanup() {
+	if f.resp != nil {
+		discard(f.resp)
+	}
+	f.cancel(errHedgeLost)
+}

@@ -1,0 +1,380 @@
+package failover
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+)
+
+// metricValue reads one sample from the Transport's metrics; -1 when
+// there is none.
+func metricValue(t *testing.T, tr *Transport, series string) float64 {
+	t.Helper()
+	var b strings.Builder
+	tr.WritePrometheus(&b)
+	for line := range strings.Lines(b.String()) {
+		if v, ok := strings.CutPrefix(line, series+" "); ok {
+			f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+			if err != nil {
+				t.Fatalf("%s: %v", series, err)
+			}
+			return f
+		}
+	}
+	return -1
+}
+
+// slowly answers after d, or gives up when the request is canceled, which
+// it reports on canceled.
+func slowly(d time.Duration, body string, canceled *atomic.Int32) func(*http.Request) (*http.Response, error) {
+	return func(r *http.Request) (*http.Response, error) {
+		select {
+		case <-time.After(d):
+			return respond(200, body), nil
+		case <-r.Context().Done():
+			canceled.Add(1)
+			return nil, r.Context().Err()
+		}
+	}
+}
+
+// A slow primary is hedged to the backup after the delay; the backup's
+// answer wins, the primary's attempt is canceled without counting against
+// it, and the backup receives the body and its own credentials only.
+func TestHedgeFirstAnswerWins(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := newFakeNet()
+		var canceledA atomic.Int32
+		n.handle("a.test", slowly(time.Second, "a", &canceledA))
+		n.handle("b.test", slowly(10*time.Millisecond, "b", new(atomic.Int32)))
+		tr := newTestTransport(t, Config{Base: n, Hedge: &HedgeConfig{Delay: 50 * time.Millisecond}, Upstreams: []Upstream{
+			{Name: "a", BaseURL: "http://a.test", Header: http.Header{"Authorization": {"Bearer key-a"}}},
+			{Name: "b", BaseURL: "http://b.test", Header: http.Header{"Authorization": {"Bearer key-b"}}},
+		}})
+		start := time.Now()
+		resp := mustPost(t, tr, "http://a.test/v1/chat/completions", `{"model":"m"}`)
+		if got := readBody(t, resp); got != "b" {
+			t.Fatalf("body %q, want the backup's", got)
+		}
+		if d := time.Since(start); d != 60*time.Millisecond {
+			t.Errorf("answered after %v, want 60ms (50ms delay + 10ms)", d)
+		}
+		synctest.Wait()
+		if canceledA.Load() != 1 {
+			t.Errorf("the primary's attempt was not canceled")
+		}
+		reqs := n.requests("b.test")
+		if len(reqs) != 1 || reqs[0].Body != `{"model":"m"}` || reqs[0].Header.Get("Authorization") != "Bearer key-b" {
+			t.Fatalf("backup received %+v", reqs)
+		}
+		h := tr.Health()
+		if h[0].Requests.Failed != 0 || h[0].Requests.Canceled != 1 || h[0].State != "closed" {
+			t.Errorf("primary: %+v; a lost hedge race is not a failure", h[0].Requests)
+		}
+		if h[1].Requests.Success != 1 {
+			t.Errorf("backup: %+v", h[1].Requests)
+		}
+		if got := metricValue(t, tr, "failover_hedges_total"); got != 1 {
+			t.Errorf("failover_hedges_total = %v, want 1", got)
+		}
+		if got := metricValue(t, tr, "failover_hedge_wins_total"); got != 1 {
+			t.Errorf("failover_hedge_wins_total = %v, want 1", got)
+		}
+	})
+}
+
+// An attempt that answers within the delay is never hedged; one that
+// answers after the hedge was sent but before the hedge still wins.
+func TestHedgeDelay(t *testing.T) {
+	for _, tt := range []struct {
+		name       string
+		a          time.Duration
+		wantBody   string
+		wantHedges float64
+	}{
+		{"fast primary", 30 * time.Millisecond, "a", 0},
+		{"primary beats hedge", 80 * time.Millisecond, "a", 1},
+		{"hedge beats primary", 200 * time.Millisecond, "b", 1},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				n := newFakeNet()
+				var canceledA, canceledB atomic.Int32
+				n.handle("a.test", slowly(tt.a, "a", &canceledA))
+				n.handle("b.test", slowly(100*time.Millisecond, "b", &canceledB))
+				tr := newTestTransport(t, twoUpstreams(n, Config{Hedge: &HedgeConfig{Delay: 50 * time.Millisecond}}))
+				if got := readBody(t, mustGet(t, tr, "http://a.test/")); got != tt.wantBody {
+					t.Fatalf("body %q, want %q", got, tt.wantBody)
+				}
+				synctest.Wait()
+				if got := metricValue(t, tr, "failover_hedges_total"); got != tt.wantHedges {
+					t.Errorf("hedges %v, want %v", got, tt.wantHedges)
+				}
+				if got := float64(n.count("b.test")); got != tt.wantHedges {
+					t.Errorf("backup got %v requests, want %v", got, tt.wantHedges)
+				}
+				loser := &canceledB
+				if tt.wantBody == "b" {
+					loser = &canceledA
+				}
+				if tt.wantHedges == 1 && loser.Load() != 1 {
+					t.Errorf("the losing attempt was not canceled")
+				}
+			})
+		})
+	}
+}
+
+// An attempt that fails before the delay fails over at once, as without
+// hedging; that is not a hedge and spends no budget.
+func TestHedgeFailureFailsOverAtOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := newFakeNet()
+		n.status("a.test", 503, "down")
+		n.handle("b.test", slowly(10*time.Millisecond, "b", new(atomic.Int32)))
+		tr := newTestTransport(t, twoUpstreams(n, Config{Hedge: &HedgeConfig{Delay: time.Second}}))
+		start := time.Now()
+		if got := readBody(t, mustGet(t, tr, "http://a.test/")); got != "b" {
+			t.Fatalf("body %q", got)
+		}
+		if d := time.Since(start); d != 10*time.Millisecond {
+			t.Errorf("took %v, want 10ms: no wait for the hedge delay", d)
+		}
+		if got := metricValue(t, tr, "failover_hedges_total"); got != 0 {
+			t.Errorf("hedges %v, want 0", got)
+		}
+		if got := tr.Health()[0].Requests.Failed; got != 1 {
+			t.Errorf("primary failures %d, want 1", got)
+		}
+	})
+}
+
+// When the hedge fails, the request still takes the primary's later
+// answer; when both fail, the caller gets the latest answer as without
+// hedging.
+func TestHedgeFailedHedgeWaitsForPrimary(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := newFakeNet()
+		n.handle("a.test", slowly(200*time.Millisecond, "a", new(atomic.Int32)))
+		n.status("b.test", 503, "down")
+		tr := newTestTransport(t, twoUpstreams(n, Config{Hedge: &HedgeConfig{Delay: 50 * time.Millisecond}}))
+		if got := readBody(t, mustGet(t, tr, "http://a.test/")); got != "a" {
+			t.Fatalf("body %q, want the primary's", got)
+		}
+
+		n.handle("a.test", func(*http.Request) (*http.Response, error) {
+			time.Sleep(200 * time.Millisecond)
+			return respond(502, "bad gateway"), nil
+		})
+		resp := mustGet(t, tr, "http://a.test/")
+		if resp.StatusCode != 502 {
+			t.Fatalf("status %d, want the latest answer, 502", resp.StatusCode)
+		}
+		resp.Body.Close()
+	})
+}
+
+// The budget bounds hedges to Percent of requests plus a burst.
+func TestHedgeBudget(t *testing.T) {
+	for _, tt := range []struct {
+		percent  float64
+		min, max float64
+	}{
+		{10, 15, 20},    // 10 banked + 10 % of 100
+		{100, 100, 100}, // every request
+	} {
+		t.Run(fmt.Sprint(tt.percent), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				n := newFakeNet()
+				n.handle("a.test", slowly(100*time.Millisecond, "a", new(atomic.Int32)))
+				n.handle("b.test", slowly(100*time.Millisecond, "b", new(atomic.Int32)))
+				tr := newTestTransport(t, twoUpstreams(n, Config{Hedge: &HedgeConfig{Delay: 10 * time.Millisecond, Percent: tt.percent}}))
+				for range 100 {
+					readBody(t, mustGet(t, tr, "http://a.test/"))
+				}
+				hedges := metricValue(t, tr, "failover_hedges_total")
+				denied := metricValue(t, tr, "failover_hedges_denied_total")
+				if hedges < tt.min || hedges > tt.max {
+					t.Errorf("%v hedges in 100 slow requests, want %v to %v", hedges, tt.min, tt.max)
+				}
+				if hedges+denied != 100 {
+					t.Errorf("hedges %v + denied %v != 100", hedges, denied)
+				}
+				if got := float64(n.count("b.test")); got != hedges {
+					t.Errorf("backup got %v requests, hedges_total says %v", got, hedges)
+				}
+			})
+		})
+	}
+}
+
+// Without a fixed delay, the hedge waits for the upstream's recent p95,
+// floored at MinDelay, and MaxDelay while there are too few answers.
+func TestHedgeDelayFromLatency(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := newFakeNet()
+		var latency atomic.Int64
+		latency.Store(int64(40 * time.Millisecond))
+		n.handle("a.test", func(r *http.Request) (*http.Response, error) {
+			return slowly(time.Duration(latency.Load()), "a", new(atomic.Int32))(r)
+		})
+		n.status("b.test", 200, "b")
+		tr := newTestTransport(t, twoUpstreams(n, Config{
+			Hedge:    &HedgeConfig{MaxDelay: 500 * time.Millisecond},
+			Degraded: DegradedConfig{MinSamples: 5},
+		}))
+		latency.Store(int64(time.Second))
+		start := time.Now()
+		readBody(t, mustGet(t, tr, "http://a.test/"))
+		if d := time.Since(start); d != 500*time.Millisecond {
+			t.Errorf("with no samples the hedge went after %v, want MaxDelay (500ms)", d)
+		}
+		latency.Store(int64(40 * time.Millisecond))
+		for range 5 {
+			readBody(t, mustGet(t, tr, "http://a.test/"))
+		}
+		time.Sleep(time.Second) // the recent figures refresh
+		latency.Store(int64(time.Second))
+		start = time.Now()
+		readBody(t, mustGet(t, tr, "http://a.test/"))
+		if d := time.Since(start); d != 40*time.Millisecond {
+			t.Errorf("with a p95 of 40ms the hedge went after %v", d)
+		}
+	})
+}
+
+// A caller that gives up while two attempts are in flight gets its
+// context's error; both attempts end, neither counts as a failure.
+func TestHedgeCallerCancels(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := newFakeNet()
+		var canceled atomic.Int32
+		n.handle("a.test", slowly(time.Hour, "a", &canceled))
+		n.handle("b.test", slowly(time.Hour, "b", &canceled))
+		tr := newTestTransport(t, twoUpstreams(n, Config{Hedge: &HedgeConfig{Delay: 10 * time.Millisecond}}))
+		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		defer cancel()
+		req := httptestRequest("GET", "http://a.test/", "").WithContext(ctx)
+		_, err := tr.RoundTrip(req)
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("err %v, want the deadline", err)
+		}
+		synctest.Wait()
+		if canceled.Load() != 2 {
+			t.Errorf("%d attempts ended, want 2", canceled.Load())
+		}
+		for _, h := range tr.Health() {
+			if h.Requests.Failed != 0 {
+				t.Errorf("%s: %+v", h.Name, h.Requests)
+			}
+		}
+	})
+}
+
+// A panic in Base during a hedged attempt reaches the caller.
+func TestHedgePanicReachesCaller(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := newFakeNet()
+		n.handle("a.test", func(*http.Request) (*http.Response, error) { panic("boom") })
+		tr := newTestTransport(t, twoUpstreams(n, Config{Hedge: &HedgeConfig{Delay: 10 * time.Millisecond}}))
+		defer func() {
+			if v := recover(); v != "boom" {
+				t.Errorf("recovered %v, want the panic from Base", v)
+			}
+		}()
+		tr.RoundTrip(httptestRequest("GET", "http://a.test/", ""))
+		t.Error("RoundTrip returned")
+	})
+}
+
+// A body that cannot be sent twice is not hedged.
+func TestHedgeNeedsReplayableBody(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := newFakeNet()
+		n.handle("a.test", slowly(100*time.Millisecond, "a", new(atomic.Int32)))
+		n.status("b.test", 200, "b")
+		tr := newTestTransport(t, twoUpstreams(n, Config{MaxBodyBuffer: -1, Hedge: &HedgeConfig{Delay: 10 * time.Millisecond}}))
+		req := httptestRequest("POST", "http://a.test/", "")
+		req.Body = io.NopCloser(strings.NewReader("once"))
+		resp, err := tr.RoundTrip(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := readBody(t, resp); got != "a" || n.count("b.test") != 0 {
+			t.Fatalf("body %q, backup requests %d: a one-shot body was hedged", got, n.count("b.test"))
+		}
+	})
+}
+
+// Over real connections: the winner's stream stays readable after
+// RoundTrip returns (its context is not the loser's), every loser is
+// canceled, and no goroutine or connection is left behind (TestMain
+// checks goroutines).
+func TestHedgeOverHTTP(t *testing.T) {
+	var slowCanceled atomic.Int32
+	slow := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-time.After(5 * time.Second):
+		case <-r.Context().Done():
+			slowCanceled.Add(1)
+		}
+	})
+	fast := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		f := w.(http.Flusher)
+		for i := range 3 {
+			fmt.Fprintf(w, "data: %d\n\n", i)
+			f.Flush()
+			time.Sleep(5 * time.Millisecond)
+		}
+		fmt.Fprint(w, "data: [DONE]\n\n")
+	})
+	base := &http.Transport{}
+	defer base.CloseIdleConnections()
+	tr := newTestTransport(t, Config{Base: base, Hedge: &HedgeConfig{Delay: 20 * time.Millisecond, Percent: 100}, Upstreams: []Upstream{
+		{Name: "slow", BaseURL: slow.URL}, {Name: "fast", BaseURL: fast.URL},
+	}})
+	const requests = 20
+	var wg sync.WaitGroup
+	for range requests {
+		wg.Go(func() {
+			resp, err := tr.RoundTrip(httptestRequest("POST", slow.URL+"/v1/chat/completions", `{"stream":true}`))
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			defer resp.Body.Close()
+			var events int
+			sc := bufio.NewScanner(resp.Body)
+			for sc.Scan() {
+				if strings.HasPrefix(sc.Text(), "data: ") {
+					events++
+				}
+			}
+			if sc.Err() != nil || events != 4 {
+				t.Errorf("read %d events, err %v; want the whole stream", events, sc.Err())
+			}
+		})
+	}
+	wg.Wait()
+	deadline := time.Now().Add(5 * time.Second)
+	for slowCanceled.Load() < requests && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if got := slowCanceled.Load(); got != requests {
+		t.Errorf("%d of %d losing attempts were canceled", got, requests)
+	}
+	if h := tr.Health()[0]; h.Requests.Failed != 0 || h.State != "closed" {
+		t.Errorf("slow upstream: %+v, state %s", h.Requests, h.State)
+	}
+}
