@@ -145,6 +145,14 @@ type breaker struct {
 
 	since atomic.Int64 // unix nanoseconds of the last state change; 0: never changed
 
+	// With Config.Shared: openUntil, when not 0, is when the open
+	// circuit's cooldown ends (unix nanoseconds), as the fleet said,
+	// instead of cb's delay; mayProbe says whether this process may send
+	// the half-open probe (it holds the fleet's probe lease).
+	openUntil atomic.Int64
+	mayProbe  func(now time.Time) bool
+	armed     atomic.Bool // this process's last counted attempt failed
+
 	// onChange, when set, is called after every state change, outside
 	// mu (for logs, metrics and Config.OnStateChange).
 	onChange func(stateChange)
@@ -154,11 +162,13 @@ type breaker struct {
 	// them for onChange.
 	mu      sync.Mutex
 	changes []stateChange
+	remote  bool // the changes under way come from the fleet (Config.Shared)
 }
 
 type stateChange struct {
 	from, to State
 	at       time.Time
+	remote   bool // made to follow the fleet, not by this process's requests
 }
 
 func newBreaker(c BreakerConfig) *breaker {
@@ -185,10 +195,11 @@ func (b *breaker) changed(e circuitbreaker.StateChangedEvent) {
 	b.state.Store(int32(to))
 	b.since.Store(at.UnixNano())
 	b.gen.Add(1)
+	b.openUntil.Store(0)
 	if from == Closed && to == Open {
 		b.trips.Add(1)
 	}
-	b.changes = append(b.changes, stateChange{from, to, at})
+	b.changes = append(b.changes, stateChange{from, to, at, b.remote})
 }
 
 // permit is the right to send one request, to be settled with done.
@@ -215,13 +226,15 @@ func (b *breaker) allow() (permit, bool) {
 		b.mu.Unlock()
 		return p, true
 	case circuitbreaker.OpenState:
-		if b.cb.RemainingDelay() > 0 {
+		if b.openLeft(now) > 0 || (b.mayProbe != nil && !b.mayProbe(now)) {
 			b.mu.Unlock()
 			return permit{}, false
 		}
 		b.cb.HalfOpen()
 	case circuitbreaker.HalfOpenState:
-		if b.probeInFlight(now) { // another request took it meanwhile
+		// Another request took the probe meanwhile, or another process
+		// of the fleet holds it.
+		if b.probeInFlight(now) || (b.mayProbe != nil && !b.mayProbe(now)) {
 			b.mu.Unlock()
 			return permit{}, false
 		}
@@ -282,6 +295,7 @@ func (b *breaker) done(p permit, o Outcome) {
 		} else {
 			b.cb.RecordFailure()
 		}
+		b.armed.Store(!success)
 		b.clean.Store(b.counting && State(b.state.Load()) == Closed && b.cb.Metrics().Failures() == 0)
 	}
 	b.releaseProbe(p)
@@ -326,6 +340,15 @@ func (b *breaker) remaining() time.Duration {
 	if State(b.state.Load()) != Open {
 		return 0
 	}
+	return b.openLeft(time.Now())
+}
+
+// openLeft is what is left of an open circuit's cooldown: the fleet's,
+// when it set one, else cb's.
+func (b *breaker) openLeft(now time.Time) time.Duration {
+	if u := b.openUntil.Load(); u != 0 {
+		return max(0, time.Duration(u-now.UnixNano()))
+	}
 	return b.cb.RemainingDelay()
 }
 
@@ -333,10 +356,67 @@ func (b *breaker) remaining() time.Duration {
 // cooldown is over reads half-open, since the next request will probe.
 func (b *breaker) status() State {
 	s := State(b.state.Load())
-	if s == Open && b.cb.RemainingDelay() == 0 {
+	if s == Open && b.openLeft(time.Now()) == 0 {
 		return HalfOpen
 	}
 	return s
+}
+
+// holdOpen opens the circuit until at least until, as another process of
+// the fleet saw it open. An open circuit's cooldown only grows.
+func (b *breaker) holdOpen(until time.Time) {
+	now := time.Now()
+	if !until.After(now) {
+		return
+	}
+	b.mu.Lock()
+	end := until.UnixNano()
+	if b.cb.State() == circuitbreaker.OpenState {
+		end = max(end, now.Add(b.openLeft(now)).UnixNano())
+	} else {
+		b.remote = true
+		b.cb.Open()
+		b.remote = false
+	}
+	b.openUntil.Store(end)
+	b.clean.Store(false)
+	changes := b.takeChanges()
+	b.mu.Unlock()
+	b.notify(changes)
+}
+
+// remoteFailure counts a failure that another process of the fleet saw,
+// while the circuit is closed and this process's own last attempt failed
+// too: a fleet that fails together trips after about FailureThreshold
+// failures in all, while one process's successes keep the others' stray
+// failures from tripping it.
+func (b *breaker) remoteFailure() {
+	if !b.armed.Load() || State(b.state.Load()) != Closed {
+		return
+	}
+	b.mu.Lock()
+	if b.cb.State() == circuitbreaker.ClosedState && b.armed.Load() {
+		b.cb.RecordFailure()
+		b.clean.Store(false)
+	}
+	changes := b.takeChanges()
+	b.mu.Unlock()
+	b.notify(changes)
+}
+
+// closeRemote closes the circuit, as the fleet's probe found the upstream
+// well.
+func (b *breaker) closeRemote() {
+	b.mu.Lock()
+	if b.cb.State() != circuitbreaker.ClosedState {
+		b.remote = true
+		b.cb.Close()
+		b.remote = false
+		b.clean.Store(b.counting && b.cb.Metrics().Failures() == 0)
+	}
+	changes := b.takeChanges()
+	b.mu.Unlock()
+	b.notify(changes)
 }
 
 // Requires that b.mu is held.

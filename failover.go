@@ -69,6 +69,7 @@ type upstream struct {
 	models   modelMap // Upstream.Models
 	latency  peakEWMA // for LeastLatency
 	headroom headroomState
+	lease    sharedLease // with Config.Shared
 	m        upstreamMetrics
 }
 
@@ -580,7 +581,11 @@ func (c *call) send(f *flight) {
 	if c.t.router != nil && (o == Success || o == Rejected || o == Failed) {
 		u.latency.observe(elapsed, now) // a fast 429 or 401 says nothing of speed
 	}
-	u.breaker.done(f.p, breakerOutcome(o, err))
+	bo := breakerOutcome(o, err)
+	u.breaker.done(f.p, bo)
+	if bo == Failed && c.t.fleet != nil {
+		c.t.fleet.failure(u)
+	}
 	u.observe(o, elapsed, now)
 	f.resp, f.err, f.o, f.now = resp, err, o, now
 }
@@ -658,9 +663,13 @@ func (t *Transport) coolDown(u *upstream, resp *http.Response, now time.Time) {
 	if resp != nil {
 		d, reason = t.rate.cooldownFor(resp, now)
 	}
+	before := u.cd.until.Load()
 	if u.cd.extend(now, d, reason) {
 		u.m.cooldowns[reason].Inc()
 		t.log(slog.LevelWarn, "upstream cooling down", u, slog.Duration("cooldown", d), slog.String("reason", string(reason)))
+	}
+	if t.fleet != nil && u.cd.until.Load() != before {
+		t.fleet.cooled(u, d, reason)
 	}
 }
 

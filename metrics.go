@@ -86,7 +86,14 @@ func (t *Transport) initMetrics() {
 			if c.to == Open {
 				level = slog.LevelWarn
 			}
-			t.log(level, "circuit "+c.to.String(), u, slog.String("from", c.from.String()))
+			if c.remote {
+				t.log(level, "circuit "+c.to.String(), u, slog.String("from", c.from.String()), slog.String("by", "fleet"))
+			} else {
+				t.log(level, "circuit "+c.to.String(), u, slog.String("from", c.from.String()))
+			}
+			if t.fleet != nil {
+				t.fleet.changed(u, c)
+			}
 			if t.onStateChange != nil {
 				t.onStateChange(StateChange{Upstream: u.name, From: c.from, To: c.to, At: c.at})
 			}

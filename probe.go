@@ -138,5 +138,8 @@ func (t *Transport) Close() error {
 		p.cancel()
 		p.wg.Wait()
 	}
+	if f := t.fleet; f != nil {
+		f.stopOnce.Do(f.stop)
+	}
 	return nil
 }

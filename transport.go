@@ -161,6 +161,17 @@ type Config struct {
 	// request's own deadline.
 	AttemptTimeout time.Duration
 
+	// Shared, when set, shares open circuits, cooldowns and the
+	// half-open probe with the other processes of a fleet (see [Shared]).
+	// New starts two goroutines for it, which Close stops. Nil means each
+	// Transport learns on its own.
+	Shared Shared
+
+	// SharedSync is how often the Transport reads the shared state in
+	// full, besides following its messages, and the bound on each call
+	// to it. Zero means 1s.
+	SharedSync time.Duration
+
 	// Hedge, when set, sends a request that has not been answered within
 	// a delay to the next upstream too, and takes the first answer; see
 	// [HedgeConfig] for the cost. Nil means no hedging.
@@ -224,10 +235,11 @@ const (
 //     64 KiB) and closed by the Transport.
 //   - A request addressed to no upstream goes to Base untouched.
 //
-// A Transport is safe for concurrent use by multiple goroutines. It starts no
-// goroutine of its own, except the probe loops of [ProbeConfig], which
-// [Transport.Close] stops, and with [HedgeConfig] one per attempt of a
-// hedged request, which ends when Base returns.
+// A Transport is safe for concurrent use by multiple goroutines. It starts
+// goroutines of its own only for opt-in features: the probe loops of
+// [ProbeConfig] and the two of [Config.Shared], which [Transport.Close]
+// stops, and with [HedgeConfig] one per attempt of a hedged request, which
+// ends when Base returns.
 type Transport struct {
 	upstreams []*upstream
 	base      http.RoundTripper
@@ -235,6 +247,7 @@ type Transport struct {
 	router    Router       // nil: the configured order
 	stream    *StreamGuard // nil: no stream guard
 	hedge     *hedger      // nil: no hedging
+	fleet     *fleet       // nil: no Config.Shared
 	models    bool         // some upstream has Models
 	rate      RateLimitConfig
 	retries   int
@@ -300,6 +313,8 @@ func New(cfg Config) (*Transport, error) {
 		return nil, configError("RetryWaitMax", "must not be negative")
 	case cfg.AttemptTimeout < 0:
 		return nil, configError("AttemptTimeout", "must not be negative")
+	case cfg.SharedSync < 0:
+		return nil, configError("SharedSync", "must not be negative")
 	}
 	t := &Transport{
 		base:     cfg.Base,
@@ -363,8 +378,14 @@ func New(cfg Config) (*Transport, error) {
 	for k := range credNames {
 		t.credHeaders = append(t.credHeaders, k)
 	}
+	if cfg.Shared != nil {
+		t.fleet = newFleet(t, cfg.Shared, cmp.Or(cfg.SharedSync, defaultSharedSync))
+	}
 	t.initMetrics()
 	t.startProbes(cfg.Probe)
+	if t.fleet != nil {
+		t.fleet.start()
+	}
 	return t, nil
 }
 

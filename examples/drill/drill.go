@@ -1,7 +1,10 @@
 package main
 
 import (
+	"os"
+	"strconv"
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -10,23 +13,28 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/VictoriaMetrics/metrics"
 
 	"github.com/failover-go/failover"
 )
 
 // options configure one drill; the flags of main fill them in.
 type options struct {
-	Duration  time.Duration // length of the drill; both runs play at once
+	Duration  time.Duration // length of the drill; all runs play at once
 	RPS       float64       // requests per second, per run
 	Timescale float64       // factor on every provider-scale time
+	Hedge     time.Duration // hedge delay at provider scale; 0: no hedged run
 	JSON      bool          // write JSON instead of the table
 	Plot      string        // .png or .svg file to draw, or ""
 	Listen    string        // address for /metrics and /health, or ""
 	Model     string        // model named in the request bodies
-	Router    string        // routing policy of the failover run: priority, weighted, leastlatency, score
+	Router    string        // routing policies, one failover run each: "priority,score", "all"; "" is priority
 	Upstreams []realUpstream
 
 	// Status receives the live status; nil means none. StatusTTY redraws
@@ -46,14 +54,20 @@ func (o options) scaled(d time.Duration) time.Duration {
 	return time.Duration(float64(d) * o.Timescale)
 }
 
-// Timing of both runs, at provider scale before -timescale.
+// Timing of the runs, at provider scale before -timescale.
 const (
-	callerTimeout   = 30 * time.Second // the caller's http.Client.Timeout, in both runs
-	breakerCooldown = 30 * time.Second // failover.BreakerConfig.Cooldown (its default)
-	defaultCooldown = 1 * time.Second  // failover.RateLimitConfig.DefaultCooldown (its default)
-	maxCooldown     = 60 * time.Second // failover.RateLimitConfig.MaxCooldown (its default)
-	attemptTimeouts = 3                // AttemptTimeout is this many times the slowest p99
+	callerTimeout   = 30 * time.Second       // the caller's http.Client.Timeout, in every run
+	breakerCooldown = 30 * time.Second       // failover.BreakerConfig.Cooldown (its default)
+	defaultCooldown = 1 * time.Second        // failover.RateLimitConfig.DefaultCooldown (its default)
+	maxCooldown     = 60 * time.Second       // failover.RateLimitConfig.MaxCooldown (its default)
+	recentWindow    = 30 * time.Second       // failover.DegradedConfig.Window (its default): "recent" figures
+	hangFloor       = 100 * time.Millisecond // failover.HangConfig.Floor (its default)
+	attemptTimeouts = 3                      // AttemptTimeout is this many times the slowest p99
 )
+
+// hangMultiple is the failover runs' failover.HangConfig.Multiple; see
+// options.hangConfig.
+const hangMultiple = 1
 
 // record is one request of the caller.
 type record struct {
@@ -69,9 +83,11 @@ type attempt struct {
 	upstream int
 }
 
-// run is one of the two runs: a caller with an http.Client, and what it saw.
+// run is one of the drill's runs, the plain one or a failover one: a
+// caller with an http.Client, and what it saw.
 type run struct {
-	name    string
+	name    string  // column heading: "plain", "failover", "failover (score)"
+	spec    runSpec // the failover Transport's configuration
 	client  *http.Client
 	base    *http.Transport
 	url     string   // where the caller sends each request
@@ -80,6 +96,7 @@ type run struct {
 	servers []*fakeUpstream
 	ft      *failover.Transport // nil in the plain run
 	events  *eventLog           // nil in the plain run
+	metrics *metrics.Set        // ft's metrics; nil in the plain run
 	start   time.Time
 
 	inflight atomic.Int64 // requests the caller still waits for
@@ -106,7 +123,7 @@ func (c *counter) RoundTrip(req *http.Request) (*http.Response, error) {
 	return c.next.RoundTrip(req)
 }
 
-// newBase returns the http.Transport under both runs' clients: the
+// newBase returns the http.Transport under each run's client: the
 // default one, with room for the connections that hung requests hold.
 func newBase() *http.Transport {
 	t := http.DefaultTransport.(*http.Transport).Clone()
@@ -220,10 +237,14 @@ func (l *eventLog) record(c failover.StateChange) {
 	l.mu.Unlock()
 }
 
+// events returns the changes so far in the order they happened, which
+// is not always the order they were reported in.
 func (l *eventLog) events() []event {
 	l.mu.Lock()
-	defer l.mu.Unlock()
-	return append([]event(nil), l.evs...)
+	evs := append([]event(nil), l.evs...)
+	l.mu.Unlock()
+	slices.SortStableFunc(evs, func(a, b event) int { return cmp.Compare(a.at, b.at) })
+	return evs
 }
 
 // drill runs the outage drill as o says and writes the table (or JSON) to
@@ -237,82 +258,39 @@ func drill(ctx context.Context, o options, out io.Writer) error {
 		return errors.New("-rps must be positive")
 	case o.Timescale <= 0:
 		return errors.New("-timescale must be positive")
+	case o.Hedge < 0:
+		return errors.New("-hedge must not be negative")
 	case o.Plot != "" && plotFormat(o.Plot) == "":
 		return fmt.Errorf("-plot %s: want a .png or .svg file", o.Plot)
 	}
 	if o.Model == "" {
 		o.Model = "gpt-4o-mini"
 	}
+	policies, err := parseRouters(o.Router)
+	if err != nil {
+		return err
+	}
 	phases := script(o.Duration)
 
-	plain := &run{name: "plain", base: newBase(), hosts: map[string]int{}}
-	fo := &run{name: "failover", base: newBase(), hosts: map[string]int{}, events: &eventLog{}}
-	runs := []*run{plain, fo}
+	var runs []*run
 	defer func() {
 		for _, r := range runs {
 			r.close()
 		}
 	}()
-
-	// The plain run: one primary, the caller aimed at it.
-	p := newFakeUpstream(profiles[0], o.Timescale, phases)
-	plain.servers = []*fakeUpstream{p}
-	plain.names = []string{profiles[0].name}
-	plain.hosts[p.srv.Listener.Addr().String()] = 0
-	plain.url = p.baseURL() + "/chat/completions"
-	plain.client = &http.Client{Transport: &counter{next: plain.base, r: plain}, Timeout: o.scaled(callerTimeout)}
-
-	// The failover run: its own primary with the same script, then the
-	// backups, local or real.
-	fp := newFakeUpstream(profiles[0], o.Timescale, phases)
-	fo.servers = []*fakeUpstream{fp}
-	ups := []failover.Upstream{{Name: profiles[0].name, BaseURL: fp.baseURL()}}
-	if len(o.Upstreams) == 0 {
-		for _, prof := range profiles[1:] {
-			s := newFakeUpstream(prof, o.Timescale, nil)
-			fo.servers = append(fo.servers, s)
-			ups = append(ups, failover.Upstream{Name: prof.name, BaseURL: s.baseURL()})
-		}
-	} else {
-		for _, ru := range o.Upstreams {
-			u := failover.Upstream{Name: ru.Name, BaseURL: ru.BaseURL}
-			if ru.Key != "" {
-				u.Header = http.Header{"Authorization": {"Bearer " + ru.Key}}
-			}
-			ups = append(ups, u)
-		}
-	}
-	for i, u := range ups {
-		pu, err := url.Parse(u.BaseURL)
+	runs = append(runs, newPlainRun(o, phases))
+	specs := failoverSpecs(policies, o.Hedge > 0)
+	for _, sp := range specs {
+		r, err := newFailoverRun(o, phases, sp, len(specs) > 1 || sp.policy != "priority")
 		if err != nil {
-			return fmt.Errorf("upstream %s: %v", u.Name, err)
+			return err
 		}
-		fo.names = append(fo.names, u.Name)
-		fo.hosts[pu.Host] = i
+		runs = append(runs, r)
 	}
-	fo.url = fp.baseURL() + "/chat/completions"
-	router, err := newRouter(o.Router)
-	if err != nil {
-		return err
-	}
-	ft, err := failover.New(failover.Config{
-		Upstreams:      ups,
-		Base:           &counter{next: fo.base, r: fo},
-		Breaker:        failover.BreakerConfig{Cooldown: o.scaled(breakerCooldown)},
-		RateLimit:      failover.RateLimitConfig{DefaultCooldown: o.scaled(defaultCooldown), MaxCooldown: o.scaled(maxCooldown)},
-		AttemptTimeout: o.attemptTimeout(),
-		OnStateChange:  fo.events.record,
-		Router:         router,
-	})
-	if err != nil {
-		return err
-	}
-	fo.ft = ft
-	fo.client = &http.Client{Transport: ft, Timeout: o.scaled(callerTimeout)}
 
 	stopListen := func() {}
 	if o.Listen != "" {
-		stop, err := serveMetrics(o.Listen, ft)
+		stop, err := serveMetrics(o.Listen, runs[1:])
 		if err != nil {
 			return err
 		}
@@ -331,8 +309,10 @@ func drill(ctx context.Context, o options, out io.Writer) error {
 		for _, s := range r.servers {
 			s.begin(start)
 		}
+		if r.events != nil {
+			r.events.start = start
+		}
 	}
-	fo.events.start = start
 
 	var bg sync.WaitGroup // the status loop
 	statusDone := make(chan struct{})
@@ -385,6 +365,134 @@ schedule:
 	return writeTable(out, rep)
 }
 
+// newPlainRun returns the plain run: one primary playing the script, the
+// caller's http.Client aimed at it.
+func newPlainRun(o options, phases []phase) *run {
+	r := &run{name: "plain", base: newBase(), hosts: map[string]int{}}
+	p := newFakeUpstream(profiles[0], o.Timescale, phases)
+	r.servers = []*fakeUpstream{p}
+	r.names = []string{profiles[0].name}
+	r.hosts[p.srv.Listener.Addr().String()] = 0
+	r.url = p.baseURL() + "/chat/completions"
+	r.client = &http.Client{Transport: &counter{next: r.base, r: r}, Timeout: o.scaled(callerTimeout)}
+	return r
+}
+
+// runSpec says how one failover run's Transport is configured.
+type runSpec struct {
+	policy string // routing policy, as -router names it
+	hedge  bool   // Config.Hedge with -hedge's delay
+}
+
+// key names the run in column headings and -listen paths: "priority",
+// "score", "priority+hedge".
+func (sp runSpec) key() string {
+	if sp.hedge {
+		return sp.policy + "+hedge"
+	}
+	return sp.policy
+}
+
+// failoverSpecs returns the failover runs: one per policy, and with
+// hedging one more, the first policy hedged.
+func failoverSpecs(policies []string, hedge bool) []runSpec {
+	var specs []runSpec
+	for _, p := range policies {
+		specs = append(specs, runSpec{policy: p})
+	}
+	if hedge {
+		specs = append(specs, runSpec{policy: policies[0], hedge: true})
+	}
+	return specs
+}
+
+// newFailoverRun returns a failover run: its own primary playing the
+// script, then the backups, local or real, behind a failover.Transport
+// configured as sp says. Its name is "failover", or "failover (key)"
+// when qualified.
+func newFailoverRun(o options, phases []phase, sp runSpec, qualified bool) (*run, error) {
+	r := &run{name: "failover", spec: sp, base: newBase(), hosts: map[string]int{}, events: &eventLog{}, metrics: metrics.NewSet()}
+	if qualified {
+		r.name = "failover (" + sp.key() + ")"
+	}
+	fp := newFakeUpstream(profiles[0], o.Timescale, phases)
+	r.servers = []*fakeUpstream{fp}
+	ups := []failover.Upstream{{Name: profiles[0].name, BaseURL: fp.baseURL()}}
+	if len(o.Upstreams) == 0 {
+		for _, prof := range profiles[1:] {
+			s := newFakeUpstream(prof, o.Timescale, nil)
+			r.servers = append(r.servers, s)
+			ups = append(ups, failover.Upstream{Name: prof.name, BaseURL: s.baseURL()})
+		}
+	} else {
+		for _, ru := range o.Upstreams {
+			u := failover.Upstream{Name: ru.Name, BaseURL: ru.BaseURL}
+			if ru.Key != "" {
+				u.Header = http.Header{"Authorization": {"Bearer " + ru.Key}}
+			}
+			ups = append(ups, u)
+		}
+	}
+	for i, u := range ups {
+		pu, err := url.Parse(u.BaseURL)
+		if err != nil {
+			r.close()
+			return nil, fmt.Errorf("upstream %s: %v", u.Name, err)
+		}
+		r.names = append(r.names, u.Name)
+		r.hosts[pu.Host] = i
+	}
+	r.url = fp.baseURL() + "/chat/completions"
+	router, err := newRouter(sp.policy)
+	if err != nil {
+		r.close()
+		return nil, err
+	}
+	cfg := failover.Config{
+		Upstreams:      ups,
+		Base:           &counter{next: r.base, r: r},
+		Router:         router,
+		Breaker:        failover.BreakerConfig{Cooldown: o.scaled(breakerCooldown)},
+		RateLimit:      failover.RateLimitConfig{DefaultCooldown: o.scaled(defaultCooldown), MaxCooldown: o.scaled(maxCooldown)},
+		Hang:           o.hangConfig(),
+		Degraded:       failover.DegradedConfig{Window: o.scaled(recentWindow)},
+		AttemptTimeout: o.attemptTimeout(),
+		Metrics:        r.metrics,
+		OnStateChange:  r.events.record,
+	}
+	if sp.hedge {
+		cfg.Hedge = &failover.HedgeConfig{Delay: o.scaled(o.Hedge)}
+	}
+	ft, err := failover.New(cfg)
+	if err != nil {
+		r.close()
+		return nil, err
+	}
+	r.ft = ft
+	r.client = &http.Client{Transport: ft, Timeout: o.scaled(callerTimeout)}
+	return r, nil
+}
+
+// hangConfig is the failover runs' hang detection: suspicion once at least
+// 3 requests wait (the default) and none has answered for the primary's
+// recent p99 (Multiple 1 rather than the default 2), never less than the
+// default Floor of 100 ms scaled. At 200 req/s a hung primary takes a
+// request every 5 ms, so each p99 of waiting leaves about ten more on it.
+// A healthy upstream with three requests waiting answers one of them well
+// within its p99, so one p99 of silence is already a strong sign; a false
+// suspicion only puts the upstream last until its next answer.
+func (o options) hangConfig() failover.HangConfig {
+	m := float64(hangMultiple)
+	if v, err := strconv.ParseFloat(os.Getenv("DRILL_HANG_MULT"), 64); err == nil {
+		m = v // EXPERIMENT
+	}
+	fl := o.scaled(hangFloor)
+	if v, err := time.ParseDuration(os.Getenv("DRILL_HANG_FLOOR")); err == nil {
+		fl = v // EXPERIMENT
+	}
+	return failover.HangConfig{Multiple: m, Floor: fl}
+}
+
 // attemptTimeout is a few times the slowest upstream's p99, scaled.
 func (o options) attemptTimeout() time.Duration {
 	var worst time.Duration
@@ -412,24 +520,44 @@ func requestBody(model string, stream bool) []byte {
 	return b
 }
 
-// serveMetrics serves /metrics and /health for t on addr until the
-// returned function is called.
-func serveMetrics(addr string, t *failover.Transport) (stop func(), err error) {
+// serveMetrics serves /metrics and /health for the first of runs on addr,
+// and /metrics/KEY and /health/KEY for each (KEY as in its column,
+// "priority+hedge" for instance), until the returned function is called.
+func serveMetrics(addr string, runs []*run) (stop func(), err error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("-listen: %v", err)
 	}
+	byKey := map[string]*failover.Transport{"": runs[0].ft}
+	for _, r := range runs {
+		byKey[r.spec.key()] = r.ft
+	}
+	find := func(w http.ResponseWriter, r *http.Request) *failover.Transport {
+		t, ok := byKey[r.PathValue("run")]
+		if !ok {
+			http.NotFound(w, r)
+		}
+		return t
+	}
+	metricsHandler := func(w http.ResponseWriter, r *http.Request) {
+		if t := find(w, r); t != nil {
+			w.Header().Set("Content-Type", "text/plain; version=0.0.4")
+			t.WritePrometheus(w)
+		}
+	}
+	healthHandler := func(w http.ResponseWriter, r *http.Request) {
+		if t := find(w, r); t != nil {
+			w.Header().Set("Content-Type", "application/json")
+			enc := json.NewEncoder(w)
+			enc.SetIndent("", "  ")
+			enc.Encode(t.Health())
+		}
+	}
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "text/plain; version=0.0.4")
-		t.WritePrometheus(w)
-	})
-	mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
-		enc := json.NewEncoder(w)
-		enc.SetIndent("", "  ")
-		enc.Encode(t.Health())
-	})
+	mux.HandleFunc("GET /metrics", metricsHandler)
+	mux.HandleFunc("GET /metrics/{run}", metricsHandler)
+	mux.HandleFunc("GET /health", healthHandler)
+	mux.HandleFunc("GET /health/{run}", healthHandler)
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	served := make(chan struct{})
 	go func() {
@@ -446,7 +574,35 @@ func serveMetrics(addr string, t *failover.Transport) (stop func(), err error) {
 	}, nil
 }
 
-// newRouter returns the routing policy named by -router.
+// policies are the routing policies that -router names, in the order
+// "all" runs them.
+var policies = []string{"priority", "weighted", "leastlatency", "score"}
+
+// parseRouters reads -router: a comma-separated list of policies, or
+// "all" for every one. Empty means priority.
+func parseRouters(list string) ([]string, error) {
+	if strings.TrimSpace(list) == "" {
+		return []string{"priority"}, nil
+	}
+	var out []string
+	for name := range strings.SplitSeq(list, ",") {
+		name = strings.ToLower(strings.TrimSpace(name))
+		names := []string{name}
+		if name == "all" {
+			names = policies
+		} else if !slices.Contains(policies, name) {
+			return nil, fmt.Errorf("-router %q: want a comma-separated list of priority, weighted, leastlatency and score, or all", name)
+		}
+		for _, n := range names {
+			if !slices.Contains(out, n) {
+				out = append(out, n)
+			}
+		}
+	}
+	return out, nil
+}
+
+// newRouter returns the routing policy that -router names.
 func newRouter(name string) (failover.Router, error) {
 	switch name {
 	case "", "priority":

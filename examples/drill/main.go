@@ -89,7 +89,7 @@ func main() {
 		ups   upstreamFlags
 		quiet bool
 	)
-	flag.DurationVar(&o.Duration, "duration", 30*time.Second, "length of the drill; both runs play at once")
+	flag.DurationVar(&o.Duration, "duration", 30*time.Second, "length of the drill; all runs play at once")
 	flag.Float64Var(&o.RPS, "rps", 200, "requests per second of each run")
 	flag.Float64Var(&o.Timescale, "timescale", 0.05, "factor on every latency, timeout and cooldown")
 	flag.BoolVar(&o.JSON, "json", false, "write the figures as JSON instead of the table")
@@ -97,7 +97,8 @@ func main() {
 	flag.StringVar(&o.Listen, "listen", "", "serve /metrics and /health on this address during the drill")
 	flag.Var(&ups, "upstream", "name=URL,KEY_ENV: a real provider to fail over to, instead of the local backups (repeatable)")
 	flag.StringVar(&o.Model, "model", "gpt-4o-mini", "model in the request bodies")
-	flag.StringVar(&o.Router, "router", "priority", "routing policy of the failover run: priority, weighted, leastlatency or score")
+	flag.StringVar(&o.Router, "router", "priority", "routing policies, a failover run each: comma-separated priority, weighted, leastlatency, score, or all")
+	flag.DurationVar(&o.Hedge, "hedge", 0, "hedge delay at provider scale: adds a run of the first -router policy with hedging (0: none)")
 	flag.BoolVar(&quiet, "quiet", false, "no live status on stderr")
 	flag.Parse()
 	if flag.NArg() > 0 {

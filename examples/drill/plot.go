@@ -18,9 +18,17 @@ import (
 )
 
 var (
-	plainColor    = color.RGBA{R: 214, G: 39, B: 40, A: 255}
-	failoverColor = color.RGBA{R: 31, G: 119, B: 180, A: 255}
-	upstreamFill  = []color.Color{
+	plainColor = color.RGBA{R: 214, G: 39, B: 40, A: 255}
+	// failoverColors are the failover runs' lines, in order.
+	failoverColors = []color.Color{
+		color.RGBA{R: 31, G: 119, B: 180, A: 255},
+		color.RGBA{R: 44, G: 160, B: 44, A: 255},
+		color.RGBA{R: 255, G: 127, B: 14, A: 255},
+		color.RGBA{R: 148, G: 103, B: 189, A: 255},
+		color.RGBA{R: 23, G: 190, B: 207, A: 255},
+		color.RGBA{R: 127, G: 127, B: 127, A: 255},
+	}
+	upstreamFill = []color.Color{
 		color.RGBA{R: 31, G: 119, B: 180, A: 255},
 		color.RGBA{R: 44, G: 160, B: 44, A: 255},
 		color.RGBA{R: 255, G: 127, B: 14, A: 255},
@@ -86,8 +94,8 @@ func binRun(r *run, d, width time.Duration) bins {
 }
 
 // writePlot draws the drill to path, a .png or .svg file: the callers'
-// success rate and p99 over time with the faults shaded, and the failover
-// run's attempts per upstream, stacked.
+// success rate and p99 over time with the faults shaded, and for each
+// failover run its attempts per upstream, stacked.
 func writePlot(path string, o options, phases []phase, runs []*run, rep *report) error {
 	format := plotFormat(path)
 	if format == "" {
@@ -98,92 +106,77 @@ func writePlot(path string, o options, phases []phase, runs []*run, rep *report)
 	if width != time.Second {
 		per = "per " + width.String()
 	}
-	plain, fo := binRun(runs[0], o.Duration, width), binRun(runs[1], o.Duration, width)
+	binned := make([]bins, len(runs))
+	for i, r := range runs {
+		binned[i] = binRun(r, o.Duration, width)
+	}
+	lineColor := func(i int) color.Color {
+		if i == 0 {
+			return plainColor
+		}
+		return failoverColors[(i-1)%len(failoverColors)]
+	}
+	lineName := func(i int) string {
+		if i == 0 {
+			return "plain client"
+		}
+		return runs[i].name
+	}
 	xmax := o.Duration.Seconds()
-	plainRep, foRep := rep.Runs[0], rep.Runs[1]
 
-	// Success rate.
-	ps := newPanel(fmt.Sprintf("What the caller saw: success rate %s  (retention: plain %.1f %%, failover %.2f %%)", per, 100*plainRep.Retention, 100*foRep.Retention), xmax)
+	// Success rate, each run's retention in the legend.
+	ps := newPanel(fmt.Sprintf("What the caller saw: success rate %s  (legend: retention over the run)", per), xmax)
 	ps.Y.Label.Text = "success %"
 	ps.Y.Min, ps.Y.Max = 0, 118
 	ps.Y.Tick.Marker = plot.ConstantTicks{{Value: 0, Label: "0"}, {Value: 25, Label: "25"}, {Value: 50, Label: "50"}, {Value: 75, Label: "75"}, {Value: 100, Label: "100"}}
 	ps.Add(&shading{phases: phases, labels: true})
-	addLine(ps, plain.success, plainColor, "plain client")
-	addLine(ps, fo.success, failoverColor, "failover")
+	for i, b := range binned {
+		addLine(ps, b.success, lineColor(i), fmt.Sprintf("%s  %.2f %%", lineName(i), 100*rep.Runs[i].Retention))
+	}
 	ps.Legend.Left = true
 	ps.Legend.Padding = vg.Points(3)
 	ps.Legend.XOffs, ps.Legend.YOffs = vg.Points(8), vg.Points(8)
 
 	// p99.
-	pl := newPanel(fmt.Sprintf("End-to-end p99 latency %s, log scale  (whole run: plain %s, failover %s)", per,
-		fmtDur(time.Duration(plainRep.Latency.P99*float64(time.Second))), fmtDur(time.Duration(foRep.Latency.P99*float64(time.Second)))), xmax)
+	pl := newPanel(fmt.Sprintf("End-to-end p99 latency %s, log scale  (legend: p99 over the run)", per), xmax)
 	pl.Y.Label.Text = "p99 (ms)"
 	pl.Y.Scale = plot.LogScale{}
 	pl.Y.Tick.Marker = plot.LogTicks{Prec: -1}
 	lo, hi := math.Inf(1), 0.0
-	for _, xy := range append(slices.Clone(plain.p99), fo.p99...) {
-		lo, hi = math.Min(lo, xy.Y), math.Max(hi, xy.Y)
+	for _, b := range binned {
+		for _, xy := range b.p99 {
+			lo, hi = math.Min(lo, xy.Y), math.Max(hi, xy.Y)
+		}
 	}
 	if hi == 0 {
 		lo, hi = 1, 10
 	}
 	pl.Y.Min, pl.Y.Max = math.Pow(10, math.Floor(math.Log10(lo))), math.Pow(10, math.Ceil(math.Log10(hi*1.5)))
 	pl.Add(&shading{phases: phases})
-	addLine(pl, plain.p99, plainColor, "plain client")
-	addLine(pl, fo.p99, failoverColor, "failover")
+	for i, b := range binned {
+		addLine(pl, b.p99, lineColor(i), fmt.Sprintf("%s  %s", lineName(i), fmtDur(time.Duration(rep.Runs[i].Latency.P99*float64(time.Second)))))
+	}
 	pl.Legend.Top, pl.Legend.Left = true, true
 	pl.Legend.Padding = vg.Points(3)
 	pl.Legend.XOffs, pl.Legend.YOffs = vg.Points(8), -vg.Points(4)
 
-	// Attempts per upstream, stacked.
-	pa := newPanel("Failover run: requests sent to each upstream, stacked (req/s)", xmax)
-	pa.Y.Label.Text = "req/s"
-	pa.Add(&shading{phases: phases})
-	cum := make([]float64, fo.n)
-	tops := make([][]float64, len(fo.attempts))
-	for u, counts := range fo.attempts {
-		for i, c := range counts {
-			cum[i] += c
-		}
-		tops[u] = slices.Clone(cum)
-	}
-	// Draw from the top of the stack down, each upstream's area from zero
-	// to its cumulative top, so each covers the part of the one above it
-	// that is not its own.
-	for u := len(tops) - 1; u >= 0; u-- {
-		xys := make(plotter.XYs, 0, fo.n+1)
-		for i, y := range tops[u] {
-			xys = append(xys, plotter.XY{X: float64(i) * width.Seconds(), Y: y})
-		}
-		xys = append(xys, plotter.XY{X: math.Min(float64(fo.n)*width.Seconds(), xmax), Y: tops[u][fo.n-1]})
-		l, err := plotter.NewLine(xys)
+	panels := [][]*plot.Plot{{ps}, {pl}}
+	for i := 1; i < len(runs); i++ {
+		pa, err := attemptsPanel(runs[i], binned[i], rep.Runs[i], phases, o, width)
 		if err != nil {
 			return err
 		}
-		l.StepStyle = plotter.PostStep
-		l.FillColor = upstreamFill[u%len(upstreamFill)]
-		l.LineStyle.Width = 0
-		pa.Add(l)
+		panels = append(panels, []*plot.Plot{pa})
 	}
-	for u, name := range runs[1].names {
-		swatch, _ := plotter.NewPolygon(plotter.XYs{{X: 0, Y: 0}, {X: 1, Y: 0}, {X: 1, Y: 1}})
-		swatch.Color = upstreamFill[u%len(upstreamFill)]
-		swatch.LineStyle.Width = 0
-		pa.Legend.Add(fmt.Sprintf("%s (%d)", name, foRep.PerUpstream[u].Attempts), swatch)
-	}
-	pa.Y.Min, pa.Y.Max = 0, o.RPS*1.45
-	pa.Y.Tick.Marker = niceTicks{}
-	pa.Legend.Top = true
-	pa.Legend.Padding = vg.Points(3)
-	pa.Legend.XOffs, pa.Legend.YOffs = -vg.Points(8), -vg.Points(4)
-	pa.X.Label.Text = fmt.Sprintf("time (s); %g req/s per run, timescale %g", o.RPS, o.Timescale)
+	panels[len(panels)-1][0].X.Label.Text = fmt.Sprintf("time (s); %g req/s per run, timescale %g", o.RPS, o.Timescale)
 
-	c, err := draw.NewFormattedCanvas(11*vg.Inch, 10*vg.Inch, format)
+	// 10 inches for the three panels of a drill with one failover run,
+	// 3 more for each further one.
+	c, err := draw.NewFormattedCanvas(11*vg.Inch, vg.Length(10+3*(len(panels)-3))*vg.Inch, format)
 	if err != nil {
 		return err
 	}
-	panels := [][]*plot.Plot{{ps}, {pl}, {pa}}
-	canvases := plot.Align(panels, draw.Tiles{Rows: 3, Cols: 1, PadTop: vg.Points(6), PadBottom: vg.Points(6),
+	canvases := plot.Align(panels, draw.Tiles{Rows: len(panels), Cols: 1, PadTop: vg.Points(6), PadBottom: vg.Points(6),
 		PadLeft: vg.Points(6), PadRight: vg.Points(12), PadY: vg.Points(14)}, draw.New(c))
 	for i, row := range panels {
 		row[0].Draw(canvases[i][0])
@@ -197,6 +190,57 @@ func writePlot(path string, o options, phases []phase, runs []*run, rep *report)
 		return err
 	}
 	return f.Close()
+}
+
+// attemptsPanel draws a failover run's attempts to each upstream over
+// time, stacked.
+func attemptsPanel(r *run, b bins, rr runReport, phases []phase, o options, width time.Duration) (*plot.Plot, error) {
+	xmax := o.Duration.Seconds()
+	title := "Failover run"
+	if r.name != "failover" {
+		title = strings.ToUpper(r.name[:1]) + r.name[1:] + " run"
+	}
+	pa := newPanel(title+": requests sent to each upstream, stacked (req/s)", xmax)
+	pa.Y.Label.Text = "req/s"
+	pa.Add(&shading{phases: phases})
+	cum := make([]float64, b.n)
+	tops := make([][]float64, len(b.attempts))
+	for u, counts := range b.attempts {
+		for i, c := range counts {
+			cum[i] += c
+		}
+		tops[u] = slices.Clone(cum)
+	}
+	// Draw from the top of the stack down, each upstream's area from zero
+	// to its cumulative top, so each covers the part of the one above it
+	// that is not its own.
+	for u := len(tops) - 1; u >= 0; u-- {
+		xys := make(plotter.XYs, 0, b.n+1)
+		for i, y := range tops[u] {
+			xys = append(xys, plotter.XY{X: float64(i) * width.Seconds(), Y: y})
+		}
+		xys = append(xys, plotter.XY{X: math.Min(float64(b.n)*width.Seconds(), xmax), Y: tops[u][b.n-1]})
+		l, err := plotter.NewLine(xys)
+		if err != nil {
+			return nil, err
+		}
+		l.StepStyle = plotter.PostStep
+		l.FillColor = upstreamFill[u%len(upstreamFill)]
+		l.LineStyle.Width = 0
+		pa.Add(l)
+	}
+	for u, name := range r.names {
+		swatch, _ := plotter.NewPolygon(plotter.XYs{{X: 0, Y: 0}, {X: 1, Y: 0}, {X: 1, Y: 1}})
+		swatch.Color = upstreamFill[u%len(upstreamFill)]
+		swatch.LineStyle.Width = 0
+		pa.Legend.Add(fmt.Sprintf("%s (%d)", name, rr.PerUpstream[u].Attempts), swatch)
+	}
+	pa.Y.Min, pa.Y.Max = 0, o.RPS*1.45
+	pa.Y.Tick.Marker = niceTicks{}
+	pa.Legend.Top = true
+	pa.Legend.Padding = vg.Points(3)
+	pa.Legend.XOffs, pa.Legend.YOffs = -vg.Points(8), -vg.Points(4)
+	return pa, nil
 }
 
 // plotFormat returns "png" or "svg" from path's extension, or "".

@@ -20,9 +20,12 @@ type report struct {
 	CallerTimeoutS   float64        `json:"caller_timeout_s"`
 	AttemptTimeoutS  float64        `json:"attempt_timeout_s"`
 	BreakerCooldownS float64        `json:"breaker_cooldown_s"`
+	HangMultiple     float64        `json:"hang_multiple"`           // failover.HangConfig.Multiple
+	HangFloorS       float64        `json:"hang_floor_s"`            // failover.HangConfig.Floor
+	HedgeDelayS      float64        `json:"hedge_delay_s,omitempty"` // the hedged run's delay; 0 without one
 	Upstreams        []upstreamInfo `json:"upstreams"`
 	Phases           []phaseInfo    `json:"phases"`
-	Runs             []runReport    `json:"runs"` // "plain", then "failover"
+	Runs             []runReport    `json:"runs"` // "plain", then each failover run
 }
 
 type upstreamInfo struct {
@@ -41,7 +44,8 @@ type phaseInfo struct {
 }
 
 type runReport struct {
-	Name      string  `json:"name"`
+	Name      string  `json:"name"`             // "plain", "failover", "failover (score)", "failover (priority+hedge)"
+	Router    string  `json:"router,omitempty"` // the failover run's routing policy
 	Requests  int     `json:"requests"`
 	Successes int     `json:"successes"`
 	Retention float64 `json:"retention"` // successes / requests
@@ -61,8 +65,13 @@ type runReport struct {
 	Trips      *int     `json:"trips"`       // closed-to-open, every upstream
 	FalseTrips *int     `json:"false_trips"` // trips of a backup, or of the primary outside the faults
 
+	// Hedges are the Transport's hedging figures; null when the run does
+	// not hedge.
+	Hedges *hedgeCounts `json:"hedges"`
+
 	PerUpstream []upstreamCount `json:"requests_per_upstream"` // attempts sent to each
 	Phases      []phaseResult   `json:"phases"`
+	HangPhase   hangResult      `json:"hang_phase"`
 
 	// Events are the Transport's state changes and cooldowns, as its
 	// Logger reported them.
@@ -77,6 +86,32 @@ type eventReport struct {
 	Upstream string  `json:"upstream"`
 	Event    string  `json:"event"`          // "circuit open", "circuit half-open", "circuit closed", "upstream cooling down"
 	From     string  `json:"from,omitempty"` // the circuit's state before
+}
+
+// hedgeCounts are a Transport's hedging metrics at the end of its run.
+type hedgeCounts struct {
+	Sent   uint64 `json:"sent"`   // failover_hedges_total
+	Won    uint64 `json:"won"`    // failover_hedge_wins_total: the hedge answered first
+	Denied uint64 `json:"denied"` // failover_hedges_denied_total: over the budget, not sent
+}
+
+// hangResult is what the hang phase did to a run: how many requests went
+// to the hung primary, and what the caller's tail looked like meanwhile.
+type hangResult struct {
+	// CircuitAtStart is the primary's circuit when the hang began:
+	// "closed" means the hang met hang detection, not an open breaker.
+	// Empty in the plain run.
+	CircuitAtStart string `json:"circuit_at_start,omitempty"`
+
+	// PrimaryAttempts counts the attempts sent to the primary that
+	// started in the hang phase: each waited until AttemptTimeout, or
+	// until a hedge or the caller gave up.
+	PrimaryAttempts int `json:"primary_attempts"`
+
+	// P99S is the caller's p99 over the requests due in the hang phase,
+	// WarmUpP99S the same over the warm-up, when all was well.
+	P99S       float64 `json:"p99_s"`
+	WarmUpP99S float64 `json:"warmup_p99_s"`
 }
 
 type upstreamCount struct {
@@ -104,6 +139,11 @@ func buildReport(o options, phases []phase, runs []*run) *report {
 		CallerTimeoutS:   seconds(o.scaled(callerTimeout)),
 		AttemptTimeoutS:  seconds(o.attemptTimeout()),
 		BreakerCooldownS: seconds(o.scaled(breakerCooldown)),
+		HangMultiple:     hangMultiple,
+		HangFloorS:       seconds(o.hangConfig().Floor),
+	}
+	if o.Hedge > 0 {
+		rep.HedgeDelayS = seconds(o.scaled(o.Hedge))
 	}
 	for i, name := range runs[1].names {
 		ui := upstreamInfo{Name: name, Kind: "real"}
@@ -124,7 +164,7 @@ func buildReport(o options, phases []phase, runs []*run) *report {
 
 func (r *run) report(o options, phases []phase) runReport {
 	records, attempts := r.snapshot()
-	rr := runReport{Name: r.name, Requests: len(records)}
+	rr := runReport{Name: r.name, Router: r.spec.policy, Requests: len(records)}
 	lat := make([]time.Duration, 0, len(records))
 	for _, rec := range records {
 		if rec.ok {
@@ -168,6 +208,9 @@ func (r *run) report(o options, phases []phase) runReport {
 		pr.SuccessRate = ratio(pr.Successes, pr.Requests)
 		rr.Phases = append(rr.Phases, pr)
 	}
+	if h := phaseOf(phases, hang); h >= 0 {
+		rr.HangPhase = hangResult{PrimaryAttempts: rr.Phases[h].PrimaryAttempts, P99S: rr.Phases[h].P99S, WarmUpP99S: rr.Phases[0].P99S}
+	}
 
 	if r.ft != nil {
 		rr.Health = r.ft.Health()
@@ -183,8 +226,33 @@ func (r *run) report(o options, phases []phase) runReport {
 			rr.RecoveryS = ptr(seconds(rec))
 		}
 		rr.Trips, rr.FalseTrips = &trips, &falseTrips
+		if h := phaseOf(phases, hang); h >= 0 {
+			rr.HangPhase.CircuitAtStart = stateAt(evs, r.names[0], phases[h].start)
+		}
+		if r.spec.hedge {
+			rr.Hedges = &hedgeCounts{
+				Sent:   r.metrics.GetOrCreateCounter("failover_hedges_total").Get(),
+				Won:    r.metrics.GetOrCreateCounter("failover_hedge_wins_total").Get(),
+				Denied: r.metrics.GetOrCreateCounter("failover_hedges_denied_total").Get(),
+			}
+		}
 	}
 	return rr
+}
+
+// stateAt returns the state of upstream's circuit at offset at, from the
+// state changes evs in the order they happened.
+func stateAt(evs []event, upstream string, at time.Duration) string {
+	state := "closed"
+	for _, e := range evs {
+		if e.at >= at {
+			break
+		}
+		if to, ok := strings.CutPrefix(e.msg, "circuit "); ok && e.upstream == upstream {
+			state = to
+		}
+	}
+	return state
 }
 
 // breakerFigures reads the Transport's state changes: detection (the first
@@ -249,13 +317,17 @@ func percentile(sorted []time.Duration, q float64) time.Duration {
 	return sorted[min(max(i, 0), len(sorted)-1)]
 }
 
-// writeTable writes the side-by-side table.
+// writeTable writes the side-by-side table: a column per run.
 func writeTable(out io.Writer, rep *report) error {
-	plain, fo := rep.Runs[0], rep.Runs[1]
+	plain, fos := rep.Runs[0], rep.Runs[1:]
 	sec := func(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
 	var b strings.Builder
-	fmt.Fprintf(&b, "Outage drill: %g req/s per run for %s, both runs at once, timescale %g (1 s here is %s at provider scale)\n",
-		rep.RPS, sec(rep.DurationS), rep.Timescale, fmtDur(sec(1/rep.Timescale)))
+	together := "both runs at once"
+	if len(rep.Runs) > 2 {
+		together = fmt.Sprintf("all %d runs at once", len(rep.Runs))
+	}
+	fmt.Fprintf(&b, "Outage drill: %g req/s per run for %s, %s, timescale %g (1 s here is %s at provider scale)\n",
+		rep.RPS, sec(rep.DurationS), together, rep.Timescale, fmtDur(sec(1/rep.Timescale)))
 	var faults []string
 	for _, p := range rep.Phases {
 		if p.Fault {
@@ -272,59 +344,98 @@ func writeTable(out io.Writer, rep *report) error {
 		}
 	}
 	fmt.Fprintf(&b, "Upstreams (p50/p99, success): %s.\n", strings.Join(ups, ", "))
-	fmt.Fprintf(&b, "Caller: http.Client with Timeout %s. Failover: AttemptTimeout %s, breaker cooldown %s.\n\n",
-		fmtDur(sec(rep.CallerTimeoutS)), fmtDur(sec(rep.AttemptTimeoutS)), fmtDur(sec(rep.BreakerCooldownS)))
+	fmt.Fprintf(&b, "Caller: http.Client with Timeout %s. Failover: AttemptTimeout %s, breaker cooldown %s, hang suspected after %g p99 (at least %s) unanswered.",
+		fmtDur(sec(rep.CallerTimeoutS)), fmtDur(sec(rep.AttemptTimeoutS)), fmtDur(sec(rep.BreakerCooldownS)), rep.HangMultiple, fmtDur(sec(rep.HangFloorS)))
+	if rep.HedgeDelayS > 0 {
+		fmt.Fprintf(&b, " Hedged run: hedge after %s.", fmtDur(sec(rep.HedgeDelayS)))
+	}
+	b.WriteString("\n\n")
 
 	tw := tabwriter.NewWriter(&b, 0, 0, 3, ' ', 0)
-	row := func(name, a, b string) { fmt.Fprintf(tw, "%s\t%s\t%s\n", name, a, b) }
+	// row writes a row: its name, plain's cell, then each failover run's.
+	row := func(name, plainCell string, cell func(r runReport) string) {
+		fmt.Fprintf(tw, "%s\t%s", name, plainCell)
+		for _, r := range fos {
+			fmt.Fprintf(tw, "\t%s", cell(r))
+		}
+		fmt.Fprintln(tw)
+	}
 	optSec := func(s *float64, missing string) string {
 		if s == nil {
 			return missing
 		}
 		return fmtDur(sec(*s))
 	}
-	row("", "plain client", "failover")
-	row("detection (fault start to open)", "no breaker", optSec(fo.DetectionS, "not detected"))
-	falseTrips := "n/a"
-	if fo.FalseTrips != nil {
-		falseTrips = fmt.Sprintf("%d (of %d trips)", *fo.FalseTrips, *fo.Trips)
-	}
-	row("false trips", "no breaker", falseTrips)
-	recovery := optSec(fo.RecoveryS, "not within the run")
-	if fo.DetectionS == nil {
-		recovery = "never opened"
-	}
-	row("recovery (fault end to closed)", "no breaker", recovery)
+	row("", "plain client", func(r runReport) string { return r.Name })
+	row("detection (fault start to open)", "no breaker", func(r runReport) string { return optSec(r.DetectionS, "not detected") })
+	row("false trips", "no breaker", func(r runReport) string {
+		if r.FalseTrips == nil {
+			return "n/a"
+		}
+		return fmt.Sprintf("%d (of %d trips)", *r.FalseTrips, *r.Trips)
+	})
+	row("recovery (fault end to closed)", "no breaker", func(r runReport) string {
+		if r.DetectionS == nil {
+			return "never opened"
+		}
+		return optSec(r.RecoveryS, "not within the run")
+	})
 	retention := func(r runReport) string {
 		return fmt.Sprintf("%s (%d of %d)", pct2(r.Retention), r.Successes, r.Requests)
 	}
-	row("throughput retention", retention(plain), retention(fo))
-	row("latency p50", fmtDur(sec(plain.Latency.P50)), fmtDur(sec(fo.Latency.P50)))
-	row("latency p95", fmtDur(sec(plain.Latency.P95)), fmtDur(sec(fo.Latency.P95)))
-	row("latency p99", fmtDur(sec(plain.Latency.P99)), fmtDur(sec(fo.Latency.P99)))
-	row("requests per upstream", "", "")
-	for i, u := range fo.PerUpstream {
+	row("throughput retention", retention(plain), retention)
+	row("latency p50", fmtDur(sec(plain.Latency.P50)), func(r runReport) string { return fmtDur(sec(r.Latency.P50)) })
+	row("latency p95", fmtDur(sec(plain.Latency.P95)), func(r runReport) string { return fmtDur(sec(r.Latency.P95)) })
+	row("latency p99", fmtDur(sec(plain.Latency.P99)), func(r runReport) string { return fmtDur(sec(r.Latency.P99)) })
+	if rep.HedgeDelayS > 0 {
+		row("hedges sent / won / denied", "-", func(r runReport) string {
+			if r.Hedges == nil {
+				return "off"
+			}
+			return fmt.Sprintf("%d / %d / %d", r.Hedges.Sent, r.Hedges.Won, r.Hedges.Denied)
+		})
+	}
+	row("requests per upstream", "", func(runReport) string { return "" })
+	for i, u := range fos[0].PerUpstream {
 		a := "-"
 		if i < len(plain.PerUpstream) {
 			a = fmt.Sprint(plain.PerUpstream[i].Attempts)
 		}
-		row("  "+u.Name, a, fmt.Sprint(u.Attempts))
+		row("  "+u.Name, a, func(r runReport) string { return fmt.Sprint(r.PerUpstream[i].Attempts) })
 	}
-	row("what the caller saw (success)", "", "")
-	for i, p := range rep.Phases {
-		fp := fo.Phases[i]
-		cell := pct1(fp.SuccessRate)
-		if p.Fault {
-			cell += fmt.Sprintf("  (%d sent to primary)", fp.PrimaryAttempts)
+	for _, p := range rep.Phases {
+		if p.Name != "hang" {
+			continue
 		}
-		row("  "+p.Name, pct1(plain.Phases[i].SuccessRate), cell)
+		row(fmt.Sprintf("hang phase (%.1f-%.1f s)", p.StartS, p.EndS), "", func(runReport) string { return "" })
+		row("  primary's circuit at its start", "no breaker", func(r runReport) string { return r.HangPhase.CircuitAtStart })
+		sent := func(r runReport) string { return fmt.Sprint(r.HangPhase.PrimaryAttempts) }
+		row("  requests sent to the primary", sent(plain), sent)
+		p99 := func(r runReport) string { return fmtDur(sec(r.HangPhase.P99S)) }
+		row("  latency p99", p99(plain), p99)
+		warm := func(r runReport) string { return fmtDur(sec(r.HangPhase.WarmUpP99S)) }
+		row("  latency p99 in warm-up", warm(plain), warm)
+	}
+	row("what the caller saw (success)", "", func(runReport) string { return "" })
+	for i, p := range rep.Phases {
+		row("  "+p.Name, pct1(plain.Phases[i].SuccessRate), func(r runReport) string {
+			cell := pct1(r.Phases[i].SuccessRate)
+			if p.Fault {
+				cell += fmt.Sprintf("  (%d sent to primary)", r.Phases[i].PrimaryAttempts)
+			}
+			return cell
+		})
 	}
 	tw.Flush()
 
 	ts := rep.Timescale
 	fmt.Fprintf(&b, "\nLatency is end to end over every request, failed ones included; streams are read to [DONE].\n")
-	fmt.Fprintf(&b, "p99 at provider scale (divided by the timescale): plain %s, failover %s; the field's gateway reported 14.2 s without a breaker, 890 ms with one.\n",
-		fmtDur(sec(plain.Latency.P99/ts)), fmtDur(sec(fo.Latency.P99/ts)))
+	p99s := []string{"plain " + fmtDur(sec(plain.Latency.P99/ts))}
+	for _, r := range fos {
+		p99s = append(p99s, r.Name+" "+fmtDur(sec(r.Latency.P99/ts)))
+	}
+	fmt.Fprintf(&b, "p99 at provider scale (divided by the timescale): %s; the field's gateway reported 14.2 s without a breaker, 890 ms with one.\n",
+		strings.Join(p99s, ", "))
 	_, err := io.WriteString(out, b.String())
 	return err
 }

@@ -53,9 +53,13 @@ type phase struct {
 	start, end time.Duration
 }
 
-// script returns the phases of a run of length d, in thirtiethsths of it
-// (seconds of the default 30 s run): 5 healthy, 4 of 503s, 4 of hang, 4 of
-// 429s, 4 of 529s, then 9 of recovery.
+// script returns the phases of a run of length d, in thirtieths of it
+// (seconds of the default 30 s run): 5 healthy, 4 of 503s, 2 healthy, 4 of
+// hang, 4 of 429s, 3 of 529s, then 8 of recovery. The healthy gap after
+// the 503s is there so that the primary's circuit has closed again when
+// the hang begins (by the breaker cooldown of 30 s at provider scale and
+// one probe; 2 s is 40 s at the default timescale), and the hang meets
+// hang detection rather than an open circuit.
 func script(d time.Duration) []phase {
 	steps := []struct {
 		name       string
@@ -64,10 +68,11 @@ func script(d time.Duration) []phase {
 	}{
 		{"warm-up", healthy, 5},
 		{"503 burst", burst503, 4},
+		{"healthy gap", healthy, 2},
 		{"hang", hang, 4},
 		{"429 storm", storm429, 4},
-		{"529 overload", overload529, 4},
-		{"recovery", healthy, 9},
+		{"529 overload", overload529, 3},
+		{"recovery", healthy, 8},
 	}
 	var out []phase
 	at, sum := time.Duration(0), 0
@@ -93,6 +98,16 @@ func faultWindow(phases []phase) (start, end time.Duration) {
 		end = p.end
 	}
 	return start, end
+}
+
+// phaseOf returns the index of the first phase with fault f, or -1.
+func phaseOf(phases []phase, f fault) int {
+	for i, p := range phases {
+		if p.fault == f {
+			return i
+		}
+	}
+	return -1
 }
 
 // phaseAt returns the index of the phase that offset at falls in.

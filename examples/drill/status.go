@@ -13,7 +13,7 @@ import (
 type status struct {
 	w      io.Writer
 	tty    bool
-	runs   []*run // plain, failover
+	runs   []*run // plain, then the failover runs
 	phases []phase
 	start  time.Time
 	total  time.Duration
@@ -43,29 +43,45 @@ func (s *status) loop(done <-chan struct{}) {
 func (s *status) draw() {
 	el := min(time.Since(s.start), s.total)
 	p := s.phases[phaseAt(s.phases, el)]
-	plain, fo := callerStats(s.runs[0], el), callerStats(s.runs[1], el)
-	health := s.runs[1].ft.Health()
+	plain := callerStats(s.runs[0], el)
 
 	if !s.tty {
-		var ups []string
-		for _, h := range health {
-			ups = append(ups, fmt.Sprintf("%s %s %.1f%% p99 %s", h.Name, h.State, 100*h.SuccessRate, p99(h.P99, h.Window)))
+		// A line per failover run, the first one with the time, the
+		// phase and the plain caller.
+		for i, r := range s.runs[1:] {
+			var ups []string
+			for _, h := range r.ft.Health() {
+				ups = append(ups, fmt.Sprintf("%s %s %.1f%% p99 %s", h.Name, h.State, 100*h.SuccessRate, p99(h.P99, h.Window)))
+			}
+			head := fmt.Sprintf("%5.1fs %-12s | plain %s", el.Seconds(), p.name, plain.short())
+			if i > 0 {
+				head = strings.Repeat(" ", len(head))
+			}
+			fmt.Fprintf(s.w, "%s | %s %s | %s\n", head, r.name, callerStats(r, el).short(), strings.Join(ups, ", "))
 		}
-		fmt.Fprintf(s.w, "%5.1fs %-12s | plain %s | failover %s | %s\n", el.Seconds(), p.name, plain.short(), fo.short(), strings.Join(ups, ", "))
 		return
+	}
+	width := len("plain")
+	for _, r := range s.runs {
+		width = max(width, len(r.name))
 	}
 	lines := []string{
 		fmt.Sprintf("drill %4.1fs/%.0fs  phase: %s (%.1fs left)", el.Seconds(), s.total.Seconds(), p.name, (p.end - el).Seconds()),
-		"plain     caller " + plain.long(),
-		"failover  caller " + fo.long(),
+		fmt.Sprintf("%-*s  caller %s", width, "plain", plain.long()),
 	}
-	for _, h := range health {
-		state := h.State
-		if h.Cooldown > 0 {
-			state = "cooling " + fmtDur(h.Cooldown)
+	for _, r := range s.runs[1:] {
+		lines = append(lines, fmt.Sprintf("%-*s  caller %s", width, r.name, callerStats(r, el).long()))
+		for _, h := range r.ft.Health() {
+			state := h.State
+			if h.Cooldown > 0 {
+				state = "cooling " + fmtDur(h.Cooldown)
+			}
+			if h.Suspect {
+				state += ", suspect"
+			}
+			lines = append(lines, fmt.Sprintf("  %-9s %-15s success %5.1f %%  p99 %7s  (last %d attempts)",
+				h.Name, state, 100*h.SuccessRate, p99(h.P99, h.Window), h.Window))
 		}
-		lines = append(lines, fmt.Sprintf("  %-9s %-15s success %5.1f %%  p99 %7s  (last %d attempts)",
-			h.Name, state, 100*h.SuccessRate, p99(h.P99, h.Window), h.Window))
 	}
 	var b strings.Builder
 	if s.drawn > 0 {

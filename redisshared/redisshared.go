@@ -1,0 +1,220 @@
+// Package redisshared implements [failover.Shared] on Redis, so that a
+// fleet of processes, each with its own [failover.Transport], learns once
+// that an upstream is down:
+//
+//	rdb := redis.NewClient(&redis.Options{Addr: "localhost:6379"})
+//	t, err := failover.New(failover.Config{
+//		Upstreams: upstreams,
+//		Shared:    redisshared.New(rdb, redisshared.Options{Prefix: "myservice"}),
+//	})
+//	...
+//	defer t.Close()
+//
+// What it keeps in Redis, for each upstream name, under
+// "{Prefix}:v1:{kind}:{name}": "open" while the upstream's circuit is open,
+// "cool" while it cools down after a 429 (its value the reason), and
+// "probe" while a member holds the half-open probe (its value the member).
+// Every key expires when what it says ends, so nothing stale outlives its
+// deadline; "open" and "cool" only ever grow longer. Events go to the
+// pub/sub channel "{Prefix}:v1:events" as small JSON messages. Nothing
+// else is written: no key, header or URL of any upstream.
+//
+// The "v1" is the schema of these keys and messages: a release that
+// changes them changes it, so that processes of the new release never read
+// state the old one left behind.
+package redisshared
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"time"
+
+	"github.com/failover-go/failover"
+	"github.com/redis/go-redis/v9"
+)
+
+// schema versions the keys and messages.
+const schema = "v1"
+
+// maxFor bounds the durations read from Redis or from messages: a value
+// past it is taken as corrupt.
+const maxFor = 24 * time.Hour
+
+// Options configure a Store.
+type Options struct {
+	// Prefix starts every key and the channel name, so that services (or
+	// tenants) sharing a Redis do not share state. Zero means "failover".
+	Prefix string
+}
+
+// Store is a [failover.Shared] on a Redis client. It is safe for concurrent
+// use. It does not close the client.
+type Store struct {
+	rdb     redis.UniversalClient
+	prefix  string // "{Prefix}:v1:"
+	channel string
+}
+
+var _ failover.Shared = (*Store)(nil)
+
+// New returns a Store on rdb, a *redis.Client, *redis.ClusterClient or any
+// other redis.UniversalClient the program already has.
+func New(rdb redis.UniversalClient, opts Options) *Store {
+	p := opts.Prefix
+	if p == "" {
+		p = "failover"
+	}
+	p += ":" + schema + ":"
+	return &Store{rdb: rdb, prefix: p, channel: p + "events"}
+}
+
+func (s *Store) key(kind, upstream string) string { return s.prefix + kind + ":" + upstream }
+
+// extend sets KEYS[1] to ARGV[2] for ARGV[1] milliseconds, unless it
+// already lasts longer.
+var extend = redis.NewScript(`
+local left = redis.call('PTTL', KEYS[1])
+if left < tonumber(ARGV[1]) then
+	redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[1])
+	return 1
+end
+return 0
+`)
+
+// message is an event on the channel.
+type message struct {
+	Upstream string `json:"u"`
+	Kind     string `json:"k"`
+	Millis   int64  `json:"ms,omitempty"`
+	Reason   string `json:"r,omitempty"`
+	Member   string `json:"m"`
+}
+
+var kinds = map[string]failover.SharedKind{}
+
+func init() {
+	for _, k := range []failover.SharedKind{failover.SharedOpen, failover.SharedClosed, failover.SharedCooling, failover.SharedFailure} {
+		kinds[k.String()] = k
+	}
+}
+
+// Publish records e and sends it on the channel, in one round trip.
+func (s *Store) Publish(ctx context.Context, e failover.SharedEvent) error {
+	if _, ok := kinds[e.Kind.String()]; !ok {
+		return errors.New("redisshared: unknown event kind")
+	}
+	msg, err := json.Marshal(message{Upstream: e.Upstream, Kind: e.Kind.String(), Millis: e.For.Milliseconds(), Reason: string(e.Reason), Member: e.Member})
+	if err != nil {
+		return err
+	}
+	ms := max(e.For.Milliseconds(), 1)
+	_, err = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		switch e.Kind {
+		case failover.SharedOpen:
+			extend.Eval(ctx, p, []string{s.key("open", e.Upstream)}, ms, "1")
+		case failover.SharedCooling:
+			reason := string(e.Reason)
+			if reason == "" {
+				reason = string(failover.CooldownRateLimited)
+			}
+			extend.Eval(ctx, p, []string{s.key("cool", e.Upstream)}, ms, reason)
+		case failover.SharedClosed:
+			p.Del(ctx, s.key("open", e.Upstream), s.key("probe", e.Upstream))
+		}
+		p.Publish(ctx, s.channel, msg)
+		return nil
+	})
+	return err
+}
+
+// Load reads the open and cool keys of upstreams, in one round trip.
+func (s *Store) Load(ctx context.Context, upstreams []string) ([]failover.SharedEvent, error) {
+	type read struct {
+		open *redis.DurationCmd
+		cool *redis.DurationCmd
+		why  *redis.StringCmd
+	}
+	reads := make([]read, len(upstreams))
+	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, u := range upstreams {
+			reads[i].open = p.PTTL(ctx, s.key("open", u))
+			reads[i].cool = p.PTTL(ctx, s.key("cool", u))
+			reads[i].why = p.Get(ctx, s.key("cool", u))
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return nil, err
+	}
+	var out []failover.SharedEvent
+	for i, u := range upstreams {
+		if d := reads[i].open.Val(); d > 0 && d <= maxFor {
+			out = append(out, failover.SharedEvent{Upstream: u, Kind: failover.SharedOpen, For: d})
+		}
+		if d := reads[i].cool.Val(); d > 0 && d <= maxFor {
+			out = append(out, failover.SharedEvent{Upstream: u, Kind: failover.SharedCooling, For: d, Reason: reason(reads[i].why.Val())})
+		}
+	}
+	return out, nil
+}
+
+// reason returns r as a CooldownReason, or the default for anything
+// unknown.
+func reason(r string) failover.CooldownReason {
+	if failover.CooldownReason(r) == failover.CooldownQuotaExhausted {
+		return failover.CooldownQuotaExhausted
+	}
+	return failover.CooldownRateLimited
+}
+
+// Subscribe delivers the channel's events until ctx is done or the
+// connection fails. Messages that do not parse are skipped.
+func (s *Store) Subscribe(ctx context.Context, deliver func(failover.SharedEvent)) error {
+	ps := s.rdb.Subscribe(ctx, s.channel)
+	defer ps.Close()
+	// go-redis's blocking read does not watch ctx: closing ends it.
+	stop := context.AfterFunc(ctx, func() { ps.Close() })
+	defer stop()
+	if _, err := ps.Receive(ctx); err != nil {
+		return cmp.Or(ctx.Err(), err)
+	}
+	for {
+		msg, err := ps.ReceiveMessage(ctx)
+		if err != nil {
+			return cmp.Or(ctx.Err(), err)
+		}
+		if e, ok := s.decode(msg.Payload); ok {
+			deliver(e)
+		}
+	}
+}
+
+func (s *Store) decode(payload string) (failover.SharedEvent, bool) {
+	var m message
+	if json.Unmarshal([]byte(payload), &m) != nil || m.Upstream == "" {
+		return failover.SharedEvent{}, false
+	}
+	k, ok := kinds[m.Kind]
+	d := time.Duration(m.Millis) * time.Millisecond
+	if !ok || m.Millis < 0 || d > maxFor {
+		return failover.SharedEvent{}, false
+	}
+	return failover.SharedEvent{Upstream: m.Upstream, Kind: k, For: d, Reason: reason(m.Reason), Member: m.Member}, true
+}
+
+// AcquireProbe takes the probe lease of upstream for member with SET NX
+// and a TTL. A member that holds it already still holds it.
+func (s *Store) AcquireProbe(ctx context.Context, upstream, member string, ttl time.Duration) (bool, error) {
+	k := s.key("probe", upstream)
+	ok, err := s.rdb.SetNX(ctx, k, member, max(ttl, time.Millisecond)).Result()
+	if err != nil || ok {
+		return ok, err
+	}
+	holder, err := s.rdb.Get(ctx, k).Result()
+	if errors.Is(err, redis.Nil) {
+		return false, nil // it expired meanwhile: the next call takes it
+	}
+	return holder == member, err
+}

@@ -1,0 +1,189 @@
+package redisshared
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/failover-go/failover"
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) {
+	// go-redis logs every failed dial; the tests that kill the server
+	// check failures through errors and metrics instead.
+	redis.SetLogger(quiet{})
+	goleak.VerifyTestMain(m)
+}
+
+type quiet struct{}
+
+func (quiet) Printf(context.Context, string, ...any) {}
+
+func load(t *testing.T, s *Store, names ...string) map[failover.SharedKind]failover.SharedEvent {
+	t.Helper()
+	evs, err := s.Load(context.Background(), names)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[failover.SharedKind]failover.SharedEvent{}
+	for _, e := range evs {
+		out[e.Kind] = e
+	}
+	return out
+}
+
+func publish(t *testing.T, s *Store, e failover.SharedEvent) {
+	t.Helper()
+	if err := s.Publish(context.Background(), e); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Open and cooling state is stored with its time left, only ever grows,
+// and Closed clears the open state and the probe lease.
+func TestStoreState(t *testing.T) {
+	srv := startRedis(t)
+	s := New(srv.client(t), Options{})
+	ctx := context.Background()
+
+	if got := load(t, s, "a"); len(got) != 0 {
+		t.Fatalf("empty store loads %v", got)
+	}
+	publish(t, s, failover.SharedEvent{Upstream: "a", Kind: failover.SharedOpen, For: 2 * time.Second, Member: "m1"})
+	publish(t, s, failover.SharedEvent{Upstream: "a", Kind: failover.SharedOpen, For: time.Second, Member: "m2"})
+	got := load(t, s, "a", "b")
+	if o, ok := got[failover.SharedOpen]; !ok || o.Upstream != "a" || o.For <= 1500*time.Millisecond || o.For > 2*time.Second {
+		t.Fatalf("open state %+v; want a, open ~2s (a shorter Open does not shorten it)", got)
+	}
+
+	publish(t, s, failover.SharedEvent{Upstream: "a", Kind: failover.SharedCooling, For: 3 * time.Second, Reason: failover.CooldownQuotaExhausted})
+	publish(t, s, failover.SharedEvent{Upstream: "a", Kind: failover.SharedCooling, For: time.Second})
+	c, ok := load(t, s, "a")[failover.SharedCooling]
+	if !ok || c.For <= 2500*time.Millisecond || c.Reason != failover.CooldownQuotaExhausted {
+		t.Fatalf("cooling %+v; want ~3s, quota_exhausted", c)
+	}
+
+	for _, tt := range []struct {
+		member string
+		want   bool
+	}{{"m1", true}, {"m2", false}, {"m1", true}} {
+		got, err := s.AcquireProbe(ctx, "a", tt.member, time.Minute)
+		if err != nil || got != tt.want {
+			t.Fatalf("AcquireProbe(%s) = %v, %v; want %v", tt.member, got, err, tt.want)
+		}
+	}
+
+	publish(t, s, failover.SharedEvent{Upstream: "a", Kind: failover.SharedClosed, Member: "m1"})
+	if _, ok := load(t, s, "a")[failover.SharedOpen]; ok {
+		t.Fatal("open state survives Closed")
+	}
+	if got, err := s.AcquireProbe(ctx, "a", "m2", time.Minute); err != nil || !got {
+		t.Fatalf("after Closed, another member cannot take the probe: %v %v", got, err)
+	}
+
+	// Keys expire with what they say.
+	publish(t, s, failover.SharedEvent{Upstream: "b", Kind: failover.SharedOpen, For: 50 * time.Millisecond})
+	time.Sleep(150 * time.Millisecond)
+	if got := load(t, s, "b"); len(got) != 0 {
+		t.Fatalf("expired state still loads: %v", got)
+	}
+}
+
+// Prefixes keep services apart, and the schema version keeps a release
+// from reading what another schema wrote.
+func TestStoreIsolation(t *testing.T) {
+	srv := startRedis(t)
+	rdb := srv.client(t)
+	a, b := New(rdb, Options{Prefix: "svc-a"}), New(rdb, Options{Prefix: "svc-b"})
+	publish(t, a, failover.SharedEvent{Upstream: "x", Kind: failover.SharedOpen, For: time.Minute})
+	if got := load(t, b, "x"); len(got) != 0 {
+		t.Fatalf("svc-b reads svc-a's state: %v", got)
+	}
+	if _, ok := load(t, a, "x")[failover.SharedOpen]; !ok {
+		t.Fatal("svc-a lost its own state")
+	}
+	ctx := context.Background()
+	if err := rdb.Set(ctx, "failover:v0:open:x", "1", time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if got := load(t, New(rdb, Options{}), "x"); len(got) != 0 {
+		t.Fatalf("a v0 key is read as state: %v", got)
+	}
+	keys, err := rdb.Keys(ctx, "*").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range keys {
+		if k != "svc-a:v1:open:x" && k != "failover:v0:open:x" {
+			t.Errorf("unexpected key %q", k)
+		}
+	}
+}
+
+// Subscribe delivers every member's events, skips garbage, and returns
+// when its context ends.
+func TestStoreSubscribe(t *testing.T) {
+	srv := startRedis(t)
+	rdb := srv.client(t)
+	s := New(rdb, Options{})
+	ctx, cancel := context.WithCancel(context.Background())
+	got := make(chan failover.SharedEvent, 10)
+	done := make(chan error)
+	go func() { done <- s.Subscribe(ctx, func(e failover.SharedEvent) { got <- e }) }()
+
+	// Publish until the subscription is up (Subscribe has no ready
+	// signal), then check what arrives.
+	deadline := time.Now().Add(5 * time.Second)
+	want := failover.SharedEvent{Upstream: "a", Kind: failover.SharedCooling, For: 1500 * time.Millisecond, Reason: failover.CooldownQuotaExhausted, Member: "m1"}
+	var e failover.SharedEvent
+wait:
+	for {
+		rdb.Publish(context.Background(), "failover:v1:events", `not json`)
+		rdb.Publish(context.Background(), "failover:v1:events", `{"u":"a","k":"bogus","m":"m9"}`)
+		publish(t, s, want)
+		select {
+		case e = <-got:
+			break wait
+		case <-time.After(50 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no event arrived")
+		}
+	}
+	if e != want {
+		t.Fatalf("delivered %+v, want %+v", e, want)
+	}
+	cancel()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Subscribe did not return after its context ended")
+	}
+}
+
+// Without a server, every call fails with an error, promptly.
+func TestStoreUnreachable(t *testing.T) {
+	srv := startRedis(t)
+	rdb := srv.client(t)
+	srv.Kill()
+	s := New(rdb, Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	if err := s.Publish(ctx, failover.SharedEvent{Upstream: "a", Kind: failover.SharedOpen, For: time.Second}); err == nil {
+		t.Error("Publish succeeded")
+	}
+	if _, err := s.Load(ctx, []string{"a"}); err == nil {
+		t.Error("Load succeeded")
+	}
+	if _, err := s.AcquireProbe(ctx, "a", "m", time.Second); err == nil {
+		t.Error("AcquireProbe succeeded")
+	}
+	if err := s.Subscribe(ctx, func(failover.SharedEvent) {}); err == nil {
+		t.Error("Subscribe succeeded")
+	}
+	if ctx.Err() != nil {
+		t.Error("calls waited for the deadline instead of failing")
+	}
+}

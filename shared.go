@@ -1,0 +1,389 @@
+package failover
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/VictoriaMetrics/metrics"
+)
+
+// Shared is state that the Transports of a fleet (the processes of one
+// service, each with its own Transport) share, so that the fleet learns
+// once that an upstream is down, not once per process. Package
+// [github.com/failover-go/failover/redisshared] implements it on Redis.
+//
+// What is shared, per upstream name: that a circuit opened and for how
+// long, that an upstream cools down after a 429 and for how long, which
+// process sends the half-open probe, and the probe's verdict. Nothing
+// secret: upstream names and durations only. Upstreams are matched by
+// [Upstream.Name], so every process must name them alike.
+//
+// The Transport calls Shared only from goroutines of its own, never from a
+// request: a slow or unreachable store adds no latency to requests and
+// fails none. While it is unreachable, each Transport runs on its own
+// state, and it shares again when the store comes back.
+//
+// Durations are relative (how long from now), so that processes need not
+// agree on the time of day.
+type Shared interface {
+	// Publish records e in the store and tells the other members.
+	// Publishing an Open or Cooling event never shortens what the store
+	// holds; Closed clears the upstream's open state and probe lease.
+	Publish(ctx context.Context, e SharedEvent) error
+
+	// Load returns what the store holds for the named upstreams: an
+	// Open event for each open circuit and a Cooling event for each
+	// cooldown, with For the time left. An upstream it returns nothing
+	// for is neither.
+	Load(ctx context.Context, upstreams []string) ([]SharedEvent, error)
+
+	// Subscribe calls deliver with each event that members publish,
+	// its own included, until ctx is done or the subscription fails. It
+	// returns the error that ended it; the Transport subscribes again.
+	Subscribe(ctx context.Context, deliver func(SharedEvent)) error
+
+	// AcquireProbe takes the lease on the half-open probe of upstream for
+	// ttl, for member, unless another member holds it. It reports
+	// whether member holds it.
+	AcquireProbe(ctx context.Context, upstream, member string, ttl time.Duration) (bool, error)
+}
+
+// SharedKind is what a [SharedEvent] says.
+type SharedKind uint8
+
+// The kinds of [SharedEvent].
+const (
+	// SharedOpen: the upstream's circuit opened, for For.
+	SharedOpen SharedKind = iota + 1
+	// SharedClosed: a probe found the upstream well; its circuit is
+	// closed for everyone.
+	SharedClosed
+	// SharedCooling: the upstream rate-limited a request; it cools down
+	// for For.
+	SharedCooling
+	// SharedFailure: an attempt failed while the circuit was closed.
+	// It is only published, never stored.
+	SharedFailure
+)
+
+// String returns "open", "closed" or "cooling".
+func (k SharedKind) String() string {
+	switch k {
+	case SharedOpen:
+		return "open"
+	case SharedClosed:
+		return "closed"
+	case SharedCooling:
+		return "cooling"
+	case SharedFailure:
+		return "failure"
+	}
+	return "unknown"
+}
+
+// SharedEvent is one fact about an upstream, as members of a fleet share
+// it.
+type SharedEvent struct {
+	Upstream string         // Upstream.Name
+	Kind     SharedKind     //
+	For      time.Duration  // Open, Cooling: how long from now
+	Reason   CooldownReason // Cooling: why
+	Member   string         // the member that published it
+}
+
+// Defaults of the fleet's work.
+const (
+	defaultSharedSync = time.Second
+	sharedQueue       = 256 // events waiting to be published; more are dropped
+)
+
+// fleet is a Transport's side of Config.Shared: two goroutines, one that
+// publishes, takes probe leases and reconciles, and one that listens.
+type fleet struct {
+	t       *Transport
+	s       Shared
+	member  string
+	byName  map[string]*upstream
+	names   []string
+	every   time.Duration // reconcile period, and the bound on each call
+	queue   chan SharedEvent
+	leases  chan *upstream
+	cancel   context.CancelFunc
+	wg       sync.WaitGroup
+	stopOnce sync.Once
+	down    atomic.Bool // the store failed last time; local state rules
+	started atomic.Bool // some call to the store succeeded
+
+	errors    *metrics.Counter
+	dropped   *metrics.Counter
+	published *metrics.Counter
+	received  *metrics.Counter
+	adopted   *metrics.Counter
+}
+
+// sharedLease is a process's hold on the fleet's probe of one upstream.
+type sharedLease struct {
+	until   atomic.Int64 // unix ns until which this process holds it
+	wanting atomic.Bool  // a request for it is queued
+}
+
+func newFleet(t *Transport, s Shared, every time.Duration) *fleet {
+	var id [8]byte
+	rand.Read(id[:])
+	f := &fleet{
+		t:       t,
+		s:       s,
+		member:  hex.EncodeToString(id[:]),
+		byName:  map[string]*upstream{},
+		every:   every,
+		queue:   make(chan SharedEvent, sharedQueue),
+		leases:  make(chan *upstream, len(t.upstreams)),
+		errors:  t.metrics.GetOrCreateCounter("failover_shared_errors_total"),
+		dropped: t.metrics.GetOrCreateCounter("failover_shared_dropped_total"),
+
+		published: t.metrics.GetOrCreateCounter(`failover_shared_events_total{direction="out"}`),
+		received:  t.metrics.GetOrCreateCounter(`failover_shared_events_total{direction="in"}`),
+		adopted:   t.metrics.GetOrCreateCounter(`failover_shared_applied_total`),
+	}
+	t.metrics.GetOrCreateGauge("failover_shared_up", func() float64 { return boolMetric(f.started.Load() && !f.down.Load()) })
+	for _, u := range t.upstreams {
+		f.byName[u.name] = u
+		f.names = append(f.names, u.name)
+		u.breaker.mayProbe = func(now time.Time) bool { return f.mayProbe(u, now) }
+	}
+	return f
+}
+
+func (f *fleet) start() {
+	ctx, cancel := context.WithCancel(context.Background())
+	f.cancel = cancel
+	f.wg.Add(2)
+	go func() {
+		defer f.wg.Done()
+		f.work(ctx)
+	}()
+	go func() {
+		defer f.wg.Done()
+		f.listen(ctx)
+	}()
+}
+
+func (f *fleet) stop() {
+	f.cancel()
+	f.wg.Wait()
+}
+
+// mayProbe reports whether this process may send u's half-open probe: it
+// holds the fleet's lease, or the store is unreachable. Otherwise it asks
+// for the lease, without waiting for it.
+func (f *fleet) mayProbe(u *upstream, now time.Time) bool {
+	if f.down.Load() || now.UnixNano() < u.lease.until.Load() {
+		return true
+	}
+	if u.lease.wanting.CompareAndSwap(false, true) {
+		select {
+		case f.leases <- u:
+		default:
+			u.lease.wanting.Store(false)
+		}
+	}
+	return false
+}
+
+// publish queues e, without waiting; a full queue drops it.
+func (f *fleet) publish(e SharedEvent) {
+	e.Member = f.member
+	select {
+	case f.queue <- e:
+	default:
+		f.dropped.Inc()
+	}
+}
+
+// changed publishes a state change of u's circuit that this process made.
+func (f *fleet) changed(u *upstream, c stateChange) {
+	if c.remote {
+		return
+	}
+	switch {
+	case c.to == Open:
+		f.publish(SharedEvent{Upstream: u.name, Kind: SharedOpen, For: u.breaker.remaining()})
+	case c.to == Closed:
+		u.lease.until.Store(0)
+		f.publish(SharedEvent{Upstream: u.name, Kind: SharedClosed})
+	}
+}
+
+// failure publishes a failed attempt on u, while its circuit is closed.
+func (f *fleet) failure(u *upstream) {
+	if u.breaker.status() == Closed {
+		f.publish(SharedEvent{Upstream: u.name, Kind: SharedFailure})
+	}
+}
+
+// cooled publishes u's cooldown.
+func (f *fleet) cooled(u *upstream, d time.Duration, reason CooldownReason) {
+	f.publish(SharedEvent{Upstream: u.name, Kind: SharedCooling, For: d, Reason: reason})
+}
+
+// work publishes, takes leases and reconciles until ctx is done.
+func (f *fleet) work(ctx context.Context) {
+	tick := time.NewTicker(f.every)
+	defer tick.Stop()
+	f.reconcile(ctx)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case e := <-f.queue:
+			f.call(ctx, func(ctx context.Context) error { return f.s.Publish(ctx, e) })
+			f.published.Inc()
+		case u := <-f.leases:
+			var got bool
+			now := time.Now()
+			ttl := u.breaker.probeTTL
+			if f.call(ctx, func(ctx context.Context) (err error) {
+				got, err = f.s.AcquireProbe(ctx, u.name, f.member, ttl)
+				return err
+			}) && got {
+				u.lease.until.Store(now.Add(ttl).UnixNano())
+			}
+			u.lease.wanting.Store(false)
+		case <-tick.C:
+			f.reconcile(ctx)
+		}
+	}
+}
+
+// reconcile reads the store and adopts what it holds, so that a missed
+// message or a restart still converges: open circuits and cooldowns, and
+// the end of an open circuit this process learned of from the fleet and
+// the fleet has closed since.
+func (f *fleet) reconcile(ctx context.Context) {
+	var evs []SharedEvent
+	if !f.call(ctx, func(ctx context.Context) (err error) {
+		evs, err = f.s.Load(ctx, f.names)
+		return err
+	}) {
+		return
+	}
+	open := map[string]bool{}
+	for _, e := range evs {
+		if e.Kind == SharedOpen {
+			open[e.Upstream] = true
+		}
+		f.apply(e)
+	}
+	now := time.Now()
+	for _, u := range f.t.upstreams {
+		// The fleet's open state outlives this process's hold by no more
+		// than a message's delay: a hold with more than a period left and
+		// no open state in the store was closed by the fleet.
+		if !open[u.name] && u.breaker.openUntil.Load()-now.UnixNano() > int64(f.every) {
+			u.breaker.closeRemote()
+			f.adopted.Inc()
+		}
+	}
+}
+
+// listen follows the members' events until ctx is done, subscribing again
+// a period after each failure.
+func (f *fleet) listen(ctx context.Context) {
+	for {
+		err := f.s.Subscribe(ctx, func(e SharedEvent) {
+			f.received.Inc()
+			if e.Member != f.member {
+				f.apply(e)
+			}
+		})
+		if ctx.Err() != nil {
+			return
+		}
+		if err != nil {
+			f.failed(err)
+		}
+		if sleep(ctx, f.every) != nil {
+			return
+		}
+	}
+}
+
+// apply adopts an event from the fleet into this process's state.
+func (f *fleet) apply(e SharedEvent) {
+	u := f.byName[e.Upstream]
+	if u == nil {
+		return // an upstream this process does not have
+	}
+	now := time.Now()
+	switch e.Kind {
+	case SharedOpen:
+		if e.For > 0 && (u.breaker.status() != Open || u.breaker.openLeft(now) < e.For) {
+			u.breaker.holdOpen(now.Add(e.For))
+			f.adopted.Inc()
+		}
+	case SharedClosed:
+		u.lease.until.Store(0)
+		if u.breaker.status() != Closed {
+			u.breaker.closeRemote()
+			f.adopted.Inc()
+		}
+	case SharedFailure:
+		u.breaker.remoteFailure()
+	case SharedCooling:
+		if e.For > 0 && u.cd.remaining(now) < e.For {
+			reason := e.Reason
+			if reason == "" {
+				reason = CooldownRateLimited
+			}
+			u.cd.extend(now, e.For, reason)
+			f.adopted.Inc()
+		}
+	}
+}
+
+// call runs one call to the store, bounded by the period, and reports
+// whether it succeeded.
+func (f *fleet) call(ctx context.Context, fn func(context.Context) error) bool {
+	cctx, cancel := context.WithTimeout(ctx, f.every)
+	err := fn(cctx)
+	cancel()
+	if err != nil {
+		if ctx.Err() == nil {
+			f.failed(err)
+		}
+		return false
+	}
+	f.started.Store(true)
+	if f.down.CompareAndSwap(true, false) {
+		f.log(slog.LevelInfo, "shared state reachable again")
+		// What this process learned during the outage, the fleet learns now.
+		for _, u := range f.t.upstreams {
+			if left := u.breaker.remaining(); left > 0 {
+				f.publish(SharedEvent{Upstream: u.name, Kind: SharedOpen, For: left})
+			}
+			if left := u.cd.remaining(time.Now()); left > 0 {
+				f.cooled(u, left, CooldownRateLimited)
+			}
+		}
+	}
+	return true
+}
+
+// failed counts a failure of the store, and logs the first of an outage.
+func (f *fleet) failed(err error) {
+	f.errors.Inc()
+	if f.down.CompareAndSwap(false, true) {
+		f.log(slog.LevelWarn, "shared state unreachable; each process runs on its own state until it is back", slog.String("error", err.Error()))
+	}
+}
+
+func (f *fleet) log(level slog.Level, msg string, attrs ...slog.Attr) {
+	if l := f.t.logger; l != nil && l.Enabled(context.Background(), level) {
+		l.LogAttrs(context.Background(), level, "failover: "+msg, attrs...)
+	}
+}
