@@ -105,19 +105,19 @@ const (
 // fleet is a Transport's side of Config.Shared: two goroutines, one that
 // publishes, takes probe leases and reconciles, and one that listens.
 type fleet struct {
-	t       *Transport
-	s       Shared
-	member  string
-	byName  map[string]*upstream
-	names   []string
-	every   time.Duration // reconcile period, and the bound on each call
-	queue   chan SharedEvent
-	leases  chan *upstream
+	t        *Transport
+	s        Shared
+	member   string
+	byName   map[string]*upstream
+	names    []string
+	every    time.Duration // reconcile period, and the bound on each call
+	queue    chan SharedEvent
+	leases   chan *upstream
 	cancel   context.CancelFunc
 	wg       sync.WaitGroup
 	stopOnce sync.Once
-	down    atomic.Bool // the store failed last time; local state rules
-	started atomic.Bool // some call to the store succeeded
+	down     atomic.Bool // the store failed last time; local state rules
+	started  atomic.Bool // some call to the store succeeded
 
 	errors    *metrics.Counter
 	dropped   *metrics.Counter

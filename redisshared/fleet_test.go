@@ -1,0 +1,354 @@
+package redisshared
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/failover-go/failover"
+)
+
+// The fleet simulation: fleetSize Transports, each with its own state and
+// connections as separate processes would have, share one primary and one
+// backup on loopback, and with sharing on, one real redis-server. The
+// primary goes down (503) for a while, then recovers.
+const (
+	fleetSize    = 20
+	threshold    = 5
+	cooldown     = time.Second
+	sendEvery    = 40 * time.Millisecond // per member: 25 req/s, 500 req/s in all
+	downFor      = 3500 * time.Millisecond
+	tripWindow   = 900 * time.Millisecond // after the outage starts, before any cooldown can end
+	recoveryWait = 3 * time.Second
+)
+
+// primary is the upstream that fails: it answers 503 while down, and
+// records when each request came and from which member.
+type primary struct {
+	down    atomic.Bool
+	mu      sync.Mutex
+	reqs    []hit
+	healthy map[int]time.Time // each member's first success after recovery
+	upAt    time.Time
+}
+
+type hit struct {
+	at     time.Time
+	member int
+	down   bool
+}
+
+func (p *primary) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	io.Copy(io.Discard, r.Body)
+	m, _ := strconv.Atoi(r.Header.Get("X-Member"))
+	down := p.down.Load()
+	p.mu.Lock()
+	p.reqs = append(p.reqs, hit{time.Now(), m, down})
+	if !down && !p.upAt.IsZero() {
+		if _, ok := p.healthy[m]; !ok {
+			p.healthy[m] = time.Now()
+		}
+	}
+	p.mu.Unlock()
+	if down {
+		http.Error(w, `{"error":{"message":"unavailable"}}`, http.StatusServiceUnavailable)
+		return
+	}
+	io.WriteString(w, `{"choices":[]}`)
+}
+
+// between counts the requests that came while down in [from, to).
+func (p *primary) between(from, to time.Time) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := 0
+	for _, h := range p.reqs {
+		if h.down && !h.at.Before(from) && h.at.Before(to) {
+			n++
+		}
+	}
+	return n
+}
+
+// fleetFigures are what a run of the simulation measured.
+type fleetFigures struct {
+	failedBeforeStop int           // 503s before every member stopped sending
+	probesPerCool    float64       // 503s per cooldown after that, while down
+	recovery         time.Duration // from recovery until every member sent to it again
+	recovered        int           // members that did
+	firstOpen        time.Duration // from the outage to the first member's open circuit
+	allOpen          time.Duration // to the last member's
+	failedRequests   int           // requests the callers saw fail, in the whole run
+	requests         int
+	sharedErrors     float64 // errors talking to Redis, fleet-wide
+	outageLogs       int     // "unreachable" log lines, fleet-wide
+	membersDown      int     // members that do not see Redis up at the end
+}
+
+// simulate runs the fleet through one outage of the primary for each
+// element of outages, and returns the figures of each. With srv nil,
+// sharing is off. An outage's func, when not nil, runs while the primary is
+// down (to kill Redis, say).
+func simulate(t *testing.T, srv *redisServer, every time.Duration, outages ...func()) []fleetFigures {
+	t.Helper()
+	p := &primary{healthy: map[int]time.Time{}}
+	prim := httptest.NewServer(p)
+	defer prim.Close()
+	backup := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		io.WriteString(w, `{"choices":[]}`)
+	}))
+	defer backup.Close()
+
+	var logs lockedBuffer
+	members := make([]*failover.Transport, fleetSize)
+	var openMu sync.Mutex
+	opened := map[int]time.Time{} // each member's first open circuit
+	for i := range members {
+		base := &http.Transport{MaxIdleConnsPerHost: 4}
+		cfg := failover.Config{
+			Base:       base,
+			Upstreams:  []failover.Upstream{{Name: "primary", BaseURL: prim.URL + "/v1"}, {Name: "backup", BaseURL: backup.URL + "/v1"}},
+			Breaker:    failover.BreakerConfig{FailureThreshold: threshold, Cooldown: cooldown},
+			SharedSync: every,
+			OnStateChange: func(c failover.StateChange) {
+				openMu.Lock()
+				defer openMu.Unlock()
+				if _, ok := opened[i]; !ok && c.To == failover.Open && c.Upstream == "primary" {
+					opened[i] = c.At
+				}
+			},
+		}
+		if srv != nil {
+			cfg.Shared = New(srv.client(t), Options{Prefix: t.Name()})
+			cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+		}
+		tr, err := failover.New(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer base.CloseIdleConnections()
+		defer tr.Close()
+		members[i] = tr
+	}
+	if srv != nil {
+		time.Sleep(2 * every) // subscriptions up
+	}
+
+	var requests, failed atomic.Int64
+	ctx, stop := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	for i, tr := range members {
+		wg.Go(func() {
+			c := &http.Client{Transport: tr, Timeout: 5 * time.Second}
+			// Members send out of step, as processes do.
+			time.Sleep(time.Duration(i) * sendEvery / fleetSize)
+			tick := time.NewTicker(sendEvery)
+			defer tick.Stop()
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case <-tick.C:
+				}
+				req, _ := http.NewRequest("POST", prim.URL+"/v1/chat/completions", strings.NewReader(`{"model":"m"}`))
+				req.Header.Set("X-Member", strconv.Itoa(i))
+				requests.Add(1)
+				resp, err := c.Do(req)
+				if err != nil || resp.StatusCode != 200 {
+					failed.Add(1)
+				}
+				if err == nil {
+					io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+				}
+			}
+		})
+	}
+
+	var out []fleetFigures
+	var errorsBefore float64
+	for _, during := range outages {
+		time.Sleep(500 * time.Millisecond) // healthy
+		openMu.Lock()
+		clear(opened)
+		openMu.Unlock()
+		p.mu.Lock()
+		clear(p.healthy)
+		p.upAt = time.Time{}
+		p.mu.Unlock()
+		logsBefore := logs.count("shared state unreachable")
+
+		downAt := time.Now()
+		p.down.Store(true)
+		if during != nil {
+			time.Sleep(tripWindow)
+			during()
+		}
+		time.Sleep(downFor - time.Since(downAt))
+		upAt := time.Now()
+		p.mu.Lock()
+		p.upAt = upAt
+		p.mu.Unlock()
+		p.down.Store(false)
+		time.Sleep(recoveryWait)
+
+		f := fleetFigures{
+			failedBeforeStop: p.between(downAt, downAt.Add(tripWindow)),
+			outageLogs:       logs.count("shared state unreachable") - logsBefore,
+		}
+		after := p.between(downAt.Add(tripWindow), upAt)
+		f.probesPerCool = float64(after) / (float64(upAt.Sub(downAt.Add(tripWindow))) / float64(cooldown))
+		openMu.Lock()
+		f.firstOpen = time.Hour
+		for _, at := range opened {
+			f.firstOpen = min(f.firstOpen, at.Sub(downAt))
+			f.allOpen = max(f.allOpen, at.Sub(downAt))
+		}
+		openMu.Unlock()
+		p.mu.Lock()
+		f.recovered = len(p.healthy)
+		for _, at := range p.healthy {
+			f.recovery = max(f.recovery, at.Sub(upAt))
+		}
+		p.mu.Unlock()
+		total := 0.0
+		for _, tr := range members {
+			total += metric(tr, "failover_shared_errors_total")
+			if srv != nil && during == nil && metric(tr, "failover_shared_up") != 1 {
+				f.membersDown++
+			}
+		}
+		f.sharedErrors, errorsBefore = total-errorsBefore, total
+		out = append(out, f)
+	}
+	stop()
+	wg.Wait()
+	for i := range out {
+		out[i].failedRequests, out[i].requests = int(failed.Load()), int(requests.Load())
+	}
+	return out
+}
+
+// metric reads one sample of tr's metrics (0 when absent).
+func metric(tr *failover.Transport, series string) float64 {
+	var b strings.Builder
+	tr.WritePrometheus(&b)
+	for line := range strings.Lines(b.String()) {
+		if v, ok := strings.CutPrefix(line, series+" "); ok {
+			n, _ := strconv.ParseFloat(strings.TrimSpace(v), 64)
+			return n
+		}
+	}
+	return 0
+}
+
+// lockedBuffer collects the members' logs.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) count(s string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return strings.Count(l.b.String(), s)
+}
+
+func (f fleetFigures) String() string {
+	return fmt.Sprintf("503s before the fleet stopped %d (first circuit open after %v, all after %v), probes per cooldown %.1f, recovery %v (%d of %d members), failed requests %d of %d, shared errors %v",
+		f.failedBeforeStop, f.firstOpen.Round(time.Millisecond), f.allOpen.Round(time.Millisecond), f.probesPerCool, f.recovery.Round(time.Millisecond), f.recovered, fleetSize, f.failedRequests, f.requests, f.sharedErrors)
+}
+
+// TestFleet runs the simulation with sharing off and on, prints the figures
+// side by side, and holds sharing to the issue's goals: the fleet stops
+// after about FailureThreshold failures in all, not one FailureThreshold
+// per member; one probe per cooldown, not one per member; and no request
+// fails either way.
+func TestFleet(t *testing.T) {
+	if testing.Short() {
+		t.Skip("the fleet simulation takes about 15 s")
+	}
+	srv := startRedis(t)
+	off := simulate(t, nil, 0, nil)[0]
+	on := simulate(t, srv, 200*time.Millisecond, nil)[0]
+	t.Logf("%d members, FailureThreshold %d, Cooldown %v:", fleetSize, threshold, cooldown)
+	t.Logf("  sharing off: %v", off)
+	t.Logf("  sharing on:  %v", on)
+
+	for name, f := range map[string]fleetFigures{"off": off, "on": on} {
+		if f.failedRequests != 0 {
+			t.Errorf("sharing %s: %d requests failed; the backup serves them all", name, f.failedRequests)
+		}
+		if f.recovered != fleetSize {
+			t.Errorf("sharing %s: %d of %d members came back to the primary", name, f.recovered, fleetSize)
+		}
+	}
+	if off.failedBeforeStop < fleetSize*(threshold-1) {
+		t.Errorf("sharing off: %d failures before the fleet stopped; the simulation should need about %d", off.failedBeforeStop, fleetSize*threshold)
+	}
+	if on.failedBeforeStop > 3*threshold {
+		t.Errorf("sharing on: %d failures before the fleet stopped, want about %d (at most %d)", on.failedBeforeStop, threshold, 3*threshold)
+	}
+	if off.probesPerCool < fleetSize/2 {
+		t.Errorf("sharing off: %.1f probes per cooldown; each member should probe", off.probesPerCool)
+	}
+	if on.probesPerCool > 2 {
+		t.Errorf("sharing on: %.1f probes per cooldown, want 1", on.probesPerCool)
+	}
+	if on.sharedErrors != 0 {
+		t.Errorf("sharing on: %v errors talking to Redis", on.sharedErrors)
+	}
+}
+
+// TestFleetRedisKilled kills Redis while the primary is down: no request
+// fails because of it, the members fall back to their own state (they
+// count the errors), and after Redis restarts they share again: a second
+// outage trips the fleet as a whole.
+func TestFleetRedisKilled(t *testing.T) {
+	if testing.Short() {
+		t.Skip("the fleet simulation takes about 10 s")
+	}
+	srv := startRedis(t)
+	figs := simulate(t, srv, 200*time.Millisecond, func() {
+		srv.Kill()
+		time.Sleep(1500 * time.Millisecond)
+		srv.Restart()
+	}, nil)
+	f, again := figs[0], figs[1]
+	t.Logf("Redis killed for 1.5 s during the outage: %v", f)
+	t.Logf("the same fleet's next outage:             %v", again)
+	if f.failedRequests != 0 {
+		t.Errorf("%d requests failed", f.failedRequests)
+	}
+	if f.sharedErrors == 0 {
+		t.Error("no shared error counted while Redis was down")
+	}
+	if f.outageLogs < 1 || f.outageLogs > fleetSize {
+		t.Errorf("%d members logged the outage; each should log it once", f.outageLogs)
+	}
+	if f.recovered != fleetSize || again.recovered != fleetSize {
+		t.Errorf("%d and %d of %d members came back to the primary", f.recovered, again.recovered, fleetSize)
+	}
+	if again.membersDown != 0 {
+		t.Errorf("%d members do not see Redis up again", again.membersDown)
+	}
+	if again.failedBeforeStop > 3*threshold || again.probesPerCool > 2 {
+		t.Errorf("after Redis came back, the fleet does not share: %v", again)
+	}
+}
