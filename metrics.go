@@ -43,6 +43,20 @@ type upstreamMetrics struct {
 //	failover_degraded{upstream}                     1 when degraded (DegradedConfig)
 //	failover_suspect{upstream}                      1 when suspected of hanging (HangConfig)
 //	failover_unrouted_requests_total                requests addressed to no upstream
+//
+// With Config.Hedge:
+//
+//	failover_hedges_total                           hedges sent
+//	failover_hedge_wins_total                       hedges whose answer was returned
+//	failover_hedges_denied_total                    hedges the budget refused
+//
+// With Config.Shared:
+//
+//	failover_shared_up                              1 while the shared state answers
+//	failover_shared_errors_total                    failed calls to the shared state
+//	failover_shared_dropped_total                   events dropped: the queue to it was full
+//	failover_shared_events_total{direction}         events published ("out") and received ("in")
+//	failover_shared_applied_total                   fleet events that changed this process's state
 func (t *Transport) initMetrics() {
 	s := t.metrics
 	t.unrouted = s.GetOrCreateCounter("failover_unrouted_requests_total")

@@ -17,11 +17,24 @@ import (
 // once that an upstream is down, not once per process. Package
 // [github.com/failover-go/failover/redisshared] implements it on Redis.
 //
-// What is shared, per upstream name: that a circuit opened and for how
-// long, that an upstream cools down after a 429 and for how long, which
-// process sends the half-open probe, and the probe's verdict. Nothing
-// secret: upstream names and durations only. Upstreams are matched by
-// [Upstream.Name], so every process must name them alike.
+// What is shared, per upstream name:
+//
+//   - that a circuit opened, and for how long: every process opens its own
+//     for the time left;
+//   - that an upstream cools down after a 429, and for how long, under the
+//     same extend-only rule as in one process;
+//   - which process sends the half-open probe: one per cooldown in the
+//     whole fleet, the one that holds the probe's lease, and its verdict,
+//     which closes or reopens the circuit everywhere;
+//   - the failures of a closed circuit. A process counts the fleet's
+//     failures with its own while its own last attempt there failed too,
+//     so that a fleet that fails together trips after about
+//     FailureThreshold failures in all rather than FailureThreshold per
+//     process, while its own successes keep the rest of the fleet's stray
+//     failures from tripping it.
+//
+// Nothing secret is shared: upstream names and durations only. Upstreams
+// are matched by [Upstream.Name], so every process must name them alike.
 //
 // The Transport calls Shared only from goroutines of its own, never from a
 // request: a slow or unreachable store adds no latency to requests and
@@ -241,8 +254,9 @@ func (f *fleet) work(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case e := <-f.queue:
-			f.call(ctx, func(ctx context.Context) error { return f.s.Publish(ctx, e) })
-			f.published.Inc()
+			if f.call(ctx, func(ctx context.Context) error { return f.s.Publish(ctx, e) }) {
+				f.published.Inc()
+			}
 		case u := <-f.leases:
 			var got bool
 			now := time.Now()

@@ -505,6 +505,8 @@ func (t *Transport) Health() []UpstreamHealth {
 
 // Reset closes the named upstream's circuit and ends its cooldown, for an
 // operator who knows it is back.
+//
+// With [Config.Shared], the circuit closes in the whole fleet.
 func (t *Transport) Reset(name string) error {
 	for _, u := range t.upstreams {
 		if u.name == name {

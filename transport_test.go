@@ -669,6 +669,7 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		{"negative hedge delay", Config{Upstreams: []Upstream{ok}, Hedge: &HedgeConfig{Delay: -1}}, "Hedge.Delay"},
 		{"hedge percent", Config{Upstreams: []Upstream{ok}, Hedge: &HedgeConfig{Percent: 150}}, "Hedge.Percent"},
 		{"hedge delays", Config{Upstreams: []Upstream{ok}, Hedge: &HedgeConfig{MinDelay: time.Minute}}, "Hedge.MinDelay"},
+		{"negative shared sync", Config{Upstreams: []Upstream{ok}, SharedSync: -1}, "SharedSync"},
 		{"negative hedges", Config{Upstreams: []Upstream{ok}, Hedge: &HedgeConfig{MaxHedges: -1}}, "Hedge.MaxHedges"},
 	}
 	for _, tt := range tests {
