@@ -140,8 +140,9 @@ type breaker struct {
 	// clean is true while the circuit is closed and its window holds no
 	// failure, under the consecutive-failure rule (counting): a success
 	// then changes nothing, and done skips both locks.
-	clean    atomic.Bool
-	counting bool
+	clean     atomic.Bool
+	counting  bool
+	threshold int // FailureThreshold
 
 	since atomic.Int64 // unix nanoseconds of the last state change; 0: never changed
 
@@ -151,7 +152,6 @@ type breaker struct {
 	// the half-open probe (it holds the fleet's probe lease).
 	openUntil atomic.Int64
 	mayProbe  func(now time.Time) bool
-	armed     atomic.Bool // this process's last counted attempt failed
 
 	// onChange, when set, is called after every state change, outside
 	// mu (for logs, metrics and Config.OnStateChange).
@@ -172,7 +172,7 @@ type stateChange struct {
 }
 
 func newBreaker(c BreakerConfig) *breaker {
-	b := &breaker{probeTTL: c.Cooldown, counting: c.FailureRate == 0}
+	b := &breaker{probeTTL: c.Cooldown, counting: c.FailureRate == 0, threshold: int(min(c.FailureThreshold, 1000))}
 	b.clean.Store(b.counting)
 	builder := circuitbreaker.NewBuilder[*http.Response]().
 		WithDelay(c.Cooldown).
@@ -295,7 +295,6 @@ func (b *breaker) done(p permit, o Outcome) {
 		} else {
 			b.cb.RecordFailure()
 		}
-		b.armed.Store(!success)
 		b.clean.Store(b.counting && State(b.state.Load()) == Closed && b.cb.Metrics().Failures() == 0)
 	}
 	b.releaseProbe(p)
@@ -385,18 +384,15 @@ func (b *breaker) holdOpen(until time.Time) {
 	b.notify(changes)
 }
 
-// remoteFailure counts a failure that another process of the fleet saw,
-// while the circuit is closed and this process's own last attempt failed
-// too: a fleet that fails together trips after about FailureThreshold
-// failures in all, while one process's successes keep the others' stray
-// failures from tripping it.
-func (b *breaker) remoteFailure() {
-	if !b.armed.Load() || State(b.state.Load()) != Closed {
+// trip opens a closed circuit on the fleet's evidence (see
+// fleet.failure). It is this process's change: the fleet hears of it.
+func (b *breaker) trip() {
+	if State(b.state.Load()) != Closed {
 		return
 	}
 	b.mu.Lock()
-	if b.cb.State() == circuitbreaker.ClosedState && b.armed.Load() {
-		b.cb.RecordFailure()
+	if b.cb.State() == circuitbreaker.ClosedState {
+		b.cb.Open()
 		b.clean.Store(false)
 	}
 	changes := b.takeChanges()

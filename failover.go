@@ -69,7 +69,7 @@ type upstream struct {
 	models   modelMap // Upstream.Models
 	latency  peakEWMA // for LeastLatency
 	headroom headroomState
-	lease    sharedLease // with Config.Shared
+	fleet    fleetState // with Config.Shared
 	m        upstreamMetrics
 }
 

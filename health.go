@@ -42,6 +42,23 @@ func (w *window) add(o Outcome, d time.Duration, now time.Time) {
 	w.ring[i].Store(int64(max(d, 0))<<4 | int64(o)<<1 | 1)
 }
 
+// rate returns the attempts per second over the window's attempts that are
+// at most some age: their number over the time since the oldest of them
+// (0 with fewer than 2).
+func (w *window) rate(now, since time.Time) float64 {
+	from, oldest, n := since.UnixNano(), now.UnixNano(), 0
+	for i := range w.ring {
+		if at := w.at[i].Load(); w.ring[i].Load() != 0 && at >= from {
+			n++
+			oldest = min(oldest, at)
+		}
+	}
+	if n < 2 || now.UnixNano() <= oldest {
+		return 0
+	}
+	return float64(n) / now.Sub(time.Unix(0, oldest)).Seconds()
+}
+
 // windowStats are the figures of the attempts in a window that are at
 // most some age.
 type windowStats struct {

@@ -26,12 +26,16 @@ import (
 //   - which process sends the half-open probe: one per cooldown in the
 //     whole fleet, the one that holds the probe's lease, and its verdict,
 //     which closes or reopens the circuit everywhere;
-//   - the failures of a closed circuit. A process counts the fleet's
-//     failures with its own while its own last attempt there failed too,
-//     so that a fleet that fails together trips after about
+//   - the failures of a closed circuit, each with its member's request
+//     rate, so that a fleet that fails together trips after about
 //     FailureThreshold failures in all rather than FailureThreshold per
-//     process, while its own successes keep the rest of the fleet's stray
-//     failures from tripping it.
+//     process. A process opens its circuit when the fleet's last
+//     FailureThreshold failures came within the time the whole fleet
+//     takes to send 2×FailureThreshold requests: as dense as
+//     FailureThreshold consecutive failures of the fleet's merged stream
+//     of requests. Stray background errors are far sparser than that
+//     whatever the fleet's size: at 0.5 % errors the chance that 5 fall
+//     in such a span is about 3 in a billion.
 //
 // Nothing secret is shared: upstream names and durations only. Upstreams
 // are matched by [Upstream.Name], so every process must name them alike.
@@ -106,6 +110,7 @@ type SharedEvent struct {
 	Kind     SharedKind     //
 	For      time.Duration  // Open, Cooling: how long from now
 	Reason   CooldownReason // Cooling: why
+	Rate     float64        // Failure: the member's recent requests per second to the upstream
 	Member   string         // the member that published it
 }
 
@@ -139,10 +144,61 @@ type fleet struct {
 	adopted   *metrics.Counter
 }
 
-// sharedLease is a process's hold on the fleet's probe of one upstream.
-type sharedLease struct {
-	until   atomic.Int64 // unix ns until which this process holds it
-	wanting atomic.Bool  // a request for it is queued
+// fleetState is what a process knows of the fleet about one upstream.
+type fleetState struct {
+	lease   atomic.Int64 // unix ns until which this process holds the probe
+	wanting atomic.Bool  // a request for the probe is queued
+
+	mu       sync.Mutex
+	failures []int64               // the fleet's last FailureThreshold failures (unix ns), a ring
+	next     int                   // where the next one goes
+	members  map[string]memberRate // the other members' request rates
+}
+
+type memberRate struct {
+	rate float64
+	at   int64 // unix ns when it was reported
+}
+
+// rateWindow is how far back request rates reach.
+const rateWindow = 10 * time.Second
+
+// dense records a failure at now (from member, at rate; "" for this
+// process) and reports whether the fleet's last threshold failures came
+// within the time the fleet takes to send 2×threshold requests.
+func (s *fleetState) dense(now time.Time, member string, rate, own float64, threshold int) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if threshold < 1 {
+		return false
+	}
+	if len(s.failures) != threshold {
+		s.failures = make([]int64, threshold)
+		s.next = 0
+	}
+	at := now.UnixNano()
+	s.failures[s.next] = at
+	s.next = (s.next + 1) % threshold
+	oldest := s.failures[s.next] // the ring is full once this is set
+	if member != "" {
+		if s.members == nil {
+			s.members = map[string]memberRate{}
+		}
+		s.members[member] = memberRate{rate, at}
+	}
+	total := own
+	for m, r := range s.members {
+		if at-r.at > int64(rateWindow) {
+			delete(s.members, m)
+			continue
+		}
+		total += r.rate
+	}
+	if oldest == 0 || total <= 0 {
+		return false
+	}
+	span := time.Duration(float64(2*threshold) / total * float64(time.Second))
+	return at-oldest <= int64(span)
 }
 
 func newFleet(t *Transport, s Shared, every time.Duration) *fleet {
@@ -195,14 +251,14 @@ func (f *fleet) stop() {
 // holds the fleet's lease, or the store is unreachable. Otherwise it asks
 // for the lease, without waiting for it.
 func (f *fleet) mayProbe(u *upstream, now time.Time) bool {
-	if f.down.Load() || now.UnixNano() < u.lease.until.Load() {
+	if f.down.Load() || now.UnixNano() < u.fleet.lease.Load() {
 		return true
 	}
-	if u.lease.wanting.CompareAndSwap(false, true) {
+	if u.fleet.wanting.CompareAndSwap(false, true) {
 		select {
 		case f.leases <- u:
 		default:
-			u.lease.wanting.Store(false)
+			u.fleet.wanting.Store(false)
 		}
 	}
 	return false
@@ -227,16 +283,28 @@ func (f *fleet) changed(u *upstream, c stateChange) {
 	case c.to == Open:
 		f.publish(SharedEvent{Upstream: u.name, Kind: SharedOpen, For: u.breaker.remaining()})
 	case c.to == Closed:
-		u.lease.until.Store(0)
+		u.fleet.lease.Store(0)
 		f.publish(SharedEvent{Upstream: u.name, Kind: SharedClosed})
 	}
 }
 
-// failure publishes a failed attempt on u, while its circuit is closed.
+// failure publishes a failed attempt on u, while its circuit is closed,
+// and trips it when the fleet's failures are dense enough.
 func (f *fleet) failure(u *upstream) {
-	if u.breaker.status() == Closed {
-		f.publish(SharedEvent{Upstream: u.name, Kind: SharedFailure})
+	if u.breaker.status() != Closed {
+		return
 	}
+	now := time.Now()
+	rate := u.rate(now)
+	f.publish(SharedEvent{Upstream: u.name, Kind: SharedFailure, Rate: rate})
+	if u.fleet.dense(now, "", 0, rate, u.breaker.threshold) {
+		u.breaker.trip()
+	}
+}
+
+// rate is this process's recent requests per second to u.
+func (u *upstream) rate(now time.Time) float64 {
+	return u.window.rate(now, now.Add(-rateWindow))
 }
 
 // cooled publishes u's cooldown.
@@ -265,9 +333,9 @@ func (f *fleet) work(ctx context.Context) {
 				got, err = f.s.AcquireProbe(ctx, u.name, f.member, ttl)
 				return err
 			}) && got {
-				u.lease.until.Store(now.Add(ttl).UnixNano())
+				u.fleet.lease.Store(now.Add(ttl).UnixNano())
 			}
-			u.lease.wanting.Store(false)
+			u.fleet.wanting.Store(false)
 		case <-tick.C:
 			f.reconcile(ctx)
 		}
@@ -341,13 +409,16 @@ func (f *fleet) apply(e SharedEvent) {
 			f.adopted.Inc()
 		}
 	case SharedClosed:
-		u.lease.until.Store(0)
+		u.fleet.lease.Store(0)
 		if u.breaker.status() != Closed {
 			u.breaker.closeRemote()
 			f.adopted.Inc()
 		}
 	case SharedFailure:
-		u.breaker.remoteFailure()
+		if u.breaker.status() == Closed && u.fleet.dense(now, e.Member, e.Rate, u.rate(now), u.breaker.threshold) {
+			u.breaker.trip()
+			f.adopted.Inc()
+		}
 	case SharedCooling:
 		if e.For > 0 && u.cd.remaining(now) < e.For {
 			reason := e.Reason

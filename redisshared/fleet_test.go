@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -29,12 +30,14 @@ const (
 	downFor      = 3500 * time.Millisecond
 	tripWindow   = 900 * time.Millisecond // after the outage starts, before any cooldown can end
 	recoveryWait = 3 * time.Second
+	quietFor     = 8 * time.Second // a run without outage
 )
 
 // primary is the upstream that fails: it answers 503 while down, and
 // records when each request came and from which member.
 type primary struct {
 	down    atomic.Bool
+	noise   float64 // while up, the share of requests answered 503 at random
 	mu      sync.Mutex
 	reqs    []hit
 	healthy map[int]time.Time // each member's first success after recovery
@@ -51,6 +54,10 @@ func (p *primary) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	io.Copy(io.Discard, r.Body)
 	m, _ := strconv.Atoi(r.Header.Get("X-Member"))
 	down := p.down.Load()
+	if !down && rand.Float64() < p.noise {
+		http.Error(w, `{"error":{"message":"stray"}}`, http.StatusInternalServerError)
+		return
+	}
 	p.mu.Lock()
 	p.reqs = append(p.reqs, hit{time.Now(), m, down})
 	if !down && !p.upAt.IsZero() {
@@ -92,6 +99,7 @@ type fleetFigures struct {
 	sharedErrors     float64 // errors talking to Redis, fleet-wide
 	outageLogs       int     // "unreachable" log lines, fleet-wide
 	membersDown      int     // members that do not see Redis up at the end
+	trips            int     // without outages: closed-to-open changes, fleet-wide
 }
 
 // simulate runs the fleet through one outage of the primary for each
@@ -100,7 +108,10 @@ type fleetFigures struct {
 // down (to kill Redis, say).
 func simulate(t *testing.T, srv *redisServer, every time.Duration, outages ...func()) []fleetFigures {
 	t.Helper()
-	p := &primary{healthy: map[int]time.Time{}}
+	return simulateOn(t, &primary{healthy: map[int]time.Time{}}, srv, every, outages...)
+}
+
+func simulateOn(t *testing.T, p *primary, srv *redisServer, every time.Duration, outages ...func()) []fleetFigures {
 	prim := httptest.NewServer(p)
 	defer prim.Close()
 	backup := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -112,6 +123,7 @@ func simulate(t *testing.T, srv *redisServer, every time.Duration, outages ...fu
 	var logs lockedBuffer
 	members := make([]*failover.Transport, fleetSize)
 	var openMu sync.Mutex
+	var trips atomic.Int64
 	opened := map[int]time.Time{} // each member's first open circuit
 	for i := range members {
 		base := &http.Transport{MaxIdleConnsPerHost: 4}
@@ -123,6 +135,9 @@ func simulate(t *testing.T, srv *redisServer, every time.Duration, outages ...fu
 			OnStateChange: func(c failover.StateChange) {
 				openMu.Lock()
 				defer openMu.Unlock()
+				if c.From == failover.Closed && c.To == failover.Open && c.Upstream == "primary" {
+					trips.Add(1)
+				}
 				if _, ok := opened[i]; !ok && c.To == failover.Open && c.Upstream == "primary" {
 					opened[i] = c.At
 				}
@@ -177,6 +192,10 @@ func simulate(t *testing.T, srv *redisServer, every time.Duration, outages ...fu
 
 	var out []fleetFigures
 	var errorsBefore float64
+	if len(outages) == 0 {
+		time.Sleep(quietFor)
+		out = append(out, fleetFigures{trips: int(trips.Load())})
+	}
 	for _, during := range outages {
 		time.Sleep(500 * time.Millisecond) // healthy
 		openMu.Lock()
@@ -350,5 +369,22 @@ func TestFleetRedisKilled(t *testing.T) {
 	}
 	if again.failedBeforeStop > 3*threshold || again.probesPerCool > 2 {
 		t.Errorf("after Redis came back, the fleet does not share: %v", again)
+	}
+}
+
+// TestFleetNoFalseTrips runs the fleet with sharing on against a primary
+// that is up but answers 2 % of requests with a 500 at random, four times
+// the background error rate the field reports: no circuit opens. A rule
+// that let a process whose last attempt failed count the fleet's failures
+// as its own would, by its arithmetic, trip this fleet about every 20 s.
+func TestFleetNoFalseTrips(t *testing.T) {
+	if testing.Short() {
+		t.Skip("the fleet simulation takes about 10 s")
+	}
+	srv := startRedis(t)
+	f := simulateOn(t, &primary{healthy: map[int]time.Time{}, noise: 0.02}, srv, 200*time.Millisecond)[0]
+	t.Logf("%v of noise at 2 %% errors: %d trips, %d failed requests of %d", quietFor, f.trips, f.failedRequests, f.requests)
+	if f.trips != 0 {
+		t.Errorf("%d circuits opened on background errors", f.trips)
 	}
 }

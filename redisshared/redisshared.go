@@ -85,11 +85,12 @@ return 0
 
 // message is an event on the channel.
 type message struct {
-	Upstream string `json:"u"`
-	Kind     string `json:"k"`
-	Millis   int64  `json:"ms,omitempty"`
-	Reason   string `json:"r,omitempty"`
-	Member   string `json:"m"`
+	Upstream string  `json:"u"`
+	Kind     string  `json:"k"`
+	Millis   int64   `json:"ms,omitempty"`
+	Reason   string  `json:"r,omitempty"`
+	Rate     float64 `json:"rps,omitempty"`
+	Member   string  `json:"m"`
 }
 
 var kinds = map[string]failover.SharedKind{}
@@ -105,7 +106,7 @@ func (s *Store) Publish(ctx context.Context, e failover.SharedEvent) error {
 	if _, ok := kinds[e.Kind.String()]; !ok {
 		return errors.New("redisshared: unknown event kind")
 	}
-	msg, err := json.Marshal(message{Upstream: e.Upstream, Kind: e.Kind.String(), Millis: e.For.Milliseconds(), Reason: string(e.Reason), Member: e.Member})
+	msg, err := json.Marshal(message{Upstream: e.Upstream, Kind: e.Kind.String(), Millis: e.For.Milliseconds(), Reason: string(e.Reason), Rate: e.Rate, Member: e.Member})
 	if err != nil {
 		return err
 	}
@@ -198,10 +199,10 @@ func (s *Store) decode(payload string) (failover.SharedEvent, bool) {
 	}
 	k, ok := kinds[m.Kind]
 	d := time.Duration(m.Millis) * time.Millisecond
-	if !ok || m.Millis < 0 || d > maxFor {
+	if !ok || m.Millis < 0 || d > maxFor || m.Rate < 0 || m.Rate > 1e9 || m.Rate != m.Rate {
 		return failover.SharedEvent{}, false
 	}
-	return failover.SharedEvent{Upstream: m.Upstream, Kind: k, For: d, Reason: reason(m.Reason), Member: m.Member}, true
+	return failover.SharedEvent{Upstream: m.Upstream, Kind: k, For: d, Reason: reason(m.Reason), Rate: m.Rate, Member: m.Member}, true
 }
 
 // AcquireProbe takes the probe lease of upstream for member with SET NX
