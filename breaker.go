@@ -152,6 +152,7 @@ type breaker struct {
 	// the half-open probe (it holds the fleet's probe lease).
 	openUntil atomic.Int64
 	mayProbe  func(now time.Time) bool
+	failing   atomic.Bool // the last attempt that counted failed
 
 	// onChange, when set, is called after every state change, outside
 	// mu (for logs, metrics and Config.OnStateChange).
@@ -295,6 +296,7 @@ func (b *breaker) done(p permit, o Outcome) {
 		} else {
 			b.cb.RecordFailure()
 		}
+		b.failing.Store(!success)
 		b.clean.Store(b.counting && State(b.state.Load()) == Closed && b.cb.Metrics().Failures() == 0)
 	}
 	b.releaseProbe(p)

@@ -29,13 +29,13 @@ import (
 //   - the failures of a closed circuit, each with its member's request
 //     rate, so that a fleet that fails together trips after about
 //     FailureThreshold failures in all rather than FailureThreshold per
-//     process. A process opens its circuit when the fleet's last
-//     FailureThreshold failures came within the time the whole fleet
-//     takes to send 2×FailureThreshold requests: as dense as
-//     FailureThreshold consecutive failures of the fleet's merged stream
-//     of requests. Stray background errors are far sparser than that
-//     whatever the fleet's size: at 0.5 % errors the chance that 5 fall
-//     in such a span is about 3 in a billion.
+//     process. A process whose own last attempt failed opens its circuit
+//     when the fleet's last FailureThreshold failures came within the
+//     time the whole fleet takes to send 2×FailureThreshold requests: as
+//     dense as FailureThreshold consecutive failures of the fleet's
+//     merged stream of requests. Stray background errors are far sparser
+//     than that whatever the fleet's size: at 0.5 % errors the chance
+//     that 5 fall in such a span is about 3 in a billion.
 //
 // Nothing secret is shared: upstream names and durations only. Upstreams
 // are matched by [Upstream.Name], so every process must name them alike.
@@ -111,7 +111,10 @@ type SharedEvent struct {
 	For      time.Duration  // Open, Cooling: how long from now
 	Reason   CooldownReason // Cooling: why
 	Rate     float64        // Failure: the member's recent requests per second to the upstream
+	Age      time.Duration  // Failure: how long before it was published it happened
 	Member   string         // the member that published it
+
+	at time.Time // when it happened, for Age
 }
 
 // Defaults of the fleet's work.
@@ -165,7 +168,8 @@ const rateWindow = 10 * time.Second
 
 // dense records a failure at now (from member, at rate; "" for this
 // process) and reports whether the fleet's last threshold failures came
-// within the time the fleet takes to send 2×threshold requests.
+// within the time the fleet takes to send 2×threshold requests, own being
+// this process's rate.
 func (s *fleetState) dense(now time.Time, member string, rate, own float64, threshold int) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -179,7 +183,10 @@ func (s *fleetState) dense(now time.Time, member string, rate, own float64, thre
 	at := now.UnixNano()
 	s.failures[s.next] = at
 	s.next = (s.next + 1) % threshold
-	oldest := s.failures[s.next] // the ring is full once this is set
+	first, last := s.failures[0], s.failures[0] // failures arrive out of order
+	for _, f := range s.failures {
+		first, last = min(first, f), max(last, f)
+	}
 	if member != "" {
 		if s.members == nil {
 			s.members = map[string]memberRate{}
@@ -194,11 +201,11 @@ func (s *fleetState) dense(now time.Time, member string, rate, own float64, thre
 		}
 		total += r.rate
 	}
-	if oldest == 0 || total <= 0 {
+	if first == 0 || total <= 0 { // not yet threshold failures
 		return false
 	}
 	span := time.Duration(float64(2*threshold) / total * float64(time.Second))
-	return at-oldest <= int64(span)
+	return last-first <= int64(span)
 }
 
 func newFleet(t *Transport, s Shared, every time.Duration) *fleet {
@@ -296,7 +303,7 @@ func (f *fleet) failure(u *upstream) {
 	}
 	now := time.Now()
 	rate := u.rate(now)
-	f.publish(SharedEvent{Upstream: u.name, Kind: SharedFailure, Rate: rate})
+	f.publish(SharedEvent{Upstream: u.name, Kind: SharedFailure, Rate: rate, at: now})
 	if u.fleet.dense(now, "", 0, rate, u.breaker.threshold) {
 		u.breaker.trip()
 	}
@@ -322,6 +329,9 @@ func (f *fleet) work(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case e := <-f.queue:
+			if !e.at.IsZero() {
+				e.Age = time.Since(e.at)
+			}
 			if f.call(ctx, func(ctx context.Context) error { return f.s.Publish(ctx, e) }) {
 				f.published.Inc()
 			}
@@ -415,7 +425,8 @@ func (f *fleet) apply(e SharedEvent) {
 			f.adopted.Inc()
 		}
 	case SharedFailure:
-		if u.breaker.status() == Closed && u.fleet.dense(now, e.Member, e.Rate, u.rate(now), u.breaker.threshold) {
+		at := now.Add(-min(max(e.Age, 0), time.Second))
+		if u.fleet.dense(at, e.Member, e.Rate, u.rate(now), u.breaker.threshold) && u.breaker.failing.Load() && u.breaker.status() == Closed {
 			u.breaker.trip()
 			f.adopted.Inc()
 		}
