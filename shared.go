@@ -31,11 +31,11 @@ import (
 //     FailureThreshold failures in all rather than FailureThreshold per
 //     process. A process whose own last attempt failed opens its circuit
 //     when the fleet's last FailureThreshold failures came within the
-//     time the whole fleet takes to send 2×FailureThreshold requests: as
+//     time the whole fleet takes to send FailureThreshold requests: as
 //     dense as FailureThreshold consecutive failures of the fleet's
-//     merged stream of requests. Stray background errors are far sparser
-//     than that whatever the fleet's size: at 0.5 % errors the chance
-//     that 5 fall in such a span is about 3 in a billion.
+//     merged stream of requests. Stray background errors rarely are,
+//     whatever the fleet's size: at 0.5 % errors, a stray error completes
+//     such a run of 5 about once in 60 million.
 //
 // Nothing secret is shared: upstream names and durations only. Upstreams
 // are matched by [Upstream.Name], so every process must name them alike.
@@ -168,7 +168,7 @@ const rateWindow = 10 * time.Second
 
 // dense records a failure at now (from member, at rate; "" for this
 // process) and reports whether the fleet's last threshold failures came
-// within the time the fleet takes to send 2×threshold requests, own being
+// within the time the fleet takes to send threshold requests, own being
 // this process's rate.
 func (s *fleetState) dense(now time.Time, member string, rate, own float64, threshold int) bool {
 	s.mu.Lock()
@@ -204,7 +204,7 @@ func (s *fleetState) dense(now time.Time, member string, rate, own float64, thre
 	if first == 0 || total <= 0 { // not yet threshold failures
 		return false
 	}
-	span := time.Duration(float64(2*threshold) / total * float64(time.Second))
+	span := time.Duration(float64(threshold) / total * float64(time.Second))
 	return last-first <= int64(span)
 }
 
