@@ -208,3 +208,50 @@ func Example_compose() {
 	// sent to /compat/v1/models: 200
 	// sent to /v1/models: 200
 }
+
+// A primary that is slow today: after 50ms without an answer, the request
+// also goes to the backup, whose answer wins; the primary's attempt is
+// canceled.
+func ExampleHedgeConfig() {
+	primary := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-time.After(5 * time.Second):
+			io.WriteString(w, "primary")
+		case <-r.Context().Done(): // canceled when the hedge wins
+		}
+	}))
+	defer primary.Close()
+	backup := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, "backup")
+	}))
+	defer backup.Close()
+
+	t, err := failover.New(failover.Config{
+		Upstreams: []failover.Upstream{{Name: "primary", BaseURL: primary.URL}, {Name: "backup", BaseURL: backup.URL}},
+		Hedge:     &failover.HedgeConfig{Delay: 50 * time.Millisecond, Percent: 5},
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer t.CloseIdleConnections()
+	resp, err := (&http.Client{Transport: t}).Get(primary.URL + "/v1/models")
+	if err != nil {
+		log.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	fmt.Println(string(body))
+
+	var m strings.Builder
+	t.WritePrometheus(&m)
+	for line := range strings.Lines(m.String()) {
+		if strings.HasPrefix(line, "failover_hedge") {
+			fmt.Print(line)
+		}
+	}
+	// Output:
+	// backup
+	// failover_hedge_wins_total 1
+	// failover_hedges_denied_total 0
+	// failover_hedges_total 1
+}
