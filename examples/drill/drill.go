@@ -1,8 +1,6 @@
 package main
 
 import (
-	"os"
-	"strconv"
 	"bytes"
 	"cmp"
 	"context"
@@ -473,24 +471,25 @@ func newFailoverRun(o options, phases []phase, sp runSpec, qualified bool) (*run
 	return r, nil
 }
 
-// hangConfig is the failover runs' hang detection: suspicion once at least
-// 3 requests wait (the default) and none has answered for the primary's
-// recent p99 (Multiple 1 rather than the default 2), never less than the
-// default Floor of 100 ms scaled. At 200 req/s a hung primary takes a
-// request every 5 ms, so each p99 of waiting leaves about ten more on it.
-// A healthy upstream with three requests waiting answers one of them well
-// within its p99, so one p99 of silence is already a strong sign; a false
-// suspicion only puts the upstream last until its next answer.
+// hangConfig is the failover runs' hang detection: an upstream is suspect
+// once at least 3 requests wait on it (the default) and none has answered
+// for its recent p99 (Multiple 1, not the default 2), never less than
+// the default Floor of 100 ms, scaled like every other time. Unscaled, the
+// Floor would be twice the primary's p99 at the default timescale and set
+// the pace alone.
+//
+// A hung primary takes a request every 5 ms at 200 req/s, and the requests
+// sent just before the hang go on answering for a few dozen milliseconds,
+// so each p99 of waiting leaves about ten more on it. One p99 of silence
+// while three requests wait is already a strong sign: a healthy upstream
+// answers one of them well within it. A false suspicion costs little (the
+// upstream goes last until its next answer), and going below one p99 buys
+// little, the answers of the requests sent just before the hang being
+// most of the wait. Measured at the defaults: the default HangConfig left
+// about 25 requests on the hung primary, Multiple 1.5 about 18, Multiple
+// 1 about 10 to 13, and Multiple 0.5 about 9.
 func (o options) hangConfig() failover.HangConfig {
-	m := float64(hangMultiple)
-	if v, err := strconv.ParseFloat(os.Getenv("DRILL_HANG_MULT"), 64); err == nil {
-		m = v // EXPERIMENT
-	}
-	fl := o.scaled(hangFloor)
-	if v, err := time.ParseDuration(os.Getenv("DRILL_HANG_FLOOR")); err == nil {
-		fl = v // EXPERIMENT
-	}
-	return failover.HangConfig{Multiple: m, Floor: fl}
+	return failover.HangConfig{Multiple: hangMultiple, Floor: o.scaled(hangFloor)}
 }
 
 // attemptTimeout is a few times the slowest upstream's p99, scaled.
@@ -520,44 +519,14 @@ func requestBody(model string, stream bool) []byte {
 	return b
 }
 
-// serveMetrics serves /metrics and /health for the first of runs on addr,
-// and /metrics/KEY and /health/KEY for each (KEY as in its column,
-// "priority+hedge" for instance), until the returned function is called.
+// serveMetrics serves metricsMux(runs) on addr until the returned function
+// is called.
 func serveMetrics(addr string, runs []*run) (stop func(), err error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("-listen: %v", err)
 	}
-	byKey := map[string]*failover.Transport{"": runs[0].ft}
-	for _, r := range runs {
-		byKey[r.spec.key()] = r.ft
-	}
-	find := func(w http.ResponseWriter, r *http.Request) *failover.Transport {
-		t, ok := byKey[r.PathValue("run")]
-		if !ok {
-			http.NotFound(w, r)
-		}
-		return t
-	}
-	metricsHandler := func(w http.ResponseWriter, r *http.Request) {
-		if t := find(w, r); t != nil {
-			w.Header().Set("Content-Type", "text/plain; version=0.0.4")
-			t.WritePrometheus(w)
-		}
-	}
-	healthHandler := func(w http.ResponseWriter, r *http.Request) {
-		if t := find(w, r); t != nil {
-			w.Header().Set("Content-Type", "application/json")
-			enc := json.NewEncoder(w)
-			enc.SetIndent("", "  ")
-			enc.Encode(t.Health())
-		}
-	}
-	mux := http.NewServeMux()
-	mux.HandleFunc("GET /metrics", metricsHandler)
-	mux.HandleFunc("GET /metrics/{run}", metricsHandler)
-	mux.HandleFunc("GET /health", healthHandler)
-	mux.HandleFunc("GET /health/{run}", healthHandler)
+	mux := metricsMux(runs)
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	served := make(chan struct{})
 	go func() {
@@ -572,6 +541,43 @@ func serveMetrics(addr string, runs []*run) (stop func(), err error) {
 		}
 		<-served
 	}, nil
+}
+
+// metricsMux serves /metrics (Prometheus text) and /health (Health() as
+// JSON) of the first of runs, and /metrics/KEY and /health/KEY of each,
+// KEY as in its column: "score", "priority+hedge".
+func metricsMux(runs []*run) *http.ServeMux {
+	byKey := map[string]*failover.Transport{"": runs[0].ft}
+	for _, r := range runs {
+		byKey[r.spec.key()] = r.ft
+	}
+	find := func(w http.ResponseWriter, req *http.Request) *failover.Transport {
+		t, ok := byKey[req.PathValue("run")]
+		if !ok {
+			http.NotFound(w, req)
+		}
+		return t
+	}
+	writeMetrics := func(w http.ResponseWriter, req *http.Request) {
+		if t := find(w, req); t != nil {
+			w.Header().Set("Content-Type", "text/plain; version=0.0.4")
+			t.WritePrometheus(w)
+		}
+	}
+	writeHealth := func(w http.ResponseWriter, req *http.Request) {
+		if t := find(w, req); t != nil {
+			w.Header().Set("Content-Type", "application/json")
+			enc := json.NewEncoder(w)
+			enc.SetIndent("", "  ")
+			enc.Encode(t.Health())
+		}
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /metrics", writeMetrics)
+	mux.HandleFunc("GET /metrics/{run}", writeMetrics)
+	mux.HandleFunc("GET /health", writeHealth)
+	mux.HandleFunc("GET /health/{run}", writeHealth)
+	return mux
 }
 
 // policies are the routing policies that -router names, in the order

@@ -6,13 +6,18 @@ import (
 	"encoding/json"
 	"image"
 	_ "image/png"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/failover-go/failover"
 )
 
 // TestDrill runs a short drill in-process and checks what it is for: the
@@ -54,8 +59,8 @@ func TestDrill(t *testing.T) {
 			t.Errorf("%s run sent %d requests, want %d", r.Name, r.Requests, want)
 		}
 	}
-	// The primary fails for 16 of the 30 thirtieths: the plain caller
-	// keeps about 47 %, the failover caller nearly all.
+	// The primary fails for 15 of the 30 thirtieths: the plain caller
+	// keeps about half, the failover caller nearly all.
 	if plain.Retention > 0.7 {
 		t.Errorf("plain retention %.3f, want at most 0.7 with the primary down half the run", plain.Retention)
 	}
@@ -74,22 +79,216 @@ func TestDrill(t *testing.T) {
 	if got := fo.PerUpstream[0].Attempts; got >= plain.PerUpstream[0].Attempts {
 		t.Errorf("failover sent %d attempts to the primary, plain %d: want fewer", got, plain.PerUpstream[0].Attempts)
 	}
+	// Every hang-phase request of the plain caller waits on the hung
+	// primary; the failover caller leaves few there, the breaker or hang
+	// detection turning the rest away.
+	h := phaseOf(script(o.Duration), hang)
+	if got, want := plain.HangPhase.PrimaryAttempts, plain.Phases[h].Requests; got != want {
+		t.Errorf("plain sent %d hang-phase requests to the primary, want all %d", got, want)
+	}
+	if got, n := fo.HangPhase.PrimaryAttempts, fo.Phases[h].Requests; got > n/2 {
+		t.Errorf("failover sent %d of %d hang-phase requests to the hung primary, want at most half", got, n)
+	}
+	if fo.HangPhase.CircuitAtStart == "" || plain.HangPhase.CircuitAtStart != "" {
+		t.Errorf("circuit at the hang's start: plain %q, failover %q; want none and a state", plain.HangPhase.CircuitAtStart, fo.HangPhase.CircuitAtStart)
+	}
+	if fo.Hedges != nil {
+		t.Errorf("hedges %+v without -hedge", fo.Hedges)
+	}
 	if !strings.Contains(status.String(), "backup1") {
 		t.Errorf("live status never named backup1:\n%s", status.String())
 	}
 }
 
-// TestTablePlotListen checks that the table names every row of the report,
-// that -plot writes a PNG, and that -listen's server ends with the drill.
+// TestRoutersHedge runs every routing policy and a hedged run side by
+// side, and checks that each has its column, its own load and figures,
+// and that only the hedged run hedges, within its budget.
+func TestRoutersHedge(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	var out bytes.Buffer
+	o := options{
+		Duration:  2 * time.Second,
+		RPS:       50,
+		Timescale: 0.05,
+		Router:    "all",
+		Hedge:     100 * time.Millisecond, // 5 ms scaled: below the primary's p50, so hedges are sure
+		JSON:      true,
+	}
+	if err := drill(context.Background(), o, &out); err != nil {
+		t.Fatalf("drill: %v", err)
+	}
+	var rep report
+	if err := json.Unmarshal(out.Bytes(), &rep); err != nil {
+		t.Fatalf("output is not JSON: %v\n%s", err, out.String())
+	}
+	wantNames := []string{"plain", "failover (priority)", "failover (weighted)", "failover (leastlatency)", "failover (score)", "failover (priority+hedge)"}
+	var names []string
+	for _, r := range rep.Runs {
+		names = append(names, r.Name)
+	}
+	if !slices.Equal(names, wantNames) {
+		t.Fatalf("runs %q, want %q", names, wantNames)
+	}
+	wantRequests := int(o.Duration.Seconds() * o.RPS)
+	h := phaseOf(script(o.Duration), hang)
+	for i, r := range rep.Runs {
+		if r.Requests != wantRequests {
+			t.Errorf("%s sent %d requests, want %d", r.Name, r.Requests, wantRequests)
+		}
+		if i == 0 {
+			continue
+		}
+		if wantRouter := strings.TrimSuffix(strings.TrimSuffix(strings.TrimPrefix(r.Name, "failover ("), ")"), "+hedge"); r.Router != wantRouter {
+			t.Errorf("%s: router %q, want %q", r.Name, r.Router, wantRouter)
+		}
+		if r.Trips == nil || len(r.Health) != 3 || len(r.PerUpstream) != 3 {
+			t.Errorf("%s: no breaker figures, health or per-upstream counts: %+v", r.Name, r)
+		}
+		t.Logf("%s: %d of %d hang-phase requests to the primary, circuit %s at the start; hedges %+v",
+			r.Name, r.HangPhase.PrimaryAttempts, r.Phases[h].Requests, r.HangPhase.CircuitAtStart, r.Hedges)
+		// Weighted sends a third of the requests to the primary while its
+		// circuit is closed, half when a backup is suspect on a loaded
+		// machine; none should keep sending it most of them.
+		if got, n := r.HangPhase.PrimaryAttempts, r.Phases[h].Requests; got > 3*n/4 {
+			t.Errorf("%s sent %d of %d hang-phase requests to the hung primary, want at most three quarters", r.Name, got, n)
+		}
+		hedged := i == len(rep.Runs)-1
+		switch {
+		case !hedged && r.Hedges != nil:
+			t.Errorf("%s hedged without -hedge: %+v", r.Name, r.Hedges)
+		case hedged && r.Hedges == nil:
+			t.Errorf("%s has no hedge figures", r.Name)
+		case hedged:
+			// The default budget: 10 % of the requests and a burst of 10.
+			budget := uint64(10 + r.Requests/10 + 1)
+			if r.Hedges.Sent == 0 || r.Hedges.Sent > budget || r.Hedges.Won > r.Hedges.Sent {
+				t.Errorf("%s hedges %+v; want some, at most %d sent, no more won than sent", r.Name, *r.Hedges, budget)
+			}
+		}
+	}
+	if rep.HedgeDelayS != 0.005 {
+		t.Errorf("hedge_delay_s %g, want 0.005", rep.HedgeDelayS)
+	}
+
+	var table bytes.Buffer
+	if err := writeTable(&table, &rep); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range append(wantNames[1:], "plain client", "hedges sent / won / denied", "hang phase", "requests sent to the primary", "latency p99 in warm-up", "all 6 runs at once") {
+		if !strings.Contains(table.String(), want) {
+			t.Errorf("table has no %q:\n%s", want, table.String())
+		}
+	}
+}
+
+// TestScriptGap checks that at the default duration and timescale the
+// primary's circuit, opened by the 503 burst, has time to close before the
+// hang: the healthy gap outlasts the breaker's cooldown, with room for the
+// probe, so that the hang meets hang detection.
+func TestScriptGap(t *testing.T) {
+	o := options{Duration: 30 * time.Second, Timescale: 0.05}
+	phases := script(o.Duration)
+	var names []string
+	for _, p := range phases {
+		names = append(names, p.name)
+	}
+	want := []string{"warm-up", "503 burst", "healthy gap", "hang", "429 storm", "529 overload", "recovery"}
+	if !slices.Equal(names, want) {
+		t.Fatalf("phases %q, want %q", names, want)
+	}
+	if last := phases[len(phases)-1]; last.end != o.Duration {
+		t.Errorf("script ends at %s, want %s", last.end, o.Duration)
+	}
+	for i := 1; i < len(phases); i++ {
+		if phases[i].start != phases[i-1].end {
+			t.Errorf("%s starts at %s, %s ended at %s", phases[i].name, phases[i].start, phases[i-1].name, phases[i-1].end)
+		}
+	}
+	// The last probe that the burst fails is at most at its end; the
+	// next comes a cooldown later and, the gap being healthy, closes the
+	// circuit.
+	h := phaseOf(phases, hang)
+	gap := phases[h].start - phases[h-1].start
+	if phases[h-1].fault != healthy || phases[h-2].fault != burst503 {
+		t.Fatalf("the hang does not follow a healthy gap after the 503 burst: %+v", phases)
+	}
+	if room := o.scaled(breakerCooldown) + o.attemptTimeout(); gap < room+250*time.Millisecond {
+		t.Errorf("healthy gap %s, want at least the cooldown and a probe (%s) and 250ms to spare", gap, room)
+	}
+}
+
+// TestParseRouters checks -router's lists.
+func TestParseRouters(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want []string
+	}{
+		{"", []string{"priority"}},
+		{"priority", []string{"priority"}},
+		{"score", []string{"score"}},
+		{"Score, priority,score", []string{"score", "priority"}},
+		{"all", []string{"priority", "weighted", "leastlatency", "score"}},
+		{"score,all", []string{"score", "priority", "weighted", "leastlatency"}},
+	} {
+		got, err := parseRouters(tc.in)
+		if err != nil || !slices.Equal(got, tc.want) {
+			t.Errorf("parseRouters(%q) = %q, %v; want %q", tc.in, got, err, tc.want)
+		}
+	}
+	for _, in := range []string{"random", "priority,", "priority,,score"} {
+		if got, err := parseRouters(in); err == nil {
+			t.Errorf("parseRouters(%q) = %q, want an error", in, got)
+		}
+	}
+}
+
+// TestMetricsMux checks -listen's paths: the first failover run at
+// /metrics and /health, each at /metrics/KEY and /health/KEY.
+func TestMetricsMux(t *testing.T) {
+	var runs []*run
+	for _, sp := range []runSpec{{policy: "priority"}, {policy: "score"}, {policy: "priority", hedge: true}} {
+		ft, err := failover.New(failover.Config{Upstreams: []failover.Upstream{{Name: sp.key(), BaseURL: "http://127.0.0.1:1/v1"}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		runs = append(runs, &run{spec: sp, ft: ft})
+	}
+	mux := metricsMux(runs)
+	for _, tc := range []struct {
+		path     string
+		code     int
+		contains string
+	}{
+		{"/metrics", 200, `upstream="priority"`},
+		{"/health", 200, `"priority"`},
+		{"/metrics/score", 200, `upstream="score"`},
+		{"/health/score", 200, `"score"`},
+		{"/health/priority+hedge", 200, `"priority+hedge"`},
+		{"/metrics/random", 404, ""},
+	} {
+		rec := httptest.NewRecorder()
+		mux.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, tc.path, nil))
+		if rec.Code != tc.code || !strings.Contains(rec.Body.String(), tc.contains) {
+			t.Errorf("GET %s: %d %q, want %d with %q", tc.path, rec.Code, rec.Body.String(), tc.code, tc.contains)
+		}
+	}
+}
+
+// TestTablePlotListen checks that the table names every row and column of
+// the report, that -plot writes a PNG with a panel per failover run, and
+// that -listen's server ends with the drill.
 func TestTablePlotListen(t *testing.T) {
 	defer goleak.VerifyNone(t)
 	var out bytes.Buffer
 	png := filepath.Join(t.TempDir(), "drill.png")
-	o := options{Duration: time.Second, RPS: 50, Timescale: 0.02, Plot: png, Listen: "127.0.0.1:0"}
+	o := options{Duration: time.Second, RPS: 50, Timescale: 0.02, Plot: png, Listen: "127.0.0.1:0", Router: "priority,score", Hedge: 700 * time.Millisecond}
 	if err := drill(context.Background(), o, &out); err != nil {
 		t.Fatalf("drill: %v", err)
 	}
-	for _, row := range []string{"detection", "false trips", "recovery", "throughput retention", "latency p99", "primary", "backup1", "backup2", "503 burst", "hang", "429 storm", "529 overload"} {
+	for _, row := range []string{"detection", "false trips", "recovery", "throughput retention", "latency p99", "hedges sent / won / denied",
+		"primary", "backup1", "backup2", "503 burst", "healthy gap", "hang", "429 storm", "529 overload",
+		"hang phase", "primary's circuit at its start", "requests sent to the primary", "latency p99 in warm-up",
+		"plain client", "failover (priority)", "failover (score)", "failover (priority+hedge)"} {
 		if !strings.Contains(out.String(), row) {
 			t.Errorf("table has no %q row:\n%s", row, out.String())
 		}
@@ -100,7 +299,8 @@ func TestTablePlotListen(t *testing.T) {
 	}
 	defer f.Close()
 	cfg, format, err := image.DecodeConfig(f)
-	if err != nil || format != "png" || cfg.Width < 500 {
-		t.Errorf("plot: %v, %s %dx%d; want a PNG", err, format, cfg.Width, cfg.Height)
+	// Two panels for all runs and one per failover run: taller than wide.
+	if err != nil || format != "png" || cfg.Width < 500 || cfg.Height <= cfg.Width {
+		t.Errorf("plot: %v, %s %dx%d; want a PNG taller than wide", err, format, cfg.Width, cfg.Height)
 	}
 }

@@ -1,10 +1,12 @@
 // Drill is an outage drill for the failover transport: it plays the same
-// fault script on a primary LLM upstream twice at once, to a plain
+// fault script on a primary LLM upstream in several runs at once, to a plain
 // http.Client aimed at the primary and to an http.Client on a
-// failover.Transport over three upstreams, and prints what the caller of each
-// saw, side by side.
+// failover.Transport over three upstreams (one such run per routing policy
+// asked for), and prints what the caller of each saw, side by side.
 //
 //	go run ./examples/drill
+//	go run ./examples/drill -router all
+//	go run ./examples/drill -hedge 700ms
 //	go run ./examples/drill -plot drill.png
 //
 // The upstreams are local OpenAI-compatible servers (POST
@@ -13,41 +15,67 @@
 // providers: p50/p99 340/920 ms at 99.71 %, 180/480 ms at 99.62 % and
 // 210/620 ms at 99.45 % success, background errors being 500s and 503s.
 // Every time is multiplied by -timescale. Each run has servers of its own;
-// the fault script on its primary goes: warm-up, a burst of 503s, a hang
-// (the request is accepted and never answered), a storm of 429s with
-// retry-after-ms and Retry-After, 529 overload, and recovery: 5, 4, 4, 4, 4
-// and 9 thirtieths of the run (seconds of the default run). Nothing leaves the machine unless -upstream says
-// so, and no key is needed.
+// the fault script on its primary goes: warm-up, a burst of 503s, a healthy
+// gap (long enough for the circuit to close again, so that the hang meets
+// hang detection rather than an open circuit), a hang (the request is
+// accepted and never answered), a storm of 429s with retry-after-ms and
+// Retry-After, 529 overload, and recovery: 5, 4, 2, 4, 4, 3 and 8
+// thirtieths of the run (seconds of the default run). Nothing leaves the
+// machine unless -upstream says so, and no key is needed.
 //
-// Both callers send the same open-loop load (half of it streamed) with a
-// client Timeout of 30 s at provider scale. The failover Transport has an
+// Every caller sends the same open-loop load (half of it streamed) with a
+// client Timeout of 30 s at provider scale. Each failover Transport has an
 // AttemptTimeout of three times the slowest p99, the breaker's default
-// cooldown of 30 s and the rate limiter's default cooldowns, all scaled.
+// cooldown of 30 s, the rate limiter's default cooldowns and the default
+// 30 s window of recent figures, all scaled, and hang detection that
+// suspects an upstream after one p99 without an answer (see hangConfig in
+// drill.go). The table's "hang phase" rows count the requests sent to the
+// hung primary and the caller's p99 then, next to its p99 in the warm-up.
 //
 // The flags are:
 //
-//	-duration d       length of the drill, both runs playing at once (default 30s)
+//	-duration d       length of the drill, all runs playing at once (default 30s)
 //	-rps n            requests per second of each run (default 200)
 //	-timescale f      factor on every latency, timeout and cooldown (default 0.05)
 //	-json             write the figures as JSON to stdout instead of the table
 //	-plot file        draw success rate, p99 and requests per upstream over time
 //	                  to file, PNG or SVG by its extension
 //	-listen addr      serve /metrics (Prometheus text) and /health (Health() as
-//	                  JSON) of the failover Transport during the drill, e.g. :9090
+//	                  JSON) of the first failover Transport during the drill,
+//	                  e.g. :9090, and /metrics/RUN and /health/RUN of each, RUN
+//	                  being its policy as in its column: /metrics/score,
+//	                  /health/priority+hedge
 //	-upstream spec    name=URL,KEY_ENV: a real OpenAI-compatible provider to fail
 //	                  over to, instead of the two local backups; repeatable. The
 //	                  key is read from the environment variable KEY_ENV and sent
 //	                  as "Authorization: Bearer". The scripted primary stays
 //	                  local. With -upstream, -timescale defaults to 1, -rps to 2
-//	                  and -duration to 3m, unless given.
+//	                  and -duration to 3m, unless given. Each failover run
+//	                  sends its own load there.
 //	-model name       model in the request bodies (default gpt-4o-mini)
-//	-router name      routing policy of the failover run: priority (default),
-//	                  weighted, leastlatency or score; run the drill once per
-//	                  policy to compare them
+//	-router list      routing policies, a failover run each with servers of its
+//	                  own: a comma-separated list of priority (the default),
+//	                  weighted, leastlatency and score, or all for the four.
+//	                  The default drill's column is "failover"; otherwise
+//	                  each is named for its policy: "failover (score)"
+//	-hedge d          hedge delay at provider scale (default 0: no hedging):
+//	                  adds a run of the first -router policy with
+//	                  Config.Hedge{Delay: d scaled}, "failover (priority+hedge)",
+//	                  next to the same policy unhedged, and reports the hedges
+//	                  each run sent, won and had denied by the budget. Around
+//	                  the primary's p95 (700ms) hedges the slow tail; much less
+//	                  spends the budget (10 % of requests) before the hang
 //	-quiet            no live status on stderr
 //
+// Each run adds -rps requests per second to the machine: the default drill
+// runs two, -router all five, and with -hedge six. That is far from
+// saturating even a 2-CPU machine: there, the six runs of -router all
+// -hedge at 200 req/s took a fifth of one CPU in all, and the priority
+// column's figures were the same, within the noise from one drill to the
+// next, alone and beside the other policies.
+//
 // While it runs, stderr shows each upstream's state, success rate and p99,
-// redrawn in place on a terminal and as a line a second otherwise.
+// redrawn in place on a terminal and as lines each second otherwise.
 package main
 
 import (
@@ -118,8 +146,12 @@ func main() {
 		if !set["duration"] {
 			o.Duration = 3 * time.Minute
 		}
-		fmt.Fprintf(os.Stderr, "drill: failing over to real providers: about %.0f requests may reach them (-rps %g, -duration %s)\n",
-			0.6*o.RPS*o.Duration.Seconds(), o.RPS, o.Duration)
+		runs := 1
+		if policies, err := parseRouters(o.Router); err == nil {
+			runs = len(policies) + b2i(o.Hedge > 0)
+		}
+		fmt.Fprintf(os.Stderr, "drill: failing over to real providers: about %.0f requests may reach them (-rps %g, -duration %s, %d failover runs)\n",
+			0.6*o.RPS*o.Duration.Seconds()*float64(runs), o.RPS, o.Duration, runs)
 	}
 	if !quiet {
 		o.Status = os.Stderr

@@ -104,7 +104,7 @@ func writePlot(path string, o options, phases []phase, runs []*run, rep *report)
 	width := binWidth(o.Duration)
 	per := "per second"
 	if width != time.Second {
-		per = "per " + width.String()
+		per = "per " + width.Round(time.Millisecond).String()
 	}
 	binned := make([]bins, len(runs))
 	for i, r := range runs {
