@@ -574,10 +574,18 @@ func (c *call) send(f *flight) {
 	}
 
 	o := Canceled
-	if (err == nil || ctx.Err() == nil) && !f.lost.Load() {
+	lost := f.lost.Load()
+	switch {
+	case lost:
+		// Canceled for a hedge that answered first: a failure only when
+		// the upstream looks hung, as the attempt would have timed out.
+		if resp == nil && ctx.Err() == nil && u.suspect(now, c.t.hang, c.t.degraded) {
+			o, err = Failed, errHedgeLost
+		}
+	case err == nil || ctx.Err() == nil:
 		o = c.t.classify(resp, err)
 	}
-	answered = o != Canceled && !errors.Is(err, ErrAttemptTimeout)
+	answered = o != Canceled && !errors.Is(err, ErrAttemptTimeout) && !lost
 	if c.t.router != nil && (o == Success || o == Rejected || o == Failed) {
 		u.latency.observe(elapsed, now) // a fast 429 or 401 says nothing of speed
 	}

@@ -26,7 +26,14 @@ import (
 // Only a request whose body can be sent twice is hedged: no body, a body
 // with GetBody, or one the Transport buffered (see Config.MaxBodyBuffer).
 // A hedge counts against no retry: when an attempt fails before the delay,
-// the request fails over as usual.
+// the request fails over as usual. A half-open probe is never hedged, and a
+// hedge never probes: a canceled probe would leave its circuit without a
+// verdict.
+//
+// A canceled attempt counts as neither success nor failure, unless its
+// upstream is suspected of hanging (see HangConfig) when it is canceled:
+// then it counts as a failure, as it would have when it timed out, so that
+// hedging does not hide a hung upstream from its breaker.
 type HedgeConfig struct {
 	// Delay is how long the first attempt may go unanswered before the
 	// hedge is sent. Zero means the p95 of the attempted upstream's
@@ -204,6 +211,12 @@ func (c *call) hedged(ctx context.Context) (*http.Response, error, bool) {
 			if !ok {
 				continue
 			}
+			if hedge && p.probe != 0 {
+				// A hedge that loses is canceled: a half-open circuit
+				// would get no verdict from it.
+				u.breaker.done(p, Canceled)
+				continue
+			}
 			if hedge && !h.spend() {
 				u.breaker.done(p, Canceled) // hand the permit back unused
 				next--
@@ -244,7 +257,7 @@ func (c *call) hedged(ctx context.Context) (*http.Response, error, bool) {
 	defer timer.Stop()
 	for {
 		var tick <-chan time.Time
-		if hedges < h.MaxHedges && next < len(order) {
+		if hedges < h.MaxHedges && next < len(order) && !probing(flying) {
 			tick = timer.C
 		}
 		select {
@@ -292,6 +305,18 @@ func (c *call) hedged(ctx context.Context) (*http.Response, error, bool) {
 			timer.Reset(c.t.hedgeDelay(flying[0].u, time.Now()))
 		}
 	}
+}
+
+// probing reports whether one of flights is a half-open probe: it is not
+// hedged, since a probe canceled by a winning hedge gives its circuit no
+// verdict, and the next request would probe again.
+func probing(flights []*flight) bool {
+	for _, f := range flights {
+		if f.p.probe != 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // fly runs f and hands its result to the call, or cleans up when the call

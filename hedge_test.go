@@ -378,3 +378,63 @@ func TestHedgeOverHTTP(t *testing.T) {
 		t.Errorf("slow upstream: %+v, state %s", h.Requests, h.State)
 	}
 }
+
+// A half-open probe is not hedged: the request waits for the probe, whose
+// verdict closes the circuit. Hedged and canceled, it would leave the
+// circuit half-open and the next request would probe again.
+func TestHedgeSparesProbes(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := newFakeNet()
+		n.status("a.test", 503, "down")
+		n.status("b.test", 200, "b")
+		tr := newTestTransport(t, twoUpstreams(n, Config{
+			Breaker: BreakerConfig{FailureThreshold: 1, Cooldown: time.Second},
+			Hedge:   &HedgeConfig{Delay: 10 * time.Millisecond},
+		}))
+		readBody(t, mustGet(t, tr, "http://a.test/"))
+		if tr.Health()[0].State != "open" {
+			t.Fatal("setup: the primary did not trip")
+		}
+		time.Sleep(time.Second)
+		n.handle("a.test", slowly(100*time.Millisecond, "a", new(atomic.Int32)))
+		before := n.count("b.test")
+		if got := readBody(t, mustGet(t, tr, "http://a.test/")); got != "a" {
+			t.Fatalf("the probe's request got %q; it was hedged", got)
+		}
+		if n.count("b.test") != before {
+			t.Error("a hedge went out beside the probe")
+		}
+		if h := tr.Health()[0]; h.State != "closed" {
+			t.Errorf("after the probe answered the circuit is %s", h.State)
+		}
+	})
+}
+
+// A hung upstream's attempts, canceled because their hedges answered, count
+// as failures once it is suspected of hanging, so its circuit opens as it
+// would have when they timed out. Hedging does not hide the hang.
+func TestHedgeHungUpstreamTrips(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := newFakeNet()
+		n.handle("a.test", slowly(time.Hour, "a", new(atomic.Int32)))
+		n.handle("b.test", slowly(5*time.Millisecond, "b", new(atomic.Int32)))
+		tr := newTestTransport(t, twoUpstreams(n, Config{Hedge: &HedgeConfig{Delay: 50 * time.Millisecond, Percent: 100}}))
+		var wg sync.WaitGroup
+		for range 200 {
+			wg.Go(func() {
+				if got := readBody(t, mustGet(t, tr, "http://a.test/")); got != "b" {
+					t.Errorf("body %q", got)
+				}
+			})
+			time.Sleep(10 * time.Millisecond)
+		}
+		wg.Wait()
+		h := tr.Health()[0]
+		if h.State != "open" || h.Requests.Failed < 5 {
+			t.Fatalf("hung primary: state %s, %+v; want its circuit open on the canceled attempts", h.State, h.Requests)
+		}
+		if n.count("a.test") > 50 {
+			t.Errorf("the hung primary got %d of 200 requests", n.count("a.test"))
+		}
+	})
+}
