@@ -1,0 +1,278 @@
+package failover
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+)
+
+// memShared is a Shared in memory. The Redis one (package redisshared) is
+// tested against a real redis-server; these tests cannot use it: this
+// package's tests cannot import redisshared (it imports this package), and
+// synctest bubbles, which make the fleet's timing exact, allow no real
+// network I/O.
+type memShared struct {
+	mu     sync.Mutex
+	open   map[string]time.Time
+	cool   map[string]time.Time
+	why    map[string]CooldownReason
+	lease  map[string]string
+	leased map[string]time.Time
+	subs   map[chan SharedEvent]bool
+	down   atomic.Bool // every call fails
+	kinds  map[SharedKind]int
+}
+
+func newMemShared() *memShared {
+	return &memShared{open: map[string]time.Time{}, cool: map[string]time.Time{}, why: map[string]CooldownReason{},
+		lease: map[string]string{}, leased: map[string]time.Time{}, subs: map[chan SharedEvent]bool{}, kinds: map[SharedKind]int{}}
+}
+
+var errStoreDown = errors.New("store down")
+
+func (m *memShared) Publish(ctx context.Context, e SharedEvent) error {
+	if m.down.Load() {
+		return errStoreDown
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.kinds[e.Kind]++
+	until := time.Now().Add(e.For)
+	switch e.Kind {
+	case SharedOpen:
+		if until.After(m.open[e.Upstream]) {
+			m.open[e.Upstream] = until
+		}
+	case SharedCooling:
+		if until.After(m.cool[e.Upstream]) {
+			m.cool[e.Upstream], m.why[e.Upstream] = until, e.Reason
+		}
+	case SharedClosed:
+		delete(m.open, e.Upstream)
+		delete(m.lease, e.Upstream)
+	}
+	for c := range m.subs {
+		select {
+		case c <- e:
+		default: // a slow subscriber misses it, as on Redis
+		}
+	}
+	return nil
+}
+
+func (m *memShared) Load(ctx context.Context, names []string) ([]SharedEvent, error) {
+	if m.down.Load() {
+		return nil, errStoreDown
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	now := time.Now()
+	var out []SharedEvent
+	for _, n := range names {
+		if left := m.open[n].Sub(now); left > 0 {
+			out = append(out, SharedEvent{Upstream: n, Kind: SharedOpen, For: left})
+		}
+		if left := m.cool[n].Sub(now); left > 0 {
+			out = append(out, SharedEvent{Upstream: n, Kind: SharedCooling, For: left, Reason: m.why[n]})
+		}
+	}
+	return out, nil
+}
+
+func (m *memShared) Subscribe(ctx context.Context, deliver func(SharedEvent)) error {
+	if m.down.Load() {
+		return errStoreDown
+	}
+	c := make(chan SharedEvent, 64)
+	m.mu.Lock()
+	m.subs[c] = true
+	m.mu.Unlock()
+	defer func() {
+		m.mu.Lock()
+		delete(m.subs, c)
+		m.mu.Unlock()
+	}()
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case e := <-c:
+			deliver(e)
+		}
+	}
+}
+
+func (m *memShared) AcquireProbe(ctx context.Context, upstream, member string, ttl time.Duration) (bool, error) {
+	if m.down.Load() {
+		return false, errStoreDown
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	now := time.Now()
+	if h, ok := m.lease[upstream]; ok && now.Before(m.leased[upstream]) && h != member {
+		return false, nil
+	}
+	m.lease[upstream], m.leased[upstream] = member, now.Add(ttl)
+	return true, nil
+}
+
+func (m *memShared) published(k SharedKind) int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.kinds[k]
+}
+
+// fleetOf returns n Transports over net sharing s.
+func fleetOf(t *testing.T, n int, net *fakeNet, s Shared, logs *logBuffer) []*Transport {
+	var out []*Transport
+	for range n {
+		cfg := twoUpstreams(net, Config{Shared: s, SharedSync: 100 * time.Millisecond, Breaker: BreakerConfig{FailureThreshold: 2, Cooldown: time.Second}})
+		if logs != nil {
+			cfg.Logger = newLogger(logs)
+		}
+		tr := newTestTransport(t, cfg)
+		t.Cleanup(func() { tr.Close() })
+		out = append(out, tr)
+	}
+	return out
+}
+
+// One member trips; the others open at once for the time it has left; at
+// the end of the cooldown exactly one member probes, and its verdict closes
+// every circuit. Changes a member adopts are not published again.
+func TestSharedSingleProbe(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := newFakeNet()
+		n.status("a.test", 503, "down")
+		n.status("b.test", 200, "b")
+		s := newMemShared()
+		fleet := fleetOf(t, 3, n, s, nil)
+		synctest.Wait()
+		get(t, fleet[0], "http://a.test/")
+		get(t, fleet[0], "http://a.test/")
+		synctest.Wait()
+		for i, tr := range fleet {
+			if h := tr.Health()[0]; h.State != "open" || h.OpenFor != time.Second {
+				t.Fatalf("member %d: %s for %v, want open for the 1s member 0 has left", i, h.State, h.OpenFor)
+			}
+		}
+		if got := s.published(SharedOpen); got != 1 {
+			t.Errorf("%d Open events published, want 1: adopted changes are not published again", got)
+		}
+
+		n.status("a.test", 200, "a")
+		time.Sleep(time.Second)
+		before := n.count("a.test")
+		for range 5 {
+			for _, tr := range fleet {
+				get(t, tr, "http://a.test/")
+			}
+			synctest.Wait()
+		}
+		if got := n.count("a.test") - before; got < 1 {
+			t.Fatal("nobody probed")
+		}
+		for i, tr := range fleet {
+			if h := tr.Health()[0]; h.State != "closed" {
+				t.Errorf("member %d is %s after the probe succeeded", i, h.State)
+			}
+		}
+		if got := s.published(SharedClosed); got != 1 {
+			t.Errorf("%d Closed events, want 1: one probe in the fleet", got)
+		}
+	})
+}
+
+// With the store down from the start, members run on their own: each
+// probes for itself, requests never wait on the store, the errors are
+// counted and each member logs the outage once. When the store comes back
+// they share again.
+func TestSharedStoreDown(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := newFakeNet()
+		n.status("a.test", 503, "down")
+		n.status("b.test", 200, "b")
+		s := newMemShared()
+		s.down.Store(true)
+		var logs logBuffer
+		fleet := fleetOf(t, 2, n, s, &logs)
+		time.Sleep(time.Second) // several failed reconciles
+		for _, tr := range fleet {
+			for range 2 {
+				if code, err := get(t, tr, "http://a.test/"); err != nil || code != 200 {
+					t.Fatalf("%d %v", code, err)
+				}
+			}
+		}
+		synctest.Wait()
+		for i, tr := range fleet {
+			if tr.Health()[0].State != "open" {
+				t.Fatalf("member %d did not trip on its own", i)
+			}
+		}
+		time.Sleep(time.Second)
+		before := n.count("a.test")
+		for _, tr := range fleet {
+			get(t, tr, "http://a.test/")
+		}
+		if got := n.count("a.test") - before; got != 2 {
+			t.Errorf("%d probes with the store down, want one per member", got)
+		}
+		if got := strings.Count(logs.String(), "shared state unreachable"); got != 2 {
+			t.Errorf("%d outage log lines, want one per member:\n%s", got, logs.String())
+		}
+		var m strings.Builder
+		fleet[0].WritePrometheus(&m)
+		if !strings.Contains(m.String(), "failover_shared_up 0") || strings.Contains(m.String(), "failover_shared_errors_total 0\n") {
+			t.Errorf("metrics do not show the outage:\n%s", m.String())
+		}
+
+		s.down.Store(false)
+		time.Sleep(time.Second)
+		if got := strings.Count(logs.String(), "shared state reachable again"); got != 2 {
+			t.Errorf("%d recovery log lines, want 2", got)
+		}
+		n.status("a.test", 429, "slow down", "Retry-After", "30")
+		fleet[0].Reset("a")
+		get(t, fleet[0], "http://a.test/")
+		synctest.Wait()
+		if cd := fleet[1].Health()[0].Cooldown; cd < 29*time.Second {
+			t.Errorf("member 1 cools down for %v after the store came back; want the fleet's 30s", cd)
+		}
+	})
+}
+
+// A member that learned of an open circuit from the fleet closes it when
+// the store no longer holds it (the Closed message was lost), but not a
+// circuit it opened itself.
+func TestSharedReconcileCloses(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := newFakeNet()
+		n.status("a.test", 503, "down")
+		n.status("b.test", 200, "b")
+		s := newMemShared()
+		fleet := fleetOf(t, 2, n, s, nil)
+		synctest.Wait()
+		get(t, fleet[0], "http://a.test/")
+		get(t, fleet[0], "http://a.test/")
+		synctest.Wait()
+		if fleet[1].Health()[0].State != "open" {
+			t.Fatal("setup: member 1 did not adopt the open circuit")
+		}
+		s.mu.Lock()
+		delete(s.open, "a") // as if the Closed message were lost
+		s.mu.Unlock()
+		time.Sleep(200 * time.Millisecond)
+		if got := fleet[1].Health()[0].State; got != "closed" {
+			t.Errorf("member 1 is %s; the store says the circuit is no longer open", got)
+		}
+		if got := fleet[0].Health()[0].State; got != "open" {
+			t.Errorf("member 0 is %s; it opened the circuit itself", got)
+		}
+	})
+}
