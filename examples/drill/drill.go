@@ -12,14 +12,17 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/VictoriaMetrics/metrics"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/failover-go/failover"
+	"github.com/failover-go/failover/redisshared"
 )
 
 // options configure one drill; the flags of main fill them in.
@@ -33,6 +36,8 @@ type options struct {
 	Listen    string        // address for /metrics and /health, or ""
 	Model     string        // model named in the request bodies
 	Router    string        // routing policies, one failover run each: "priority,score", "all"; "" is priority
+	Fleet     int           // members of each fleet run; 0: no fleets, one Transport per run
+	Redis     string        // Redis of the sharing fleet, host:port or redis:// URL; "": start a redis-server
 	Upstreams []realUpstream
 
 	// Status receives the live status; nil means none. StatusTTY redraws
@@ -56,6 +61,7 @@ func (o options) scaled(d time.Duration) time.Duration {
 const (
 	callerTimeout   = 30 * time.Second       // the caller's http.Client.Timeout, in every run
 	breakerCooldown = 30 * time.Second       // failover.BreakerConfig.Cooldown (its default)
+	sharedSync      = 1 * time.Second        // failover.Config.SharedSync (its default)
 	defaultCooldown = 1 * time.Second        // failover.RateLimitConfig.DefaultCooldown (its default)
 	maxCooldown     = 60 * time.Second       // failover.RateLimitConfig.MaxCooldown (its default)
 	recentWindow    = 30 * time.Second       // failover.DegradedConfig.Window (its default): "recent" figures
@@ -67,6 +73,10 @@ const (
 // options.hangConfig.
 const hangMultiple = 1
 
+// breakerThreshold is failover.BreakerConfig.FailureThreshold (its
+// default): consecutive failures that open a circuit.
+const breakerThreshold = 5
+
 // record is one request of the caller.
 type record struct {
 	start   time.Duration // when it was due, since the drill began
@@ -77,24 +87,22 @@ type record struct {
 
 // attempt is one request that reached an upstream (or was sent to it).
 type attempt struct {
-	at       time.Duration
+	at       time.Duration // when it was sent
 	upstream int
+	member   int  // which of the run's members sent it
+	ok       bool // it was answered with a 2xx
 }
 
 // run is one of the drill's runs, the plain one or a failover one: a
-// caller with an http.Client, and what it saw.
+// caller with an http.Client, or a fleet of them, and what it saw.
 type run struct {
-	name    string  // column heading: "plain", "failover", "failover (score)"
-	spec    runSpec // the failover Transport's configuration
-	client  *http.Client
-	base    *http.Transport
+	name    string  // column heading: "plain", "failover", "failover (score)", "fleet, sharing on"
+	spec    runSpec // the failover Transports' configuration
+	members []*member
 	url     string   // where the caller sends each request
 	names   []string // upstreams, primary first
 	hosts   map[string]int
 	servers []*fakeUpstream
-	ft      *failover.Transport // nil in the plain run
-	events  *eventLog           // nil in the plain run
-	metrics *metrics.Set        // ft's metrics; nil in the plain run
 	start   time.Time
 
 	inflight atomic.Int64 // requests the caller still waits for
@@ -104,21 +112,47 @@ type run struct {
 	attempts []attempt
 }
 
-// counter counts the attempts that a run's Base RoundTripper sends to each
-// upstream.
+// member is one http.Client of a run and what is under it: the run's only
+// one, or one process of a fleet run, with a Transport, connections and
+// state of its own.
+type member struct {
+	client  *http.Client
+	base    *http.Transport
+	ft      *failover.Transport // nil in the plain run
+	events  *eventLog           // nil in the plain run
+	metrics *metrics.Set        // ft's metrics; nil in the plain run
+	rdb     *redis.Client       // its own client of the fleet's Redis; nil with sharing off
+}
+
+// transport returns the run's Transport, its first member's in a fleet
+// run; nil in the plain run.
+func (r *run) transport() *failover.Transport { return r.members[0].ft }
+
+// counter counts the attempts that a member's Base RoundTripper sends to
+// each upstream, and which were answered with a 2xx.
 type counter struct {
-	next http.RoundTripper
-	r    *run
+	next   http.RoundTripper
+	r      *run
+	member int
 }
 
 func (c *counter) RoundTrip(req *http.Request) (*http.Response, error) {
-	if i, ok := c.r.hosts[req.URL.Host]; ok {
-		at := time.Since(c.r.start)
+	i, ok := c.r.hosts[req.URL.Host]
+	if !ok {
+		return c.next.RoundTrip(req)
+	}
+	at := time.Since(c.r.start)
+	c.r.mu.Lock()
+	n := len(c.r.attempts)
+	c.r.attempts = append(c.r.attempts, attempt{at: at, upstream: i, member: c.member})
+	c.r.mu.Unlock()
+	resp, err := c.next.RoundTrip(req)
+	if err == nil && resp.StatusCode/100 == 2 {
 		c.r.mu.Lock()
-		c.r.attempts = append(c.r.attempts, attempt{at: at, upstream: i})
+		c.r.attempts[n].ok = true
 		c.r.mu.Unlock()
 	}
-	return c.next.RoundTrip(req)
+	return resp, err
 }
 
 // newBase returns the http.Transport under each run's client: the
@@ -130,11 +164,11 @@ func newBase() *http.Transport {
 	return t
 }
 
-// fire sends one request and records what the caller saw.
-func (r *run) fire(ctx context.Context, due time.Duration, body []byte, stream bool) {
+// fire sends one request through m and records what the caller saw.
+func (r *run) fire(ctx context.Context, m *member, due time.Duration, body []byte, stream bool) {
 	r.inflight.Add(1)
 	begin := time.Now()
-	ok := r.do(ctx, body, stream)
+	ok := r.do(ctx, m.client, body, stream)
 	end := time.Now()
 	r.inflight.Add(-1)
 	r.mu.Lock()
@@ -142,7 +176,7 @@ func (r *run) fire(ctx context.Context, due time.Duration, body []byte, stream b
 	r.mu.Unlock()
 }
 
-func (r *run) do(ctx context.Context, body []byte, stream bool) bool {
+func (r *run) do(ctx context.Context, client *http.Client, body []byte, stream bool) bool {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, r.url, bytes.NewReader(body))
 	if err != nil {
 		return false
@@ -151,7 +185,7 @@ func (r *run) do(ctx context.Context, body []byte, stream bool) bool {
 	if stream {
 		req.Header.Set("Accept", "text/event-stream")
 	}
-	resp, err := r.client.Do(req)
+	resp, err := client.Do(req)
 	if err != nil {
 		return false
 	}
@@ -166,27 +200,31 @@ func (r *run) do(ctx context.Context, body []byte, stream bool) bool {
 	return true
 }
 
-// warmConns is how many connections to each local server are opened before
-// the drill starts, so that the first second does not measure dials.
+// warmConns is how many connections to each local server a run opens
+// before the drill starts, so that the first second does not measure
+// dials; a fleet's members share them out, at least 2 each.
 const warmConns = 16
 
 // warm opens connections to the run's local servers, around the counter and
 // the failover Transport, so that nothing of it is measured.
 func (r *run) warm(ctx context.Context, body []byte) {
-	c := &http.Client{Transport: r.base, Timeout: 5 * time.Second}
+	per := max(2, warmConns/len(r.members))
 	var wg sync.WaitGroup
-	for _, s := range r.servers {
-		for range warmConns {
-			wg.Go(func() {
-				req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.baseURL()+"/chat/completions", bytes.NewReader(body))
-				if err != nil {
-					return
-				}
-				if resp, err := c.Do(req); err == nil {
-					io.Copy(io.Discard, resp.Body)
-					resp.Body.Close()
-				}
-			})
+	for _, m := range r.members {
+		c := &http.Client{Transport: m.base, Timeout: 5 * time.Second}
+		for _, s := range r.servers {
+			for range per {
+				wg.Go(func() {
+					req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.baseURL()+"/chat/completions", bytes.NewReader(body))
+					if err != nil {
+						return
+					}
+					if resp, err := c.Do(req); err == nil {
+						io.Copy(io.Discard, resp.Body)
+						resp.Body.Close()
+					}
+				})
+			}
 		}
 	}
 	wg.Wait()
@@ -199,16 +237,30 @@ func (r *run) snapshot() ([]record, []attempt) {
 	return append([]record(nil), r.records...), append([]attempt(nil), r.attempts...)
 }
 
-// close ends the run's connections and servers. Every request must have
-// ended.
+// close ends the run's Transports, connections and servers. Every
+// request must have ended.
 func (r *run) close() {
-	if r.client != nil {
-		r.client.CloseIdleConnections()
+	for _, m := range r.members {
+		m.close()
 	}
-	r.base.CloseIdleConnections()
 	for _, s := range r.servers {
 		s.close()
 	}
+}
+
+// close stops the member's Transport (and with it the goroutines of
+// Config.Shared), then closes its Redis client and idle connections.
+func (m *member) close() {
+	if m.ft != nil {
+		m.ft.Close()
+	}
+	if m.rdb != nil {
+		m.rdb.Close()
+	}
+	if m.client != nil {
+		m.client.CloseIdleConnections()
+	}
+	m.base.CloseIdleConnections()
 }
 
 // event is a change of a circuit's state, as Config.OnStateChange reports it.
@@ -268,6 +320,19 @@ func drill(ctx context.Context, o options, out io.Writer) error {
 	if err != nil {
 		return err
 	}
+	specs := failoverSpecs(policies, o.Hedge > 0)
+	if o.Fleet != 0 || o.Redis != "" {
+		if err := checkFleet(o, policies); err != nil {
+			return err
+		}
+		rs, err := connectRedis(ctx, o.Redis)
+		if err != nil {
+			return err
+		}
+		defer rs.stop()
+		sh := &sharing{redis: rs, prefix: newPrefix(), sync: o.sharedSync()}
+		specs = []runSpec{{policy: policies[0], fleet: o.Fleet}, {policy: policies[0], fleet: o.Fleet, shared: sh}}
+	}
 	phases := script(o.Duration)
 
 	var runs []*run
@@ -277,7 +342,6 @@ func drill(ctx context.Context, o options, out io.Writer) error {
 		}
 	}()
 	runs = append(runs, newPlainRun(o, phases))
-	specs := failoverSpecs(policies, o.Hedge > 0)
 	for _, sp := range specs {
 		r, err := newFailoverRun(o, phases, sp, len(specs) > 1 || sp.policy != "priority")
 		if err != nil {
@@ -300,6 +364,11 @@ func drill(ctx context.Context, o options, out io.Writer) error {
 	for _, r := range runs {
 		r.warm(ctx, bodies[0])
 	}
+	for _, r := range runs {
+		if err := r.waitShared(ctx); err != nil {
+			return err
+		}
+	}
 
 	start := time.Now()
 	for _, r := range runs {
@@ -307,8 +376,10 @@ func drill(ctx context.Context, o options, out io.Writer) error {
 		for _, s := range r.servers {
 			s.begin(start)
 		}
-		if r.events != nil {
-			r.events.start = start
+		for _, m := range r.members {
+			if m.events != nil {
+				m.events.start = start
+			}
 		}
 	}
 
@@ -320,7 +391,8 @@ func drill(ctx context.Context, o options, out io.Writer) error {
 	}
 
 	// Open-loop load: request i of each run is due at start + i/rps,
-	// whatever happened to the ones before.
+	// whatever happened to the ones before. In a fleet run, member i mod
+	// N sends it: each member sends every N/rps, in turn.
 	var reqs sync.WaitGroup
 	n := int(o.Duration.Seconds() * o.RPS)
 	interval := time.Duration(float64(time.Second) / o.RPS)
@@ -339,7 +411,8 @@ schedule:
 		}
 		stream := i%2 == 1
 		for _, r := range runs {
-			reqs.Go(func() { r.fire(ctx, due, bodies[b2i(stream)], stream) })
+			m := r.members[i%len(r.members)]
+			reqs.Go(func() { r.fire(ctx, m, due, bodies[b2i(stream)], stream) })
 		}
 	}
 	reqs.Wait()
@@ -366,29 +439,58 @@ schedule:
 // newPlainRun returns the plain run: one primary playing the script, the
 // caller's http.Client aimed at it.
 func newPlainRun(o options, phases []phase) *run {
-	r := &run{name: "plain", base: newBase(), hosts: map[string]int{}}
+	r := &run{name: "plain", hosts: map[string]int{}}
 	p := newFakeUpstream(profiles[0], o.Timescale, phases)
 	r.servers = []*fakeUpstream{p}
 	r.names = []string{profiles[0].name}
 	r.hosts[p.srv.Listener.Addr().String()] = 0
 	r.url = p.baseURL() + "/chat/completions"
-	r.client = &http.Client{Transport: &counter{next: r.base, r: r}, Timeout: o.scaled(callerTimeout)}
+	m := &member{base: newBase()}
+	m.client = &http.Client{Transport: &counter{next: m.base, r: r}, Timeout: o.scaled(callerTimeout)}
+	r.members = []*member{m}
 	return r
 }
 
-// runSpec says how one failover run's Transport is configured.
+// runSpec says how one failover run's Transports are configured.
 type runSpec struct {
-	policy string // routing policy, as -router names it
-	hedge  bool   // Config.Hedge with -hedge's delay
+	policy string   // routing policy, as -router names it
+	hedge  bool     // Config.Hedge with -hedge's delay
+	fleet  int      // members of a fleet run, each a Transport; 0: one Transport
+	shared *sharing // a fleet's Config.Shared; nil: sharing off
 }
 
-// key names the run in column headings and -listen paths: "priority",
-// "score", "priority+hedge".
+// key names the run in -listen paths: "priority", "score",
+// "priority+hedge", and for fleet runs "fleet" and "fleet+shared".
 func (sp runSpec) key() string {
-	if sp.hedge {
+	switch {
+	case sp.fleet > 0 && sp.shared != nil:
+		return "fleet+shared"
+	case sp.fleet > 0:
+		return "fleet"
+	case sp.hedge:
 		return sp.policy + "+hedge"
 	}
 	return sp.policy
+}
+
+// name is the run's column heading: "failover", "failover (key)" when
+// qualified, and for fleet runs "fleet, sharing off" and "fleet, sharing
+// on", "fleet (score), sharing on" with another policy than priority.
+func (sp runSpec) name(qualified bool) string {
+	switch {
+	case sp.fleet > 0:
+		n := "fleet"
+		if sp.policy != "priority" {
+			n += " (" + sp.policy + ")"
+		}
+		if sp.shared != nil {
+			return n + ", sharing on"
+		}
+		return n + ", sharing off"
+	case qualified:
+		return "failover (" + sp.key() + ")"
+	}
+	return "failover"
 }
 
 // failoverSpecs returns the failover runs: one per policy, and with
@@ -406,13 +508,11 @@ func failoverSpecs(policies []string, hedge bool) []runSpec {
 
 // newFailoverRun returns a failover run: its own primary playing the
 // script, then the backups, local or real, behind a failover.Transport
-// configured as sp says. Its name is "failover", or "failover (key)"
-// when qualified.
+// configured as sp says, or a fleet of sp.fleet of them, each with its
+// own http.Transport and state, as processes have. Its name is as
+// sp.name says.
 func newFailoverRun(o options, phases []phase, sp runSpec, qualified bool) (*run, error) {
-	r := &run{name: "failover", spec: sp, base: newBase(), hosts: map[string]int{}, events: &eventLog{}, metrics: metrics.NewSet()}
-	if qualified {
-		r.name = "failover (" + sp.key() + ")"
-	}
+	r := &run{name: sp.name(qualified), spec: sp, hosts: map[string]int{}}
 	fp := newFakeUpstream(profiles[0], o.Timescale, phases)
 	r.servers = []*fakeUpstream{fp}
 	ups := []failover.Upstream{{Name: profiles[0].name, BaseURL: fp.baseURL()}}
@@ -441,34 +541,54 @@ func newFailoverRun(o options, phases []phase, sp runSpec, qualified bool) (*run
 		r.hosts[pu.Host] = i
 	}
 	r.url = fp.baseURL() + "/chat/completions"
+	for i := range max(sp.fleet, 1) {
+		m, err := newMember(o, r, i, ups)
+		if err != nil {
+			r.close()
+			return nil, err
+		}
+		r.members = append(r.members, m)
+	}
+	return r, nil
+}
+
+// newMember returns member i of r: a failover.Transport over ups, with an
+// http.Transport, metrics and, when r shares, a Redis client of its own.
+func newMember(o options, r *run, i int, ups []failover.Upstream) (*member, error) {
+	sp := r.spec
 	router, err := newRouter(sp.policy)
 	if err != nil {
-		r.close()
 		return nil, err
 	}
+	m := &member{base: newBase(), events: &eventLog{}, metrics: metrics.NewSet()}
 	cfg := failover.Config{
 		Upstreams:      ups,
-		Base:           &counter{next: r.base, r: r},
+		Base:           &counter{next: m.base, r: r, member: i},
 		Router:         router,
-		Breaker:        failover.BreakerConfig{Cooldown: o.scaled(breakerCooldown)},
+		Breaker:        failover.BreakerConfig{FailureThreshold: breakerThreshold, Cooldown: o.scaled(breakerCooldown)},
 		RateLimit:      failover.RateLimitConfig{DefaultCooldown: o.scaled(defaultCooldown), MaxCooldown: o.scaled(maxCooldown)},
 		Hang:           o.hangConfig(),
 		Degraded:       failover.DegradedConfig{Window: o.scaled(recentWindow)},
 		AttemptTimeout: o.attemptTimeout(),
-		Metrics:        r.metrics,
-		OnStateChange:  r.events.record,
+		Metrics:        m.metrics,
+		OnStateChange:  m.events.record,
 	}
 	if sp.hedge {
 		cfg.Hedge = &failover.HedgeConfig{Delay: o.scaled(o.Hedge)}
 	}
+	if sh := sp.shared; sh != nil {
+		m.rdb = sh.redis.client()
+		cfg.Shared = redisshared.New(m.rdb, redisshared.Options{Prefix: sh.prefix})
+		cfg.SharedSync = sh.sync
+	}
 	ft, err := failover.New(cfg)
 	if err != nil {
-		r.close()
+		m.close()
 		return nil, err
 	}
-	r.ft = ft
-	r.client = &http.Client{Transport: ft, Timeout: o.scaled(callerTimeout)}
-	return r, nil
+	m.ft = ft
+	m.client = &http.Client{Transport: ft, Timeout: o.scaled(callerTimeout)}
+	return m, nil
 }
 
 // hangConfig is the failover runs' hang detection: an upstream is suspect
@@ -545,18 +665,27 @@ func serveMetrics(addr string, runs []*run) (stop func(), err error) {
 
 // metricsMux serves /metrics (Prometheus text) and /health (Health() as
 // JSON) of the first of runs, and /metrics/KEY and /health/KEY of each,
-// KEY as in its column: "score", "priority+hedge".
+// KEY being runSpec.key: "score", "priority+hedge", "fleet+shared"; in a
+// fleet run, those of its first member, and /metrics/KEY/I and
+// /health/KEY/I those of member I, from 0.
 func metricsMux(runs []*run) *http.ServeMux {
-	byKey := map[string]*failover.Transport{"": runs[0].ft}
+	byKey := map[string]*run{"": runs[0]}
 	for _, r := range runs {
-		byKey[r.spec.key()] = r.ft
+		byKey[r.spec.key()] = r
 	}
 	find := func(w http.ResponseWriter, req *http.Request) *failover.Transport {
-		t, ok := byKey[req.PathValue("run")]
+		r, ok := byKey[req.PathValue("run")]
+		i := 0
+		if s := req.PathValue("member"); ok && s != "" {
+			n, err := strconv.Atoi(s)
+			ok = err == nil && n >= 0 && n < len(r.members) && s == strconv.Itoa(n)
+			i = n
+		}
 		if !ok {
 			http.NotFound(w, req)
+			return nil
 		}
-		return t
+		return r.members[i].ft
 	}
 	writeMetrics := func(w http.ResponseWriter, req *http.Request) {
 		if t := find(w, req); t != nil {
@@ -575,8 +704,10 @@ func metricsMux(runs []*run) *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /metrics", writeMetrics)
 	mux.HandleFunc("GET /metrics/{run}", writeMetrics)
+	mux.HandleFunc("GET /metrics/{run}/{member}", writeMetrics)
 	mux.HandleFunc("GET /health", writeHealth)
 	mux.HandleFunc("GET /health/{run}", writeHealth)
+	mux.HandleFunc("GET /health/{run}/{member}", writeHealth)
 	return mux
 }
 

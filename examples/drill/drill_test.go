@@ -4,13 +4,18 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"image"
 	_ "image/png"
+	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -243,15 +248,24 @@ func TestParseRouters(t *testing.T) {
 }
 
 // TestMetricsMux checks -listen's paths: the first failover run at
-// /metrics and /health, each at /metrics/KEY and /health/KEY.
+// /metrics and /health, each at /metrics/KEY and /health/KEY, and a fleet
+// run's members at /metrics/KEY/I and /health/KEY/I.
 func TestMetricsMux(t *testing.T) {
 	var runs []*run
-	for _, sp := range []runSpec{{policy: "priority"}, {policy: "score"}, {policy: "priority", hedge: true}} {
-		ft, err := failover.New(failover.Config{Upstreams: []failover.Upstream{{Name: sp.key(), BaseURL: "http://127.0.0.1:1/v1"}}})
-		if err != nil {
-			t.Fatal(err)
+	for _, sp := range []runSpec{{policy: "priority"}, {policy: "score"}, {policy: "priority", hedge: true}, {policy: "priority", fleet: 2}} {
+		r := &run{spec: sp}
+		for i := range max(sp.fleet, 1) {
+			name := sp.key()
+			if sp.fleet > 0 {
+				name += "-" + strconv.Itoa(i)
+			}
+			ft, err := failover.New(failover.Config{Upstreams: []failover.Upstream{{Name: name, BaseURL: "http://127.0.0.1:1/v1"}}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			r.members = append(r.members, &member{ft: ft})
 		}
-		runs = append(runs, &run{spec: sp, ft: ft})
+		runs = append(runs, r)
 	}
 	mux := metricsMux(runs)
 	for _, tc := range []struct {
@@ -265,6 +279,13 @@ func TestMetricsMux(t *testing.T) {
 		{"/health/score", 200, `"score"`},
 		{"/health/priority+hedge", 200, `"priority+hedge"`},
 		{"/metrics/random", 404, ""},
+		{"/metrics/fleet", 200, `upstream="fleet-0"`},
+		{"/metrics/fleet/1", 200, `upstream="fleet-1"`},
+		{"/health/fleet/0", 200, `"fleet-0"`},
+		{"/health/fleet/2", 404, ""},
+		{"/health/fleet/01", 404, ""},
+		{"/metrics/score/0", 200, `upstream="score"`},
+		{"/metrics/random/0", 404, ""},
 	} {
 		rec := httptest.NewRecorder()
 		mux.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, tc.path, nil))
@@ -302,5 +323,152 @@ func TestTablePlotListen(t *testing.T) {
 	// Two panels for all runs and one per failover run: taller than wide.
 	if err != nil || format != "png" || cfg.Width < 500 || cfg.Height <= cfg.Width {
 		t.Errorf("plot: %v, %s %dx%d; want a PNG taller than wide", err, format, cfg.Width, cfg.Height)
+	}
+}
+
+// requireRedisServer skips the test, saying why, when there is no
+// redis-server on PATH for the drill to start, unless FAILOVER_REQUIRE_REDIS
+// is set (as CI sets it), in which case the test fails.
+func requireRedisServer(t *testing.T) {
+	t.Helper()
+	if _, err := exec.LookPath("redis-server"); err != nil {
+		if os.Getenv("FAILOVER_REQUIRE_REDIS") != "" {
+			t.Fatalf("FAILOVER_REQUIRE_REDIS is set and there is no redis-server: %v", err)
+		}
+		t.Skip("no redis-server on PATH for the fleet drill (apt-get install redis-server); set FAILOVER_REQUIRE_REDIS=1 to fail instead")
+	}
+}
+
+// TestFleet runs a short fleet drill on a redis-server of its own: both
+// fleets have their columns and figures, keep nearly every request, and
+// the sharing fleet stops sending to the primary in the 503 burst after no
+// more 503s than the other. The bounds are wide so that a loaded machine
+// passes; the default drill shows the gap (50 against 5 with -fleet 10).
+func TestFleet(t *testing.T) {
+	requireRedisServer(t)
+	defer goleak.VerifyNone(t)
+	var out, status bytes.Buffer
+	o := options{
+		Duration:  6 * time.Second,
+		RPS:       100,
+		Timescale: 0.03, // a cooldown of 0.9 s: the members come back to the primary within the run
+		Fleet:     5,
+		JSON:      true,
+		Status:    &status,
+		StatusTTY: true,
+	}
+	if err := drill(context.Background(), o, &out); err != nil {
+		t.Fatalf("drill: %v", err)
+	}
+	var rep report
+	if err := json.Unmarshal(out.Bytes(), &rep); err != nil {
+		t.Fatalf("output is not JSON: %v\n%s", err, out.String())
+	}
+	var names []string
+	for _, r := range rep.Runs {
+		names = append(names, r.Name)
+	}
+	if want := []string{"plain", "fleet, sharing off", "fleet, sharing on"}; !slices.Equal(names, want) {
+		t.Fatalf("runs %q, want %q", names, want)
+	}
+	if rep.Fleet != 5 || rep.Redis == "" || !rep.RedisStarted || rep.SharedSyncS < minSharedSync.Seconds() {
+		t.Errorf("fleet %d, redis %q (started %v), shared sync %gs; want 5, an address, started, at least %v", rep.Fleet, rep.Redis, rep.RedisStarted, rep.SharedSyncS, minSharedSync)
+	}
+	plain, off, on := rep.Runs[0], rep.Runs[1], rep.Runs[2]
+	if got, p50 := plain.Phases[0].P50S, rep.Upstreams[0].P50S; got > 10*p50 {
+		t.Skipf("machine too loaded for a timed drill: warm-up p50 %.3fs, profile p50 %.3fs", got, p50)
+	}
+	if plain.Fleet != nil || off.Fleet == nil || on.Fleet == nil {
+		t.Fatalf("fleet figures: plain %+v, off %+v, on %+v; want none, some, some", plain.Fleet, off.Fleet, on.Fleet)
+	}
+	for _, r := range rep.Runs[1:] {
+		figures, _ := json.Marshal(r.Fleet)
+		t.Logf("%s: %s", r.Name, figures)
+	}
+	want := int(o.Duration.Seconds() * o.RPS)
+	for _, r := range rep.Runs[1:] {
+		if r.Requests != want {
+			t.Errorf("%s sent %d requests, want %d", r.Name, r.Requests, want)
+		}
+		if r.Retention < 0.85 {
+			t.Errorf("%s: retention %.3f, want at least 0.85", r.Name, r.Retention)
+		}
+		if r.Fleet.Members != 5 || r.Fleet.Opened < 1 || r.Health != nil {
+			t.Errorf("%s: %d members, %d circuits opened in the burst, health %v; want 5, some, none", r.Name, r.Fleet.Members, r.Fleet.Opened, r.Health)
+		}
+		members := map[int]bool{}
+		for _, e := range r.Events {
+			if e.Member == nil {
+				t.Fatalf("%s: event %+v names no member", r.Name, e)
+			}
+			members[*e.Member] = true
+		}
+		if len(members) != 5 {
+			t.Errorf("%s: events of %d members, want 5", r.Name, len(members))
+		}
+	}
+	if off.Fleet.Shared || off.Fleet.SharedErrors != nil || !on.Fleet.Shared || on.Fleet.SharedErrors == nil {
+		t.Errorf("sharing: off %v (errors %v), on %v (errors %v)", off.Fleet.Shared, off.Fleet.SharedErrors, on.Fleet.Shared, on.Fleet.SharedErrors)
+	}
+	if on.Fleet.FailedBeforeStop > off.Fleet.FailedBeforeStop {
+		t.Errorf("503s on the primary before the fleet stopped: %d with sharing, %d without; want no more with it", on.Fleet.FailedBeforeStop, off.Fleet.FailedBeforeStop)
+	}
+
+	var table bytes.Buffer
+	if err := writeTable(&table, &rep); err != nil {
+		t.Fatal(err)
+	}
+	for _, row := range []string{"fleet, sharing off", "fleet, sharing on", "Fleets: 5 members", "503s on the primary until all open",
+		"circuits open after (first / last)", "then probes per breaker cooldown", "until every member is back on the primary", "Redis errors"} {
+		if !strings.Contains(table.String(), row) {
+			t.Errorf("table has no %q:\n%s", row, table.String())
+		}
+	}
+	if !strings.Contains(status.String(), "fleet, sharing on") {
+		t.Errorf("live status never named the sharing fleet:\n%s", status.String())
+	}
+}
+
+// TestFleetFlags checks the errors of -fleet and -redis, which come before
+// the drill starts anything.
+func TestFleetFlags(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	// A port that refuses connections.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := ln.Addr().String()
+	ln.Close()
+
+	base := options{Duration: time.Second, RPS: 10, Timescale: 0.05}
+	for _, tc := range []struct {
+		name     string
+		set      func(o *options)
+		contains string
+	}{
+		{"one member", func(o *options) { o.Fleet = 1 }, "-fleet 1"},
+		{"negative", func(o *options) { o.Fleet = -3 }, "-fleet -3"},
+		{"too many", func(o *options) { o.Fleet = maxFleet + 1 }, "want 2 to"},
+		{"redis alone", func(o *options) { o.Redis = closed }, "-redis needs -fleet"},
+		{"with hedge", func(o *options) { o.Fleet, o.Hedge = 3, time.Second }, "-hedge"},
+		{"two policies", func(o *options) { o.Fleet, o.Router = 3, "priority,score" }, "one routing policy"},
+		{"bad URL", func(o *options) { o.Fleet, o.Redis = 3, "redis://%zz" }, "-redis"},
+		{"no answer", func(o *options) { o.Fleet, o.Redis = 3, closed }, "no answer to PING"},
+	} {
+		o := base
+		tc.set(&o)
+		err := drill(context.Background(), o, io.Discard)
+		if err == nil || !strings.Contains(err.Error(), tc.contains) {
+			t.Errorf("%s: drill = %v, want an error with %q", tc.name, err, tc.contains)
+		}
+	}
+
+	// Without -redis nor redis-server on PATH, the error says what to do.
+	t.Setenv("PATH", t.TempDir())
+	o := base
+	o.Fleet = 3
+	if err := drill(context.Background(), o, io.Discard); !errors.Is(err, errNoRedis) || !strings.Contains(err.Error(), "-redis") || !strings.Contains(err.Error(), "redis-server") {
+		t.Errorf("drill without Redis = %v, want %v", err, errNoRedis)
 	}
 }

@@ -7,6 +7,7 @@
 //	go run ./examples/drill
 //	go run ./examples/drill -router all
 //	go run ./examples/drill -hedge 700ms
+//	go run ./examples/drill -fleet 10
 //	go run ./examples/drill -plot drill.png
 //
 // The upstreams are local OpenAI-compatible servers (POST
@@ -44,7 +45,9 @@
 //	                  JSON) of the first failover Transport during the drill,
 //	                  e.g. :9090, and /metrics/RUN and /health/RUN of each, RUN
 //	                  being its policy as in its column: /metrics/score,
-//	                  /health/priority+hedge
+//	                  /health/priority+hedge; with -fleet, RUN is fleet or
+//	                  fleet+shared (its first member), and /metrics/RUN/I and
+//	                  /health/RUN/I serve member I, from 0
 //	-upstream spec    name=URL,KEY_ENV: a real OpenAI-compatible provider to fail
 //	                  over to, instead of the two local backups; repeatable. The
 //	                  key is read from the environment variable KEY_ENV and sent
@@ -65,11 +68,30 @@
 //	                  each run sent, won and had denied by the budget. Around
 //	                  the primary's p95 (700ms) hedges the slow tail; much less
 //	                  spends the budget (10 % of requests) before the hang
+//	-fleet n          instead of the failover runs, two fleets of n members
+//	                  (2 to 100), each member a failover.Transport with an
+//	                  http.Transport and state of its own, as n processes of
+//	                  one service would have: "fleet, sharing off" and "fleet,
+//	                  sharing on", the second with Config.Shared on Redis
+//	                  (package redisshared, its keys and channel under a
+//	                  prefix of the drill's own, SharedSync 1 s scaled, at
+//	                  least 100 ms). Each fleet sends the run's -rps in all,
+//	                  its members in turn. Adds the fleet rows: 503s on the
+//	                  primary from the burst's start until every member's
+//	                  circuit opened, the first and last to open, the probes
+//	                  per cooldown in the rest of the burst, the time from
+//	                  the faults' end until every member had an answer from
+//	                  the primary again, and Redis errors. Takes one -router
+//	                  policy; not with -hedge
+//	-redis addr       the Redis of -fleet, host:port or a redis:// URL; it must
+//	                  answer PING. Without it the drill starts redis-server
+//	                  from PATH on a free loopback port, without persistence,
+//	                  and stops it at the end
 //	-quiet            no live status on stderr
 //
 // Each run adds -rps requests per second to the machine: the default drill
-// runs two, -router all five, and with -hedge six. That is far from
-// saturating even a 2-CPU machine: there, the six runs of -router all
+// runs two, -router all five, with -hedge six, and -fleet three. That is
+// far from saturating even a 2-CPU machine: there, the six runs of -router all
 // -hedge at 200 req/s took a fifth of one CPU in all, and the priority
 // column's figures were the same, within the noise from one drill to the
 // next, alone and beside the other policies.
@@ -127,6 +149,8 @@ func main() {
 	flag.StringVar(&o.Model, "model", "gpt-4o-mini", "model in the request bodies")
 	flag.StringVar(&o.Router, "router", "priority", "routing policies, a failover run each: comma-separated priority, weighted, leastlatency, score, or all")
 	flag.DurationVar(&o.Hedge, "hedge", 0, "hedge delay at provider scale: adds a run of the first -router policy with hedging (0: none)")
+	flag.IntVar(&o.Fleet, "fleet", 0, "two fleets of this many Transports, sharing state through Redis and not (0: no fleets)")
+	flag.StringVar(&o.Redis, "redis", "", "Redis of -fleet, host:port or redis:// URL (default: start redis-server from PATH)")
 	flag.BoolVar(&quiet, "quiet", false, "no live status on stderr")
 	flag.Parse()
 	if flag.NArg() > 0 {
@@ -149,6 +173,9 @@ func main() {
 		runs := 1
 		if policies, err := parseRouters(o.Router); err == nil {
 			runs = len(policies) + b2i(o.Hedge > 0)
+		}
+		if o.Fleet > 0 {
+			runs = 2
 		}
 		fmt.Fprintf(os.Stderr, "drill: failing over to real providers: about %.0f requests may reach them (-rps %g, -duration %s, %d failover runs)\n",
 			0.6*o.RPS*o.Duration.Seconds()*float64(runs), o.RPS, o.Duration, runs)

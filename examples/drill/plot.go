@@ -197,7 +197,10 @@ func writePlot(path string, o options, phases []phase, runs []*run, rep *report)
 func attemptsPanel(r *run, b bins, rr runReport, phases []phase, o options, width time.Duration) (*plot.Plot, error) {
 	xmax := o.Duration.Seconds()
 	title := "Failover run"
-	if r.name != "failover" {
+	switch {
+	case r.spec.fleet > 0:
+		title = fmt.Sprintf("%s%s (%d members, all their requests)", strings.ToUpper(r.name[:1]), r.name[1:], r.spec.fleet)
+	case r.name != "failover":
 		title = strings.ToUpper(r.name[:1]) + r.name[1:] + " run"
 	}
 	pa := newPanel(title+": requests sent to each upstream, stacked (req/s)", xmax)

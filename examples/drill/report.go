@@ -1,8 +1,10 @@
 package main
 
 import (
+	"cmp"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"strings"
 	"text/tabwriter"
@@ -14,18 +16,28 @@ import (
 // report is what the drill measured; -json writes it as it is. Times are
 // in seconds of the drill (divide by timescale for provider scale).
 type report struct {
-	DurationS        float64        `json:"duration_s"`
-	RPS              float64        `json:"rps"`
-	Timescale        float64        `json:"timescale"`
-	CallerTimeoutS   float64        `json:"caller_timeout_s"`
-	AttemptTimeoutS  float64        `json:"attempt_timeout_s"`
-	BreakerCooldownS float64        `json:"breaker_cooldown_s"`
-	HangMultiple     float64        `json:"hang_multiple"`           // failover.HangConfig.Multiple
-	HangFloorS       float64        `json:"hang_floor_s"`            // failover.HangConfig.Floor
-	HedgeDelayS      float64        `json:"hedge_delay_s,omitempty"` // the hedged run's delay; 0 without one
-	Upstreams        []upstreamInfo `json:"upstreams"`
-	Phases           []phaseInfo    `json:"phases"`
-	Runs             []runReport    `json:"runs"` // "plain", then each failover run
+	DurationS        float64 `json:"duration_s"`
+	RPS              float64 `json:"rps"`
+	Timescale        float64 `json:"timescale"`
+	CallerTimeoutS   float64 `json:"caller_timeout_s"`
+	AttemptTimeoutS  float64 `json:"attempt_timeout_s"`
+	BreakerCooldownS float64 `json:"breaker_cooldown_s"`
+	HangMultiple     float64 `json:"hang_multiple"`           // failover.HangConfig.Multiple
+	HangFloorS       float64 `json:"hang_floor_s"`            // failover.HangConfig.Floor
+	HedgeDelayS      float64 `json:"hedge_delay_s,omitempty"` // the hedged run's delay; 0 without one
+	BreakerThreshold int     `json:"breaker_threshold"`       // failover.BreakerConfig.FailureThreshold
+
+	// With -fleet: the members of each fleet run, the Redis of the
+	// sharing one (its host:port), whether the drill started it, and the
+	// sharing members' Config.SharedSync.
+	Fleet        int     `json:"fleet,omitempty"`
+	Redis        string  `json:"redis,omitempty"`
+	RedisStarted bool    `json:"redis_started,omitempty"`
+	SharedSyncS  float64 `json:"shared_sync_s,omitempty"`
+
+	Upstreams []upstreamInfo `json:"upstreams"`
+	Phases    []phaseInfo    `json:"phases"`
+	Runs      []runReport    `json:"runs"` // "plain", then each failover run
 }
 
 type upstreamInfo struct {
@@ -44,7 +56,7 @@ type phaseInfo struct {
 }
 
 type runReport struct {
-	Name      string  `json:"name"`             // "plain", "failover", "failover (score)", "failover (priority+hedge)"
+	Name      string  `json:"name"`             // "plain", "failover", "failover (score)", "failover (priority+hedge)", "fleet, sharing on"
 	Router    string  `json:"router,omitempty"` // the failover run's routing policy
 	Requests  int     `json:"requests"`
 	Successes int     `json:"successes"`
@@ -59,11 +71,16 @@ type runReport struct {
 
 	// The breaker's figures, for the primary; null in the plain run, and
 	// DetectionS or RecoveryS when it did not happen within the drill (or
-	// the circuit never opened).
+	// the circuit never opened). In a fleet run, detection is the first
+	// member's, recovery the last member's (null unless every member
+	// whose circuit opened had it closed), trips the sum of the members'.
 	DetectionS *float64 `json:"detection_s"` // first fault's start to the circuit opening
 	RecoveryS  *float64 `json:"recovery_s"`  // last fault's end to the circuit closing
 	Trips      *int     `json:"trips"`       // closed-to-open, every upstream
 	FalseTrips *int     `json:"false_trips"` // trips of a backup, or of the primary outside the faults
+
+	// Fleet is what a fleet run did as a fleet; null in other runs.
+	Fleet *fleetResult `json:"fleet,omitempty"`
 
 	// Hedges are the Transport's hedging figures; null when the run does
 	// not hedge.
@@ -73,18 +90,20 @@ type runReport struct {
 	Phases      []phaseResult   `json:"phases"`
 	HangPhase   hangResult      `json:"hang_phase"`
 
-	// Events are the Transport's state changes and cooldowns, as its
-	// Logger reported them.
+	// Events are the Transport's circuit state changes, as its
+	// OnStateChange reported them; in a fleet run, every member's.
 	Events []eventReport `json:"events,omitempty"`
 
-	// Health is the Transport's Health() at the end of the run.
+	// Health is the Transport's Health() at the end of the run; none in
+	// a fleet run.
 	Health []failover.UpstreamHealth `json:"health,omitempty"`
 }
 
 type eventReport struct {
 	AtS      float64 `json:"at_s"`
+	Member   *int    `json:"member,omitempty"` // in a fleet run, the member's index
 	Upstream string  `json:"upstream"`
-	Event    string  `json:"event"`          // "circuit open", "circuit half-open", "circuit closed", "upstream cooling down"
+	Event    string  `json:"event"`          // "circuit open", "circuit half-open", "circuit closed"
 	From     string  `json:"from,omitempty"` // the circuit's state before
 }
 
@@ -100,7 +119,8 @@ type hedgeCounts struct {
 type hangResult struct {
 	// CircuitAtStart is the primary's circuit when the hang began:
 	// "closed" means the hang met hang detection, not an open breaker.
-	// Empty in the plain run.
+	// Empty in the plain run; in a fleet run whose members differ, how
+	// many were in each state: "closed 7, open 3".
 	CircuitAtStart string `json:"circuit_at_start,omitempty"`
 
 	// PrimaryAttempts counts the attempts sent to the primary that
@@ -141,9 +161,17 @@ func buildReport(o options, phases []phase, runs []*run) *report {
 		BreakerCooldownS: seconds(o.scaled(breakerCooldown)),
 		HangMultiple:     hangMultiple,
 		HangFloorS:       seconds(o.hangConfig().Floor),
+		BreakerThreshold: breakerThreshold,
 	}
 	if o.Hedge > 0 {
 		rep.HedgeDelayS = seconds(o.scaled(o.Hedge))
+	}
+	for _, r := range runs {
+		if sh := r.spec.shared; sh != nil {
+			rep.Fleet = r.spec.fleet
+			rep.Redis, rep.RedisStarted = sh.redis.opts.Addr, sh.redis.started()
+			rep.SharedSyncS = seconds(sh.sync)
+		}
 	}
 	for i, name := range runs[1].names {
 		ui := upstreamInfo{Name: name, Kind: "real"}
@@ -212,32 +240,84 @@ func (r *run) report(o options, phases []phase) runReport {
 		rr.HangPhase = hangResult{PrimaryAttempts: rr.Phases[h].PrimaryAttempts, P99S: rr.Phases[h].P99S, WarmUpP99S: rr.Phases[0].P99S}
 	}
 
-	if r.ft != nil {
-		rr.Health = r.ft.Health()
-		evs := r.events.events()
-		for _, e := range evs {
-			rr.Events = append(rr.Events, eventReport{AtS: seconds(e.at), Upstream: e.upstream, Event: e.msg, From: e.from})
+	if r.transport() == nil {
+		return rr
+	}
+	fleet := r.spec.fleet > 0
+	if !fleet {
+		rr.Health = r.transport().Health()
+	}
+	// Each member's changes, and the breaker's figures summed up over
+	// them: the first detection, the last recovery.
+	evs := make([][]event, len(r.members))
+	det, rec := time.Duration(-1), time.Duration(-1)
+	recovered := true
+	trips, falseTrips := 0, 0
+	states := map[string]int{}
+	h := phaseOf(phases, hang)
+	for i, m := range r.members {
+		evs[i] = m.events.events()
+		d, rc, t, ft := breakerFigures(evs[i], r.names[0], phases, o.attemptTimeout())
+		trips, falseTrips = trips+t, falseTrips+ft
+		if d >= 0 && (det < 0 || d < det) {
+			det = d
 		}
-		det, rec, trips, falseTrips := breakerFigures(evs, r.names[0], phases, o.attemptTimeout())
-		if det >= 0 {
-			rr.DetectionS = ptr(seconds(det))
+		if rc >= 0 {
+			rec = max(rec, rc)
+		} else if d >= 0 {
+			recovered = false
 		}
-		if rec >= 0 {
-			rr.RecoveryS = ptr(seconds(rec))
+		if h >= 0 {
+			states[stateAt(evs[i], r.names[0], phases[h].start)]++
 		}
-		rr.Trips, rr.FalseTrips = &trips, &falseTrips
-		if h := phaseOf(phases, hang); h >= 0 {
-			rr.HangPhase.CircuitAtStart = stateAt(evs, r.names[0], phases[h].start)
-		}
-		if r.spec.hedge {
-			rr.Hedges = &hedgeCounts{
-				Sent:   r.metrics.GetOrCreateCounter("failover_hedges_total").Get(),
-				Won:    r.metrics.GetOrCreateCounter("failover_hedge_wins_total").Get(),
-				Denied: r.metrics.GetOrCreateCounter("failover_hedges_denied_total").Get(),
+	}
+	if det >= 0 {
+		rr.DetectionS = ptr(seconds(det))
+	}
+	if rec >= 0 && recovered {
+		rr.RecoveryS = ptr(seconds(rec))
+	}
+	rr.Trips, rr.FalseTrips = &trips, &falseTrips
+	if h >= 0 {
+		rr.HangPhase.CircuitAtStart = countStates(states)
+	}
+	for i := range evs {
+		for _, e := range evs[i] {
+			er := eventReport{AtS: seconds(e.at), Upstream: e.upstream, Event: e.msg, From: e.from}
+			if fleet {
+				er.Member = ptr(i)
 			}
+			rr.Events = append(rr.Events, er)
+		}
+	}
+	slices.SortStableFunc(rr.Events, func(a, b eventReport) int { return cmp.Compare(a.AtS, b.AtS) })
+	if fleet {
+		rr.Fleet = fleetFigures(r, evs, attempts, phases, o)
+	}
+	if r.spec.hedge {
+		set := r.members[0].metrics
+		rr.Hedges = &hedgeCounts{
+			Sent:   set.GetOrCreateCounter("failover_hedges_total").Get(),
+			Won:    set.GetOrCreateCounter("failover_hedge_wins_total").Get(),
+			Denied: set.GetOrCreateCounter("failover_hedges_denied_total").Get(),
 		}
 	}
 	return rr
+}
+
+// countStates returns the one state that every member's circuit was in,
+// or how many were in each: "closed 7, open 3".
+func countStates(states map[string]int) string {
+	if len(states) == 1 {
+		for s := range states {
+			return s
+		}
+	}
+	var parts []string
+	for _, s := range slices.Sorted(maps.Keys(states)) {
+		parts = append(parts, fmt.Sprintf("%s %d", s, states[s]))
+	}
+	return strings.Join(parts, ", ")
 }
 
 // stateAt returns the state of upstream's circuit at offset at, from the
@@ -349,6 +429,15 @@ func writeTable(out io.Writer, rep *report) error {
 	if rep.HedgeDelayS > 0 {
 		fmt.Fprintf(&b, " Hedged run: hedge after %s.", fmtDur(sec(rep.HedgeDelayS)))
 	}
+	if rep.Fleet > 0 {
+		where := "Redis at " + rep.Redis
+		if rep.RedisStarted {
+			where = "a redis-server the drill started on " + rep.Redis
+		}
+		fmt.Fprintf(&b, "\nFleets: %d members per fleet run, each a Transport with connections and state of its own, as a process has; they send in turn, each every %s. "+
+			"A member's circuit opens after %d consecutive failures of its own; sharing on (Config.Shared through %s, SharedSync %s), after about %d of the fleet's.",
+			rep.Fleet, fmtDur(sec(float64(rep.Fleet)/rep.RPS)), rep.BreakerThreshold, where, fmtDur(sec(rep.SharedSyncS)), rep.BreakerThreshold)
+	}
 	b.WriteString("\n\n")
 
 	tw := tabwriter.NewWriter(&b, 0, 0, 3, ' ', 0)
@@ -395,6 +484,9 @@ func writeTable(out io.Writer, rep *report) error {
 			return fmt.Sprintf("%d / %d / %d", r.Hedges.Sent, r.Hedges.Won, r.Hedges.Denied)
 		})
 	}
+	if rep.Fleet > 0 {
+		writeFleetRows(row, rep)
+	}
 	row("requests per upstream", "", func(runReport) string { return "" })
 	for i, u := range fos[0].PerUpstream {
 		a := "-"
@@ -438,6 +530,57 @@ func writeTable(out io.Writer, rep *report) error {
 		strings.Join(p99s, ", "))
 	_, err := io.WriteString(out, b.String())
 	return err
+}
+
+// writeFleetRows writes the fleet figures with row, "n/a" in a column
+// that is not a fleet's.
+func writeFleetRows(row func(name, plainCell string, cell func(r runReport) string), rep *report) {
+	sec := func(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
+	fleet := func(cell func(f *fleetResult) string) func(r runReport) string {
+		return func(r runReport) string {
+			if r.Fleet == nil {
+				return "n/a"
+			}
+			return cell(r.Fleet)
+		}
+	}
+	burst := "503 burst"
+	for _, p := range rep.Phases {
+		if p.Name == burst {
+			burst = fmt.Sprintf("503 burst (%.1f-%.1f s)", p.StartS, p.EndS)
+		}
+	}
+	row(fmt.Sprintf("fleet in the %s", burst), "", func(runReport) string { return "" })
+	row("  503s on the primary until all open", "-", fleet(func(f *fleetResult) string { return fmt.Sprint(f.FailedBeforeStop) }))
+	row("  circuits open after (first / last)", "no breaker", fleet(func(f *fleetResult) string {
+		if f.FirstOpenS == nil {
+			return "none opened"
+		}
+		last := fmt.Sprintf("%d of %d opened", f.Opened, f.Members)
+		if f.AllOpenS != nil {
+			last = fmtDur(sec(*f.AllOpenS))
+		}
+		return fmtDur(sec(*f.FirstOpenS)) + " / " + last
+	}))
+	row("  then probes per breaker cooldown", "-", fleet(func(f *fleetResult) string {
+		if f.ProbesPerCooldown == nil {
+			return "-"
+		}
+		return fmt.Sprintf("%.1f", *f.ProbesPerCooldown)
+	}))
+	row("fleet after the faults", "", func(runReport) string { return "" })
+	row("  until every member is back on the primary", "-", fleet(func(f *fleetResult) string {
+		if f.RecoveryS == nil {
+			return fmt.Sprintf("%d of %d within the run", f.Recovered, f.Members)
+		}
+		return fmtDur(sec(*f.RecoveryS))
+	}))
+	row("  Redis errors (failover_shared_errors_total)", "-", fleet(func(f *fleetResult) string {
+		if f.SharedErrors == nil {
+			return "no Redis"
+		}
+		return fmt.Sprint(*f.SharedErrors)
+	}))
 }
 
 func pct1(f float64) string { return fmt.Sprintf("%.1f %%", 100*f) }

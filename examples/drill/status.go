@@ -50,8 +50,8 @@ func (s *status) draw() {
 		// phase and the plain caller.
 		for i, r := range s.runs[1:] {
 			var ups []string
-			for _, h := range r.ft.Health() {
-				ups = append(ups, fmt.Sprintf("%s %s %.1f%% p99 %s", h.Name, h.State, 100*h.SuccessRate, p99(h.P99, h.Window)))
+			for _, h := range health(r) {
+				ups = append(ups, fmt.Sprintf("%s %s %.1f%% p99 %s", h.name, h.state, 100*h.success, p99(h.p99, h.window)))
 			}
 			head := fmt.Sprintf("%5.1fs %-12s | plain %s", el.Seconds(), p.name, plain.short())
 			if i > 0 {
@@ -71,16 +71,9 @@ func (s *status) draw() {
 	}
 	for _, r := range s.runs[1:] {
 		lines = append(lines, fmt.Sprintf("%-*s  caller %s", width, r.name, callerStats(r, el).long()))
-		for _, h := range r.ft.Health() {
-			state := h.State
-			if h.Cooldown > 0 {
-				state = "cooling " + fmtDur(h.Cooldown)
-			}
-			if h.Suspect {
-				state += ", suspect"
-			}
+		for _, h := range health(r) {
 			lines = append(lines, fmt.Sprintf("  %-9s %-15s success %5.1f %%  p99 %7s  (last %d attempts)",
-				h.Name, state, 100*h.SuccessRate, p99(h.P99, h.Window), h.Window))
+				h.name, h.long, 100*h.success, p99(h.p99, h.window), h.window))
 		}
 	}
 	var b strings.Builder
@@ -92,6 +85,70 @@ func (s *status) draw() {
 	}
 	s.drawn = len(lines)
 	io.WriteString(s.w, b.String())
+}
+
+// upstreamStatus is an upstream as the status shows it: one Transport's
+// Health, or a fleet's summed up.
+type upstreamStatus struct {
+	name    string
+	state   string // the circuit: "open"; in a fleet, "closed 3, open 7"
+	long    string // state, cooldown and suspicion: "cooling 120 ms, suspect"
+	success float64
+	p99     time.Duration
+	window  int
+}
+
+// health returns r's upstreams as the status shows them. In a fleet run,
+// the states are counted over the members, the success rate is the
+// members' over all their recent attempts, and the p99 the worst member's.
+func health(r *run) []upstreamStatus {
+	var out []upstreamStatus
+	states := []map[string]int{}
+	cooling, suspect := []int{}, []int{}
+	var ok []float64
+	for _, m := range r.members {
+		for i, h := range m.ft.Health() {
+			if i == len(out) {
+				out = append(out, upstreamStatus{name: h.Name})
+				states, cooling, suspect, ok = append(states, map[string]int{}), append(cooling, 0), append(suspect, 0), append(ok, 0)
+			}
+			u := &out[i]
+			states[i][h.State]++
+			cooling[i] += b2i(h.Cooldown > 0)
+			suspect[i] += b2i(h.Suspect)
+			ok[i] += h.SuccessRate * float64(h.Window)
+			u.window += h.Window
+			u.p99 = max(u.p99, h.P99)
+			if len(r.members) == 1 {
+				u.success = h.SuccessRate
+				u.long = h.State
+				if h.Cooldown > 0 {
+					u.long = "cooling " + fmtDur(h.Cooldown)
+				}
+			}
+		}
+	}
+	for i := range out {
+		u := &out[i]
+		u.state = countStates(states[i])
+		if len(r.members) > 1 {
+			u.success = 1 // as Health says of an upstream without attempts
+			if u.window > 0 {
+				u.success = ok[i] / float64(u.window)
+			}
+			u.long = u.state
+			if cooling[i] > 0 {
+				u.long += fmt.Sprintf(", %d cooling", cooling[i])
+			}
+		}
+		switch {
+		case suspect[i] > 0 && len(r.members) > 1:
+			u.long += fmt.Sprintf(", %d suspect", suspect[i])
+		case suspect[i] > 0:
+			u.long += ", suspect"
+		}
+	}
+	return out
 }
 
 // p99 formats an upstream's p99, "-" before its first attempt.
