@@ -391,7 +391,7 @@ func (c *call) run() (*http.Response, error) {
 // round tries each upstream in order once. It reports done with the
 // result when the request is over.
 func (c *call) round(ctx context.Context) (*http.Response, error, bool) {
-	if c.t.hedge != nil && c.body.replayable {
+	if c.t.hedge != nil && c.body.replayable && len(c.t.upstreams) > 1 {
 		return c.hedged(ctx)
 	}
 	var buf [8]*upstream
@@ -459,6 +459,7 @@ type flight struct {
 	lost     atomic.Bool
 	state    atomic.Int32 // flying, delivered or abandoned
 	panicked any
+	stack    []byte
 }
 
 // attempt sends the request to u. It reports done with the result when the

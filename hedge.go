@@ -4,6 +4,10 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"fmt"
+	"log"
+	"runtime/debug"
+	"slices"
 	"net/http"
 	"sync/atomic"
 	"time"
@@ -62,6 +66,9 @@ const defaultHedgeMaxDelay = 2 * time.Second
 // hedgeBurst is how many hedges the budget holds when full.
 const hedgeBurst = 10
 
+// hedgeUnit is one hedge in the budget's count.
+const hedgeUnit = 1_000_000
+
 func (c HedgeConfig) withDefaults() HedgeConfig {
 	if c.MinDelay == 0 {
 		c.MinDelay = 20 * time.Millisecond
@@ -100,9 +107,9 @@ func (c HedgeConfig) validate() error {
 // metrics.
 type hedger struct {
 	HedgeConfig
-	// tokens is the budget in thousandths of a hedge: each request adds
-	// Percent*10, each hedge takes 1000, and it holds at most
-	// hedgeBurst*1000.
+	// tokens is the budget in millionths of a hedge (hedgeUnit): each
+	// request adds Percent/100 of a hedge, each hedge takes one, and it
+	// holds at most hedgeBurst.
 	tokens  atomic.Int64
 	deposit int64
 
@@ -115,12 +122,12 @@ func newHedger(c HedgeConfig, s *metrics.Set) *hedger {
 	c = c.withDefaults()
 	h := &hedger{
 		HedgeConfig: c,
-		deposit:     int64(c.Percent * 10),
+		deposit:     int64(c.Percent / 100 * hedgeUnit),
 		sent:        s.GetOrCreateCounter("failover_hedges_total"),
 		won:         s.GetOrCreateCounter("failover_hedge_wins_total"),
 		denied:      s.GetOrCreateCounter("failover_hedges_denied_total"),
 	}
-	h.tokens.Store(hedgeBurst * 1000)
+	h.tokens.Store(hedgeBurst * hedgeUnit)
 	return h
 }
 
@@ -128,7 +135,7 @@ func newHedger(c HedgeConfig, s *metrics.Set) *hedger {
 func (h *hedger) earn() {
 	for {
 		v := h.tokens.Load()
-		if v >= hedgeBurst*1000 || h.tokens.CompareAndSwap(v, min(v+h.deposit, hedgeBurst*1000)) {
+		if v >= hedgeBurst*hedgeUnit || h.tokens.CompareAndSwap(v, min(v+h.deposit, hedgeBurst*hedgeUnit)) {
 			return
 		}
 	}
@@ -141,11 +148,11 @@ func (h *hedger) spend() bool {
 	}
 	for {
 		v := h.tokens.Load()
-		if v < 1000 {
+		if v < hedgeUnit {
 			h.denied.Inc()
 			return false
 		}
-		if h.tokens.CompareAndSwap(v, v-1000) {
+		if h.tokens.CompareAndSwap(v, v-hedgeUnit) {
 			return true
 		}
 	}
@@ -153,8 +160,14 @@ func (h *hedger) spend() bool {
 
 // refund gives back a hedge that was not sent.
 func (h *hedger) refund() {
-	if h.Percent < 100 {
-		h.tokens.Add(1000)
+	if h.Percent >= 100 {
+		return
+	}
+	for {
+		v := h.tokens.Load()
+		if h.tokens.CompareAndSwap(v, min(v+hedgeUnit, hedgeBurst*hedgeUnit)) {
+			return
+		}
 	}
 }
 
@@ -199,25 +212,28 @@ func (c *call) hedged(ctx context.Context) (*http.Response, error, bool) {
 	sender := &call{t: c.t, req: c.req, addressed: c.addressed}
 	var flying []*flight
 	next, hedges := 0, 0
+	// However the round ends, even by a panic, the attempts still in
+	// flight are canceled and closed.
+	defer func() { c.abandon(flying, results) }()
 
 	// launch sends the request to the next upstream that takes it. It
-	// reports whether it did, and the error that ends the request.
+	// reports whether it did, and the error that ends the request. A
+	// hedge goes only to an upstream whose circuit is closed (a canceled
+	// probe would leave its circuit without a verdict), and a hedge that
+	// cannot go leaves that upstream to fail over to.
 	launch := func(hedge bool) (bool, error) {
 		for next < len(order) {
 			u := order[next]
+			if hedge && u.breaker.status() != Closed {
+				return false, nil
+			}
 			next++
 			now := time.Now()
 			p, ok := c.admit(u, now)
 			if !ok {
 				continue
 			}
-			if hedge && p.probe != 0 {
-				// A hedge that loses is canceled: a half-open circuit
-				// would get no verdict from it.
-				u.breaker.done(p, Canceled)
-				continue
-			}
-			if hedge && !h.spend() {
+			if hedge && (p.probe != 0 || !h.spend()) {
 				u.breaker.done(p, Canceled) // hand the permit back unused
 				next--
 				return false, nil
@@ -225,10 +241,11 @@ func (c *call) hedged(ctx context.Context) (*http.Response, error, bool) {
 			f := &flight{u: u, p: p, start: now, hedge: hedge}
 			if err := c.prepare(ctx, f, true); err != nil {
 				u.breaker.done(p, Canceled)
+				c.addErr(u, err)
 				if hedge {
 					h.refund()
+					return false, nil // the attempts in flight may still answer
 				}
-				c.addErr(u, err)
 				return false, err
 			}
 			if hedge {
@@ -240,15 +257,10 @@ func (c *call) hedged(ctx context.Context) (*http.Response, error, bool) {
 		}
 		return false, nil
 	}
-	// end is the request's end: the attempts in flight are abandoned.
-	end := func(resp *http.Response, err error) (*http.Response, error, bool) {
-		c.abandon(flying, results)
-		return resp, err, true
-	}
 
 	ok, err := launch(false)
 	if err != nil {
-		return end(c.finish())
+		return c.finishRound()
 	}
 	if !ok {
 		return nil, nil, false
@@ -263,41 +275,31 @@ func (c *call) hedged(ctx context.Context) (*http.Response, error, bool) {
 		select {
 		case <-ctx.Done():
 			c.discardHeld()
-			return end(nil, ctx.Err())
+			return nil, ctx.Err(), true
 		case <-tick:
-			ok, err := launch(true)
-			if err != nil {
-				return end(c.finish())
-			}
-			if !ok {
-				hedges = h.MaxHedges // out of budget or of upstreams
+			if ok, _ := launch(true); !ok {
+				hedges = h.MaxHedges // out of budget, or nowhere to hedge to
 				continue
 			}
 			hedges++
 			timer.Reset(c.t.hedgeDelay(flying[len(flying)-1].u, time.Now()))
 		case f := <-results:
-			for i, g := range flying {
-				if g == f {
-					flying = append(flying[:i], flying[i+1:]...)
-					break
-				}
-			}
+			flying = slices.DeleteFunc(flying, func(g *flight) bool { return g == f })
 			if f.panicked != nil {
-				c.abandon(flying, results)
-				panic(f.panicked)
+				panic(f.panicked) // the deferred abandon cleans up the rest
 			}
 			if resp, err, done := c.settle(f); done {
 				if f.hedge && resp != nil {
 					h.won.Inc()
 				}
-				return end(resp, err)
+				return resp, err, true
 			}
 			if len(flying) > 0 {
 				continue // another attempt may still answer
 			}
 			ok, err := launch(false) // fail over as usual
 			if err != nil {
-				return end(c.finish())
+				return c.finishRound()
 			}
 			if !ok {
 				return nil, nil, false
@@ -305,6 +307,12 @@ func (c *call) hedged(ctx context.Context) (*http.Response, error, bool) {
 			timer.Reset(c.t.hedgeDelay(flying[0].u, time.Now()))
 		}
 	}
+}
+
+// finishRound ends the request with the latest answer or an Error.
+func (c *call) finishRound() (*http.Response, error, bool) {
+	resp, err := c.finish()
+	return resp, err, true
 }
 
 // probing reports whether one of flights is a half-open probe: it is not
@@ -320,12 +328,15 @@ func probing(flights []*flight) bool {
 }
 
 // fly runs f and hands its result to the call, or cleans up when the call
-// is over. A panic in Base or Classify reaches the caller's goroutine, or
-// this one's when the call is over.
+// is over. A panic in Base or Classify reaches the caller's goroutine; when
+// the call is over, it is logged instead, as net/http logs a handler's
+// panic: the caller has its answer, and a panic on a goroutine of our own
+// would end the program.
 func (c *call) fly(f *flight, results chan<- *flight) {
 	defer func() {
 		if v := recover(); v != nil {
 			f.panicked = v
+			f.stack = debug.Stack()
 		}
 		if f.state.CompareAndSwap(flying, delivered) {
 			results <- f // never blocks: it holds every attempt of the round
@@ -333,40 +344,49 @@ func (c *call) fly(f *flight, results chan<- *flight) {
 		}
 		f.cleanup()
 		if f.panicked != nil {
-			panic(f.panicked)
+			c.t.logPanic(f)
 		}
 	}()
 	c.send(f)
 }
 
-// abandon cancels the attempts in flight. Those that have answered already
-// are cleaned up here; the others clean up when Base returns.
+// abandon ends the attempts still in flight: it cancels those that have
+// not answered, which clean up when Base returns, and closes the answers
+// already on their way.
 func (c *call) abandon(flights []*flight, results <-chan *flight) {
 	pending := 0
 	for _, f := range flights {
 		f.lost.Store(true)
-		f.cancel(errHedgeLost)
-		if !f.state.CompareAndSwap(flying, abandoned) {
+		if f.state.CompareAndSwap(flying, abandoned) {
+			f.cancel(errHedgeLost)
+		} else {
 			pending++ // delivered: on its way to results
 		}
 	}
-	var panicked any
 	for range pending {
 		f := <-results
 		f.cleanup()
 		if f.panicked != nil {
-			panicked = f.panicked
+			c.t.logPanic(f)
 		}
-	}
-	if panicked != nil {
-		panic(panicked)
 	}
 }
 
-// cleanup closes what an attempt nobody waits for got.
+// cleanup closes what an attempt nobody waits for got: it drains a
+// response (so that its connection can serve again), then ends its context.
 func (f *flight) cleanup() {
 	if f.resp != nil {
 		discard(f.resp)
 	}
 	f.cancel(errHedgeLost)
+}
+
+// logPanic reports the panic of an attempt nobody waits for.
+func (t *Transport) logPanic(f *flight) {
+	msg := fmt.Sprintf("failover: panic in an abandoned hedged attempt to %s: %v\n%s", f.u.name, f.panicked, f.stack)
+	if t.logger != nil {
+		t.logger.Error(msg)
+		return
+	}
+	log.Print(msg)
 }

@@ -438,3 +438,60 @@ func TestHedgeHungUpstreamTrips(t *testing.T) {
 		}
 	})
 }
+
+// A hedge never goes to a half-open upstream, and does not use up its turn:
+// when the first attempt fails, the request still fails over to it.
+func TestHedgeLeavesHalfOpenUpstreamForFailover(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := newFakeNet()
+		n.status("a.test", 200, "a")
+		n.status("b.test", 503, "down")
+		tr := newTestTransport(t, twoUpstreams(n, Config{
+			Breaker: BreakerConfig{FailureThreshold: 1, Cooldown: time.Second},
+			Hedge:   &HedgeConfig{Delay: 10 * time.Millisecond},
+		}))
+		n.status("a.test", 503, "down")
+		resp, _ := tr.RoundTrip(httptestRequest("GET", "http://a.test/", "")) // a fails, b fails: both open
+		resp.Body.Close()
+		tr.Reset("a")
+		if h := tr.Health(); h[0].State != "closed" || h[1].State != "open" {
+			t.Fatalf("setup: %s %s", h[0].State, h[1].State)
+		}
+		time.Sleep(time.Second) // b half-open
+		n.handle("a.test", func(*http.Request) (*http.Response, error) {
+			time.Sleep(50 * time.Millisecond)
+			return respond(503, "still down"), nil
+		})
+		n.status("b.test", 200, "b")
+		if got := readBody(t, mustGet(t, tr, "http://a.test/")); got != "b" {
+			t.Fatalf("body %q: the half-open backup was not failed over to", got)
+		}
+		if got := metricValue(t, tr, "failover_hedges_total"); got != 0 {
+			t.Errorf("%v hedges to a half-open upstream", got)
+		}
+	})
+}
+
+// A hedge whose body cannot be had (GetBody fails) is not sent, and the
+// attempt in flight still answers the request.
+func TestHedgeGetBodyFails(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := newFakeNet()
+		n.handle("a.test", slowly(100*time.Millisecond, "a", new(atomic.Int32)))
+		n.status("b.test", 200, "b")
+		tr := newTestTransport(t, twoUpstreams(n, Config{Hedge: &HedgeConfig{Delay: 10 * time.Millisecond}}))
+		req := httptestRequest("POST", "http://a.test/", "body")
+		calls := 0
+		req.GetBody = func() (io.ReadCloser, error) {
+			calls++
+			return nil, errors.New("gone")
+		}
+		resp, err := tr.RoundTrip(req)
+		if err != nil {
+			t.Fatalf("the hedge's body failed the request: %v", err)
+		}
+		if got := readBody(t, resp); got != "a" || calls != 1 || n.count("b.test") != 0 {
+			t.Fatalf("body %q, GetBody calls %d, backup requests %d", got, calls, n.count("b.test"))
+		}
+	})
+}
