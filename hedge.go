@@ -6,9 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"log"
+	"net/http"
 	"runtime/debug"
 	"slices"
-	"net/http"
 	"sync/atomic"
 	"time"
 
