@@ -37,8 +37,13 @@ import (
 //     whatever the fleet's size: at 0.5 % errors, a stray error completes
 //     such a run of 5 about once in 60 million.
 //
-// Nothing secret is shared: upstream names and durations only. Upstreams
-// are matched by [Upstream.Name], so every process must name them alike.
+// Nothing secret is shared: upstream names, durations and request rates
+// only. Upstreams are matched by [Upstream.Name], so every process must
+// name them alike; an upstream without a Name is named after its host,
+// which is then shared too.
+//
+// The fleet's failures count under the consecutive-failure rule only; with
+// BreakerConfig.FailureRate, each process judges its own failures.
 //
 // The Transport calls Shared only from goroutines of its own, never from a
 // request: a slow or unreachable store adds no latency to requests and
@@ -50,13 +55,17 @@ import (
 type Shared interface {
 	// Publish records e in the store and tells the other members.
 	// Publishing an Open or Cooling event never shortens what the store
-	// holds; Closed clears the upstream's open state and probe lease.
+	// holds. Closed clears the upstream's open state and probe lease and
+	// records, for For, that the fleet closed the circuit; Open clears
+	// that record. Reset does what Closed does and clears the cooldown
+	// too. Failure is not stored.
 	Publish(ctx context.Context, e SharedEvent) error
 
 	// Load returns what the store holds for the named upstreams: an
-	// Open event for each open circuit and a Cooling event for each
+	// Open event for each open circuit, a Closed event for each circuit
+	// the fleet closed within its For, and a Cooling event for each
 	// cooldown, with For the time left. An upstream it returns nothing
-	// for is neither.
+	// for is none of these, or the store lost its state.
 	Load(ctx context.Context, upstreams []string) ([]SharedEvent, error)
 
 	// Subscribe calls deliver with each event that members publish,
@@ -86,6 +95,9 @@ const (
 	// SharedFailure: an attempt failed while the circuit was closed.
 	// It is only published, never stored.
 	SharedFailure
+	// SharedReset: an operator closed the circuit and ended the cooldown
+	// (Transport.Reset); it clears both for everyone.
+	SharedReset
 )
 
 // String returns "open", "closed" or "cooling".
@@ -99,6 +111,8 @@ func (k SharedKind) String() string {
 		return "cooling"
 	case SharedFailure:
 		return "failure"
+	case SharedReset:
+		return "reset"
 	}
 	return "unknown"
 }
@@ -114,7 +128,7 @@ type SharedEvent struct {
 	Age      time.Duration  // Failure: how long before it was published it happened
 	Member   string         // the member that published it
 
-	at time.Time // when it happened, for Age
+	at time.Time // when it happened, for Age and For
 }
 
 // Defaults of the fleet's work.
@@ -132,13 +146,15 @@ type fleet struct {
 	byName   map[string]*upstream
 	names    []string
 	every    time.Duration // reconcile period, and the bound on each call
-	queue    chan SharedEvent
+	queue    chan SharedEvent // open, closed, cooling, reset: these come first
+	failures chan SharedEvent
 	leases   chan *upstream
 	cancel   context.CancelFunc
 	wg       sync.WaitGroup
 	stopOnce sync.Once
 	down     atomic.Bool // the store failed last time; local state rules
 	started  atomic.Bool // some call to the store succeeded
+	stopped  atomic.Bool // Close was called: local state rules
 
 	errors    *metrics.Counter
 	dropped   *metrics.Counter
@@ -217,7 +233,8 @@ func newFleet(t *Transport, s Shared, every time.Duration) *fleet {
 		member:  hex.EncodeToString(id[:]),
 		byName:  map[string]*upstream{},
 		every:   every,
-		queue:   make(chan SharedEvent, sharedQueue),
+		queue:    make(chan SharedEvent, sharedQueue),
+		failures: make(chan SharedEvent, sharedQueue),
 		leases:  make(chan *upstream, len(t.upstreams)),
 		errors:  t.metrics.GetOrCreateCounter("failover_shared_errors_total"),
 		dropped: t.metrics.GetOrCreateCounter("failover_shared_dropped_total"),
@@ -250,15 +267,16 @@ func (f *fleet) start() {
 }
 
 func (f *fleet) stop() {
+	f.stopped.Store(true)
 	f.cancel()
 	f.wg.Wait()
 }
 
 // mayProbe reports whether this process may send u's half-open probe: it
-// holds the fleet's lease, or the store is unreachable. Otherwise it asks
-// for the lease, without waiting for it.
+// holds the fleet's lease, or the store is unreachable, or the Transport
+// is closed. Otherwise it asks for the lease, without waiting for it.
 func (f *fleet) mayProbe(u *upstream, now time.Time) bool {
-	if f.down.Load() || now.UnixNano() < u.fleet.lease.Load() {
+	if f.down.Load() || f.stopped.Load() || now.UnixNano() < u.fleet.lease.Load() {
 		return true
 	}
 	if u.fleet.wanting.CompareAndSwap(false, true) {
@@ -273,9 +291,13 @@ func (f *fleet) mayProbe(u *upstream, now time.Time) bool {
 
 // publish queues e, without waiting; a full queue drops it.
 func (f *fleet) publish(e SharedEvent) {
-	e.Member = f.member
+	e.Member, e.at = f.member, time.Now()
+	q := f.queue
+	if e.Kind == SharedFailure {
+		q = f.failures
+	}
 	select {
-	case f.queue <- e:
+	case q <- e:
 	default:
 		f.dropped.Inc()
 	}
@@ -288,17 +310,19 @@ func (f *fleet) changed(u *upstream, c stateChange) {
 	}
 	switch {
 	case c.to == Open:
-		f.publish(SharedEvent{Upstream: u.name, Kind: SharedOpen, For: u.breaker.remaining()})
+		if left := u.breaker.remaining(); left > 0 {
+			f.publish(SharedEvent{Upstream: u.name, Kind: SharedOpen, For: left})
+		}
 	case c.to == Closed:
 		u.fleet.lease.Store(0)
-		f.publish(SharedEvent{Upstream: u.name, Kind: SharedClosed})
+		f.publish(SharedEvent{Upstream: u.name, Kind: SharedClosed, For: u.breaker.probeTTL})
 	}
 }
 
 // failure publishes a failed attempt on u, while its circuit is closed,
 // and trips it when the fleet's failures are dense enough.
 func (f *fleet) failure(u *upstream) {
-	if u.breaker.status() != Closed {
+	if !u.breaker.counting || u.breaker.status() != Closed {
 		return
 	}
 	now := time.Now()
@@ -329,12 +353,10 @@ func (f *fleet) work(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case e := <-f.queue:
-			if !e.at.IsZero() {
-				e.Age = time.Since(e.at)
-			}
-			if f.call(ctx, func(ctx context.Context) error { return f.s.Publish(ctx, e) }) {
-				f.published.Inc()
-			}
+			f.send(ctx, e)
+		case e := <-f.failures:
+			f.sendQueued(ctx) // state changes go first
+			f.send(ctx, e)
 		case u := <-f.leases:
 			var got bool
 			now := time.Now()
@@ -352,11 +374,43 @@ func (f *fleet) work(ctx context.Context) {
 	}
 }
 
+// sendQueued publishes the state changes waiting in the queue.
+func (f *fleet) sendQueued(ctx context.Context) {
+	for {
+		select {
+		case e := <-f.queue:
+			f.send(ctx, e)
+		default:
+			return
+		}
+	}
+}
+
+// send publishes e, with its durations counted from now.
+func (f *fleet) send(ctx context.Context, e SharedEvent) {
+	waited := time.Since(e.at)
+	switch e.Kind {
+	case SharedFailure:
+		e.Age = waited
+	case SharedOpen, SharedCooling:
+		if e.For -= waited; e.For <= 0 {
+			return // over before it could be told
+		}
+	}
+	if f.call(ctx, func(ctx context.Context) error { return f.s.Publish(ctx, e) }) {
+		f.published.Inc()
+	}
+}
+
 // reconcile reads the store and adopts what it holds, so that a missed
-// message or a restart still converges: open circuits and cooldowns, and
-// the end of an open circuit this process learned of from the fleet and
-// the fleet has closed since.
+// message or a restart still converges: open circuits, cooldowns, and
+// circuits the fleet closed. A circuit whose state changed while the
+// store was read keeps its new state: the read may predate it.
 func (f *fleet) reconcile(ctx context.Context) {
+	since := make([]int64, len(f.t.upstreams))
+	for i, u := range f.t.upstreams {
+		since[i] = u.breaker.since.Load()
+	}
 	var evs []SharedEvent
 	if !f.call(ctx, func(ctx context.Context) (err error) {
 		evs, err = f.s.Load(ctx, f.names)
@@ -364,22 +418,19 @@ func (f *fleet) reconcile(ctx context.Context) {
 	}) {
 		return
 	}
-	open := map[string]bool{}
 	for _, e := range evs {
-		if e.Kind == SharedOpen {
-			open[e.Upstream] = true
+		u := f.byName[e.Upstream]
+		if u == nil || (e.Kind != SharedCooling && u.breaker.since.Load() != since[u.index]) {
+			continue
+		}
+		if e.Kind == SharedClosed {
+			// Only a circuit this process holds open on the fleet's
+			// word: one it opened itself is its own to probe.
+			if u.breaker.openUntil.Load() == 0 {
+				continue
+			}
 		}
 		f.apply(e)
-	}
-	now := time.Now()
-	for _, u := range f.t.upstreams {
-		// The fleet's open state outlives this process's hold by no more
-		// than a message's delay: a hold with more than a period left and
-		// no open state in the store was closed by the fleet.
-		if !open[u.name] && u.breaker.openUntil.Load()-now.UnixNano() > int64(f.every) {
-			u.breaker.closeRemote()
-			f.adopted.Inc()
-		}
 	}
 }
 
@@ -397,7 +448,9 @@ func (f *fleet) listen(ctx context.Context) {
 			return
 		}
 		if err != nil {
-			f.failed(err)
+			// Counted, but the lease and state calls may still work: only
+			// they decide whether this process runs on its own.
+			f.errors.Inc()
 		}
 		if sleep(ctx, f.every) != nil {
 			return
@@ -418,14 +471,20 @@ func (f *fleet) apply(e SharedEvent) {
 			u.breaker.holdOpen(now.Add(e.For))
 			f.adopted.Inc()
 		}
-	case SharedClosed:
+	case SharedClosed, SharedReset:
 		u.fleet.lease.Store(0)
 		if u.breaker.status() != Closed {
 			u.breaker.closeRemote()
 			f.adopted.Inc()
 		}
+		if e.Kind == SharedReset {
+			u.cd.clear()
+		}
 	case SharedFailure:
 		at := now.Add(-min(max(e.Age, 0), time.Second))
+		if !u.breaker.counting {
+			return
+		}
 		if u.fleet.dense(at, e.Member, e.Rate, u.rate(now), u.breaker.threshold) && u.breaker.failing.Load() && u.breaker.status() == Closed {
 			u.breaker.trip()
 			f.adopted.Inc()
@@ -456,16 +515,9 @@ func (f *fleet) call(ctx context.Context, fn func(context.Context) error) bool {
 	}
 	f.started.Store(true)
 	if f.down.CompareAndSwap(true, false) {
+		// What this process learned alone stays its own: telling it now
+		// could reopen a circuit the fleet closed meanwhile.
 		f.log(slog.LevelInfo, "shared state reachable again")
-		// What this process learned during the outage, the fleet learns now.
-		for _, u := range f.t.upstreams {
-			if left := u.breaker.remaining(); left > 0 {
-				f.publish(SharedEvent{Upstream: u.name, Kind: SharedOpen, For: left})
-			}
-			if left := u.cd.remaining(time.Now()); left > 0 {
-				f.cooled(u, left, CooldownRateLimited)
-			}
-		}
 	}
 	return true
 }

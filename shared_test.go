@@ -3,6 +3,7 @@ package failover
 import (
 	"context"
 	"errors"
+	"net/http"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -19,6 +20,7 @@ import (
 type memShared struct {
 	mu     sync.Mutex
 	open   map[string]time.Time
+	closed map[string]time.Time
 	cool   map[string]time.Time
 	why    map[string]CooldownReason
 	lease  map[string]string
@@ -29,7 +31,7 @@ type memShared struct {
 }
 
 func newMemShared() *memShared {
-	return &memShared{open: map[string]time.Time{}, cool: map[string]time.Time{}, why: map[string]CooldownReason{},
+	return &memShared{open: map[string]time.Time{}, closed: map[string]time.Time{}, cool: map[string]time.Time{}, why: map[string]CooldownReason{},
 		lease: map[string]string{}, leased: map[string]time.Time{}, subs: map[chan SharedEvent]bool{}, kinds: map[SharedKind]int{}}
 }
 
@@ -45,6 +47,7 @@ func (m *memShared) Publish(ctx context.Context, e SharedEvent) error {
 	until := time.Now().Add(e.For)
 	switch e.Kind {
 	case SharedOpen:
+		delete(m.closed, e.Upstream)
 		if until.After(m.open[e.Upstream]) {
 			m.open[e.Upstream] = until
 		}
@@ -52,9 +55,13 @@ func (m *memShared) Publish(ctx context.Context, e SharedEvent) error {
 		if until.After(m.cool[e.Upstream]) {
 			m.cool[e.Upstream], m.why[e.Upstream] = until, e.Reason
 		}
-	case SharedClosed:
+	case SharedClosed, SharedReset:
 		delete(m.open, e.Upstream)
 		delete(m.lease, e.Upstream)
+		m.closed[e.Upstream] = until
+		if e.Kind == SharedReset {
+			delete(m.cool, e.Upstream)
+		}
 	}
 	for c := range m.subs {
 		select {
@@ -76,6 +83,9 @@ func (m *memShared) Load(ctx context.Context, names []string) ([]SharedEvent, er
 	for _, n := range names {
 		if left := m.open[n].Sub(now); left > 0 {
 			out = append(out, SharedEvent{Upstream: n, Kind: SharedOpen, For: left})
+		}
+		if left := m.closed[n].Sub(now); left > 0 {
+			out = append(out, SharedEvent{Upstream: n, Kind: SharedClosed, For: left})
 		}
 		if left := m.cool[n].Sub(now); left > 0 {
 			out = append(out, SharedEvent{Upstream: n, Kind: SharedCooling, For: left, Reason: m.why[n]})
@@ -165,7 +175,8 @@ func TestSharedSingleProbe(t *testing.T) {
 			t.Errorf("%d Open events published, want 1: adopted changes are not published again", got)
 		}
 
-		n.status("a.test", 200, "a")
+		// The cooldown ends while the primary is still down: one member
+		// probes, and its failure reopens every circuit.
 		time.Sleep(time.Second)
 		before := n.count("a.test")
 		for range 5 {
@@ -174,8 +185,22 @@ func TestSharedSingleProbe(t *testing.T) {
 			}
 			synctest.Wait()
 		}
-		if got := n.count("a.test") - before; got < 1 {
-			t.Fatal("nobody probed")
+		if got := n.count("a.test") - before; got != 1 {
+			t.Fatalf("%d probes reached the down primary, want 1 for the fleet", got)
+		}
+		for i, tr := range fleet {
+			if h := tr.Health()[0]; h.State != "open" {
+				t.Errorf("member %d is %s after the fleet's probe failed", i, h.State)
+			}
+		}
+
+		n.status("a.test", 200, "a")
+		time.Sleep(time.Second)
+		for range 3 { // the lease is taken in the background: the first requests go elsewhere
+			for _, tr := range fleet {
+				get(t, tr, "http://a.test/")
+				synctest.Wait()
+			}
 		}
 		for i, tr := range fleet {
 			if h := tr.Health()[0]; h.State != "closed" {
@@ -248,31 +273,132 @@ func TestSharedStoreDown(t *testing.T) {
 }
 
 // A member that learned of an open circuit from the fleet closes it when
-// the store no longer holds it (the Closed message was lost), but not a
-// circuit it opened itself.
-func TestSharedReconcileCloses(t *testing.T) {
+// the store says the fleet closed it (the Closed message was lost), but not
+// a circuit it opened itself; and a store that lost its state (a restart,
+// FLUSHALL) closes nothing.
+func TestSharedReconcile(t *testing.T) {
+	for _, tt := range []struct {
+		name  string
+		lose  func(s *memShared)
+		want1 string
+	}{
+		{"closed message lost", func(s *memShared) {
+			delete(s.open, "a")
+			s.closed["a"] = time.Now().Add(time.Second)
+		}, "closed"},
+		{"store emptied", func(s *memShared) { clear(s.open) }, "open"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				n := newFakeNet()
+				n.status("a.test", 503, "down")
+				n.status("b.test", 200, "b")
+				s := newMemShared()
+				fleet := fleetOf(t, 2, n, s, nil)
+				synctest.Wait()
+				get(t, fleet[0], "http://a.test/")
+				get(t, fleet[0], "http://a.test/")
+				synctest.Wait()
+				if fleet[1].Health()[0].State != "open" {
+					t.Fatal("setup: member 1 did not adopt the open circuit")
+				}
+				s.mu.Lock()
+				tt.lose(s)
+				s.mu.Unlock()
+				time.Sleep(200 * time.Millisecond)
+				if got := fleet[1].Health()[0].State; got != tt.want1 {
+					t.Errorf("member 1 is %s, want %s", got, tt.want1)
+				}
+				if got := fleet[0].Health()[0].State; got != "open" {
+					t.Errorf("member 0 is %s; it opened the circuit itself", got)
+				}
+			})
+		})
+	}
+}
+
+// Reset on one member closes the circuit and ends the cooldown everywhere,
+// and the store does not bring the cooldown back.
+func TestSharedReset(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		n := newFakeNet()
-		n.status("a.test", 503, "down")
+		n.status("a.test", 429, "slow down", "Retry-After", "30")
 		n.status("b.test", 200, "b")
 		s := newMemShared()
 		fleet := fleetOf(t, 2, n, s, nil)
 		synctest.Wait()
 		get(t, fleet[0], "http://a.test/")
-		get(t, fleet[0], "http://a.test/")
 		synctest.Wait()
-		if fleet[1].Health()[0].State != "open" {
-			t.Fatal("setup: member 1 did not adopt the open circuit")
+		if fleet[1].Health()[0].Cooldown < 29*time.Second {
+			t.Fatal("setup: member 1 did not adopt the cooldown")
 		}
-		s.mu.Lock()
-		delete(s.open, "a") // as if the Closed message were lost
-		s.mu.Unlock()
-		time.Sleep(200 * time.Millisecond)
-		if got := fleet[1].Health()[0].State; got != "closed" {
-			t.Errorf("member 1 is %s; the store says the circuit is no longer open", got)
+		fleet[0].Reset("a")
+		time.Sleep(500 * time.Millisecond) // several reconciles
+		for i, tr := range fleet {
+			if cd := tr.Health()[0].Cooldown; cd != 0 {
+				t.Errorf("member %d still cools down for %v after Reset", i, cd)
+			}
 		}
-		if got := fleet[0].Health()[0].State; got != "open" {
-			t.Errorf("member 0 is %s; it opened the circuit itself", got)
+	})
+}
+
+// After Close, an open circuit still probes on its own: no lease is
+// waited for from a fleet that is no longer listened to.
+func TestSharedAfterClose(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := newFakeNet()
+		n.status("a.test", 503, "down")
+		n.status("b.test", 200, "b")
+		tr := fleetOf(t, 1, n, newMemShared(), nil)[0]
+		synctest.Wait()
+		get(t, tr, "http://a.test/")
+		get(t, tr, "http://a.test/")
+		tr.Close()
+		n.status("a.test", 200, "a")
+		time.Sleep(time.Second)
+		get(t, tr, "http://a.test/")
+		if h := tr.Health()[0]; h.State != "closed" {
+			t.Errorf("after Close and the cooldown, the circuit is %s; no probe went", h.State)
+		}
+	})
+}
+
+// With FailureRate, the fleet's failures do not trip a process: each
+// judges its own.
+func TestSharedFailureRate(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := newFakeNet()
+		var i atomic.Int32
+		n.handle("a.test", func(*http.Request) (*http.Response, error) {
+			if i.Add(1)%8 == 0 {
+				return respond(503, "stray"), nil
+			}
+			return respond(200, "a"), nil
+		})
+		n.status("b.test", 200, "b")
+		s := newMemShared()
+		var fleet []*Transport
+		for range 3 {
+			cfg := twoUpstreams(n, Config{Shared: s, SharedSync: 100 * time.Millisecond,
+				Breaker: BreakerConfig{FailureRate: 0.5, MinRequests: 20, FailurePeriod: time.Minute}})
+			tr := newTestTransport(t, cfg)
+			t.Cleanup(func() { tr.Close() })
+			fleet = append(fleet, tr)
+		}
+		synctest.Wait()
+		for range 40 {
+			for _, tr := range fleet {
+				get(t, tr, "http://a.test/")
+			}
+			time.Sleep(time.Millisecond)
+		}
+		for j, tr := range fleet {
+			if h := tr.Health()[0]; h.State != "closed" {
+				t.Errorf("member %d: %s at 12.5 %% failures under a 50 %% FailureRate", j, h.State)
+			}
+		}
+		if s.published(SharedFailure) != 0 {
+			t.Errorf("%d failures published under FailureRate", s.published(SharedFailure))
 		}
 	})
 }

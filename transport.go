@@ -512,6 +512,9 @@ func (t *Transport) Reset(name string) error {
 		if u.name == name {
 			u.breaker.reset()
 			u.cd.clear()
+			if t.fleet != nil {
+				t.fleet.publish(SharedEvent{Upstream: u.name, Kind: SharedReset, For: u.breaker.probeTTL})
+			}
 			return nil
 		}
 	}

@@ -12,12 +12,14 @@
 //
 // What it keeps in Redis, for each upstream name, under
 // "{Prefix}:v1:{kind}:{name}": "open" while the upstream's circuit is open,
-// "cool" while it cools down after a 429 (its value the reason), and
-// "probe" while a member holds the half-open probe (its value the member).
-// Every key expires when what it says ends, so nothing stale outlives its
-// deadline; "open" and "cool" only ever grow longer. Events go to the
-// pub/sub channel "{Prefix}:v1:events" as small JSON messages. Nothing
-// else is written: no key, header or URL of any upstream.
+// "closed" for a cooldown's length after the fleet closed it, "cool" while
+// it cools down after a 429 (its value the reason), and "probe" while a
+// member holds the half-open probe (its value the member). Every key
+// expires when what it says ends, so nothing stale outlives its deadline;
+// "open" and "cool" only ever grow longer. Events go to the pub/sub channel
+// "{Prefix}:v1:events" as small JSON messages. Nothing else is written: no
+// key, header or URL of any upstream. Every command touches one key, so a
+// Redis Cluster serves it too.
 //
 // The "v1" is the schema of these keys and messages: a release that
 // changes them changes it, so that processes of the new release never read
@@ -90,13 +92,14 @@ type message struct {
 	Millis   int64   `json:"ms,omitempty"`
 	Reason   string  `json:"r,omitempty"`
 	Rate     float64 `json:"rps,omitempty"`
+	AgeMs    int64   `json:"age,omitempty"`
 	Member   string  `json:"m"`
 }
 
 var kinds = map[string]failover.SharedKind{}
 
 func init() {
-	for _, k := range []failover.SharedKind{failover.SharedOpen, failover.SharedClosed, failover.SharedCooling, failover.SharedFailure} {
+	for _, k := range []failover.SharedKind{failover.SharedOpen, failover.SharedClosed, failover.SharedCooling, failover.SharedFailure, failover.SharedReset} {
 		kinds[k.String()] = k
 	}
 }
@@ -106,7 +109,7 @@ func (s *Store) Publish(ctx context.Context, e failover.SharedEvent) error {
 	if _, ok := kinds[e.Kind.String()]; !ok {
 		return errors.New("redisshared: unknown event kind")
 	}
-	msg, err := json.Marshal(message{Upstream: e.Upstream, Kind: e.Kind.String(), Millis: e.For.Milliseconds(), Reason: string(e.Reason), Rate: e.Rate, Member: e.Member})
+	msg, err := json.Marshal(message{Upstream: e.Upstream, Kind: e.Kind.String(), Millis: e.For.Milliseconds(), Reason: string(e.Reason), Rate: e.Rate, AgeMs: e.Age.Milliseconds(), Member: e.Member})
 	if err != nil {
 		return err
 	}
@@ -114,6 +117,7 @@ func (s *Store) Publish(ctx context.Context, e failover.SharedEvent) error {
 	_, err = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		switch e.Kind {
 		case failover.SharedOpen:
+			p.Del(ctx, s.key("closed", e.Upstream))
 			extend.Eval(ctx, p, []string{s.key("open", e.Upstream)}, ms, "1")
 		case failover.SharedCooling:
 			reason := string(e.Reason)
@@ -121,8 +125,13 @@ func (s *Store) Publish(ctx context.Context, e failover.SharedEvent) error {
 				reason = string(failover.CooldownRateLimited)
 			}
 			extend.Eval(ctx, p, []string{s.key("cool", e.Upstream)}, ms, reason)
-		case failover.SharedClosed:
-			p.Del(ctx, s.key("open", e.Upstream), s.key("probe", e.Upstream))
+		case failover.SharedClosed, failover.SharedReset:
+			p.Del(ctx, s.key("open", e.Upstream))
+			p.Del(ctx, s.key("probe", e.Upstream))
+			p.Set(ctx, s.key("closed", e.Upstream), "1", time.Duration(ms)*time.Millisecond)
+			if e.Kind == failover.SharedReset {
+				p.Del(ctx, s.key("cool", e.Upstream))
+			}
 		}
 		p.Publish(ctx, s.channel, msg)
 		return nil
@@ -133,26 +142,38 @@ func (s *Store) Publish(ctx context.Context, e failover.SharedEvent) error {
 // Load reads the open and cool keys of upstreams, in one round trip.
 func (s *Store) Load(ctx context.Context, upstreams []string) ([]failover.SharedEvent, error) {
 	type read struct {
-		open *redis.DurationCmd
-		cool *redis.DurationCmd
-		why  *redis.StringCmd
+		open   *redis.DurationCmd
+		closed *redis.DurationCmd
+		cool   *redis.DurationCmd
+		why    *redis.StringCmd
 	}
 	reads := make([]read, len(upstreams))
-	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+	cmds, _ := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, u := range upstreams {
 			reads[i].open = p.PTTL(ctx, s.key("open", u))
+			reads[i].closed = p.PTTL(ctx, s.key("closed", u))
 			reads[i].cool = p.PTTL(ctx, s.key("cool", u))
 			reads[i].why = p.Get(ctx, s.key("cool", u))
 		}
 		return nil
 	})
-	if err != nil && !errors.Is(err, redis.Nil) {
-		return nil, err
+	for _, c := range cmds {
+		// A missing key is an answer; any other error makes the whole
+		// read unusable, or absent state would read as closed.
+		if err := c.Err(); err != nil && !errors.Is(err, redis.Nil) {
+			return nil, err
+		}
+	}
+	if len(cmds) == 0 && len(upstreams) > 0 {
+		return nil, errors.New("redisshared: empty pipeline")
 	}
 	var out []failover.SharedEvent
 	for i, u := range upstreams {
 		if d := reads[i].open.Val(); d > 0 && d <= maxFor {
 			out = append(out, failover.SharedEvent{Upstream: u, Kind: failover.SharedOpen, For: d})
+		}
+		if d := reads[i].closed.Val(); d > 0 && d <= maxFor {
+			out = append(out, failover.SharedEvent{Upstream: u, Kind: failover.SharedClosed, For: d})
 		}
 		if d := reads[i].cool.Val(); d > 0 && d <= maxFor {
 			out = append(out, failover.SharedEvent{Upstream: u, Kind: failover.SharedCooling, For: d, Reason: reason(reads[i].why.Val())})
@@ -202,20 +223,27 @@ func (s *Store) decode(payload string) (failover.SharedEvent, bool) {
 	if !ok || m.Millis < 0 || d > maxFor || m.Rate < 0 || m.Rate > 1e9 || m.Rate != m.Rate {
 		return failover.SharedEvent{}, false
 	}
-	return failover.SharedEvent{Upstream: m.Upstream, Kind: k, For: d, Reason: reason(m.Reason), Rate: m.Rate, Member: m.Member}, true
+	age := min(max(time.Duration(m.AgeMs)*time.Millisecond, 0), maxFor)
+	return failover.SharedEvent{Upstream: m.Upstream, Kind: k, For: d, Reason: reason(m.Reason), Rate: m.Rate, Age: age, Member: m.Member}, true
 }
 
+// acquire takes KEYS[1] for ARGV[1] for ARGV[2] milliseconds (SET NX PX),
+// or renews it when ARGV[1] holds it already.
+var acquire = redis.NewScript(`
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+	return 1
+end
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+	redis.call('PEXPIRE', KEYS[1], ARGV[2])
+	return 1
+end
+return 0
+`)
+
 // AcquireProbe takes the probe lease of upstream for member with SET NX
-// and a TTL. A member that holds it already still holds it.
+// and a TTL, in one script. A member that holds it already holds it for
+// ttl from now.
 func (s *Store) AcquireProbe(ctx context.Context, upstream, member string, ttl time.Duration) (bool, error) {
-	k := s.key("probe", upstream)
-	ok, err := s.rdb.SetNX(ctx, k, member, max(ttl, time.Millisecond)).Result()
-	if err != nil || ok {
-		return ok, err
-	}
-	holder, err := s.rdb.Get(ctx, k).Result()
-	if errors.Is(err, redis.Nil) {
-		return false, nil // it expired meanwhile: the next call takes it
-	}
-	return holder == member, err
+	n, err := acquire.Run(ctx, s.rdb, []string{s.key("probe", upstream)}, member, max(ttl, time.Millisecond).Milliseconds()).Int()
+	return n == 1, err
 }

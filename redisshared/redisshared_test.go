@@ -2,6 +2,8 @@ package redisshared
 
 import (
 	"context"
+	"encoding/json"
+	"strings"
 	"testing"
 	"time"
 
@@ -185,5 +187,104 @@ func TestStoreUnreachable(t *testing.T) {
 	}
 	if ctx.Err() != nil {
 		t.Error("calls waited for the deadline instead of failing")
+	}
+}
+
+// Closed leaves a record that the fleet closed the circuit, which Open
+// clears; Reset also ends the cooldown; a failure's age and rate travel
+// with it.
+func TestStoreClosedResetAge(t *testing.T) {
+	srv := startRedis(t)
+	s := New(srv.client(t), Options{})
+	publish(t, s, failover.SharedEvent{Upstream: "a", Kind: failover.SharedOpen, For: time.Minute})
+	publish(t, s, failover.SharedEvent{Upstream: "a", Kind: failover.SharedClosed, For: 2 * time.Second})
+	got := load(t, s, "a")
+	if _, open := got[failover.SharedOpen]; open {
+		t.Fatal("open after Closed")
+	}
+	if c, ok := got[failover.SharedClosed]; !ok || c.For <= time.Second || c.For > 2*time.Second {
+		t.Fatalf("no record of the close: %v", got)
+	}
+	publish(t, s, failover.SharedEvent{Upstream: "a", Kind: failover.SharedOpen, For: time.Minute})
+	if _, closed := load(t, s, "a")[failover.SharedClosed]; closed {
+		t.Fatal("Open left the record of the close")
+	}
+
+	publish(t, s, failover.SharedEvent{Upstream: "a", Kind: failover.SharedCooling, For: time.Minute})
+	publish(t, s, failover.SharedEvent{Upstream: "a", Kind: failover.SharedReset, For: time.Second})
+	got = load(t, s, "a")
+	if _, cool := got[failover.SharedCooling]; cool {
+		t.Fatal("cooling after Reset")
+	}
+	if _, open := got[failover.SharedOpen]; open {
+		t.Fatal("open after Reset")
+	}
+
+	want := failover.SharedEvent{Upstream: "a", Kind: failover.SharedFailure, Rate: 12.5, Age: 30 * time.Millisecond, Member: "m", Reason: failover.CooldownRateLimited}
+	msg, _ := json.Marshal(message{Upstream: "a", Kind: "failure", Rate: 12.5, AgeMs: 30, Member: "m"})
+	if e, ok := s.decode(string(msg)); !ok || e != want {
+		t.Fatalf("decoded %+v, want %+v", e, want)
+	}
+}
+
+// The member that holds the probe lease renews it: its TTL runs from the
+// renewal, so no other member can take it while the holder thinks it has it.
+func TestStoreLeaseRenewal(t *testing.T) {
+	srv := startRedis(t)
+	s := New(srv.client(t), Options{})
+	ctx := context.Background()
+	if ok, err := s.AcquireProbe(ctx, "a", "m1", 300*time.Millisecond); !ok || err != nil {
+		t.Fatal(ok, err)
+	}
+	time.Sleep(200 * time.Millisecond)
+	if ok, err := s.AcquireProbe(ctx, "a", "m1", 300*time.Millisecond); !ok || err != nil {
+		t.Fatal("the holder lost its lease", ok, err)
+	}
+	time.Sleep(200 * time.Millisecond) // 400ms after the first take, 200ms after the renewal
+	if ok, _ := s.AcquireProbe(ctx, "a", "m2", 300*time.Millisecond); ok {
+		t.Fatal("another member took a renewed lease")
+	}
+}
+
+// On a Redis Cluster (one node serving every slot) every call works: no
+// command spans two slots.
+func TestStoreCluster(t *testing.T) {
+	srv := startRedis(t, "--cluster-enabled", "yes")
+	ctx := context.Background()
+	node := srv.client(t)
+	if err := node.Do(ctx, "CLUSTER", "ADDSLOTSRANGE", "0", "16383").Err(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		info, _ := node.ClusterInfo(ctx).Result()
+		if strings.Contains(info, "cluster_state:ok") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the cluster did not come up: %s", info)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{srv.Addr}, MaxRetries: -1})
+	defer rdb.Close()
+	s := New(rdb, Options{})
+	for _, e := range []failover.SharedEvent{
+		{Upstream: "x", Kind: failover.SharedOpen, For: time.Minute},
+		{Upstream: "x", Kind: failover.SharedCooling, For: time.Minute},
+		{Upstream: "x", Kind: failover.SharedFailure, Rate: 1},
+		{Upstream: "x", Kind: failover.SharedClosed, For: time.Minute},
+		{Upstream: "x", Kind: failover.SharedReset, For: time.Minute},
+	} {
+		if err := s.Publish(ctx, e); err != nil {
+			t.Fatalf("Publish(%v): %v", e.Kind, err)
+		}
+	}
+	got := load(t, s, "x", "y")
+	if _, ok := got[failover.SharedClosed]; !ok || len(got) != 1 {
+		t.Fatalf("after Reset the store holds %v, want only the record of the close", got)
+	}
+	if ok, err := s.AcquireProbe(ctx, "x", "m", time.Second); !ok || err != nil {
+		t.Fatal(ok, err)
 	}
 }

@@ -22,9 +22,10 @@ type redisServer struct {
 	Addr string
 	port int
 	cmd  *exec.Cmd
+	args []string // more arguments to redis-server
 }
 
-func startRedis(t *testing.T) *redisServer {
+func startRedis(t *testing.T, args ...string) *redisServer {
 	t.Helper()
 	if _, err := exec.LookPath("redis-server"); err != nil {
 		if os.Getenv("FAILOVER_REQUIRE_REDIS") != "" {
@@ -38,7 +39,7 @@ func startRedis(t *testing.T) *redisServer {
 	}
 	port := l.Addr().(*net.TCPAddr).Port
 	l.Close()
-	s := &redisServer{t: t, port: port, Addr: "127.0.0.1:" + strconv.Itoa(port)}
+	s := &redisServer{t: t, port: port, Addr: "127.0.0.1:" + strconv.Itoa(port), args: args}
 	s.start()
 	t.Cleanup(s.Kill)
 	return s
@@ -46,8 +47,10 @@ func startRedis(t *testing.T) *redisServer {
 
 func (s *redisServer) start() {
 	s.t.Helper()
-	s.cmd = exec.Command("redis-server", "--port", strconv.Itoa(s.port), "--bind", "127.0.0.1",
-		"--save", "", "--appendonly", "no", "--protected-mode", "no", "--loglevel", "warning")
+	args := append([]string{"--port", strconv.Itoa(s.port), "--bind", "127.0.0.1",
+		"--save", "", "--appendonly", "no", "--protected-mode", "no", "--loglevel", "warning"}, s.args...)
+	s.cmd = exec.Command("redis-server", args...)
+	s.cmd.Dir = s.t.TempDir() // for a cluster's nodes.conf
 	if err := s.cmd.Start(); err != nil {
 		s.t.Fatalf("start redis-server: %v", err)
 	}
