@@ -145,7 +145,7 @@ type fleet struct {
 	member   string
 	byName   map[string]*upstream
 	names    []string
-	every    time.Duration // reconcile period, and the bound on each call
+	every    time.Duration    // reconcile period, and the bound on each call
 	queue    chan SharedEvent // open, closed, cooling, reset: these come first
 	failures chan SharedEvent
 	leases   chan *upstream
@@ -228,16 +228,16 @@ func newFleet(t *Transport, s Shared, every time.Duration) *fleet {
 	var id [8]byte
 	rand.Read(id[:])
 	f := &fleet{
-		t:       t,
-		s:       s,
-		member:  hex.EncodeToString(id[:]),
-		byName:  map[string]*upstream{},
-		every:   every,
+		t:        t,
+		s:        s,
+		member:   hex.EncodeToString(id[:]),
+		byName:   map[string]*upstream{},
+		every:    every,
 		queue:    make(chan SharedEvent, sharedQueue),
 		failures: make(chan SharedEvent, sharedQueue),
-		leases:  make(chan *upstream, len(t.upstreams)),
-		errors:  t.metrics.GetOrCreateCounter("failover_shared_errors_total"),
-		dropped: t.metrics.GetOrCreateCounter("failover_shared_dropped_total"),
+		leases:   make(chan *upstream, len(t.upstreams)),
+		errors:   t.metrics.GetOrCreateCounter("failover_shared_errors_total"),
+		dropped:  t.metrics.GetOrCreateCounter("failover_shared_dropped_total"),
 
 		published: t.metrics.GetOrCreateCounter(`failover_shared_events_total{direction="out"}`),
 		received:  t.metrics.GetOrCreateCounter(`failover_shared_events_total{direction="in"}`),
