@@ -37,7 +37,10 @@ import (
 // A canceled attempt counts as neither success nor failure, unless its
 // upstream is suspected of hanging (see HangConfig) when it is canceled:
 // then it counts as a failure, as it would have when it timed out, so that
-// hedging does not hide a hung upstream from its breaker.
+// hedging does not hide a hung upstream from its breaker. A fixed Delay far
+// below an upstream's usual latency makes every attempt on it lose: it
+// then looks hung and its circuit opens. The default delay, the upstream's
+// own p95, does not.
 type HedgeConfig struct {
 	// Delay is how long the first attempt may go unanswered before the
 	// hedge is sent. Zero means the p95 of the attempted upstream's

@@ -34,7 +34,11 @@
 // an open circuit scoring −1); [Config.Degraded] and [Config.Hang] try slow
 // and silent upstreams last; [Config.Probe] probes upstreams in the
 // background; [Upstream.Models] renames the model per upstream;
-// [Config.StreamGuard] fails over a stream that starts with an error.
+// [Config.StreamGuard] fails over a stream that starts with an error;
+// [Config.Hedge] sends a slow request to the next upstream too and takes
+// the first answer; [Config.Shared] shares open circuits, cooldowns and the
+// half-open probe across a fleet of processes (package redisshared keeps
+// them in Redis).
 //
 // The layers work on their own too: [Breaker] is one circuit in front of any
 // RoundTripper and [RateLimiter] the cooldown layer. [Transport.Health] and
