@@ -466,6 +466,9 @@ type flight struct {
 // request is over; otherwise it has kept the response or the error for
 // later.
 func (c *call) attempt(ctx context.Context, u *upstream, p permit, start time.Time) (*http.Response, error, bool) {
+	if p.probe != 0 {
+		defer u.breaker.releaseProbe(p) // even if GetBody panics
+	}
 	f := flight{u: u, p: p, start: start}
 	if err := c.prepare(ctx, &f, c.t.timeout > 0); err != nil {
 		u.breaker.done(p, Canceled)
@@ -580,14 +583,16 @@ func (c *call) send(f *flight) {
 	case lost:
 		// Canceled for a hedge that answered first: a failure only when
 		// the upstream looks hung, as the attempt would have timed out.
-		if resp == nil && ctx.Err() == nil && u.suspect(now, c.t.hang, c.t.degraded) {
+		if resp == nil && ctx.Err() == nil && (u.suspect(now, c.t.hang, c.t.degraded) || u.silent(f.start, now, c.t.hang, c.t.degraded)) {
 			o, err = Failed, errHedgeLost
 		}
 	case err == nil || ctx.Err() == nil:
 		o = c.t.classify(resp, err)
 	}
 	answered = o != Canceled && !errors.Is(err, ErrAttemptTimeout) && !lost
-	if c.t.router != nil && (o == Success || o == Rejected || o == Failed) {
+	if lost {
+		elapsed = -1 // cut short: how long it would have taken is unknown
+	} else if c.t.router != nil && (o == Success || o == Rejected || o == Failed) {
 		u.latency.observe(elapsed, now) // a fast 429 or 401 says nothing of speed
 	}
 	bo := breakerOutcome(o, err)

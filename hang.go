@@ -91,3 +91,15 @@ func (u *upstream) suspect(now time.Time, c HangConfig, d DegradedConfig) bool {
 	limit := max(c.Floor, time.Duration(c.Multiple*float64(u.recent.p99.Load())))
 	return quiet > int64(limit)
 }
+
+// silent reports whether u has answered nothing since start, longer ago
+// than the hang limit: an attempt started then and still unanswered looks
+// hung even when it is the only one in flight.
+func (u *upstream) silent(start, now time.Time, c HangConfig, d DegradedConfig) bool {
+	if c.Off || u.live.lastAnswer.Load() >= start.UnixNano() {
+		return false
+	}
+	u.refresh(now, d)
+	limit := max(c.Floor, time.Duration(c.Multiple*float64(u.recent.p99.Load())))
+	return now.Sub(start) > limit
+}

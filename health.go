@@ -21,7 +21,7 @@ const healthAge = 5 * time.Minute
 // memory stays bounded whatever the traffic.
 type window struct {
 	next   atomic.Uint64
-	ring   [windowSize]atomic.Int64 // latency<<4 | outcome<<1 | 1; 0 is empty
+	ring   [windowSize]atomic.Int64 // latency<<5 | unknown<<4 | outcome<<1 | 1; 0 is empty
 	at     [windowSize]atomic.Int64 // when, in unix nanoseconds
 	counts [len(outcomeNames)]atomic.Uint64
 	last   atomic.Pointer[lastError]
@@ -39,7 +39,11 @@ func (w *window) add(o Outcome, d time.Duration, now time.Time) {
 	}
 	i := (w.next.Add(1) - 1) % windowSize
 	w.at[i].Store(now.UnixNano())
-	w.ring[i].Store(int64(max(d, 0))<<4 | int64(o)<<1 | 1)
+	v := int64(max(d, 0))<<5 | int64(o)<<1 | 1
+	if d < 0 {
+		v = 1<<4 | int64(o)<<1 | 1 // an outcome whose latency is unknown
+	}
+	w.ring[i].Store(v)
 }
 
 // rate returns the attempts per second over the window's attempts that are
@@ -78,7 +82,9 @@ func (w *window) stats(since time.Time) windowStats {
 		if v == 0 || w.at[i].Load() < from {
 			continue
 		}
-		s.latencies = append(s.latencies, time.Duration(v>>4))
+		if v&(1<<4) == 0 {
+			s.latencies = append(s.latencies, time.Duration(v>>5))
+		}
 		switch Outcome(v >> 1 & 7) {
 		case Success, Rejected:
 			s.good++
@@ -106,10 +112,12 @@ func (s windowStats) percentile(q float64) time.Duration {
 }
 
 // observe records one attempt at u in its window and metrics.
+// observe records an attempt's outcome and latency; a negative latency is
+// unknown (the attempt was cut short) and counts in no percentile.
 func (u *upstream) observe(o Outcome, d time.Duration, now time.Time) {
 	u.window.add(o, d, now)
 	u.m.requests[o].Inc()
-	if o != Canceled {
+	if o != Canceled && d >= 0 {
 		u.m.duration.Update(d.Seconds())
 	}
 }

@@ -214,23 +214,25 @@ func (c *call) hedged(ctx context.Context) (*http.Response, error, bool) {
 	// requests that are not hedged.
 	sender := &call{t: c.t, req: c.req, addressed: c.addressed}
 	var flying []*flight
-	next, hedges := 0, 0
+	hedges := 0
+	tried := make([]bool, len(order)) // upstreams the round has sent to or skipped
+	left := len(order)
 	// However the round ends, even by a panic, the attempts still in
 	// flight are canceled and closed.
 	defer func() { c.abandon(flying, results) }()
 
-	// launch sends the request to the next upstream that takes it. It
-	// reports whether it did, and the error that ends the request. A
-	// hedge goes only to an upstream whose circuit is closed (a canceled
-	// probe would leave its circuit without a verdict), and a hedge that
-	// cannot go leaves that upstream to fail over to.
+	// launch sends the request to the next upstream in order that takes
+	// it. It reports whether it did, and the error that ends the request.
+	// A hedge goes only to an upstream whose circuit is closed (a canceled
+	// probe would leave its circuit without a verdict), passing over the
+	// others and leaving them to fail over to.
 	launch := func(hedge bool) (bool, error) {
-		for next < len(order) {
-			u := order[next]
-			if hedge && u.breaker.status() != Closed {
-				return false, nil
+		for i, u := range order {
+			if tried[i] || (hedge && u.breaker.status() != Closed) {
+				continue
 			}
-			next++
+			tried[i] = true
+			left--
 			now := time.Now()
 			p, ok := c.admit(u, now)
 			if !ok {
@@ -238,11 +240,12 @@ func (c *call) hedged(ctx context.Context) (*http.Response, error, bool) {
 			}
 			if hedge && (p.probe != 0 || !h.spend()) {
 				u.breaker.done(p, Canceled) // hand the permit back unused
-				next--
+				tried[i] = false
+				left++
 				return false, nil
 			}
 			f := &flight{u: u, p: p, start: now, hedge: hedge}
-			if err := c.prepare(ctx, f, true); err != nil {
+			if err := c.prepareGuarded(ctx, f); err != nil {
 				u.breaker.done(p, Canceled)
 				c.addErr(u, err)
 				if hedge {
@@ -272,7 +275,7 @@ func (c *call) hedged(ctx context.Context) (*http.Response, error, bool) {
 	defer timer.Stop()
 	for {
 		var tick <-chan time.Time
-		if hedges < h.MaxHedges && next < len(order) && !probing(flying) {
+		if hedges < h.MaxHedges && left > 0 && !probing(flying) {
 			tick = timer.C
 		}
 		select {
@@ -289,10 +292,11 @@ func (c *call) hedged(ctx context.Context) (*http.Response, error, bool) {
 		case f := <-results:
 			flying = slices.DeleteFunc(flying, func(g *flight) bool { return g == f })
 			if f.panicked != nil {
+				f.cancel(nil)
 				panic(f.panicked) // the deferred abandon cleans up the rest
 			}
 			if resp, err, done := c.settle(f); done {
-				if f.hedge && resp != nil {
+				if f.hedge && resp != nil && resp == f.resp {
 					h.won.Inc()
 				}
 				return resp, err, true
@@ -310,6 +314,21 @@ func (c *call) hedged(ctx context.Context) (*http.Response, error, bool) {
 			timer.Reset(c.t.hedgeDelay(flying[0].u, time.Now()))
 		}
 	}
+}
+
+// prepareGuarded is prepare for a hedged round, where the attempt's probe
+// permit is released by send: a panic before then (in GetBody, say)
+// releases it here.
+func (c *call) prepareGuarded(ctx context.Context, f *flight) error {
+	if f.p.probe != 0 {
+		defer func() {
+			if r := recover(); r != nil {
+				f.u.breaker.releaseProbe(f.p)
+				panic(r)
+			}
+		}()
+	}
+	return c.prepare(ctx, f, true)
 }
 
 // finishRound ends the request with the latest answer or an Error.
@@ -367,11 +386,13 @@ func (c *call) abandon(flights []*flight, results <-chan *flight) {
 		}
 	}
 	for range pending {
-		f := <-results
-		f.cleanup()
-		if f.panicked != nil {
-			c.t.logPanic(f)
-		}
+		// Draining an answer can take a while: not on the caller's time.
+		go func(f *flight) {
+			f.cleanup()
+			if f.panicked != nil {
+				c.t.logPanic(f)
+			}
+		}(<-results)
 	}
 }
 

@@ -224,31 +224,32 @@ func TestHedgeDelayFromLatency(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		n := newFakeNet()
 		var latency atomic.Int64
-		latency.Store(int64(40 * time.Millisecond))
 		n.handle("a.test", func(r *http.Request) (*http.Response, error) {
 			return slowly(time.Duration(latency.Load()), "a", new(atomic.Int32))(r)
 		})
-		n.status("b.test", 200, "b")
+		// The backup takes 10ms, so that an answer from the primary at
+		// the very moment of the hedge still wins.
+		n.handle("b.test", slowly(10*time.Millisecond, "b", new(atomic.Int32)))
 		tr := newTestTransport(t, twoUpstreams(n, Config{
-			Hedge:    &HedgeConfig{MaxDelay: 500 * time.Millisecond},
+			Hedge:    &HedgeConfig{MaxDelay: 500 * time.Millisecond, Percent: 100},
 			Degraded: DegradedConfig{MinSamples: 5},
 		}))
 		latency.Store(int64(time.Second))
 		start := time.Now()
 		readBody(t, mustGet(t, tr, "http://a.test/"))
-		if d := time.Since(start); d != 500*time.Millisecond {
-			t.Errorf("with no samples the hedge went after %v, want MaxDelay (500ms)", d)
+		if d := time.Since(start); d != 510*time.Millisecond {
+			t.Errorf("with no samples the answer came after %v, want MaxDelay (500ms) + 10ms", d)
 		}
 		latency.Store(int64(40 * time.Millisecond))
-		for range 5 {
+		for range 40 { // the first, slow request stays among the samples
 			readBody(t, mustGet(t, tr, "http://a.test/"))
 		}
 		time.Sleep(time.Second) // the recent figures refresh
 		latency.Store(int64(time.Second))
 		start = time.Now()
 		readBody(t, mustGet(t, tr, "http://a.test/"))
-		if d := time.Since(start); d != 40*time.Millisecond {
-			t.Errorf("with a p95 of 40ms the hedge went after %v", d)
+		if d := time.Since(start); d != 50*time.Millisecond {
+			t.Errorf("with a p95 of 40ms the answer came after %v, want 40ms + 10ms", d)
 		}
 	})
 }
@@ -492,6 +493,52 @@ func TestHedgeGetBodyFails(t *testing.T) {
 		}
 		if got := readBody(t, resp); got != "a" || calls != 1 || n.count("b.test") != 0 {
 			t.Fatalf("body %q, GetBody calls %d, backup requests %d", got, calls, n.count("b.test"))
+		}
+	})
+}
+
+// A hedge passes over an upstream whose circuit is open and goes to the
+// next one that is closed.
+func TestHedgePassesOpenUpstream(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := newFakeNet()
+		n.status("b.test", 503, "down")
+		n.handle("a.test", slowly(time.Second, "a", new(atomic.Int32)))
+		n.handle("c.test", slowly(10*time.Millisecond, "c", new(atomic.Int32)))
+		tr := newTestTransport(t, Config{Base: n, Breaker: BreakerConfig{FailureThreshold: 1, Cooldown: time.Minute},
+			Hedge: &HedgeConfig{Delay: 50 * time.Millisecond},
+			Upstreams: []Upstream{{Name: "a", BaseURL: "http://a.test"}, {Name: "b", BaseURL: "http://b.test"}, {Name: "c", BaseURL: "http://c.test"}}})
+		n.status("a.test", 503, "down")
+		readBody(t, mustGet(t, tr, "http://a.test/")) // a and b fail and open; c answers
+		tr.Reset("a")
+		n.handle("a.test", slowly(time.Second, "a", new(atomic.Int32)))
+		start := time.Now()
+		if got := readBody(t, mustGet(t, tr, "http://a.test/")); got != "c" {
+			t.Fatalf("body %q: no hedge past the open b", got)
+		}
+		if d := time.Since(start); d != 60*time.Millisecond {
+			t.Errorf("answered after %v, want 60ms", d)
+		}
+	})
+}
+
+// A hung primary behind one request at a time (no concurrency for hang
+// suspicion to see) still opens its circuit: each attempt canceled by a
+// winning hedge after more than the hang limit of silence is a failure.
+func TestHedgeHungPrimaryOneAtATime(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := newFakeNet()
+		n.handle("a.test", slowly(time.Hour, "a", new(atomic.Int32)))
+		n.status("b.test", 200, "b")
+		tr := newTestTransport(t, twoUpstreams(n, Config{Hedge: &HedgeConfig{Delay: 200 * time.Millisecond, Percent: 100}}))
+		for range 10 {
+			if got := readBody(t, mustGet(t, tr, "http://a.test/")); got != "b" {
+				t.Fatalf("body %q", got)
+			}
+			synctest.Wait() // the canceled attempt settles after the answer
+		}
+		if h := tr.Health()[0]; h.State != "open" || n.count("a.test") != 5 {
+			t.Fatalf("primary %s after %d attempts; want open after 5 (FailureThreshold)", h.State, n.count("a.test"))
 		}
 	})
 }
