@@ -506,7 +506,7 @@ func TestHedgePassesOpenUpstream(t *testing.T) {
 		n.handle("a.test", slowly(time.Second, "a", new(atomic.Int32)))
 		n.handle("c.test", slowly(10*time.Millisecond, "c", new(atomic.Int32)))
 		tr := newTestTransport(t, Config{Base: n, Breaker: BreakerConfig{FailureThreshold: 1, Cooldown: time.Minute},
-			Hedge: &HedgeConfig{Delay: 50 * time.Millisecond},
+			Hedge:     &HedgeConfig{Delay: 50 * time.Millisecond},
 			Upstreams: []Upstream{{Name: "a", BaseURL: "http://a.test"}, {Name: "b", BaseURL: "http://b.test"}, {Name: "c", BaseURL: "http://c.test"}}})
 		n.status("a.test", 503, "down")
 		readBody(t, mustGet(t, tr, "http://a.test/")) // a and b fail and open; c answers
