@@ -197,6 +197,7 @@ func (b *breaker) changed(e circuitbreaker.StateChangedEvent) {
 	b.since.Store(at.UnixNano())
 	b.gen.Add(1)
 	b.openUntil.Store(0)
+	b.failing.Store(false)
 	if from == Closed && to == Open {
 		b.trips.Add(1)
 	}

@@ -48,7 +48,12 @@ import (
 // The Transport calls Shared only from goroutines of its own, never from a
 // request: a slow or unreachable store adds no latency to requests and
 // fails none. While it is unreachable, each Transport runs on its own
-// state, and it shares again when the store comes back.
+// state, and it shares again when the store comes back. An upstream whose
+// cooldown is over is probed by one process: the others skip it, as they
+// skip an upstream whose probe is in flight, until the verdict; so does the
+// one process until it has the lease, which it asks for in the background.
+// Each call is bounded by Config.SharedSync through its context: a store
+// must honour the context's deadline (see redisshared on go-redis).
 //
 // Durations are relative (how long from now), so that processes need not
 // agree on the time of day.
@@ -133,6 +138,7 @@ type SharedEvent struct {
 
 // Defaults of the fleet's work.
 const (
+	maxFailureAge     = time.Second // older failures are not told nor counted
 	defaultSharedSync = time.Second
 	sharedQueue       = 256 // events waiting to be published; more are dropped
 )
@@ -243,7 +249,9 @@ func newFleet(t *Transport, s Shared, every time.Duration) *fleet {
 		received:  t.metrics.GetOrCreateCounter(`failover_shared_events_total{direction="in"}`),
 		adopted:   t.metrics.GetOrCreateCounter(`failover_shared_applied_total`),
 	}
-	t.metrics.GetOrCreateGauge("failover_shared_up", func() float64 { return boolMetric(f.started.Load() && !f.down.Load()) })
+	t.metrics.GetOrCreateGauge("failover_shared_up", func() float64 {
+		return boolMetric(f.started.Load() && !f.down.Load() && !f.stopped.Load())
+	})
 	for _, u := range t.upstreams {
 		f.byName[u.name] = u
 		f.names = append(f.names, u.name)
@@ -291,6 +299,9 @@ func (f *fleet) mayProbe(u *upstream, now time.Time) bool {
 
 // publish queues e, without waiting; a full queue drops it.
 func (f *fleet) publish(e SharedEvent) {
+	if f.stopped.Load() {
+		return
+	}
 	e.Member, e.at = f.member, time.Now()
 	q := f.queue
 	if e.Kind == SharedFailure {
@@ -391,6 +402,9 @@ func (f *fleet) send(ctx context.Context, e SharedEvent) {
 	waited := time.Since(e.at)
 	switch e.Kind {
 	case SharedFailure:
+		if waited > maxFailureAge {
+			return // stale: with others as stale, it would look like a burst
+		}
 		e.Age = waited
 	case SharedOpen, SharedCooling:
 		if e.For -= waited; e.For <= 0 {
@@ -407,9 +421,13 @@ func (f *fleet) send(ctx context.Context, e SharedEvent) {
 // circuits the fleet closed. A circuit whose state changed while the
 // store was read keeps its new state: the read may predate it.
 func (f *fleet) reconcile(ctx context.Context) {
-	since := make([]int64, len(f.t.upstreams))
+	type mark struct{ since, openUntil, coolUntil int64 }
+	marks := make([]mark, len(f.t.upstreams))
+	snap := func(u *upstream) mark {
+		return mark{u.breaker.since.Load(), u.breaker.openUntil.Load(), u.cd.until.Load()}
+	}
 	for i, u := range f.t.upstreams {
-		since[i] = u.breaker.since.Load()
+		marks[i] = snap(u)
 	}
 	var evs []SharedEvent
 	if !f.call(ctx, func(ctx context.Context) (err error) {
@@ -418,9 +436,13 @@ func (f *fleet) reconcile(ctx context.Context) {
 	}) {
 		return
 	}
+	stale := make([]bool, len(marks))
+	for i, u := range f.t.upstreams {
+		stale[i] = snap(u) != marks[i] // changed meanwhile: the read may predate the change
+	}
 	for _, e := range evs {
 		u := f.byName[e.Upstream]
-		if u == nil || (e.Kind != SharedCooling && u.breaker.since.Load() != since[u.index]) {
+		if u == nil || stale[u.index] {
 			continue
 		}
 		if e.Kind == SharedClosed {
@@ -481,10 +503,10 @@ func (f *fleet) apply(e SharedEvent) {
 			u.cd.clear()
 		}
 	case SharedFailure:
-		at := now.Add(-min(max(e.Age, 0), time.Second))
-		if !u.breaker.counting {
+		if !u.breaker.counting || e.Age < 0 || e.Age > maxFailureAge {
 			return
 		}
+		at := now.Add(-e.Age)
 		if u.fleet.dense(at, e.Member, e.Rate, u.rate(now), u.breaker.threshold) && u.breaker.failing.Load() && u.breaker.status() == Closed {
 			u.breaker.trip()
 			f.adopted.Inc()

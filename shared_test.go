@@ -27,6 +27,7 @@ type memShared struct {
 	leased map[string]time.Time
 	subs   map[chan SharedEvent]bool
 	down   atomic.Bool // every call fails
+	stall  atomic.Bool // Publish waits for its context to end
 	kinds  map[SharedKind]int
 }
 
@@ -40,6 +41,10 @@ var errStoreDown = errors.New("store down")
 func (m *memShared) Publish(ctx context.Context, e SharedEvent) error {
 	if m.down.Load() {
 		return errStoreDown
+	}
+	if m.stall.Load() {
+		<-ctx.Done()
+		return ctx.Err()
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -399,6 +404,51 @@ func TestSharedFailureRate(t *testing.T) {
 		}
 		if s.published(SharedFailure) != 0 {
 			t.Errorf("%d failures published under FailureRate", s.published(SharedFailure))
+		}
+	})
+}
+
+// Failures queued while the store hung are not told when it answers
+// again: told together, they would look like a burst and trip the fleet.
+func TestSharedStaleFailures(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := newFakeNet()
+		var i atomic.Int32
+		n.handle("a.test", func(r *http.Request) (*http.Response, error) {
+			if i.Add(1)%5 == 0 || r.Header.Get("X-Fail") != "" {
+				return respond(503, "stray"), nil
+			}
+			return respond(200, "a"), nil
+		})
+		n.status("b.test", 200, "b")
+		s := newMemShared()
+		var fleet []*Transport
+		for range 2 {
+			tr := newTestTransport(t, twoUpstreams(n, Config{Shared: s, SharedSync: 100 * time.Millisecond}))
+			t.Cleanup(func() { tr.Close() })
+			fleet = append(fleet, tr)
+		}
+		synctest.Wait()
+		s.stall.Store(true)
+		for range 500 { // 5s at 100 requests/s, one in 5 failing: never dense
+			get(t, fleet[0], "http://a.test/")
+			get(t, fleet[1], "http://a.test/")
+			time.Sleep(10 * time.Millisecond)
+		}
+		// Member 1's last attempt fails: it would count a burst.
+		req := httptestRequest("GET", "http://a.test/", "")
+		req.Header.Set("X-Fail", "1")
+		resp, err := fleet[1].RoundTrip(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		s.stall.Store(false)
+		time.Sleep(time.Second) // the queue drains
+		for j, tr := range fleet {
+			if h := tr.Health()[0]; h.State != "closed" || h.Trips != 0 {
+				t.Errorf("member %d: %s, %d trips", j, h.State, h.Trips)
+			}
 		}
 	})
 }

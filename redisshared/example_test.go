@@ -13,7 +13,7 @@ import (
 // Redis client it already has: an outage one process sees is the whole
 // fleet's at once, and one process probes for all.
 func ExampleNew() {
-	rdb := redis.NewClient(&redis.Options{Addr: "localhost:6379"})
+	rdb := redis.NewClient(&redis.Options{Addr: "localhost:6379", ContextTimeoutEnabled: true})
 	defer rdb.Close()
 
 	t, err := failover.New(failover.Config{

@@ -2,7 +2,7 @@
 // fleet of processes, each with its own [failover.Transport], learns once
 // that an upstream is down:
 //
-//	rdb := redis.NewClient(&redis.Options{Addr: "localhost:6379"})
+//	rdb := redis.NewClient(&redis.Options{Addr: "localhost:6379", ContextTimeoutEnabled: true})
 //	t, err := failover.New(failover.Config{
 //		Upstreams: upstreams,
 //		Shared:    redisshared.New(rdb, redisshared.Options{Prefix: "myservice"}),
@@ -31,6 +31,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"net"
 	"time"
 
 	"github.com/failover-go/failover"
@@ -63,6 +64,12 @@ var _ failover.Shared = (*Store)(nil)
 
 // New returns a Store on rdb, a *redis.Client, *redis.ClusterClient or any
 // other redis.UniversalClient the program already has.
+//
+// Set ContextTimeoutEnabled in the client's options: the Transport bounds
+// each call by Config.SharedSync through its context, and go-redis ignores
+// a context's deadline without it (a Redis that accepts connections and
+// never answers then holds each call for the client's ReadTimeout, 3s by
+// default, and Transport.Close as long).
 func New(rdb redis.UniversalClient, opts Options) *Store {
 	p := opts.Prefix
 	if p == "" {
@@ -203,15 +210,29 @@ func (s *Store) Subscribe(ctx context.Context, deliver func(failover.SharedEvent
 		return cmp.Or(ctx.Err(), err)
 	}
 	for {
-		msg, err := ps.ReceiveMessage(ctx)
-		if err != nil {
+		// A connection that died without a word would keep the read
+		// waiting for minutes: after a quiet spell, a PING must come back.
+		msg, err := ps.ReceiveTimeout(ctx, healthCheck)
+		var nerr net.Error
+		switch {
+		case errors.As(err, &nerr) && nerr.Timeout() && ctx.Err() == nil:
+			if err := ps.Ping(ctx); err != nil {
+				return cmp.Or(ctx.Err(), err)
+			}
+			continue
+		case err != nil:
 			return cmp.Or(ctx.Err(), err)
 		}
-		if e, ok := s.decode(msg.Payload); ok {
-			deliver(e)
+		if m, ok := msg.(*redis.Message); ok {
+			if e, ok := s.decode(m.Payload); ok {
+				deliver(e)
+			}
 		}
 	}
 }
+
+// healthCheck is how long a subscription may be quiet before it is pinged.
+const healthCheck = 15 * time.Second
 
 func (s *Store) decode(payload string) (failover.SharedEvent, bool) {
 	var m message

@@ -89,7 +89,7 @@ func (s *redisServer) Restart() {
 
 // client returns a client of s, closed when the test ends.
 func (s *redisServer) client(t *testing.T) *redis.Client {
-	rdb := redis.NewClient(&redis.Options{Addr: s.Addr, DialTimeout: 500 * time.Millisecond, MaxRetries: -1})
+	rdb := redis.NewClient(&redis.Options{Addr: s.Addr, DialTimeout: 500 * time.Millisecond, MaxRetries: -1, ContextTimeoutEnabled: true})
 	t.Cleanup(func() { rdb.Close() })
 	return rdb
 }

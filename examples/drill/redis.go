@@ -130,6 +130,7 @@ func startRedis(ctx context.Context) (*redisServer, error) {
 // client returns a new client of s.
 func (s *redisServer) client() *redis.Client {
 	opts := *s.opts
+	opts.ContextTimeoutEnabled = true // SharedSync bounds every call
 	return redis.NewClient(&opts)
 }
 
