@@ -31,6 +31,10 @@ const (
 	tripWindow   = 900 * time.Millisecond // after the outage starts, before any cooldown can end
 	recoveryWait = 3 * time.Second
 	quietFor     = 8 * time.Second // a run without outage
+
+	// maxStopped bounds the failures before a sharing fleet stops: a
+	// third of what it takes without sharing.
+	maxStopped = fleetSize * threshold / 3
 )
 
 // primary is the upstream that fails: it answers 503 while down, and
@@ -321,8 +325,11 @@ func TestFleet(t *testing.T) {
 	if off.failedBeforeStop < fleetSize*(threshold-1) {
 		t.Errorf("sharing off: %d failures before the fleet stopped; the simulation should need about %d", off.failedBeforeStop, fleetSize*threshold)
 	}
-	if on.failedBeforeStop > 3*threshold {
-		t.Errorf("sharing on: %d failures before the fleet stopped, want about %d (at most %d)", on.failedBeforeStop, threshold, 3*threshold)
+	// About FailureThreshold plus what the fleet sends while the news
+	// spreads: 5 or 6 on a quiet machine, up to about 20 when this test
+	// shares 2 CPUs with others under -race. Without sharing, 100.
+	if on.failedBeforeStop > maxStopped {
+		t.Errorf("sharing on: %d failures before the fleet stopped, want about %d (at most %d)", on.failedBeforeStop, threshold, maxStopped)
 	}
 	if off.probesPerCool < fleetSize/2 {
 		t.Errorf("sharing off: %.1f probes per cooldown; each member should probe", off.probesPerCool)
@@ -367,7 +374,7 @@ func TestFleetRedisKilled(t *testing.T) {
 	if again.membersDown != 0 {
 		t.Errorf("%d members do not see Redis up again", again.membersDown)
 	}
-	if again.failedBeforeStop > 3*threshold || again.probesPerCool > 2 {
+	if again.failedBeforeStop > maxStopped || again.probesPerCool > 2 {
 		t.Errorf("after Redis came back, the fleet does not share: %v", again)
 	}
 }
