@@ -375,8 +375,11 @@ func TestHedgeOverHTTP(t *testing.T) {
 	if got := slowCanceled.Load(); got != requests {
 		t.Errorf("%d of %d losing attempts were canceled", got, requests)
 	}
-	if h := tr.Health()[0]; h.Requests.Failed != 0 || h.State != "closed" {
-		t.Errorf("slow upstream: %+v, state %s", h.Requests, h.State)
+	// The slow upstream never answers: its canceled attempts are neutral,
+	// or failures once it has been silent past the hang limit (on a loaded
+	// machine); never successes.
+	if h := tr.Health()[0]; h.Requests.Success != 0 || h.Requests.Canceled+h.Requests.Failed != requests {
+		t.Errorf("slow upstream: %+v", h.Requests)
 	}
 }
 

@@ -209,20 +209,27 @@ func (s *Store) Subscribe(ctx context.Context, deliver func(failover.SharedEvent
 	if _, err := ps.Receive(ctx); err != nil {
 		return cmp.Or(ctx.Err(), err)
 	}
+	pinged := false
 	for {
 		// A connection that died without a word would keep the read
-		// waiting for minutes: after a quiet spell, a PING must come back.
+		// waiting for minutes: after a quiet spell a PING goes out, and
+		// its answer must come before the next one is due.
 		msg, err := ps.ReceiveTimeout(ctx, healthCheck)
 		var nerr net.Error
 		switch {
 		case errors.As(err, &nerr) && nerr.Timeout() && ctx.Err() == nil:
+			if pinged {
+				return errors.New("redisshared: the subscription did not answer PING")
+			}
 			if err := ps.Ping(ctx); err != nil {
 				return cmp.Or(ctx.Err(), err)
 			}
+			pinged = true
 			continue
 		case err != nil:
 			return cmp.Or(ctx.Err(), err)
 		}
+		pinged = false
 		if m, ok := msg.(*redis.Message); ok {
 			if e, ok := s.decode(m.Payload); ok {
 				deliver(e)
