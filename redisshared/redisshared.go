@@ -239,7 +239,7 @@ func (s *Store) Subscribe(ctx context.Context, deliver func(failover.SharedEvent
 }
 
 // healthCheck is how long a subscription may be quiet before it is pinged.
-const healthCheck = 15 * time.Second
+var healthCheck = 15 * time.Second
 
 func (s *Store) decode(payload string) (failover.SharedEvent, bool) {
 	var m message
