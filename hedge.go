@@ -385,12 +385,13 @@ func (c *call) abandon(flights []*flight, results <-chan *flight) {
 			pending++ // delivered: on its way to results
 		}
 	}
+	t := c.t // not c, which stays on its caller's stack
 	for range pending {
 		// Draining an answer can take a while: not on the caller's time.
 		go func(f *flight) {
 			f.cleanup()
 			if f.panicked != nil {
-				c.t.logPanic(f)
+				t.logPanic(f)
 			}
 		}(<-results)
 	}
