@@ -94,12 +94,17 @@ func (u *upstream) suspect(now time.Time, c HangConfig, d DegradedConfig) bool {
 
 // silent reports whether u has answered nothing since start, longer ago
 // than the hang limit: an attempt started then and still unanswered looks
-// hung even when it is the only one in flight.
+// hung even when it is the only one in flight. Only an upstream with
+// enough recent latencies (Degraded.MinSamples) is judged: without its
+// p99, a slow upstream and a hung one look alike.
 func (u *upstream) silent(start, now time.Time, c HangConfig, d DegradedConfig) bool {
 	if c.Off || u.live.lastAnswer.Load() >= start.UnixNano() {
 		return false
 	}
 	u.refresh(now, d)
+	if int(u.recent.samples.Load()) < d.MinSamples {
+		return false
+	}
 	limit := max(c.Floor, time.Duration(c.Multiple*float64(u.recent.p99.Load())))
 	return now.Sub(start) > limit
 }

@@ -66,8 +66,9 @@ func (w *window) rate(now, since time.Time) float64 {
 // windowStats are the figures of the attempts in a window that are at
 // most some age.
 type windowStats struct {
-	latencies []time.Duration // sorted
+	latencies []time.Duration // sorted; attempts cut short have none
 	good, bad int             // served (success, rejected) and failed
+	n         int             // attempts
 }
 
 // stats returns the figures of w's attempts made after since. (An entry
@@ -82,6 +83,7 @@ func (w *window) stats(since time.Time) windowStats {
 		if v == 0 || w.at[i].Load() < from {
 			continue
 		}
+		s.n++
 		if v&(1<<4) == 0 {
 			s.latencies = append(s.latencies, time.Duration(v>>5))
 		}
@@ -253,7 +255,7 @@ func (u *upstream) health(now time.Time) UpstreamHealth {
 		Canceled:    w.counts[Canceled].Load(),
 	}
 	ws := w.stats(now.Add(-healthAge))
-	h.Window = len(ws.latencies)
+	h.Window = ws.n
 	h.SuccessRate = ws.successRate()
 	h.P50, h.P95, h.P99 = ws.percentile(0.50), ws.percentile(0.95), ws.percentile(0.99)
 	if le := w.last.Load(); le != nil {
@@ -389,9 +391,9 @@ func (u *upstream) refresh(now time.Time, c DegradedConfig) {
 	u.recent.p99.Store(int64(p99))
 	u.recent.p95.Store(int64(s.percentile(0.95)))
 	u.recent.p50.Store(int64(s.percentile(0.50)))
-	u.recent.samples.Store(int64(len(s.latencies)))
+	u.recent.samples.Store(int64(len(s.latencies))) // for percentiles: latencies known
 	u.recent.rate.Store(math.Float64bits(rate))
-	enough := len(s.latencies) >= c.MinSamples
+	enough := s.n >= c.MinSamples
 	u.recent.degraded.Store(enough && ((c.Latency > 0 && p99 > c.Latency) || (c.SuccessRate > 0 && rate < c.SuccessRate)))
 }
 

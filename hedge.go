@@ -35,12 +35,17 @@ import (
 // verdict.
 //
 // A canceled attempt counts as neither success nor failure, unless its
-// upstream is suspected of hanging (see HangConfig) when it is canceled:
-// then it counts as a failure, as it would have when it timed out, so that
-// hedging does not hide a hung upstream from its breaker. A fixed Delay far
-// below an upstream's usual latency makes every attempt on it lose: it
-// then looks hung and its circuit opens. The default delay, the upstream's
-// own p95, does not.
+// upstream looks hung when it is canceled: it is suspected of hanging (see
+// HangConfig), or, with enough recent latencies to know its p99
+// (Degraded.MinSamples), it has answered nothing since the attempt started
+// and the attempt waited past the hang limit (HangConfig's Multiple of that
+// p99, at least Floor). Then it counts as a failure, as it would have when
+// it timed out, so that hedging does not hide a hung upstream from its
+// breaker. An upstream with too few recent latencies is not judged so: a
+// slow one and a hung one then look alike. A fixed Delay far below an
+// upstream's usual latency makes every attempt on it lose, and with a
+// known p99 it then looks hung and its circuit opens; the default delay,
+// its own p95, leaves it most of its answers.
 type HedgeConfig struct {
 	// Delay is how long the first attempt may go unanswered before the
 	// hedge is sent. Zero means the p95 of the attempted upstream's

@@ -525,23 +525,53 @@ func TestHedgePassesOpenUpstream(t *testing.T) {
 	})
 }
 
-// A hung primary behind one request at a time (no concurrency for hang
-// suspicion to see) still opens its circuit: each attempt canceled by a
-// winning hedge after more than the hang limit of silence is a failure.
+// A primary that answered well and then hangs, behind one request at a
+// time (no concurrency for hang suspicion to see), still opens its
+// circuit: each attempt canceled by a winning hedge after more than the
+// hang limit of silence is a failure. A primary with no recent latencies
+// is not judged so: slow and hung look alike without them.
 func TestHedgeHungPrimaryOneAtATime(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		n := newFakeNet()
-		n.handle("a.test", slowly(time.Hour, "a", new(atomic.Int32)))
+		n.handle("a.test", slowly(20*time.Millisecond, "a", new(atomic.Int32)))
 		n.status("b.test", 200, "b")
 		tr := newTestTransport(t, twoUpstreams(n, Config{Hedge: &HedgeConfig{Delay: 200 * time.Millisecond, Percent: 100}}))
+		for range 25 { // Degraded.MinSamples recent latencies: p99 20ms
+			readBody(t, mustGet(t, tr, "http://a.test/"))
+		}
+		time.Sleep(time.Second) // the recent figures refresh
+		n.handle("a.test", slowly(time.Hour, "a", new(atomic.Int32)))
+		before := n.count("a.test")
 		for range 10 {
 			if got := readBody(t, mustGet(t, tr, "http://a.test/")); got != "b" {
 				t.Fatalf("body %q", got)
 			}
 			synctest.Wait() // the canceled attempt settles after the answer
 		}
-		if h := tr.Health()[0]; h.State != "open" || n.count("a.test") != 5 {
-			t.Fatalf("primary %s after %d attempts; want open after 5 (FailureThreshold)", h.State, n.count("a.test"))
+		if h := tr.Health()[0]; h.State != "open" || n.count("a.test")-before != 5 {
+			t.Fatalf("primary %s after %d attempts; want open after 5 (FailureThreshold)", h.State, n.count("a.test")-before)
+		}
+	})
+}
+
+// A healthy but slow primary with no recent latencies (a cold start) that
+// loses every race to a faster backup is not taken for hung: its canceled
+// attempts are neutral and its circuit stays closed. Nor is a backup that
+// only ever loses.
+func TestHedgeSlowColdPrimaryStaysClosed(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := newFakeNet()
+		n.handle("a.test", slowly(3*time.Second, "a", new(atomic.Int32)))
+		n.handle("b.test", slowly(500*time.Millisecond, "b", new(atomic.Int32)))
+		tr := newTestTransport(t, twoUpstreams(n, Config{Hedge: &HedgeConfig{Percent: 100}}))
+		for range 10 {
+			if got := readBody(t, mustGet(t, tr, "http://a.test/")); got != "b" {
+				t.Fatalf("body %q", got)
+			}
+			synctest.Wait()
+		}
+		if h := tr.Health()[0]; h.State != "closed" || h.Requests.Failed != 0 {
+			t.Fatalf("slow primary: %s, %+v", h.State, h.Requests)
 		}
 	})
 }

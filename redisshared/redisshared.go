@@ -206,7 +206,7 @@ func (s *Store) Subscribe(ctx context.Context, deliver func(failover.SharedEvent
 	// go-redis's blocking read does not watch ctx: closing ends it.
 	stop := context.AfterFunc(ctx, func() { ps.Close() })
 	defer stop()
-	if _, err := ps.Receive(ctx); err != nil {
+	if _, err := ps.ReceiveTimeout(ctx, healthCheck); err != nil {
 		return cmp.Or(ctx.Err(), err)
 	}
 	pinged := false
