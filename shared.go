@@ -130,10 +130,10 @@ type SharedEvent struct {
 	For      time.Duration  // Open, Cooling: how long from now
 	Reason   CooldownReason // Cooling: why
 	Rate     float64        // Failure: the member's recent requests per second to the upstream
-	Age      time.Duration  // Failure: how long before it was published it happened
+	At       time.Time      // Failure: when it happened, by its member's clock
 	Member   string         // the member that published it
 
-	at time.Time // when it happened, for Age and For
+	at time.Time // when it happened, for At and For
 }
 
 // Defaults of the fleet's work.
@@ -405,7 +405,7 @@ func (f *fleet) send(ctx context.Context, e SharedEvent) {
 		if waited > maxFailureAge {
 			return // stale: with others as stale, it would look like a burst
 		}
-		e.Age = waited
+		e.At = e.at
 	case SharedOpen, SharedCooling:
 		if e.For -= waited; e.For <= 0 {
 			return // over before it could be told
@@ -503,10 +503,17 @@ func (f *fleet) apply(e SharedEvent) {
 			u.cd.clear()
 		}
 	case SharedFailure:
-		if !u.breaker.counting || e.Age < 0 || e.Age > maxFailureAge {
+		// Dated by its member's clock, not by its arrival: messages
+		// delayed on the way and delivered together would look like a
+		// burst. A skew between clocks shifts one member's failures as a
+		// whole, which makes stray failures no likelier to line up.
+		at := e.At
+		if at.IsZero() || at.After(now) {
+			at = now
+		}
+		if !u.breaker.counting || now.Sub(at) > maxFailureAge {
 			return
 		}
-		at := now.Add(-e.Age)
 		if u.fleet.dense(at, e.Member, e.Rate, u.rate(now), u.breaker.threshold) && u.breaker.failing.Load() && u.breaker.status() == Closed {
 			u.breaker.trip()
 			f.adopted.Inc()

@@ -99,7 +99,7 @@ type message struct {
 	Millis   int64   `json:"ms,omitempty"`
 	Reason   string  `json:"r,omitempty"`
 	Rate     float64 `json:"rps,omitempty"`
-	AgeMs    int64   `json:"age,omitempty"`
+	AtMicros int64   `json:"at,omitempty"` // unix microseconds
 	Member   string  `json:"m"`
 }
 
@@ -116,7 +116,7 @@ func (s *Store) Publish(ctx context.Context, e failover.SharedEvent) error {
 	if _, ok := kinds[e.Kind.String()]; !ok {
 		return errors.New("redisshared: unknown event kind")
 	}
-	msg, err := json.Marshal(message{Upstream: e.Upstream, Kind: e.Kind.String(), Millis: e.For.Milliseconds(), Reason: string(e.Reason), Rate: e.Rate, AgeMs: e.Age.Milliseconds(), Member: e.Member})
+	msg, err := json.Marshal(message{Upstream: e.Upstream, Kind: e.Kind.String(), Millis: e.For.Milliseconds(), Reason: string(e.Reason), Rate: e.Rate, AtMicros: micros(e.At), Member: e.Member})
 	if err != nil {
 		return err
 	}
@@ -251,8 +251,19 @@ func (s *Store) decode(payload string) (failover.SharedEvent, bool) {
 	if !ok || m.Millis < 0 || d > maxFor || m.Rate < 0 || m.Rate > 1e9 || m.Rate != m.Rate {
 		return failover.SharedEvent{}, false
 	}
-	age := min(max(time.Duration(m.AgeMs)*time.Millisecond, 0), maxFor)
-	return failover.SharedEvent{Upstream: m.Upstream, Kind: k, For: d, Reason: reason(m.Reason), Rate: m.Rate, Age: age, Member: m.Member}, true
+	var at time.Time
+	if m.AtMicros > 0 {
+		at = time.UnixMicro(m.AtMicros)
+	}
+	return failover.SharedEvent{Upstream: m.Upstream, Kind: k, For: d, Reason: reason(m.Reason), Rate: m.Rate, At: at, Member: m.Member}, true
+}
+
+// micros is t in unix microseconds, 0 for the zero time.
+func micros(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixMicro()
 }
 
 // acquire takes KEYS[1] for ARGV[1] for ARGV[2] milliseconds (SET NX PX),

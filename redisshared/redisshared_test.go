@@ -191,9 +191,9 @@ func TestStoreUnreachable(t *testing.T) {
 }
 
 // Closed leaves a record that the fleet closed the circuit, which Open
-// clears; Reset also ends the cooldown; a failure's age and rate travel
+// clears; Reset also ends the cooldown; a failure's time and rate travel
 // with it.
-func TestStoreClosedResetAge(t *testing.T) {
+func TestStoreClosedResetAt(t *testing.T) {
 	srv := startRedis(t)
 	s := New(srv.client(t), Options{})
 	publish(t, s, failover.SharedEvent{Upstream: "a", Kind: failover.SharedOpen, For: time.Minute})
@@ -220,9 +220,10 @@ func TestStoreClosedResetAge(t *testing.T) {
 		t.Fatal("open after Reset")
 	}
 
-	want := failover.SharedEvent{Upstream: "a", Kind: failover.SharedFailure, Rate: 12.5, Age: 30 * time.Millisecond, Member: "m", Reason: failover.CooldownRateLimited}
-	msg, _ := json.Marshal(message{Upstream: "a", Kind: "failure", Rate: 12.5, AgeMs: 30, Member: "m"})
-	if e, ok := s.decode(string(msg)); !ok || e != want {
+	at := time.UnixMicro(time.Now().UnixMicro())
+	want := failover.SharedEvent{Upstream: "a", Kind: failover.SharedFailure, Rate: 12.5, At: at, Member: "m", Reason: failover.CooldownRateLimited}
+	msg, _ := json.Marshal(message{Upstream: "a", Kind: "failure", Rate: 12.5, AtMicros: micros(at), Member: "m"})
+	if e, ok := s.decode(string(msg)); !ok || !e.At.Equal(want.At) || e.Rate != want.Rate || e.Kind != want.Kind || e.Member != want.Member {
 		t.Fatalf("decoded %+v, want %+v", e, want)
 	}
 }
