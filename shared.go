@@ -26,10 +26,12 @@ import (
 //   - which process sends the half-open probe: one per cooldown in the
 //     whole fleet, the one that holds the probe's lease, and its verdict,
 //     which closes or reopens the circuit everywhere;
-//   - the failures of a closed circuit, each with its member's request
-//     rate, so that a fleet that fails together trips after about
-//     FailureThreshold failures in all rather than FailureThreshold per
-//     process. A process whose own last attempt failed opens its circuit
+//   - the failures of a closed circuit, and each member's request rate
+//     (stored, refreshed every SharedSync), so that a fleet that fails
+//     together trips after about FailureThreshold failures in all rather
+//     than FailureThreshold per process. From two periods after it
+//     starts (when it knows the members' rates), a process whose own last
+//     attempt failed opens its circuit
 //     when the fleet's last FailureThreshold failures came within the
 //     time the whole fleet takes to send FailureThreshold requests: as
 //     dense as FailureThreshold consecutive failures of the fleet's
@@ -63,14 +65,15 @@ type Shared interface {
 	// holds. Closed clears the upstream's open state and probe lease and
 	// records, for For, that the fleet closed the circuit; Open clears
 	// that record. Reset does what Closed does and clears the cooldown
-	// too. Failure is not stored.
+	// too. Failure is told, not stored; Rate is stored, not told.
 	Publish(ctx context.Context, e SharedEvent) error
 
 	// Load returns what the store holds for the named upstreams: an
 	// Open event for each open circuit, a Closed event for each circuit
-	// the fleet closed within its For, and a Cooling event for each
-	// cooldown, with For the time left. An upstream it returns nothing
-	// for is none of these, or the store lost its state.
+	// the fleet closed within its For, a Cooling event for each
+	// cooldown, with For the time left, and a Rate event for each member
+	// whose rate has not expired. An upstream it returns nothing for is
+	// none of these, or the store lost its state.
 	Load(ctx context.Context, upstreams []string) ([]SharedEvent, error)
 
 	// Subscribe calls deliver with each event that members publish,
@@ -103,6 +106,10 @@ const (
 	// SharedReset: an operator closed the circuit and ended the cooldown
 	// (Transport.Reset); it clears both for everyone.
 	SharedReset
+	// SharedRate: a member's recent requests per second to the upstream
+	// (Rate), good for For. It is stored, not told: Load returns one per
+	// member, so that each member knows the fleet's rate.
+	SharedRate
 )
 
 // String returns "open", "closed" or "cooling".
@@ -118,6 +125,8 @@ func (k SharedKind) String() string {
 		return "failure"
 	case SharedReset:
 		return "reset"
+	case SharedRate:
+		return "rate"
 	}
 	return "unknown"
 }
@@ -129,7 +138,7 @@ type SharedEvent struct {
 	Kind     SharedKind     //
 	For      time.Duration  // Open, Cooling: how long from now
 	Reason   CooldownReason // Cooling: why
-	Rate     float64        // Failure: the member's recent requests per second to the upstream
+	Rate     float64        // Failure, Rate: the member's recent requests per second to the upstream
 	At       time.Time      // Failure: when it happened, by its member's clock
 	Member   string         // the member that published it
 
@@ -158,9 +167,10 @@ type fleet struct {
 	cancel   context.CancelFunc
 	wg       sync.WaitGroup
 	stopOnce sync.Once
-	down     atomic.Bool // the store failed last time; local state rules
-	started  atomic.Bool // some call to the store succeeded
-	stopped  atomic.Bool // Close was called: local state rules
+	down     atomic.Bool  // the store failed last time; local state rules
+	started  atomic.Bool  // some call to the store succeeded
+	stopped  atomic.Bool  // Close was called: local state rules
+	ticks    atomic.Int32 // periods run: the fleet's rates are known after 2
 
 	errors    *metrics.Counter
 	dropped   *metrics.Counter
@@ -228,6 +238,16 @@ func (s *fleetState) dense(now time.Time, member string, rate, own float64, thre
 	}
 	span := time.Duration(float64(threshold) / total * float64(time.Second))
 	return last-first <= int64(span)
+}
+
+// noteRate records a member's request rate.
+func (s *fleetState) noteRate(member string, rate float64, now time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.members == nil {
+		s.members = map[string]memberRate{}
+	}
+	s.members[member] = memberRate{rate, now.UnixNano()}
 }
 
 func newFleet(t *Transport, s Shared, every time.Duration) *fleet {
@@ -339,7 +359,7 @@ func (f *fleet) failure(u *upstream) {
 	now := time.Now()
 	rate := u.rate(now)
 	f.publish(SharedEvent{Upstream: u.name, Kind: SharedFailure, Rate: rate, at: now})
-	if u.fleet.dense(now, "", 0, rate, u.breaker.threshold) {
+	if u.fleet.dense(now, "", 0, rate, u.breaker.threshold) && f.ticks.Load() >= 2 {
 		u.breaker.trip()
 	}
 }
@@ -380,7 +400,11 @@ func (f *fleet) work(ctx context.Context) {
 			}
 			u.fleet.wanting.Store(false)
 		case <-tick.C:
+			f.shareRates(ctx)
 			f.reconcile(ctx)
+			if f.ticks.Load() < 2 {
+				f.ticks.Add(1)
+			}
 		}
 	}
 }
@@ -397,6 +421,20 @@ func (f *fleet) sendQueued(ctx context.Context) {
 	}
 }
 
+// shareRates stores this process's request rate to each upstream, so
+// that the others can weigh the fleet's failures (see fleetState.dense).
+func (f *fleet) shareRates(ctx context.Context) {
+	now := time.Now()
+	for _, u := range f.t.upstreams {
+		if !u.breaker.counting {
+			continue
+		}
+		if rate := u.rate(now); rate > 0 {
+			f.send(ctx, SharedEvent{Upstream: u.name, Kind: SharedRate, Rate: rate, For: 3 * f.every, Member: f.member, at: now})
+		}
+	}
+}
+
 // send publishes e, with its durations counted from now.
 func (f *fleet) send(ctx context.Context, e SharedEvent) {
 	waited := time.Since(e.at)
@@ -406,7 +444,7 @@ func (f *fleet) send(ctx context.Context, e SharedEvent) {
 			return // stale: with others as stale, it would look like a burst
 		}
 		e.At = e.at
-	case SharedOpen, SharedCooling:
+	case SharedOpen, SharedCooling, SharedRate:
 		if e.For -= waited; e.For <= 0 {
 			return // over before it could be told
 		}
@@ -514,9 +552,16 @@ func (f *fleet) apply(e SharedEvent) {
 		if !u.breaker.counting || now.Sub(at) > maxFailureAge {
 			return
 		}
-		if u.fleet.dense(at, e.Member, e.Rate, u.rate(now), u.breaker.threshold) && u.breaker.failing.Load() && u.breaker.status() == Closed {
+		// Until the members' rates are known (two periods after start),
+		// the fleet's rate would be underestimated and stray failures
+		// would look dense: failures are recorded but not judged.
+		if u.fleet.dense(at, e.Member, e.Rate, u.rate(now), u.breaker.threshold) && f.ticks.Load() >= 2 && u.breaker.failing.Load() && u.breaker.status() == Closed {
 			u.breaker.trip()
 			f.adopted.Inc()
+		}
+	case SharedRate:
+		if e.Member != f.member && e.Rate > 0 {
+			u.fleet.noteRate(e.Member, e.Rate, now)
 		}
 	case SharedCooling:
 		if e.For > 0 && u.cd.remaining(now) < e.For {

@@ -23,6 +23,7 @@ type memShared struct {
 	closed map[string]time.Time
 	cool   map[string]time.Time
 	why    map[string]CooldownReason
+	rates  map[string]map[string]SharedEvent // upstream, member: with For as a deadline in at
 	lease  map[string]string
 	leased map[string]time.Time
 	subs   map[chan SharedEvent]bool
@@ -60,6 +61,16 @@ func (m *memShared) Publish(ctx context.Context, e SharedEvent) error {
 		if until.After(m.cool[e.Upstream]) {
 			m.cool[e.Upstream], m.why[e.Upstream] = until, e.Reason
 		}
+	case SharedRate:
+		if m.rates == nil {
+			m.rates = map[string]map[string]SharedEvent{}
+		}
+		if m.rates[e.Upstream] == nil {
+			m.rates[e.Upstream] = map[string]SharedEvent{}
+		}
+		e.at = until
+		m.rates[e.Upstream][e.Member] = e
+		return nil // stored, not told
 	case SharedClosed, SharedReset:
 		delete(m.open, e.Upstream)
 		delete(m.lease, e.Upstream)
@@ -91,6 +102,11 @@ func (m *memShared) Load(ctx context.Context, names []string) ([]SharedEvent, er
 		}
 		if left := m.closed[n].Sub(now); left > 0 {
 			out = append(out, SharedEvent{Upstream: n, Kind: SharedClosed, For: left})
+		}
+		for member, r := range m.rates[n] {
+			if left := r.at.Sub(now); left > 0 {
+				out = append(out, SharedEvent{Upstream: n, Kind: SharedRate, Rate: r.Rate, For: left, Member: member})
+			}
 		}
 		if left := m.cool[n].Sub(now); left > 0 {
 			out = append(out, SharedEvent{Upstream: n, Kind: SharedCooling, For: left, Reason: m.why[n]})

@@ -13,8 +13,10 @@
 // What it keeps in Redis, for each upstream name, under
 // "{Prefix}:v1:{kind}:{name}": "open" while the upstream's circuit is open,
 // "closed" for a cooldown's length after the fleet closed it, "cool" while
-// it cools down after a 429 (its value the reason), and "probe" while a
-// member holds the half-open probe (its value the member). Every key
+// it cools down after a 429 (its value the reason), "probe" while a member
+// holds the half-open probe (its value the member), and "rates", a hash of
+// each member's request rate and when it expires (by the Redis server's
+// clock). Every key
 // expires when what it says ends, so nothing stale outlives its deadline;
 // "open" and "cool" only ever grow longer. Events go to the pub/sub channel
 // "{Prefix}:v1:events" as small JSON messages. Nothing else is written: no
@@ -32,6 +34,8 @@ import (
 	"encoding/json"
 	"errors"
 	"net"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/failover-go/failover"
@@ -92,6 +96,24 @@ end
 return 0
 `)
 
+// setRate sets member ARGV[1]'s rate ARGV[2] in hash KEYS[1] until ARGV[3]
+// milliseconds from the server's now, keeps the hash as long, and drops
+// the members whose rate expired.
+var setRate = redis.NewScript(`
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[2] .. ' ' .. (now + tonumber(ARGV[3])))
+redis.call('PEXPIRE', KEYS[1], ARGV[3])
+local all = redis.call('HGETALL', KEYS[1])
+for i = 1, #all, 2 do
+	local untilMs = tonumber(string.match(all[i + 1], ' (%d+)$'))
+	if untilMs == nil or untilMs < now then
+		redis.call('HDEL', KEYS[1], all[i])
+	end
+end
+return 1
+`)
+
 // message is an event on the channel.
 type message struct {
 	Upstream string  `json:"u"`
@@ -106,7 +128,7 @@ type message struct {
 var kinds = map[string]failover.SharedKind{}
 
 func init() {
-	for _, k := range []failover.SharedKind{failover.SharedOpen, failover.SharedClosed, failover.SharedCooling, failover.SharedFailure, failover.SharedReset} {
+	for _, k := range []failover.SharedKind{failover.SharedOpen, failover.SharedClosed, failover.SharedCooling, failover.SharedFailure, failover.SharedReset, failover.SharedRate} {
 		kinds[k.String()] = k
 	}
 }
@@ -121,6 +143,9 @@ func (s *Store) Publish(ctx context.Context, e failover.SharedEvent) error {
 		return err
 	}
 	ms := max(e.For.Milliseconds(), 1)
+	if e.Kind == failover.SharedRate {
+		return setRate.Run(ctx, s.rdb, []string{s.key("rates", e.Upstream)}, e.Member, strconv.FormatFloat(e.Rate, 'g', 6, 64), ms).Err()
+	}
 	_, err = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		switch e.Kind {
 		case failover.SharedOpen:
@@ -153,10 +178,14 @@ func (s *Store) Load(ctx context.Context, upstreams []string) ([]failover.Shared
 		closed *redis.DurationCmd
 		cool   *redis.DurationCmd
 		why    *redis.StringCmd
+		rates  *redis.MapStringStringCmd
 	}
 	reads := make([]read, len(upstreams))
+	var clock *redis.TimeCmd
 	cmds, _ := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		clock = p.Time(ctx)
 		for i, u := range upstreams {
+			reads[i].rates = p.HGetAll(ctx, s.key("rates", u))
 			reads[i].open = p.PTTL(ctx, s.key("open", u))
 			reads[i].closed = p.PTTL(ctx, s.key("closed", u))
 			reads[i].cool = p.PTTL(ctx, s.key("cool", u))
@@ -174,8 +203,17 @@ func (s *Store) Load(ctx context.Context, upstreams []string) ([]failover.Shared
 	if len(cmds) == 0 && len(upstreams) > 0 {
 		return nil, errors.New("redisshared: empty pipeline")
 	}
+	now := clock.Val().UnixMilli()
 	var out []failover.SharedEvent
 	for i, u := range upstreams {
+		for member, v := range reads[i].rates.Val() {
+			rate, until, ok := strings.Cut(v, " ")
+			r, err1 := strconv.ParseFloat(rate, 64)
+			ms, err2 := strconv.ParseInt(until, 10, 64)
+			if ok && err1 == nil && err2 == nil && ms > now && r > 0 && r < 1e9 {
+				out = append(out, failover.SharedEvent{Upstream: u, Kind: failover.SharedRate, Rate: r, For: time.Duration(ms-now) * time.Millisecond, Member: member})
+			}
+		}
 		if d := reads[i].open.Val(); d > 0 && d <= maxFor {
 			out = append(out, failover.SharedEvent{Upstream: u, Kind: failover.SharedOpen, For: d})
 		}

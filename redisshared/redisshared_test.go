@@ -274,6 +274,7 @@ func TestStoreCluster(t *testing.T) {
 		{Upstream: "x", Kind: failover.SharedOpen, For: time.Minute},
 		{Upstream: "x", Kind: failover.SharedCooling, For: time.Minute},
 		{Upstream: "x", Kind: failover.SharedFailure, Rate: 1},
+		{Upstream: "x", Kind: failover.SharedRate, Rate: 1, For: time.Minute, Member: "m"},
 		{Upstream: "x", Kind: failover.SharedClosed, For: time.Minute},
 		{Upstream: "x", Kind: failover.SharedReset, For: time.Minute},
 	} {
@@ -282,10 +283,47 @@ func TestStoreCluster(t *testing.T) {
 		}
 	}
 	got := load(t, s, "x", "y")
+	delete(got, failover.SharedRate)
 	if _, ok := got[failover.SharedClosed]; !ok || len(got) != 1 {
 		t.Fatalf("after Reset the store holds %v, want only the record of the close", got)
 	}
 	if ok, err := s.AcquireProbe(ctx, "x", "m", time.Second); !ok || err != nil {
 		t.Fatal(ok, err)
+	}
+}
+
+// Members' rates are stored in one hash per upstream, returned by Load
+// until they expire (by the server's clock), and expired ones are dropped
+// from the hash by the next writer.
+func TestStoreRates(t *testing.T) {
+	srv := startRedis(t)
+	rdb := srv.client(t)
+	s := New(rdb, Options{})
+	publish(t, s, failover.SharedEvent{Upstream: "a", Kind: failover.SharedRate, Rate: 25, For: 150 * time.Millisecond, Member: "m1"})
+	publish(t, s, failover.SharedEvent{Upstream: "a", Kind: failover.SharedRate, Rate: 12.5, For: time.Minute, Member: "m2"})
+	rates := func() map[string]float64 {
+		evs, err := s.Load(context.Background(), []string{"a"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]float64{}
+		for _, e := range evs {
+			if e.Kind == failover.SharedRate {
+				out[e.Member] = e.Rate
+			}
+		}
+		return out
+	}
+	if got := rates(); got["m1"] != 25 || got["m2"] != 12.5 || len(got) != 2 {
+		t.Fatalf("rates %v", got)
+	}
+	time.Sleep(200 * time.Millisecond)
+	if got := rates(); len(got) != 1 || got["m2"] != 12.5 {
+		t.Fatalf("after m1's expired: %v", got)
+	}
+	publish(t, s, failover.SharedEvent{Upstream: "a", Kind: failover.SharedRate, Rate: 30, For: time.Minute, Member: "m3"})
+	fields, err := rdb.HKeys(context.Background(), "failover:v1:rates:a").Result()
+	if err != nil || len(fields) != 2 {
+		t.Fatalf("hash fields %v (%v); m1's expired rate should be gone", fields, err)
 	}
 }
