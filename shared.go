@@ -33,11 +33,12 @@ import (
 //     starts (when it knows the members' rates), a process whose own last
 //     attempt failed opens its circuit
 //     when the fleet's last FailureThreshold failures came within the
-//     time the whole fleet takes to send FailureThreshold requests: as
-//     dense as FailureThreshold consecutive failures of the fleet's
-//     merged stream of requests. Stray background errors rarely are,
-//     whatever the fleet's size: at 0.5 % errors, a stray error completes
-//     such a run of 5 about once in 60 million.
+//     time the whole fleet takes to send 2×FailureThreshold requests:
+//     about as dense as FailureThreshold consecutive failures of the
+//     fleet's merged stream of requests, with room for the jitter of a
+//     loaded machine. Stray background errors rarely are, whatever the
+//     fleet's size: at 0.5 % errors, a stray error completes such a run
+//     of 5 about once in 4 million.
 //
 // Nothing secret is shared: upstream names, durations and request rates
 // only. Upstreams are matched by [Upstream.Name], so every process must
@@ -236,7 +237,7 @@ func (s *fleetState) dense(now time.Time, member string, rate, own float64, thre
 	if first == 0 || total <= 0 { // not yet threshold failures
 		return false
 	}
-	span := time.Duration(float64(threshold) / total * float64(time.Second))
+	span := time.Duration(float64(2*threshold) / total * float64(time.Second))
 	return last-first <= int64(span)
 }
 
