@@ -13,14 +13,15 @@ if [ -z "$targets" ]; then
   echo "no fuzz targets found"; exit 1
 fi
 
-# fuzz runs one target, and reruns it once when it failed the way Go 1.26's
+# fuzz runs one target, and reruns it when it failed the way Go 1.26's
 # fuzzing coordinator fails at the end of -fuzztime under CPU contention:
 # "context deadline exceeded" and no failing input written
-# (golang/go#75804, fixed in Go 1.27). A real finding always writes one.
+# (golang/go#75804, fixed in Go 1.27), up to twice. A real finding always
+# writes one.
 fuzz() {
   local target=$1 log
   log=$(mktemp)
-  for attempt in 1 2; do
+  for attempt in 1 2 3; do
     if go test -run '^$' -fuzz "^${target}\$" -fuzztime "$fuzztime" . 2>&1 | tee "$log"; then
       rm -f "$log"; return 0
     fi
