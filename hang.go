@@ -88,8 +88,7 @@ func (u *upstream) suspect(now time.Time, c HangConfig, d DegradedConfig) bool {
 	}
 	u.refresh(now, d)
 	quiet := now.UnixNano() - max(u.live.busySince.Load(), u.live.lastAnswer.Load())
-	limit := max(c.Floor, time.Duration(c.Multiple*float64(u.recent.p99.Load())))
-	return quiet > int64(limit)
+	return quiet > int64(u.hangLimit(c))
 }
 
 // silent reports whether u has answered nothing since start, longer ago
@@ -105,6 +104,12 @@ func (u *upstream) silent(start, now time.Time, c HangConfig, d DegradedConfig) 
 	if int(u.recent.samples.Load()) < d.MinSamples {
 		return false
 	}
-	limit := max(c.Floor, time.Duration(c.Multiple*float64(u.recent.p99.Load())))
-	return now.Sub(start) > limit
+	return now.Sub(start) > u.hangLimit(c)
+}
+
+// hangLimit is how long u may stay silent before it looks hung: Multiple
+// times its recent p99, never less than Floor. The caller refreshed the
+// recent figures.
+func (u *upstream) hangLimit(c HangConfig) time.Duration {
+	return max(c.Floor, time.Duration(c.Multiple*float64(u.recent.p99.Load())))
 }
