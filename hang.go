@@ -1,8 +1,9 @@
 package failover
 
 import (
-	"sync/atomic"
 	"time"
+
+	"github.com/failover-go/failover/internal/mono"
 )
 
 // HangConfig sets when an upstream is suspected of hanging: it accepts
@@ -29,6 +30,14 @@ type HangConfig struct {
 	// Floor is the shortest wait that can raise suspicion, whatever the
 	// p99. Zero means 100ms.
 	Floor time.Duration
+
+	// Window is how far back the recent p99 reaches. Zero means 30s.
+	Window time.Duration
+
+	// MinSamples is the fewest recent latencies that make the p99 known
+	// enough to judge a lone attempt silent (a hedged attempt canceled
+	// after the hang limit, see HedgeConfig). Zero means 20.
+	MinSamples int
 }
 
 func (c HangConfig) withDefaults() HangConfig {
@@ -41,6 +50,12 @@ func (c HangConfig) withDefaults() HangConfig {
 	if c.Floor == 0 {
 		c.Floor = 100 * time.Millisecond
 	}
+	if c.Window == 0 {
+		c.Window = defaultRecentWindow
+	}
+	if c.MinSamples == 0 {
+		c.MinSamples = defaultMinSamples
+	}
 	return c
 }
 
@@ -52,64 +67,54 @@ func (c HangConfig) validate() error {
 		return configError("Hang.Multiple", "must not be negative")
 	case c.Floor < 0:
 		return configError("Hang.Floor", "must not be negative")
+	case c.Window < 0:
+		return configError("Hang.Window", "must not be negative")
+	case c.MinSamples < 0:
+		return configError("Hang.MinSamples", "must not be negative")
 	}
 	return nil
 }
 
-// liveness tracks an upstream's requests in flight and its last answer,
-// lock-free.
-type liveness struct {
-	inflight   atomic.Int32
-	busySince  atomic.Int64 // unix ns when inflight last went from 0 to 1
-	lastAnswer atomic.Int64 // unix ns of the last attempt that got an answer
-}
-
-func (l *liveness) start(now time.Time) {
-	if l.inflight.Add(1) == 1 {
-		l.busySince.Store(now.UnixNano())
-	}
-}
-
-// end closes an attempt; answered says whether the upstream answered it (a
-// response, or an error of its own such as a refused connection), as
-// opposed to the attempt timing out or the caller giving up.
-func (l *liveness) end(now time.Time, answered bool) {
-	if answered {
-		l.lastAnswer.Store(now.UnixNano())
-	}
-	l.inflight.Add(-1)
-}
-
 // suspect reports whether u looks hung at now. It reads the recent p99,
 // refreshing it only when enough requests wait to matter.
-func (u *upstream) suspect(now time.Time, c HangConfig, d DegradedConfig) bool {
+func (t *Transport) suspect(u *upstream, now time.Time) bool {
+	c := t.hang
 	if c.Off || int(u.live.inflight.Load()) < c.MinInFlight {
 		return false
 	}
-	u.refresh(now, d)
-	quiet := now.UnixNano() - max(u.live.busySince.Load(), u.live.lastAnswer.Load())
-	return quiet > int64(u.hangLimit(c))
+	f := u.hangRecent.get(&u.window, now)
+	quiet := mono.Of(now).Sub(max(mono.Time(u.live.busySince.Load()), mono.Time(u.live.lastAnswer.Load())))
+	return quiet > c.limit(f)
 }
 
 // silent reports whether u has answered nothing since start, longer ago
 // than the hang limit: an attempt started then and still unanswered looks
 // hung even when it is the only one in flight. Only an upstream with
-// enough recent latencies (Degraded.MinSamples) is judged: without its
-// p99, a slow upstream and a hung one look alike.
-func (u *upstream) silent(start, now time.Time, c HangConfig, d DegradedConfig) bool {
-	if c.Off || u.live.lastAnswer.Load() >= start.UnixNano() {
+// enough recent latencies (Hang.MinSamples) is judged: without its p99, a
+// slow upstream and a hung one look alike.
+func (t *Transport) silent(u *upstream, start, now time.Time) bool {
+	c := t.hang
+	if c.Off || mono.Time(u.live.lastAnswer.Load()) >= mono.Of(start) {
 		return false
 	}
-	u.refresh(now, d)
-	if int(u.recent.samples.Load()) < d.MinSamples {
+	f := u.hangRecent.get(&u.window, now)
+	if f.samples < c.MinSamples {
 		return false
 	}
-	return now.Sub(start) > u.hangLimit(c)
+	return now.Sub(start) > c.limit(f)
 }
 
-// hangLimit is how long u may stay silent before it looks hung: Multiple
-// times its recent p99, never less than Floor. The caller refreshed the
-// recent figures.
-func (u *upstream) hangLimit(c HangConfig) time.Duration {
-	return max(c.Floor, time.Duration(c.Multiple*float64(u.recent.p99.Load())))
+// limit is how long an upstream with the recent figures f may stay silent
+// before it looks hung: Multiple times its p99, never less than Floor.
+func (c HangConfig) limit(f figures) time.Duration {
+	return max(c.Floor, mulDuration(c.Multiple, f.p99))
+}
+
+// mulDuration returns x·d, saturating at the largest Duration.
+func mulDuration(x float64, d time.Duration) time.Duration {
+	v := x * float64(d)
+	if v >= float64(maxDuration) || v != v {
+		return maxDuration
+	}
+	return time.Duration(v)
 }

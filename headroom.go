@@ -7,6 +7,8 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
+
+	"github.com/failover-go/failover/internal/mono"
 )
 
 // Headroom is what a provider's rate-limit headers say is left before it
@@ -289,9 +291,9 @@ func parseResetNumber(v string, now time.Time) time.Time {
 
 // headroomState is what an upstream last said of its rate-limit headroom.
 type headroomState struct {
-	at    atomic.Int64 // unix ns of the last full parse
+	at    atomic.Int64 // mono.Time of the last full parse
 	last  atomic.Pointer[Headroom]
-	until atomic.Int64 // unix ns: demoted until then (a window at 0)
+	until atomic.Int64 // mono.Time: demoted until then (a window at 0)
 }
 
 // remainingHeaders are where the dialects put their remaining counts: a
@@ -319,9 +321,9 @@ func zeroRemaining(h http.Header) bool {
 // exhausted, u goes behind the others until that window resets (or, when
 // the provider does not say when, for fallback).
 func (u *upstream) noteHeadroom(h http.Header, now time.Time, fallback time.Duration) {
-	at := u.headroom.at.Load()
+	at, m := u.headroom.at.Load(), mono.Of(now)
 	zero := zeroRemaining(h)
-	if !zero && (now.UnixNano()-at < int64(headroomEvery) || !u.headroom.at.CompareAndSwap(at, now.UnixNano())) {
+	if !zero && ((at != 0 && m.Sub(mono.Time(at)) < headroomEvery) || !u.headroom.at.CompareAndSwap(at, int64(m))) {
 		return
 	}
 	hr, ok := ParseHeadroom(h, now)
@@ -330,16 +332,18 @@ func (u *upstream) noteHeadroom(h http.Header, now time.Time, fallback time.Dura
 	}
 	u.headroom.last.Store(&hr)
 	if hr.Exhausted() {
-		until := hr.Reset
-		if until.IsZero() {
-			until = now.Add(fallback)
+		// Reset is a wall-clock time (a provider's header): what is
+		// kept is how long from now, on the monotonic clock.
+		left := fallback
+		if !hr.Reset.IsZero() {
+			left = hr.Reset.Sub(now)
 		}
-		u.headroom.until.Store(until.UnixNano())
+		u.headroom.until.Store(int64(m.Add(left)))
 	}
 }
 
 // outOfHeadroom reports whether u said at its last success that a window
 // is exhausted, and that window has not reset yet.
 func (u *upstream) outOfHeadroom(now time.Time) bool {
-	return now.UnixNano() < u.headroom.until.Load()
+	return mono.Of(now) < mono.Time(u.headroom.until.Load())
 }

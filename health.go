@@ -2,131 +2,8 @@ package failover
 
 import (
 	"encoding/json"
-	"math"
-	"slices"
-	"sync/atomic"
 	"time"
 )
-
-// windowSize is how many recent attempts an upstream's latency percentiles
-// and success rate are computed from, at most.
-const windowSize = 1024
-
-// healthAge is how old an attempt may be and still count in Health's
-// percentiles and success rate: an upstream that nobody tried for longer
-// shows no figures rather than stale ones.
-const healthAge = 5 * time.Minute
-
-// window keeps an upstream's recent attempts in a fixed ring, lock-free:
-// memory stays bounded whatever the traffic.
-type window struct {
-	next   atomic.Uint64
-	ring   [windowSize]atomic.Int64 // latency<<5 | unknown<<4 | outcome<<1 | 1; 0 is empty
-	at     [windowSize]atomic.Int64 // when, in unix nanoseconds
-	counts [len(outcomeNames)]atomic.Uint64
-	last   atomic.Pointer[lastError]
-}
-
-type lastError struct {
-	msg string
-	at  time.Time
-}
-
-func (w *window) add(o Outcome, d time.Duration, now time.Time) {
-	w.counts[o].Add(1)
-	if o == Canceled {
-		return // says nothing of the upstream
-	}
-	i := (w.next.Add(1) - 1) % windowSize
-	w.at[i].Store(now.UnixNano())
-	v := int64(max(d, 0))<<5 | int64(o)<<1 | 1
-	if d < 0 {
-		v = 1<<4 | int64(o)<<1 | 1 // an outcome whose latency is unknown
-	}
-	w.ring[i].Store(v)
-}
-
-// rate returns the attempts per second over the window's attempts that are
-// at most some age: their number over the time since the oldest of them
-// (0 with fewer than 2).
-func (w *window) rate(now, since time.Time) float64 {
-	from, oldest, n := since.UnixNano(), now.UnixNano(), 0
-	for i := range w.ring {
-		if at := w.at[i].Load(); w.ring[i].Load() != 0 && at >= from {
-			n++
-			oldest = min(oldest, at)
-		}
-	}
-	if n < 2 || now.UnixNano() <= oldest {
-		return 0
-	}
-	return float64(n) / now.Sub(time.Unix(0, oldest)).Seconds()
-}
-
-// windowStats are the figures of the attempts in a window that are at
-// most some age.
-type windowStats struct {
-	latencies []time.Duration // sorted; attempts cut short have none
-	good, bad int             // served (success, rejected) and failed
-	n         int             // attempts
-}
-
-// stats returns the figures of w's attempts made after since. (An entry
-// being written while this reads may pair a new latency with an old time:
-// one sample in a thousand, for a moment.)
-func (w *window) stats(since time.Time) windowStats {
-	var s windowStats
-	s.latencies = make([]time.Duration, 0, windowSize)
-	from := since.UnixNano()
-	for i := range w.ring {
-		v := w.ring[i].Load()
-		if v == 0 || w.at[i].Load() < from {
-			continue
-		}
-		s.n++
-		if v&(1<<4) == 0 {
-			s.latencies = append(s.latencies, time.Duration(v>>5))
-		}
-		switch Outcome(v >> 1 & 7) {
-		case Success, Rejected:
-			s.good++
-		case Failed:
-			s.bad++
-		}
-	}
-	slices.Sort(s.latencies)
-	return s
-}
-
-// successRate is served over served and failed; 1 when there are none.
-func (s windowStats) successRate() float64 {
-	if s.good+s.bad == 0 {
-		return 1
-	}
-	return float64(s.good) / float64(s.good+s.bad)
-}
-
-func (s windowStats) percentile(q float64) time.Duration {
-	if len(s.latencies) == 0 {
-		return 0
-	}
-	return percentile(s.latencies, q)
-}
-
-// observe records one attempt at u in its window and metrics.
-// observe records an attempt's outcome and latency; a negative latency is
-// unknown (the attempt was cut short) and counts in no percentile.
-func (u *upstream) observe(o Outcome, d time.Duration, now time.Time) {
-	u.window.add(o, d, now)
-	u.m.requests[o].Inc()
-	if o != Canceled && d >= 0 {
-		u.m.duration.Update(d.Seconds())
-	}
-}
-
-func (u *upstream) setLastError(msg string, at time.Time) {
-	u.window.last.Store(&lastError{msg: msg, at: at})
-}
 
 // Counts are an upstream's attempts by outcome since the Transport was
 // made, and the requests that skipped it.
@@ -161,14 +38,20 @@ type UpstreamHealth struct {
 	// has been closed since the Transport was made.
 	StateSince time.Time
 
-	// Available says whether a request would be sent here now: the
-	// circuit lets it through and the upstream is not cooling down.
-	Available bool
+	// Available says whether a request would be sent here now, and
+	// Unavailable, when it would not, why: cooling down after a 429, its
+	// circuit open, its half-open probe in flight here or held by another
+	// process of the fleet. It is the same decision a request makes.
+	Available   bool
+	Unavailable Reason
 
-	// Degraded says the upstream is slow or failing often (see
-	// DegradedConfig), and Suspect that it looks hung (see HangConfig):
-	// either way it is tried after the others. InFlight is how many
-	// attempts wait on it now.
+	// Demoted says why the upstream is tried after the others ("" when
+	// it is not): out of rate-limit headroom, degraded, or suspect, the
+	// same decision a request's order makes. Degraded says the upstream
+	// is slow or failing often (see DegradedConfig), and Suspect that it
+	// looks hung (see HangConfig), whichever of them Demoted names.
+	// InFlight is how many attempts wait on it now.
+	Demoted  Reason
 	Degraded bool
 	Suspect  bool
 	InFlight int
@@ -219,27 +102,41 @@ type UpstreamHealth struct {
 	LastErrorAt time.Time
 }
 
-func (u *upstream) health(now time.Time) UpstreamHealth {
+// Health returns a snapshot of every upstream, in the configured order.
+func (t *Transport) Health() []UpstreamHealth {
+	now := time.Now()
+	out := make([]UpstreamHealth, len(t.upstreams))
+	for i, u := range t.upstreams {
+		out[i] = t.health(u, now)
+	}
+	return out
+}
+
+// health is u's snapshot at now.
+func (t *Transport) health(u *upstream, now time.Time) UpstreamHealth {
+	cs := u.circuit.Snapshot(now)
+	av := t.admit(u, "", now, nil)
 	h := UpstreamHealth{
 		Name:            u.name,
 		BaseURL:         u.baseURL,
-		State:           u.breaker.status().String(),
-		OpenFor:         u.breaker.remaining(),
+		State:           State(cs.State).String(),
+		StateSince:      cs.Since,
+		Available:       av.reason == "",
+		Unavailable:     av.reason,
+		Demoted:         t.demotion(u, now),
+		OpenFor:         cs.OpenFor,
 		Cooldown:        u.cd.remaining(now),
-		Trips:           u.breaker.trips.Load(),
-		BreakerFailures: u.breaker.cb.Metrics().Failures(),
+		Trips:           cs.Trips,
+		BreakerFailures: cs.Failures,
+		OutOfHeadroom:   u.outOfHeadroom(now),
+		InFlight:        int(u.live.inflight.Load()),
+		Degraded:        t.degraded.degraded(u.recent.get(&u.window, now)),
+		Suspect:         t.suspect(u, now),
 	}
-	if ns := u.breaker.since.Load(); ns != 0 {
-		h.StateSince = time.Unix(0, ns)
-	}
-	h.Degraded = u.recent.degraded.Load()
 	if hr := u.headroom.last.Load(); hr != nil {
 		c := *hr
 		h.Headroom = &c
 	}
-	h.OutOfHeadroom = u.outOfHeadroom(now)
-	h.InFlight = int(u.live.inflight.Load())
-	h.Available = h.Cooldown == 0 && (h.State == "closed" || (h.State == "half-open" && !u.breaker.probeInFlight(now)))
 	if h.Cooldown > 0 {
 		if r := u.cd.reason.Load(); r != nil {
 			h.CooldownReason = *r
@@ -264,12 +161,6 @@ func (u *upstream) health(now time.Time) UpstreamHealth {
 	return h
 }
 
-// percentile returns the nearest-rank q-th percentile of sorted.
-func percentile(sorted []time.Duration, q float64) time.Duration {
-	i := int(q*float64(len(sorted))+0.5) - 1
-	return sorted[min(max(i, 0), len(sorted)-1)]
-}
-
 // MarshalJSON encodes h with snake_case keys and durations in seconds.
 func (h UpstreamHealth) MarshalJSON() ([]byte, error) {
 	type latency struct {
@@ -290,6 +181,8 @@ func (h UpstreamHealth) MarshalJSON() ([]byte, error) {
 		State           string         `json:"state"`
 		StateSince      *time.Time     `json:"state_since,omitempty"`
 		Available       bool           `json:"available"`
+		Unavailable     Reason         `json:"unavailable,omitempty"`
+		Demoted         Reason         `json:"demoted,omitempty"`
 		Degraded        bool           `json:"degraded"`
 		Suspect         bool           `json:"suspect"`
 		InFlight        int            `json:"in_flight"`
@@ -307,94 +200,11 @@ func (h UpstreamHealth) MarshalJSON() ([]byte, error) {
 		LastError       string         `json:"last_error,omitempty"`
 		LastErrorAt     *time.Time     `json:"last_error_at,omitempty"`
 	}{
-		h.Name, h.BaseURL, h.State, since, h.Available, h.Degraded, h.Suspect, h.InFlight, h.Headroom.json(), h.OutOfHeadroom, h.OpenFor.Seconds(), h.Cooldown.Seconds(), h.CooldownReason,
+		h.Name, h.BaseURL, h.State, since, h.Available, h.Unavailable, h.Demoted, h.Degraded, h.Suspect, h.InFlight, h.Headroom.json(), h.OutOfHeadroom, h.OpenFor.Seconds(), h.Cooldown.Seconds(), h.CooldownReason,
 		h.Trips, h.BreakerFailures, h.Requests, h.Window, h.SuccessRate,
 		latency{h.P50.Seconds(), h.P95.Seconds(), h.P99.Seconds()},
 		h.LastError, lastAt,
 	})
-}
-
-// DegradedConfig sets when an upstream is degraded: slow or failing often,
-// though not enough to open its circuit. A degraded upstream is tried after
-// the healthy ones (its circuit stays closed) and comes back by itself when
-// its figures recover; Health and the metrics report it. The zero value
-// never degrades an upstream.
-type DegradedConfig struct {
-	// Latency degrades an upstream whose recent p99 exceeds it. Zero
-	// means latency never degrades.
-	Latency time.Duration
-
-	// SuccessRate degrades an upstream whose recent success rate is
-	// below it (0 < rate <= 1). Zero means it never does.
-	SuccessRate float64
-
-	// Window is how far back "recent" reaches. Zero means 30s.
-	Window time.Duration
-
-	// MinSamples is the fewest recent attempts to judge from. Zero
-	// means 20.
-	MinSamples int
-}
-
-func (c DegradedConfig) enabled() bool { return c.Latency > 0 || c.SuccessRate > 0 }
-
-func (c DegradedConfig) withDefaults() DegradedConfig {
-	if c.Window == 0 {
-		c.Window = 30 * time.Second
-	}
-	if c.MinSamples == 0 {
-		c.MinSamples = 20
-	}
-	return c
-}
-
-func (c DegradedConfig) validate() error {
-	switch {
-	case c.Latency < 0:
-		return configError("Degraded.Latency", "must not be negative")
-	case c.SuccessRate < 0 || c.SuccessRate > 1 || c.SuccessRate != c.SuccessRate:
-		return configError("Degraded.SuccessRate", "must be within [0, 1]")
-	case c.Window < 0:
-		return configError("Degraded.Window", "must not be negative")
-	case c.MinSamples < 0:
-		return configError("Degraded.MinSamples", "must not be negative")
-	}
-	return nil
-}
-
-// refreshEvery is how often an upstream's recent figures are recomputed
-// (a sort of at most 1024 latencies) for routing decisions.
-const refreshEvery = 250 * time.Millisecond
-
-// recent caches an upstream's recent figures for the request path: read
-// with atomic loads, recomputed by one request at most every refreshEvery.
-type recent struct {
-	at       atomic.Int64 // unix ns of the last computation
-	p99      atomic.Int64 // time.Duration
-	p95      atomic.Int64 // time.Duration
-	p50      atomic.Int64 // time.Duration
-	samples  atomic.Int64 // answers the figures are from
-	rate     atomic.Uint64
-	degraded atomic.Bool
-}
-
-// refresh recomputes u's recent figures if they are older than
-// refreshEvery.
-func (u *upstream) refresh(now time.Time, c DegradedConfig) {
-	at := u.recent.at.Load()
-	if now.UnixNano()-at < int64(refreshEvery) || !u.recent.at.CompareAndSwap(at, now.UnixNano()) {
-		return
-	}
-	s := u.window.stats(now.Add(-c.Window))
-	p99 := s.percentile(0.99)
-	rate := s.successRate()
-	u.recent.p99.Store(int64(p99))
-	u.recent.p95.Store(int64(s.percentile(0.95)))
-	u.recent.p50.Store(int64(s.percentile(0.50)))
-	u.recent.samples.Store(int64(len(s.latencies))) // for percentiles: latencies known
-	u.recent.rate.Store(math.Float64bits(rate))
-	enough := s.n >= c.MinSamples
-	u.recent.degraded.Store(enough && ((c.Latency > 0 && p99 > c.Latency) || (c.SuccessRate > 0 && rate < c.SuccessRate)))
 }
 
 type headroomJSON struct {

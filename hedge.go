@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/VictoriaMetrics/metrics"
+
+	"github.com/failover-go/failover/internal/circuit"
 )
 
 // HedgeConfig turns on hedging: when an attempt has not answered within a
@@ -37,7 +39,7 @@ import (
 // A canceled attempt counts as neither success nor failure, unless its
 // upstream looks hung when it is canceled: it is suspected of hanging (see
 // HangConfig), or, with enough recent latencies to know its p99
-// (Degraded.MinSamples), it has answered nothing since the attempt started
+// (HangConfig.MinSamples), it has answered nothing since the attempt started
 // and the attempt waited past the hang limit (HangConfig's Multiple of that
 // p99, at least Floor). Then it counts as a failure, as it would have when
 // it timed out, so that hedging does not hide a hung upstream from its
@@ -49,9 +51,9 @@ import (
 type HedgeConfig struct {
 	// Delay is how long the first attempt may go unanswered before the
 	// hedge is sent. Zero means the p95 of the attempted upstream's
-	// recent latency (over Config.Degraded.Window), kept between
-	// MinDelay and MaxDelay, and MaxDelay while the upstream has fewer
-	// than Config.Degraded.MinSamples recent answers.
+	// recent latency (over Window), kept between MinDelay and MaxDelay,
+	// and MaxDelay while the upstream has fewer than MinSamples recent
+	// latencies.
 	Delay time.Duration
 
 	// MinDelay is the shortest latency-based delay. Zero means 20ms.
@@ -67,6 +69,14 @@ type HedgeConfig struct {
 	// Percent is the budget: hedges per 100 requests. Zero means 10;
 	// 100 means no budget: every request may be hedged.
 	Percent float64
+
+	// Window is how far back the latencies of the latency-based delay
+	// reach. Zero means 30s.
+	Window time.Duration
+
+	// MinSamples is the fewest recent latencies for the latency-based
+	// delay; with fewer, the delay is MaxDelay. Zero means 20.
+	MinSamples int
 }
 
 const defaultHedgeMaxDelay = 2 * time.Second
@@ -90,6 +100,12 @@ func (c HedgeConfig) withDefaults() HedgeConfig {
 	if c.Percent == 0 {
 		c.Percent = 10
 	}
+	if c.Window == 0 {
+		c.Window = defaultRecentWindow
+	}
+	if c.MinSamples == 0 {
+		c.MinSamples = defaultMinSamples
+	}
 	return c
 }
 
@@ -107,6 +123,10 @@ func (c HedgeConfig) validate() error {
 		return configError("Hedge.MaxHedges", "must not be negative")
 	case c.Percent < 0 || c.Percent > 100 || c.Percent != c.Percent:
 		return configError("Hedge.Percent", "must be between 0 and 100")
+	case c.Window < 0:
+		return configError("Hedge.Window", "must not be negative")
+	case c.MinSamples < 0:
+		return configError("Hedge.MinSamples", "must not be negative")
 	}
 	return nil
 }
@@ -179,17 +199,18 @@ func (h *hedger) refund() {
 	}
 }
 
-// delay is how long an attempt on u may go unanswered before a hedge.
+// hedgeDelay is how long an attempt on u may go unanswered before a
+// hedge.
 func (t *Transport) hedgeDelay(u *upstream, now time.Time) time.Duration {
 	h := t.hedge
 	if h.Delay > 0 {
 		return h.Delay
 	}
-	u.refresh(now, t.degraded)
-	if int(u.recent.samples.Load()) < t.degraded.MinSamples {
+	f := u.hedgeRecent.get(&u.window, now)
+	if f.samples < h.MinSamples {
 		return h.MaxDelay
 	}
-	return min(max(time.Duration(u.recent.p95.Load()), h.MinDelay), h.MaxDelay)
+	return min(max(f.p95, h.MinDelay), h.MaxDelay)
 }
 
 // errHedgeLost cancels an attempt whose request another attempt answered.
@@ -202,78 +223,64 @@ const (
 	abandoned // the call is over: the attempt cleans up after itself
 )
 
-// hedged is a round with hedging: it tries the upstreams in order, sending
+// race is a round with hedging: it tries the upstreams in order, sending
 // the request to the next one also when the attempts in flight have not
 // answered within the delay, and takes the first answer that ends the
 // request. It reports done with the result when the request is over.
 //
-// Each attempt runs in its own goroutine. When the request is over, the
-// attempts still in flight are canceled; each closes what it got when Base
-// returns.
-func (c *call) hedged(ctx context.Context) (*http.Response, error, bool) {
+// Each attempt runs in its own goroutine, with its own copy of the
+// request. When the request is over, the attempts still in flight are
+// canceled; each closes what it got when Base returns.
+func (c *call) race(ctx context.Context, order []*upstream) (*http.Response, error, bool) {
 	h := c.t.hedge
-	var buf [8]*upstream
-	order := c.t.order(buf[:0], time.Now())
-	results := make(chan *flight, len(order))
-	// What the attempts read of c, so that c itself stays on the stack of
-	// requests that are not hedged.
-	sender := &call{t: c.t, req: c.req, addressed: c.addressed}
-	var flying []*flight
+	c.racing = true
+	defer func() { c.racing = false }()
+	results := make(chan *attempt, len(order))
+	var flying []*attempt
 	hedges := 0
 	tried := make([]bool, len(order)) // upstreams the round has sent to or skipped
 	left := len(order)
 	// However the round ends, even by a panic, the attempts still in
 	// flight are canceled and closed.
-	defer func() { c.abandon(flying, results) }()
+	defer func() { c.t.abandon(flying, results) }()
 
-	// launch sends the request to the next upstream in order that takes
-	// it. It reports whether it did, and the error that ends the request.
-	// A hedge goes only to an upstream whose circuit is closed (a canceled
-	// probe would leave its circuit without a verdict), passing over the
-	// others and leaving them to fail over to.
-	launch := func(hedge bool) (bool, error) {
+	// next launches the next upstream in order that takes the request.
+	// It reports whether it did, and whether the request is over. A
+	// hedge goes only to an upstream whose circuit is closed, passing
+	// over the others and leaving them to fail over to.
+	next := func(hedge bool) (sent, stop bool) {
 		for i, u := range order {
-			if tried[i] || (hedge && u.breaker.status() != Closed) {
+			now := time.Now()
+			if tried[i] || (hedge && u.circuit.Status(now) != circuit.Closed) {
 				continue
 			}
 			tried[i] = true
 			left--
-			now := time.Now()
-			p, ok := c.admit(u, now)
-			if !ok {
+			a := new(attempt)
+			switch c.launch(ctx, a, u, hedge, now) {
+			case skipped:
 				continue
-			}
-			if hedge && (p.probe != 0 || !h.spend()) {
-				u.breaker.done(p, Canceled) // hand the permit back unused
+			case declined:
 				tried[i] = false
 				left++
-				return false, nil
+				return false, false
+			case dropped:
+				return false, false
+			case over:
+				return false, true
 			}
-			f := &flight{u: u, p: p, start: now, hedge: hedge}
-			if err := c.prepareGuarded(ctx, f); err != nil {
-				u.breaker.done(p, Canceled)
-				c.addErr(u, err)
-				if hedge {
-					h.refund()
-					return false, nil // the attempts in flight may still answer
-				}
-				return false, err
-			}
-			if hedge {
-				h.sent.Inc()
-			}
-			flying = append(flying, f)
-			go sender.fly(f, results)
-			return true, nil
+			flying = append(flying, a)
+			go a.fly(c.request, results)
+			return true, false
 		}
-		return false, nil
+		return false, false
 	}
 
-	ok, err := launch(false)
-	if err != nil {
+	sent, stop := next(false)
+	if stop {
 		return c.finishRound()
 	}
-	if !ok {
+	if !sent {
 		return nil, nil, false
 	}
 	timer := time.NewTimer(c.t.hedgeDelay(flying[0].u, time.Now()))
@@ -288,20 +295,20 @@ func (c *call) hedged(ctx context.Context) (*http.Response, error, bool) {
 			c.discardHeld()
 			return nil, ctx.Err(), true
 		case <-tick:
-			if ok, _ := launch(true); !ok {
+			if sent, _ := next(true); !sent {
 				hedges = h.MaxHedges // out of budget, or nowhere to hedge to
 				continue
 			}
 			hedges++
 			timer.Reset(c.t.hedgeDelay(flying[len(flying)-1].u, time.Now()))
-		case f := <-results:
-			flying = slices.DeleteFunc(flying, func(g *flight) bool { return g == f })
-			if f.panicked != nil {
-				f.cancel(nil)
-				panic(f.panicked) // the deferred abandon cleans up the rest
+		case a := <-results:
+			flying = slices.DeleteFunc(flying, func(b *attempt) bool { return b == a })
+			if a.panicked != nil {
+				a.cancel(nil)
+				panic(a.panicked) // the deferred abandon cleans up the rest
 			}
-			if resp, err, done := c.settle(f); done {
-				if f.hedge && resp != nil && resp == f.resp {
+			if resp, err, done := c.settle(a); done {
+				if a.hedge && resp != nil && resp == a.resp {
 					h.won.Inc()
 				}
 				return resp, err, true
@@ -309,11 +316,11 @@ func (c *call) hedged(ctx context.Context) (*http.Response, error, bool) {
 			if len(flying) > 0 {
 				continue // another attempt may still answer
 			}
-			ok, err := launch(false) // fail over as usual
-			if err != nil {
+			sent, stop := next(false) // fail over as usual
+			if stop {
 				return c.finishRound()
 			}
-			if !ok {
+			if !sent {
 				return nil, nil, false
 			}
 			timer.Reset(c.t.hedgeDelay(flying[0].u, time.Now()))
@@ -321,82 +328,60 @@ func (c *call) hedged(ctx context.Context) (*http.Response, error, bool) {
 	}
 }
 
-// prepareGuarded is prepare for a hedged round, where the attempt's probe
-// permit is released by send: a panic before then (in GetBody, say)
-// releases it here.
-func (c *call) prepareGuarded(ctx context.Context, f *flight) error {
-	if f.p.probe != 0 {
-		defer func() {
-			if r := recover(); r != nil {
-				f.u.breaker.releaseProbe(f.p)
-				panic(r)
-			}
-		}()
-	}
-	return c.prepare(ctx, f, true)
-}
-
-// finishRound ends the request with the latest answer or an Error.
-func (c *call) finishRound() (*http.Response, error, bool) {
-	resp, err := c.finish()
-	return resp, err, true
-}
-
-// probing reports whether one of flights is a half-open probe: it is not
+// probing reports whether one of attempts is a half-open probe: it is not
 // hedged, since a probe canceled by a winning hedge gives its circuit no
 // verdict, and the next request would probe again.
-func probing(flights []*flight) bool {
-	for _, f := range flights {
-		if f.p.probe != 0 {
+func probing(attempts []*attempt) bool {
+	for _, a := range attempts {
+		if a.p.Probe() {
 			return true
 		}
 	}
 	return false
 }
 
-// fly runs f and hands its result to the call, or cleans up when the call
+// fly runs a and hands its result to the call, or cleans up when the call
 // is over. A panic in Base or Classify reaches the caller's goroutine; when
 // the call is over, it is logged instead, as net/http logs a handler's
 // panic: the caller has its answer, and a panic on a goroutine of our own
 // would end the program.
-func (c *call) fly(f *flight, results chan<- *flight) {
+func (a *attempt) fly(r request, results chan<- *attempt) {
 	defer func() {
 		if v := recover(); v != nil {
-			f.panicked = v
-			f.stack = debug.Stack()
+			a.panicked = v
+			a.stack = debug.Stack()
 		}
-		if f.state.CompareAndSwap(flying, delivered) {
-			results <- f // never blocks: it holds every attempt of the round
+		if a.state.CompareAndSwap(flying, delivered) {
+			results <- a // never blocks: it holds every attempt of the round
 			return
 		}
-		f.cleanup()
-		if f.panicked != nil {
-			c.t.logPanic(f)
+		a.cleanup()
+		if a.panicked != nil {
+			r.t.logPanic(a)
 		}
 	}()
-	c.send(f)
+	a.send(r)
 }
 
 // abandon ends the attempts still in flight: it cancels those that have
 // not answered, which clean up when Base returns, and closes the answers
 // already on their way.
-func (c *call) abandon(flights []*flight, results <-chan *flight) {
+func (t *Transport) abandon(attempts []*attempt, results <-chan *attempt) {
 	pending := 0
-	for _, f := range flights {
-		f.lost.Store(true)
-		if f.state.CompareAndSwap(flying, abandoned) {
-			f.cancel(errHedgeLost)
+	for _, a := range attempts {
+		a.lost.Store(true)
+		if a.state.CompareAndSwap(flying, abandoned) {
+			a.cancel(errHedgeLost)
 		} else {
 			pending++ // delivered: on its way to results
 		}
 	}
-	t := c.t // not c, which stays on its caller's stack
 	for range pending {
 		// Draining an answer can take a while: not on the caller's time.
-		go func(f *flight) {
-			f.cleanup()
-			if f.panicked != nil {
-				t.logPanic(f)
+		go func(a *attempt) {
+			a.cleanup()
+			if a.panicked != nil {
+				t.logPanic(a)
 			}
 		}(<-results)
 	}
@@ -404,16 +389,16 @@ func (c *call) abandon(flights []*flight, results <-chan *flight) {
 
 // cleanup closes what an attempt nobody waits for got: it drains a
 // response (so that its connection can serve again), then ends its context.
-func (f *flight) cleanup() {
-	if f.resp != nil {
-		discard(f.resp)
+func (a *attempt) cleanup() {
+	if a.resp != nil {
+		discard(a.resp)
 	}
-	f.cancel(errHedgeLost)
+	a.cancel(errHedgeLost)
 }
 
 // logPanic reports the panic of an attempt nobody waits for.
-func (t *Transport) logPanic(f *flight) {
-	msg := fmt.Sprintf("failover: panic in an abandoned hedged attempt to %s: %v\n%s", f.u.name, f.panicked, f.stack)
+func (t *Transport) logPanic(a *attempt) {
+	msg := fmt.Sprintf("failover: panic in an abandoned hedged attempt to %s: %v\n%s", a.u.name, a.panicked, a.stack)
 	if t.logger != nil {
 		t.logger.Error(msg)
 		return

@@ -19,8 +19,7 @@ type upstreamMetrics struct {
 	requests       [len(outcomeNames)]*metrics.Counter
 	duration       *metrics.PrometheusHistogram
 	trips          *metrics.Counter
-	skippedOpen    *metrics.Counter
-	skippedCooling *metrics.Counter
+	skipped        map[Reason]*metrics.Counter // by skipReasons
 	cooldowns      map[CooldownReason]*metrics.Counter
 	failovers      []*metrics.Counter // by the index of the upstream failed over to
 	probes         [len(outcomeNames)]*metrics.Counter
@@ -30,7 +29,7 @@ type upstreamMetrics struct {
 //
 //	failover_requests_total{upstream,outcome}       attempts by outcome
 //	failover_request_duration_seconds{upstream}     time to response headers
-//	failover_skipped_total{upstream,reason}         requests that skipped it ("circuit_open", "rate_limited")
+//	failover_skipped_total{upstream,reason}         requests that skipped it, by Reason ("rate_limited", "circuit_open", "probe_in_flight", ...)
 //	failover_breaker_state{upstream}                0 closed, 1 open, 2 half-open
 //	failover_breaker_trips_total{upstream}          closed-to-open transitions
 //	failover_cooldown_seconds{upstream}             cooldown left
@@ -70,8 +69,10 @@ func (t *Transport) initMetrics() {
 		}
 		u.m.duration = s.GetOrCreatePrometheusHistogramExt(`failover_request_duration_seconds{`+l+`}`, latencyBuckets)
 		u.m.trips = s.GetOrCreateCounter(`failover_breaker_trips_total{` + l + `}`)
-		u.m.skippedOpen = s.GetOrCreateCounter(`failover_skipped_total{` + l + `,reason="circuit_open"}`)
-		u.m.skippedCooling = s.GetOrCreateCounter(`failover_skipped_total{` + l + `,reason="rate_limited"}`)
+		u.m.skipped = map[Reason]*metrics.Counter{}
+		for _, r := range skipReasons {
+			u.m.skipped[r] = s.GetOrCreateCounter(`failover_skipped_total{` + l + `,reason="` + string(r) + `"}`)
+		}
 		u.m.cooldowns = map[CooldownReason]*metrics.Counter{}
 		for _, r := range []CooldownReason{CooldownRateLimited, CooldownQuotaExhausted} {
 			u.m.cooldowns[r] = s.GetOrCreateCounter(`failover_cooldowns_total{` + l + `,reason="` + string(r) + `"}`)
@@ -82,36 +83,17 @@ func (t *Transport) initMetrics() {
 				u.m.failovers[v.index] = s.GetOrCreateCounter(`failover_failovers_total{from="` + labelValue(u.name) + `",to="` + labelValue(v.name) + `"}`)
 			}
 		}
-		b := u.breaker
-		s.GetOrCreateGauge(`failover_breaker_state{`+l+`}`, func() float64 { return float64(b.status()) })
+		s.GetOrCreateGauge(`failover_breaker_state{`+l+`}`, func() float64 { return float64(u.circuit.Status(time.Now())) })
 		cd := &u.cd
 		s.GetOrCreateGauge(`failover_cooldown_seconds{`+l+`}`, func() float64 { return cd.remaining(time.Now()).Seconds() })
 		s.GetOrCreateGauge(`failover_headroom_requests{`+l+`}`, func() float64 { return headroomMetric(u, false) })
 		s.GetOrCreateGauge(`failover_headroom_tokens{`+l+`}`, func() float64 { return headroomMetric(u, true) })
 		s.GetOrCreateGauge(`failover_in_flight{`+l+`}`, func() float64 { return float64(u.live.inflight.Load()) })
-		s.GetOrCreateGauge(`failover_degraded{`+l+`}`, func() float64 { return boolMetric(u.recent.degraded.Load()) })
-		s.GetOrCreateGauge(`failover_suspect{`+l+`}`, func() float64 { return boolMetric(u.suspect(time.Now(), t.hang, t.degraded)) })
+		s.GetOrCreateGauge(`failover_degraded{`+l+`}`, func() float64 {
+			return boolMetric(t.degraded.degraded(u.recent.get(&u.window, time.Now())))
+		})
+		s.GetOrCreateGauge(`failover_suspect{`+l+`}`, func() float64 { return boolMetric(t.suspect(u, time.Now())) })
 
-		u.breaker.onChange = func(c stateChange) {
-			if c.from == Closed && c.to == Open {
-				u.m.trips.Inc()
-			}
-			level := slog.LevelInfo
-			if c.to == Open {
-				level = slog.LevelWarn
-			}
-			if c.remote {
-				t.log(level, "circuit "+c.to.String(), u, slog.String("from", c.from.String()), slog.String("by", "fleet"))
-			} else {
-				t.log(level, "circuit "+c.to.String(), u, slog.String("from", c.from.String()))
-			}
-			if t.fleet != nil {
-				t.fleet.changed(u, c)
-			}
-			if t.onStateChange != nil {
-				t.onStateChange(StateChange{Upstream: u.name, From: c.from, To: c.to, At: c.at})
-			}
-		}
 	}
 }
 

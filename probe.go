@@ -8,6 +8,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/failover-go/failover/internal/circuit"
 )
 
 // ProbeConfig configures active health probes: a background loop that sends
@@ -101,7 +103,7 @@ func jitter(d time.Duration) time.Duration {
 
 // probe sends u one probe and records what it says.
 func (t *Transport) probe(u *upstream) {
-	if u.breaker.probeInFlight(time.Now()) {
+	if u.circuit.Check(time.Now()).Refusal == circuit.Probing {
 		return // a real request is probing it
 	}
 	p := t.probes
@@ -127,19 +129,5 @@ func (t *Transport) probe(u *upstream) {
 		discard(resp)
 	}
 	u.m.probes[o].Inc()
-	u.breaker.probed(o)
-}
-
-// Close stops the probe loops and waits for them to end. It is safe to call
-// more than once, and on a Transport without probes. Requests still work
-// after Close.
-func (t *Transport) Close() error {
-	if p := t.probes; p != nil {
-		p.cancel()
-		p.wg.Wait()
-	}
-	if f := t.fleet; f != nil {
-		f.stopOnce.Do(f.stop)
-	}
-	return nil
+	u.circuit.Probed(circuitResult(o, err), time.Now())
 }

@@ -4,11 +4,14 @@ import (
 	"bytes"
 	"errors"
 	"io"
+	"log/slog"
 	"net/http"
 	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
+
+	"github.com/failover-go/failover/internal/mono"
 )
 
 // RateLimitConfig says how long an upstream cools down after a 429. While an
@@ -141,12 +144,10 @@ func inspect429(resp *http.Response) (quota bool, delay time.Duration, ok bool) 
 	}
 	// A body that stalls is cut after drainTimeout rather than holding
 	// up the failover; the caller then reads what arrived and an error.
-	timer := time.AfterFunc(drainTimeout, func() { resp.Body.Close() })
-	buf := make([]byte, quotaPeek)
-	n, err := io.ReadFull(resp.Body, buf)
-	timer.Stop()
-	buf = buf[:n]
-	if err == io.EOF || err == io.ErrUnexpectedEOF {
+	var b bytes.Buffer
+	_, err := readCapped(resp.Body, &b, quotaPeek, drainTimeout)
+	buf := b.Bytes()
+	if err == io.EOF {
 		// The whole body was read: hand it back from memory.
 		resp.Body.Close()
 		resp.Body = io.NopCloser(bytes.NewReader(buf))
@@ -190,10 +191,6 @@ func retryDelay(body []byte) (time.Duration, bool) {
 	return d, true
 }
 
-type prefixedBody struct {
-	io.Reader
-	io.Closer
-}
 
 // CooldownReason says why an upstream cools down.
 type CooldownReason string
@@ -207,38 +204,55 @@ const (
 // cooldown is the rate-limit state of one upstream: a deadline that only
 // moves later. The zero value is not cooling down.
 type cooldown struct {
-	until  atomic.Int64 // unix nanoseconds; 0 when never set
+	until  atomic.Int64 // a mono.Time; 0 when never set
 	reason atomic.Pointer[CooldownReason]
 }
 
 // remaining returns how long the upstream still cools down at now.
 func (c *cooldown) remaining(now time.Time) time.Duration {
-	u := c.until.Load()
+	u := mono.Time(c.until.Load())
 	if u == 0 {
 		return 0
 	}
-	return max(0, time.Duration(u-now.UnixNano()))
+	return u.Until(mono.Of(now))
 }
 
 // extend makes the upstream cool down until at least now+d. It never
 // shortens a cooldown. It reports whether the upstream was not cooling down
 // before (a new cooldown started).
 func (c *cooldown) extend(now time.Time, d time.Duration, reason CooldownReason) (started bool) {
-	until := now.Add(d).UnixNano()
+	m := mono.Of(now)
+	until := m.Add(d)
 	for {
-		old := c.until.Load()
+		old := mono.Time(c.until.Load())
 		if old >= until {
 			return false
 		}
-		if c.until.CompareAndSwap(old, until) {
+		if c.until.CompareAndSwap(int64(old), int64(until)) {
 			c.reason.Store(&reason)
-			return old <= now.UnixNano()
+			return old <= m
 		}
 	}
 }
 
 // clear ends any cooldown.
 func (c *cooldown) clear() { c.until.Store(0) }
+
+// coolDown starts or extends u's cooldown after a 429 answered at now.
+func (t *Transport) coolDown(u *upstream, resp *http.Response, now time.Time) {
+	d, reason := t.rate.DefaultCooldown, CooldownRateLimited
+	if resp != nil {
+		d, reason = t.rate.cooldownFor(resp, now)
+	}
+	before := u.cd.until.Load()
+	if u.cd.extend(now, d, reason) {
+		u.m.cooldowns[reason].Inc()
+		t.log(slog.LevelWarn, "upstream cooling down", u, slog.Duration("cooldown", d), slog.String("reason", string(reason)))
+	}
+	if t.fleet != nil && u.cd.until.Load() != before {
+		t.fleet.cooled(u, d, reason)
+	}
+}
 
 // cooldownFor returns how long an upstream that answered resp (a 429) cools
 // down, and why. It may replace resp.Body (see inspect429).

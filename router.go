@@ -6,7 +6,6 @@ import (
 	"math/rand/v2"
 	"slices"
 	"sync"
-	"sync/atomic"
 	"time"
 )
 
@@ -64,23 +63,32 @@ type Candidate struct {
 
 	// State is the upstream's circuit as Health reports it: HalfOpen
 	// when the next request may probe it. It is Open whenever the
-	// Transport would not send the request there: while the circuit
-	// refuses requests, while another request probes it, and while the
-	// upstream cools down after a 429. The routers leave Open candidates
-	// out of their picks, so that a pick is an upstream the Transport
-	// sends to.
+	// Transport would not send the request there (Unavailable is set):
+	// while the circuit refuses requests, while a probe is in flight here
+	// or another process of the fleet holds it, while the upstream cools
+	// down after a 429, and when it does not serve the request's model.
+	// The routers leave Open candidates out of their picks, so that a
+	// pick is an upstream the Transport sends to.
 	State State
 
-	// Recovering reports that the circuit closed recently after being
-	// open. Until it has shown it copes, [Weighted] gives it at most 10 %
+	// Unavailable says why the Transport would not send the request
+	// there ("" when it would): the same decision the request then
+	// makes, and Health reports.
+	Unavailable Reason
+
+	// Recovering reports that the circuit closed recently (within its
+	// Cooldown) after being open. Until it has shown it copes, [Weighted] gives it at most 10 %
 	// of the picks, and [LeastLatency] and [Score] put it first for a
 	// tenth of the requests they otherwise would: a little traffic, never
 	// a flood. [Priority] ignores it.
 	Recovering bool
 
-	// Degraded reports that the upstream's recent latency or success rate
-	// is bad (Config.Degraded), though its circuit is not open.
-	Degraded bool
+	// Demoted says why the Transport would try the upstream after the
+	// others ("" when it would not): it is out of rate-limit headroom
+	// (ReasonOutOfHeadroom), its recent latency or success rate is bad
+	// (ReasonDegraded, Config.Degraded), or it looks hung (ReasonSuspect,
+	// Config.Hang). Its circuit may still be closed.
+	Demoted Reason
 }
 
 // Router orders the upstreams for one request.
@@ -96,7 +104,7 @@ type Candidate struct {
 // is open or already probing, and those cooling down after a 429, and falls
 // back through the rest in the order returned.
 //
-// The Routers of this package order Degraded candidates after the others
+// The Routers of this package order Demoted candidates after the others
 // and Open ones last, keeping their own order within each of the three
 // groups. A HalfOpen candidate keeps its place: the circuit closes only
 // after a request probes it, and one ordered last would go unprobed for as
@@ -116,7 +124,7 @@ func routeGroup(c *Candidate) int {
 	switch {
 	case c.State == Open:
 		return groupOpen
-	case c.Degraded:
+	case c.Demoted != "":
 		return groupDegraded
 	}
 	return groupUsable
@@ -493,100 +501,4 @@ func (s Score) Order(dst []int, cands []Candidate) []int {
 	spareRecovering(seg, cands)
 	toIndexes(seg, cands)
 	return dst
-}
-
-// defaultEWMADecay is the decay time constant of a zero peakEWMA.
-const defaultEWMADecay = 10 * time.Second
-
-// peakEWMA is a peak-sensitive exponentially weighted moving average of an
-// upstream's latency, Finagle's "peak EWMA", lock-free.
-//
-// A sample larger than the average replaces it at once: one slow answer
-// makes the upstream look slow right away. A smaller sample d pulls the
-// average v toward it by the time since the previous sample, Δ:
-//
-//	v ← v·w + d·(1 − w),  w = exp(−Δ/decay)
-//
-// so the average forgets a peak over about decay, however many samples
-// arrive meanwhile. Reading it at now discounts it by the time since the
-// last sample, v·exp(−(now − last)/decay): an upstream that has not
-// answered for a while looks faster and faster, so a router tries it again
-// (Finagle reaches the same end by observing a zero on each read; here
-// reading writes nothing, so the value does not depend on how often it is
-// read).
-//
-// The value and the time of the last sample share one atomic word: the
-// value as a float32 of nanoseconds, the time as milliseconds modulo 2^32
-// (49.7 days). A sample timed up to a minute before the last one (goroutines
-// racing) counts as simultaneous with it. The zero value is ready to use,
-// with a decay of 10 s. A peakEWMA must not be copied after first use.
-type peakEWMA struct {
-	decay time.Duration // zero means defaultEWMADecay; set before first use
-	state atomic.Uint64 // math.Float32bits(v)<<32 | milliseconds of the last sample
-}
-
-// newPeakEWMA returns a peakEWMA with the decay time constant decay (zero
-// means 10s).
-func newPeakEWMA(decay time.Duration) *peakEWMA {
-	return &peakEWMA{decay: decay}
-}
-
-// ewmaSkew is how far before the last sample a sample may be timed and
-// still count as simultaneous with it, in milliseconds.
-const ewmaSkew = 60_000
-
-func ewmaTick(t time.Time) uint32 { return uint32(t.UnixMilli()) }
-
-// ewmaElapsed returns the milliseconds from tick last to tick now, and
-// false when now is up to ewmaSkew before last.
-func ewmaElapsed(last, now uint32) (uint32, bool) {
-	d := now - last
-	if d > math.MaxUint32-ewmaSkew {
-		return 0, false
-	}
-	return d, true
-}
-
-// weight returns exp(−ms/decay).
-func (e *peakEWMA) weight(ms uint32) float64 {
-	decay := e.decay
-	if decay <= 0 {
-		decay = defaultEWMADecay
-	}
-	return math.Exp(-float64(ms) * float64(time.Millisecond) / float64(decay))
-}
-
-// observe adds the sample d, taken at now.
-func (e *peakEWMA) observe(d time.Duration, now time.Time) {
-	for {
-		old := e.state.Load()
-		v, last := float64(math.Float32frombits(uint32(old>>32))), uint32(old)
-		x, tick := float64(max(d, 0)), ewmaTick(now)
-		ms, inOrder := ewmaElapsed(last, tick)
-		if !inOrder && v > 0 { // with no value yet, the stamp means nothing
-			tick = last
-		}
-		if x < v {
-			w := e.weight(ms)
-			x = v*w + x*(1-w)
-		}
-		s := uint64(math.Float32bits(float32(x)))<<32 | uint64(tick)
-		if s == old || e.state.CompareAndSwap(old, s) {
-			return
-		}
-	}
-}
-
-// value returns the average as read at now: discounted by the time since
-// the last sample. It is zero before the first sample.
-func (e *peakEWMA) value(now time.Time) time.Duration {
-	s := e.state.Load()
-	v := float64(math.Float32frombits(uint32(s >> 32)))
-	if v == 0 {
-		return 0
-	}
-	if ms, ok := ewmaElapsed(uint32(s), ewmaTick(now)); ok {
-		v *= e.weight(ms)
-	}
-	return time.Duration(math.Round(v))
 }

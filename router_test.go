@@ -71,9 +71,9 @@ func TestPriorityOrder(t *testing.T) {
 		{"one", numbered(Candidate{}), []int{0}},
 		{"configured order", numbered(Candidate{Latency: time.Second}, Candidate{}, Candidate{Weight: 9}), []int{0, 1, 2}},
 		{"by index, not position", []Candidate{{Index: 2}, {Index: 0}, {Index: 1}}, []int{0, 1, 2}},
-		{"degraded after", numbered(Candidate{Degraded: true}, Candidate{}, Candidate{Degraded: true}, Candidate{}), []int{1, 3, 0, 2}},
-		{"open last", numbered(Candidate{State: Open}, Candidate{Degraded: true}, Candidate{}), []int{2, 1, 0}},
-		{"open and degraded is open", numbered(Candidate{State: Open, Degraded: true}, Candidate{State: Open}, Candidate{Degraded: true}), []int{2, 0, 1}},
+		{"degraded after", numbered(Candidate{Demoted: ReasonDegraded}, Candidate{}, Candidate{Demoted: ReasonDegraded}, Candidate{}), []int{1, 3, 0, 2}},
+		{"open last", numbered(Candidate{State: Open}, Candidate{Demoted: ReasonDegraded}, Candidate{}), []int{2, 1, 0}},
+		{"open and degraded is open", numbered(Candidate{State: Open, Demoted: ReasonDegraded}, Candidate{State: Open}, Candidate{Demoted: ReasonDegraded}), []int{2, 0, 1}},
 		{"half-open keeps its place", numbered(Candidate{State: HalfOpen}, Candidate{}), []int{0, 1}},
 		{"recovering keeps its place", numbered(Candidate{Recovering: true}, Candidate{}), []int{0, 1}},
 	})
@@ -89,8 +89,8 @@ func TestWeightedOrder(t *testing.T) {
 		{"zero weight is 1", numbered(Candidate{Weight: 0.5}, Candidate{}, Candidate{Weight: 0.9}), []int{1, 2, 0}},
 		{"nonsense weight is 1", numbered(Candidate{Weight: 0.5}, Candidate{Weight: math.NaN()}, Candidate{Weight: math.Inf(1)}, Candidate{Weight: -3}), []int{1, 2, 3, 0}},
 		{"equal weights by index", []Candidate{{Index: 2}, {Index: 0}, {Index: 1}}, []int{2, 0, 1}},
-		{"degraded never picked while others are usable", numbered(Candidate{Weight: 9, Degraded: true}, Candidate{Weight: 1}, Candidate{Weight: 2}), []int{2, 1, 0}},
-		{"open last", numbered(Candidate{Weight: 9, State: Open}, Candidate{Weight: 1, Degraded: true}, Candidate{Weight: 2, Degraded: true}), []int{2, 1, 0}},
+		{"degraded never picked while others are usable", numbered(Candidate{Weight: 9, Demoted: ReasonDegraded}, Candidate{Weight: 1}, Candidate{Weight: 2}), []int{2, 1, 0}},
+		{"open last", numbered(Candidate{Weight: 9, State: Open}, Candidate{Weight: 1, Demoted: ReasonDegraded}, Candidate{Weight: 2, Demoted: ReasonDegraded}), []int{2, 1, 0}},
 		// Capped at a ninth of 1+2, the recovering one weighs 1/3.
 		{"recovering capped", numbered(Candidate{Weight: 9, Recovering: true}, Candidate{Weight: 1}, Candidate{Weight: 2}), []int{2, 1, 0}},
 	})
@@ -171,7 +171,7 @@ func TestWeightedRecovering(t *testing.T) {
 	checkShare(t, "recovered", float64(got[0]), 0.8*n, n, 0.01)
 
 	// Alone in its group, it is not capped.
-	cs = numbered(Candidate{Weight: 8, Recovering: true}, Candidate{Weight: 1, Degraded: true})
+	cs = numbered(Candidate{Weight: 8, Recovering: true}, Candidate{Weight: 1, Demoted: ReasonDegraded})
 	if got := firstPicks(new(Weighted), cs, 100); got[0] != 100 {
 		t.Errorf("recovering with only a degraded other: got %d of 100 picks, want 100", got[0])
 	}
@@ -181,12 +181,12 @@ func TestWeightedRecovering(t *testing.T) {
 // candidates only, and among the degraded ones when none is usable.
 func TestWeightedGroups(t *testing.T) {
 	var w Weighted
-	cs := numbered(Candidate{Weight: 1}, Candidate{Weight: 1, Degraded: true}, Candidate{Weight: 2}, Candidate{Weight: 5, State: Open})
+	cs := numbered(Candidate{Weight: 1}, Candidate{Weight: 1, Demoted: ReasonDegraded}, Candidate{Weight: 2}, Candidate{Weight: 5, State: Open})
 	got := firstPicks(&w, cs, 300)
 	if want := []int{100, 0, 200, 0}; !slices.Equal(got, want) {
 		t.Errorf("picks = %v, want %v", got, want)
 	}
-	cs[0].Degraded, cs[2].Degraded = true, true
+	cs[0].Demoted, cs[2].Demoted = ReasonDegraded, ReasonDegraded
 	got = firstPicks(&w, cs, 400)
 	if want := []int{100, 100, 200, 0}; !slices.Equal(got, want) {
 		t.Errorf("all degraded: picks = %v, want %v", got, want)
@@ -205,9 +205,9 @@ func TestLeastLatencyOrder(t *testing.T) {
 		{"in flight times latency", numbered(Candidate{Latency: 100 * ms, InFlight: 2}, Candidate{Latency: 301 * ms}), []int{0, 1}},
 		{"no latency yet is best", numbered(Candidate{Latency: ms}, Candidate{}), []int{1, 0}},
 		{"no latency but in flight is worst", numbered(Candidate{Latency: time.Minute, InFlight: 9}, Candidate{InFlight: 1}), []int{0, 1}},
-		{"degraded after", numbered(Candidate{Latency: ms, Degraded: true}, Candidate{Latency: 9 * ms}, Candidate{Latency: 5 * ms}), []int{2, 1, 0}},
-		{"open last", numbered(Candidate{State: Open}, Candidate{Latency: 9 * ms, Degraded: true}, Candidate{Latency: 5 * ms}, Candidate{Latency: 8 * ms, Degraded: true}), []int{2, 3, 1, 0}},
-		{"only degraded", numbered(Candidate{Latency: 9 * ms, Degraded: true}, Candidate{Latency: 5 * ms, Degraded: true}, Candidate{State: Open}), []int{1, 0, 2}},
+		{"degraded after", numbered(Candidate{Latency: ms, Demoted: ReasonDegraded}, Candidate{Latency: 9 * ms}, Candidate{Latency: 5 * ms}), []int{2, 1, 0}},
+		{"open last", numbered(Candidate{State: Open}, Candidate{Latency: 9 * ms, Demoted: ReasonDegraded}, Candidate{Latency: 5 * ms}, Candidate{Latency: 8 * ms, Demoted: ReasonDegraded}), []int{2, 3, 1, 0}},
+		{"only degraded", numbered(Candidate{Latency: 9 * ms, Demoted: ReasonDegraded}, Candidate{Latency: 5 * ms, Demoted: ReasonDegraded}, Candidate{State: Open}), []int{1, 0, 2}},
 	})
 }
 
@@ -217,7 +217,7 @@ func TestLeastLatencyOrder(t *testing.T) {
 // others are by cost.
 func TestLeastLatencyTwoChoices(t *testing.T) {
 	ms := time.Millisecond
-	cs := numbered(Candidate{Latency: 30 * ms}, Candidate{Latency: 10 * ms}, Candidate{Latency: 20 * ms}, Candidate{Latency: ms, Degraded: true})
+	cs := numbered(Candidate{Latency: 30 * ms}, Candidate{Latency: 10 * ms}, Candidate{Latency: 20 * ms}, Candidate{Latency: ms, Demoted: ReasonDegraded})
 	const n = 6000
 	count := make([]int, len(cs))
 	dst := make([]int, 0, len(cs))
@@ -344,11 +344,11 @@ func TestScoreOrder(t *testing.T) {
 		// 0.4·0.85 + 0.4 + 0.2·0 = 0.74 against 0.4·0.70 + 0.4 + 0.2·0.9 = 0.86.
 		{"cheaper wins", numbered(Candidate{P50: 300 * ms, SuccessRate: 1, Cost: Cost{Input: 2, Output: 8}}, Candidate{P50: 600 * ms, SuccessRate: 1, Cost: Cost{Input: 0.2, Output: 0.8}}), []int{1, 0}},
 		{"open scores last", numbered(Candidate{SuccessRate: 1, State: Open}, Candidate{P50: 3 * time.Second, SuccessRate: 0}), []int{1, 0}},
-		{"degraded after", numbered(Candidate{SuccessRate: 1, Degraded: true}, Candidate{P50: 3 * time.Second, SuccessRate: 0.2}, Candidate{P50: time.Second, SuccessRate: 0.9, State: Open}), []int{1, 0, 2}},
+		{"degraded after", numbered(Candidate{SuccessRate: 1, Demoted: ReasonDegraded}, Candidate{P50: 3 * time.Second, SuccessRate: 0.2}, Candidate{P50: time.Second, SuccessRate: 0.9, State: Open}), []int{1, 0, 2}},
 		{"order within groups", numbered(
-			Candidate{P50: 100 * ms, SuccessRate: 1, Degraded: true},
+			Candidate{P50: 100 * ms, SuccessRate: 1, Demoted: ReasonDegraded},
 			Candidate{P50: 900 * ms, SuccessRate: 1},
-			Candidate{P50: 50 * ms, SuccessRate: 1, Degraded: true},
+			Candidate{P50: 50 * ms, SuccessRate: 1, Demoted: ReasonDegraded},
 			Candidate{P50: 500 * ms, SuccessRate: 1},
 		), []int{3, 1, 2, 0}},
 	})
@@ -365,7 +365,7 @@ func TestRouterRecovering(t *testing.T) {
 	cs := numbered(
 		Candidate{Latency: ms, P50: ms, SuccessRate: 1, Recovering: true},
 		Candidate{Latency: 90 * ms, P50: 90 * ms, SuccessRate: 1},
-		Candidate{Latency: 99 * ms, P50: 99 * ms, SuccessRate: 1, Degraded: true},
+		Candidate{Latency: 99 * ms, P50: 99 * ms, SuccessRate: 1, Demoted: ReasonDegraded},
 	)
 	for _, r := range []Router{LeastLatency{}, Score{}} {
 		t.Run(fmt.Sprintf("%T", r), func(t *testing.T) {
@@ -376,7 +376,7 @@ func TestRouterRecovering(t *testing.T) {
 
 			// With no other usable candidate it keeps its place.
 			alone := slices.Clone(cs)
-			alone[1].Degraded = true
+			alone[1].Demoted = ReasonDegraded
 			if got := firstPicks(r, alone, 100); got[0] != 100 {
 				t.Errorf("picks %v, want the recovering one first alone in its group", got)
 			}
@@ -389,11 +389,11 @@ func TestRouterRecovering(t *testing.T) {
 func TestRouterGroups(t *testing.T) {
 	cs := numbered(
 		Candidate{State: Open, SuccessRate: 1},
-		Candidate{Degraded: true, Latency: time.Millisecond, SuccessRate: 1, Weight: 5},
+		Candidate{Demoted: ReasonDegraded, Latency: time.Millisecond, SuccessRate: 1, Weight: 5},
 		Candidate{State: HalfOpen, Latency: time.Second, SuccessRate: 0.5},
-		Candidate{Degraded: true, State: Open},
+		Candidate{Demoted: ReasonDegraded, State: Open},
 		Candidate{Latency: 2 * time.Second, SuccessRate: 0.9},
-		Candidate{Degraded: true, Latency: 3 * time.Second, SuccessRate: 0.1},
+		Candidate{Demoted: ReasonDegraded, Latency: 3 * time.Second, SuccessRate: 0.1},
 	)
 	groups := []int{groupOpen, groupDegraded, groupUsable, groupOpen, groupUsable, groupDegraded}
 	for _, r := range []Router{Priority{}, new(Weighted), LeastLatency{}, Score{}} {
@@ -462,7 +462,7 @@ func TestRoutersAllocs(t *testing.T) {
 	cs := numbered(
 		Candidate{Weight: 2, Latency: 10 * time.Millisecond, InFlight: 1, P50: 100 * time.Millisecond, SuccessRate: 1, Recovering: true},
 		Candidate{Weight: 1, Latency: 20 * time.Millisecond, P50: 200 * time.Millisecond, SuccessRate: 0.9, Cost: Cost{1, 2}},
-		Candidate{Weight: 3, Latency: 30 * time.Millisecond, P50: 300 * time.Millisecond, SuccessRate: 0.8, Degraded: true},
+		Candidate{Weight: 3, Latency: 30 * time.Millisecond, P50: 300 * time.Millisecond, SuccessRate: 0.8, Demoted: ReasonDegraded},
 		Candidate{State: Open},
 	)
 	dst := make([]int, 0, len(cs))

@@ -51,13 +51,12 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"maps"
 	"net/http"
-	"net/url"
-	"strings"
 	"time"
 
 	"github.com/VictoriaMetrics/metrics"
+
+	"github.com/failover-go/failover/internal/circuit"
 )
 
 // Upstream is one provider endpoint that requests may go to.
@@ -358,9 +357,8 @@ func New(cfg Config) (*Transport, error) {
 		credNames[h] = true
 	}
 	names := map[string]int{}
-	bc := cfg.Breaker.withDefaults()
 	for i, uc := range cfg.Upstreams {
-		u, err := newUpstream(i, uc, bc)
+		u, err := newUpstream(i, uc)
 		if err != nil {
 			return nil, err
 		}
@@ -385,99 +383,21 @@ func New(cfg Config) (*Transport, error) {
 	if cfg.Shared != nil {
 		t.fleet = newFleet(t, cfg.Shared, cmp.Or(cfg.SharedSync, defaultSharedSync))
 	}
+	bc := cfg.Breaker.withDefaults()
+	for _, u := range t.upstreams {
+		var lease func(time.Time, bool) bool
+		if f := t.fleet; f != nil {
+			lease = func(now time.Time, ask bool) bool { return f.mayProbe(u, now, ask) }
+		}
+		u.circuit = newCircuit(bc, lease, func(c circuit.Change) { t.changed(u, c) })
+		t.newRecent(u)
+	}
 	t.initMetrics()
 	t.startProbes(cfg.Probe)
 	if t.fleet != nil {
 		t.fleet.start()
 	}
 	return t, nil
-}
-
-// newUpstream checks and parses the i-th upstream's config.
-func newUpstream(i int, uc Upstream, bc BreakerConfig) (*upstream, error) {
-	field := func(f string) string { return fmt.Sprintf("Upstreams[%d].%s", i, f) }
-	base, err := url.Parse(uc.BaseURL)
-	switch {
-	case uc.BaseURL == "":
-		return nil, configError(field("BaseURL"), "is empty")
-	case err != nil:
-		return nil, configError(field("BaseURL"), "is not a URL") // err may quote the URL
-	case base.Scheme != "http" && base.Scheme != "https":
-		return nil, configError(field("BaseURL"), "must be an absolute http or https URL")
-	case base.Host == "" || base.Hostname() == "":
-		return nil, configError(field("BaseURL"), "has no host")
-	case base.User != nil:
-		return nil, configError(field("BaseURL"), "must not carry user info: put credentials in Header")
-	case base.RawQuery != "" || base.ForceQuery:
-		return nil, configError(field("BaseURL"), "must not carry a query: put credentials in Header")
-	case base.Fragment != "":
-		return nil, configError(field("BaseURL"), "must not carry a fragment")
-	case hasDotSegment(base.Path):
-		return nil, configError(field("BaseURL"), "must not contain . or .. path segments")
-	}
-	name := uc.Name
-	if name == "" {
-		name = base.Host
-	}
-	if strings.ContainsFunc(name, func(r rune) bool { return r < ' ' || r == 0x7f }) {
-		return nil, configError(field("Name"), "must not contain control characters")
-	}
-	switch {
-	case uc.Weight < 0 || uc.Weight != uc.Weight:
-		return nil, configError(field("Weight"), "must not be negative")
-	case uc.Cost.Input < 0 || uc.Cost.Output < 0:
-		return nil, configError(field("Cost"), "must not be negative")
-	}
-	for k, vs := range uc.Header {
-		if !validHeaderName(k) {
-			return nil, configError(field("Header"), fmt.Sprintf("has an invalid header name %q", k))
-		}
-		for _, v := range vs {
-			if strings.ContainsAny(v, "\r\n\x00") {
-				// Never quote the value: it is likely a key.
-				return nil, configError(field("Header"), fmt.Sprintf("has an invalid value for %q", k))
-			}
-		}
-	}
-	u := &upstream{
-		cfg:     uc,
-		index:   i,
-		name:    name,
-		baseURL: base.Scheme + "://" + base.Host + base.EscapedPath(),
-		scheme:  base.Scheme,
-		host:    base.Host,
-		match:   hostKey(base.Scheme, base.Host),
-		path:    base.Path,
-		rawPath: base.EscapedPath(),
-		header:  http.Header{},
-		breaker: newBreaker(bc),
-	}
-	if strings.HasSuffix(u.rawPath, "/") { // a literal slash, not %2F
-		u.rawPath = u.rawPath[:len(u.rawPath)-1]
-		u.path = strings.TrimSuffix(u.path, "/")
-	}
-	for k, vs := range uc.Header {
-		u.header[http.CanonicalHeaderKey(k)] = append([]string(nil), vs...)
-	}
-	if len(uc.Models) > 0 {
-		if err := modelMap(uc.Models).validate(field("Models")); err != nil {
-			return nil, err
-		}
-		u.models = maps.Clone(uc.Models)
-	}
-	return u, nil
-}
-
-func validHeaderName(k string) bool {
-	if k == "" {
-		return false
-	}
-	for _, r := range k {
-		if r <= ' ' || r >= 0x7f || strings.ContainsRune("\"(),/:;<=>?@[\\]{}", r) {
-			return false
-		}
-	}
-	return true
 }
 
 // RoundTrip implements http.RoundTripper; see [Transport] for its contract.
@@ -491,20 +411,28 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		t.unrouted.Inc()
 		return t.base.RoundTrip(req)
 	}
-	c := &call{t: t, req: req, addressed: addressed, rest: rest, rawRest: rawRest}
+	c := &call{request: request{t: t, req: req, ctx: req.Context(), addressed: addressed, rest: rest, rawRest: rawRest}}
 	return c.run()
 }
 
-// Health returns a snapshot of every upstream, in the configured order.
-func (t *Transport) Health() []UpstreamHealth {
-	now := time.Now()
-	out := make([]UpstreamHealth, len(t.upstreams))
-	for i, u := range t.upstreams {
-		u.refresh(now, t.degraded)
-		out[i] = u.health(now)
-		out[i].Suspect = u.suspect(now, t.hang, t.degraded)
+// newRecent gives u the caches of its recent figures, one per distinct
+// window among Degraded's, Hang's and Hedge's.
+func (t *Transport) newRecent(u *upstream) {
+	u.recent = &recent{span: t.degraded.Window}
+	u.hangRecent = u.recent
+	if t.hang.Window != u.recent.span {
+		u.hangRecent = &recent{span: t.hang.Window}
 	}
-	return out
+	u.hedgeRecent = u.recent
+	if t.hedge != nil {
+		switch t.hedge.Window {
+		case u.recent.span:
+		case u.hangRecent.span:
+			u.hedgeRecent = u.hangRecent
+		default:
+			u.hedgeRecent = &recent{span: t.hedge.Window}
+		}
+	}
 }
 
 // Reset closes the named upstream's circuit and ends its cooldown, for an
@@ -514,10 +442,10 @@ func (t *Transport) Health() []UpstreamHealth {
 func (t *Transport) Reset(name string) error {
 	for _, u := range t.upstreams {
 		if u.name == name {
-			u.breaker.reset()
+			u.circuit.Reset(time.Now())
 			u.cd.clear()
 			if t.fleet != nil {
-				t.fleet.publish(SharedEvent{Upstream: u.name, Kind: SharedReset, For: u.breaker.probeTTL})
+				t.fleet.publish(SharedEvent{Upstream: u.name, Kind: SharedReset, For: u.circuit.Cooldown()})
 			}
 			return nil
 		}
@@ -528,6 +456,20 @@ func (t *Transport) Reset(name string) error {
 // WritePrometheus writes the Transport's metrics in Prometheus text format,
 // for a /metrics handler.
 func (t *Transport) WritePrometheus(w io.Writer) { t.metrics.WritePrometheus(w) }
+
+// Close stops the probe loops and the fleet's goroutines and waits for them
+// to end. It is safe to call more than once, and on a Transport without
+// either. Requests still work after Close.
+func (t *Transport) Close() error {
+	if p := t.probes; p != nil {
+		p.cancel()
+		p.wg.Wait()
+	}
+	if f := t.fleet; f != nil {
+		f.stopOnce.Do(f.stop)
+	}
+	return nil
+}
 
 // CloseIdleConnections closes the idle connections of Base, when Base has
 // such a method. http.Client.CloseIdleConnections calls it.

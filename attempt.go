@@ -1,0 +1,239 @@
+package failover
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"sync/atomic"
+	"time"
+
+	"github.com/failover-go/failover/internal/circuit"
+)
+
+// attempt is one send of the request to one upstream and what came back.
+// The call that launched it writes its first fields before sending it and
+// reads the rest after; send, on whichever goroutine runs it, reads only
+// the attempt and its own copy of the request.
+type attempt struct {
+	u      *upstream
+	p      circuit.Permit
+	start  time.Time
+	hedge  bool // sent as a hedge, beside an attempt still in flight
+	out    *http.Request
+	cancel context.CancelCauseFunc // nil when nothing needs to end the attempt early
+
+	resp *http.Response
+	err  error
+	o    Outcome
+	end  time.Time // when the answer came
+
+	// Hedging: whether the call gave up on it, and who owns its result.
+	lost     atomic.Bool
+	state    atomic.Int32 // flying, delivered or abandoned
+	panicked any
+	stack    []byte
+}
+
+// prepare builds a's request: the caller's, rewritten for a.u, with the
+// next copy of the body. With cancelable, the request has its own context,
+// which a.cancel ends.
+func (c *call) prepare(ctx context.Context, a *attempt, cancelable bool) error {
+	u := a.u
+	if c.last != nil && c.last != u && !a.hedge {
+		c.last.m.failovers[u.index].Inc()
+	}
+	c.attempts++
+	actx := ctx
+	if cancelable {
+		actx, a.cancel = context.WithCancelCause(ctx)
+	}
+	out := c.clone(actx, u)
+	c.rewrite(out, u)
+	body, err := c.body.next()
+	if err != nil {
+		if a.cancel != nil {
+			a.cancel(nil)
+		}
+		return err
+	}
+	out.Body = body
+	if c.body.buffered != nil {
+		out.GetBody = c.body.getBody
+		out.ContentLength = int64(len(c.body.buffered))
+	}
+	if data, ok := c.mapped(u); ok {
+		if body != nil {
+			body.Close() // this attempt sends the renamed body instead
+		}
+		out.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(data)), nil }
+		out.Body, _ = out.GetBody()
+		out.ContentLength = int64(len(data))
+	}
+	a.out = out
+	return nil
+}
+
+// mapped returns the body of the request for u when u's Models rename the
+// model, and whether it does.
+func (r *request) mapped(u *upstream) ([]byte, bool) {
+	if r.model == "" || len(u.models) == 0 {
+		return nil, false
+	}
+	target, ok := u.models.lookup(r.model)
+	if !ok || target == r.model {
+		return nil, false
+	}
+	body, err := rewriteModel(r.modelBody, target)
+	return body, err == nil
+}
+
+// send sends a's request through Base and records what came back, in a
+// and in a.u's circuit and figures: the round trip (roundTrip), the
+// stream's start (guardStream), the response's view of its request
+// (showRequest), the verdict (judge), and the accounting (account).
+func (a *attempt) send(r request) {
+	u := a.u
+	defer u.circuit.Release(a.p) // even if Base or Classify panics
+	answered := false
+	u.live.start(a.start)
+	defer func() { u.live.end(a.end, answered) }() // even if Base panics
+	resp, err := a.roundTrip(r)
+	resp, err = r.t.guardStream(r.ctx, resp, err)
+	a.end = time.Now()
+	r.showRequest(resp, a)
+	lost := a.lost.Load()
+	a.resp = resp
+	a.o, a.err = a.judge(r, resp, err, lost)
+	answered = a.o != Canceled && !errors.Is(a.err, ErrAttemptTimeout) && !lost
+	r.t.account(a, lost)
+}
+
+// roundTrip sends a.out through Base within the attempt timeout. A
+// response that raced the timeout is closed: its context is canceled and
+// it cannot be read. The attempt's own context, if it has one, ends at
+// once without a response, and when the caller closes the body with one.
+func (a *attempt) roundTrip(r request) (*http.Response, error) {
+	t := r.t
+	var timer *time.Timer
+	if t.timeout > 0 {
+		cancel := a.cancel
+		timer = time.AfterFunc(t.timeout, func() { cancel(ErrAttemptTimeout) })
+	}
+	resp, err := t.base.RoundTrip(a.out)
+	if timer != nil && !timer.Stop() && r.ctx.Err() == nil && !a.lost.Load() {
+		// Our timeout fired, not the caller's.
+		if resp != nil {
+			resp.Body.Close()
+			resp = nil
+		}
+		err = ErrAttemptTimeout
+	}
+	if a.cancel != nil {
+		if err != nil {
+			a.cancel(nil)
+		} else {
+			resp.Body = &cancelOnClose{ReadCloser: resp.Body, cancel: a.cancel}
+		}
+	}
+	return resp, err
+}
+
+// guardStream holds a successful stream with the StreamGuard until its
+// first event: nothing has reached the caller yet, so a stream that starts
+// with an error, or says nothing in time, fails over.
+func (t *Transport) guardStream(ctx context.Context, resp *http.Response, err error) (*http.Response, error) {
+	g := t.stream
+	if g == nil || err != nil || resp.StatusCode/100 != 2 || ctx.Err() != nil {
+		return resp, err
+	}
+	guarded, gerr := g.guard(resp)
+	if gerr != nil {
+		return nil, gerr
+	}
+	return guarded, nil
+}
+
+// showRequest sets resp.Request to where the request went, with the
+// caller's own headers: the upstream's credentials stay out of SDK error
+// dumps.
+func (r *request) showRequest(resp *http.Response, a *attempt) {
+	u := a.u
+	if resp == nil || len(u.header) == 0 {
+		return
+	}
+	if u == r.addressed {
+		resp.Request = r.req
+		return
+	}
+	view := *a.out
+	view.Header = r.req.Header
+	resp.Request = &view
+}
+
+// judge classifies what came back, and returns the attempt's error. An attempt canceled for a hedge that
+// answered first (lost) is a failure only when its upstream looks hung,
+// as the attempt would have timed out; a caller's cancellation is
+// Canceled, whatever came back.
+func (a *attempt) judge(r request, resp *http.Response, err error, lost bool) (Outcome, error) {
+	t := r.t
+	switch {
+	case lost:
+		if resp == nil && r.ctx.Err() == nil && (t.suspect(a.u, a.end) || t.silent(a.u, a.start, a.end)) {
+			return Failed, errHedgeLost
+		}
+		return Canceled, err
+	case err == nil || r.ctx.Err() == nil:
+		return t.classify(resp, err), err
+	}
+	return Canceled, err
+}
+
+// account records a's outcome: its latency for the router, its result in
+// the circuit (and the fleet's failures), and its window and metrics. An
+// attempt cut short (lost) has no latency.
+func (t *Transport) account(a *attempt, lost bool) {
+	u, now := a.u, a.end
+	elapsed := now.Sub(a.start)
+	if lost {
+		elapsed = -1 // how long it would have taken is unknown
+	} else if t.router != nil && (a.o == Success || a.o == Rejected || a.o == Failed) {
+		u.latency.observe(elapsed, now) // a fast 429 or 401 says nothing of speed
+	}
+	res := circuitResult(a.o, a.err)
+	u.circuit.Done(a.p, res, now)
+	if res == circuit.Failure && t.fleet != nil {
+		t.fleet.failure(u, now)
+	}
+	u.observe(a.o, elapsed, now)
+}
+
+// circuitResult is what an attempt counts for on the circuit: a request
+// that no upstream could send (Rejected with an error) and the outcomes
+// that say nothing of the upstream's health (Canceled, AuthFailed,
+// RateLimited) count for nothing.
+func circuitResult(o Outcome, err error) circuit.Result {
+	switch {
+	case o == Success, o == Rejected && err == nil:
+		return circuit.Success
+	case o == Failed:
+		return circuit.Failure
+	}
+	return circuit.Neutral
+}
+
+// observe records one attempt at u in its window and metrics; a negative
+// latency is unknown (the attempt was cut short) and counts in no
+// percentile.
+func (u *upstream) observe(o Outcome, d time.Duration, now time.Time) {
+	u.window.add(o, d, now)
+	u.m.requests[o].Inc()
+	if o != Canceled && d >= 0 {
+		u.m.duration.Update(d.Seconds())
+	}
+}
+
+func (u *upstream) setLastError(msg string, at time.Time) {
+	u.window.last.Store(&lastError{msg: msg, at: at})
+}

@@ -1,0 +1,362 @@
+package failover
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/hashicorp/go-retryablehttp"
+
+	"github.com/failover-go/failover/internal/circuit"
+)
+
+// maxAttemptErrors bounds how many causes an Error keeps.
+const maxAttemptErrors = 64
+
+// request is one RoundTrip's request as every attempt reads it. RoundTrip
+// builds it before the first attempt and nothing writes it after: each
+// attempt gets its own copy (attempt.send takes it by value), so hedged
+// attempts running side by side share nothing of the call.
+type request struct {
+	t         *Transport
+	req       *http.Request // the caller's, never modified
+	ctx       context.Context
+	addressed *upstream
+	rest      string // the request's path after the addressed base path
+	rawRest   string // the same, escaped
+
+	// With Upstream.Models: the model the caller asked for, and the
+	// body it is read from ("" when the body says none or cannot be
+	// read: the request then goes to every upstream as it is).
+	model     string
+	modelBody []byte
+}
+
+// call is one RoundTrip over the upstreams: its rounds and the waits
+// between them, the body's replay, the answer held for lack of a better
+// one, and what happened at each upstream. It lives on its caller's
+// goroutine: attempts never see it.
+type call struct {
+	request
+	body replay
+
+	held     *http.Response // the latest answer, returned if nothing better comes
+	errs     []attemptRec   // what happened at each upstream, for an Error
+	last     *upstream      // the upstream of the last failed attempt
+	attempts int            // in the current round
+	fatal    int            // attempts in the current round with permanent errors
+	racing   bool           // the current round hedges: every attempt has its own context
+}
+
+func (c *call) run() (*http.Response, error) {
+	defer c.body.closeUnused()
+	if err := c.body.init(c.req, c.t.maxBody); err != nil {
+		return nil, err
+	}
+	if c.t.models {
+		c.model, c.modelBody = c.body.model(c.t.maxBody)
+	}
+	if c.t.hedge != nil {
+		c.t.hedge.earn()
+	}
+	ctx := c.ctx
+	var waited time.Duration
+	for round := 0; ; {
+		c.attempts, c.fatal = 0, 0
+		errsBefore := len(c.errs)
+		if resp, err, done := c.round(ctx); done {
+			return resp, err
+		}
+		if !c.body.canSend() {
+			return c.finish()
+		}
+		now := time.Now()
+		next, known := c.t.earliest(c.model, now)
+		var wait time.Duration
+		switch {
+		case c.attempts == 0:
+			// Every upstream was skipped: wait within MaxWait for the
+			// first to come back.
+			if !known || next <= 0 || waited+next > c.t.rate.MaxWait {
+				return c.finish()
+			}
+			wait = next
+			if dl, ok := ctx.Deadline(); !ok || now.Add(wait).Before(dl) {
+				c.errs = c.errs[:errsBefore] // the next round says it again
+			}
+		case round < c.t.retries && c.fatal < c.attempts:
+			// DefaultBackoff returns a 429's or 503's Retry-After
+			// uncapped.
+			wait = min(retryablehttp.DefaultBackoff(c.t.waitMin, c.t.waitMax, round, c.held), c.t.rate.MaxCooldown)
+			if known && next > wait {
+				if next > c.t.rate.MaxCooldown {
+					return c.finish() // nothing comes back in time
+				}
+				wait = next
+			}
+			round++
+		default:
+			return c.finish()
+		}
+		if dl, ok := ctx.Deadline(); ok && !now.Add(wait).Before(dl) {
+			return c.finish()
+		}
+		c.bufferHeld()
+		if err := sleep(ctx, wait); err != nil {
+			c.discardHeld()
+			return nil, err
+		}
+		waited += wait
+	}
+}
+
+// round tries each upstream in order once. It reports done with the
+// result when the request is over.
+func (c *call) round(ctx context.Context) (*http.Response, error, bool) {
+	var buf [8]*upstream
+	now := time.Now()
+	order := c.t.order(buf[:0], c.model, now)
+	if c.t.hedge != nil && c.body.replayable && len(c.t.upstreams) > 1 {
+		return c.race(ctx, order)
+	}
+	for i, u := range order {
+		if err := ctx.Err(); err != nil {
+			c.discardHeld()
+			return nil, err, true
+		}
+		if i > 0 {
+			now = time.Now() // the attempts before took time
+		}
+		var a attempt
+		switch c.launch(ctx, &a, u, false, now) {
+		case skipped:
+			continue
+		case over:
+			return c.finishRound()
+		}
+		a.send(c.request)
+		if resp, err, done := c.settle(&a); done {
+			return resp, err, true
+		}
+	}
+	return nil, nil, false
+}
+
+// launched is what launch made of an upstream.
+type launched int
+
+const (
+	ready    launched = iota // the attempt is prepared: send it
+	skipped                  // the upstream does not take the request now (recorded)
+	declined                 // a hedge not sent: no budget, or it would probe; the upstream stays untried
+	dropped                  // a hedge whose body could not be had (recorded)
+	over                     // the request is over: finish it
+)
+
+// launch is the one path from the admission decision to a request ready
+// to send, for plain and hedged rounds alike: it asks admit for u's
+// permit (recording why u is skipped), then prepares a, handing the permit
+// back unused when a is not sent, even when GetBody panics. A hedge also
+// needs a permit that is not the half-open probe (a probe canceled by a
+// winning attempt would leave its circuit without a verdict) and the
+// budget's consent.
+func (c *call) launch(ctx context.Context, a *attempt, u *upstream, hedge bool, now time.Time) launched {
+	var p circuit.Permit
+	if av := c.t.admit(u, c.model, now, &p); av.reason != "" {
+		c.skip(u, av)
+		return skipped
+	}
+	sent := false
+	defer func() {
+		if !sent {
+			u.circuit.Done(p, circuit.Neutral, now) // hands the permit back unused
+		}
+	}()
+	h := c.t.hedge
+	if hedge && (p.Probe() || !h.spend()) {
+		return declined
+	}
+	if !c.body.canSend() {
+		c.addErr(u, ErrBodyNotReplayable)
+		return over
+	}
+	a.u, a.p, a.start, a.hedge = u, p, now, hedge
+	if err := c.prepare(ctx, a, c.racing || c.t.timeout > 0); err != nil {
+		c.addErr(u, err)
+		if hedge {
+			h.refund()
+			return dropped // the attempts in flight may still answer
+		}
+		return over
+	}
+	if hedge {
+		h.sent.Inc()
+	}
+	sent = true
+	return ready
+}
+
+// settle acts on a's answer: it reports done with the result when the
+// request is over; otherwise it keeps the response or the error for later.
+func (c *call) settle(a *attempt) (*http.Response, error, bool) {
+	u, resp, err, now := a.u, a.resp, a.err, a.end
+	switch a.o {
+	case Success, Rejected:
+		if err == nil {
+			if a.o == Success {
+				u.noteHeadroom(resp.Header, now, c.t.rate.DefaultCooldown)
+			}
+			c.discardHeld()
+			return resp, nil, true
+		}
+		// A request no upstream can send (an invalid header).
+		c.addErr(u, err)
+		return c.finishRound()
+	case Canceled:
+		if cerr := c.ctx.Err(); cerr != nil {
+			if resp != nil {
+				discard(resp)
+			}
+			c.discardHeld()
+			return nil, cerr, true
+		}
+		// A custom classifier said stop while the caller waits on.
+		if resp != nil {
+			c.discardHeld()
+			return resp, nil, true
+		}
+		c.addErr(u, err)
+		return c.finishRound()
+	case RateLimited:
+		c.t.coolDown(u, resp, now)
+	case AuthFailed:
+		status := 0
+		if resp != nil {
+			status = resp.StatusCode
+		}
+		c.t.log(slog.LevelError, "upstream rejected its credentials", u, slog.Int("status", status))
+	}
+	if resp != nil {
+		u.setLastError(statusText(resp.StatusCode), now)
+		c.hold(resp)
+	} else {
+		if permanent(err) {
+			c.fatal++
+		}
+		msg := c.t.redact(err.Error(), c.req)
+		u.setLastError(msg, now)
+		c.addErrMsg(u, err, msg)
+	}
+	c.last = u
+	return nil, nil, false
+}
+
+// statusText describes a status for Health: "HTTP 503 Service
+// Unavailable", "HTTP 529".
+func statusText(code int) string {
+	if text := http.StatusText(code); text != "" {
+		return "HTTP " + strconv.Itoa(code) + " " + text
+	}
+	return "HTTP " + strconv.Itoa(code)
+}
+
+// attemptRec is what happened at one upstream, kept by value (one
+// allocation for all of them) until an Error is built from them.
+type attemptRec struct {
+	u          *upstream
+	err        error // the attempt's error, or
+	cause      error // why it was skipped (ErrCircuitOpen, ErrRateLimited)
+	retryAfter time.Duration
+	msg        string // err's message, redacted
+}
+
+func (r attemptRec) attemptError() *AttemptError {
+	if r.cause != nil {
+		return &AttemptError{Upstream: r.u.name, Err: &unavailableError{err: r.cause, retryAfter: r.retryAfter}}
+	}
+	return &AttemptError{Upstream: r.u.name, Err: r.err, msg: r.msg}
+}
+
+// skip records that u was not tried, and why.
+func (c *call) skip(u *upstream, a availability) {
+	u.m.skipped[a.reason].Inc()
+	if a.reason == ReasonModelNotServed {
+		c.addErr(u, ErrModelNotServed)
+		return
+	}
+	c.record(attemptRec{u: u, cause: a.err(), retryAfter: a.wait})
+}
+
+func (c *call) addErr(u *upstream, err error) {
+	if len(c.errs) < maxAttemptErrors {
+		c.addErrMsg(u, err, c.t.redact(err.Error(), c.req))
+	}
+}
+
+// addErrMsg records err with its message already redacted.
+func (c *call) addErrMsg(u *upstream, err error, msg string) {
+	c.record(attemptRec{u: u, err: err, msg: msg})
+}
+
+func (c *call) record(r attemptRec) {
+	if len(c.errs) < maxAttemptErrors {
+		c.errs = append(c.errs, r)
+	}
+}
+
+// finish ends the request with the latest answer, or with an Error.
+func (c *call) finish() (*http.Response, error) {
+	if c.held != nil {
+		resp := c.held
+		c.held = nil
+		return resp, nil
+	}
+	e := &Error{Attempts: make([]*AttemptError, len(c.errs))}
+	for i, r := range c.errs {
+		e.Attempts[i] = r.attemptError()
+		if ra := r.retryAfter; ra > 0 && (e.retry == 0 || ra < e.retry) {
+			e.retry = ra
+		}
+	}
+	return nil, e
+}
+
+// finishRound is finish for a round: the request is over.
+func (c *call) finishRound() (*http.Response, error, bool) {
+	resp, err := c.finish()
+	return resp, err, true
+}
+
+func (c *call) hold(resp *http.Response) {
+	c.discardHeld()
+	c.held = resp
+}
+
+// bufferHeld reads the held answer's body into memory (at most maxDrain
+// bytes, for at most drainTimeout) so that its connection is free while the
+// request waits for another round.
+func (c *call) bufferHeld() {
+	if r := c.held; r != nil {
+		r.Body = buffer(r.Body)
+	}
+}
+
+func (c *call) discardHeld() {
+	if c.held != nil {
+		discard(c.held)
+		c.held = nil
+	}
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-timer.C:
+		return nil
+	}
+}

@@ -1,0 +1,32 @@
+package failover
+
+import (
+	"log/slog"
+
+	"github.com/failover-go/failover/internal/circuit"
+)
+
+// changed fans a change of u's circuit out: the trips metric, the log, the
+// fleet and Config.OnStateChange. The circuit calls it after releasing its
+// lock, on the goroutine that made the change.
+func (t *Transport) changed(u *upstream, c circuit.Change) {
+	from, to := State(c.From), State(c.To)
+	if from == Closed && to == Open {
+		u.m.trips.Inc()
+	}
+	level := slog.LevelInfo
+	if to == Open {
+		level = slog.LevelWarn
+	}
+	if c.Remote {
+		t.log(level, "circuit "+to.String(), u, slog.String("from", from.String()), slog.String("by", "fleet"))
+	} else {
+		t.log(level, "circuit "+to.String(), u, slog.String("from", from.String()))
+	}
+	if t.fleet != nil {
+		t.fleet.changed(u, c)
+	}
+	if t.onStateChange != nil {
+		t.onStateChange(StateChange{Upstream: u.name, From: from, To: to, At: c.At})
+	}
+}

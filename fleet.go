@@ -1,0 +1,487 @@
+package failover
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/VictoriaMetrics/metrics"
+
+	"github.com/failover-go/failover/internal/circuit"
+	"github.com/failover-go/failover/internal/mono"
+)
+
+// Defaults of the fleet's work.
+const (
+	maxFailureAge     = time.Second // older failures are not told nor counted
+	defaultSharedSync = time.Second
+	sharedQueue       = 256 // events waiting to be published; more are dropped
+)
+
+// fleet is a Transport's side of Config.Shared: two goroutines, one that
+// publishes, takes probe leases and reconciles, and one that listens.
+type fleet struct {
+	t        *Transport
+	s        Shared
+	member   string
+	byName   map[string]*upstream
+	names    []string
+	every    time.Duration    // reconcile period, and the bound on each call
+	queue    chan SharedEvent // open, closed, cooling, reset: these come first
+	failures chan SharedEvent
+	leases   chan *upstream
+	cancel   context.CancelFunc
+	wg       sync.WaitGroup
+	stopOnce sync.Once
+	down     atomic.Bool  // the store failed last time; local state rules
+	started  atomic.Bool  // some call to the store succeeded
+	stopped  atomic.Bool  // Close was called: local state rules
+	ticks    atomic.Int32 // periods run: the fleet's rates are known after 2
+
+	errors    *metrics.Counter
+	dropped   *metrics.Counter
+	published *metrics.Counter
+	received  *metrics.Counter
+	adopted   *metrics.Counter
+}
+
+// fleetState is what a process knows of the fleet about one upstream.
+type fleetState struct {
+	lease   atomic.Int64 // mono.Time until which this process holds the probe
+	wanting atomic.Bool  // a request for the probe is queued
+
+	mu       sync.Mutex
+	failures []mono.Time           // the fleet's last FailureThreshold failures, a ring
+	next     int                   // where the next one goes
+	members  map[string]memberRate // the other members' request rates
+}
+
+type memberRate struct {
+	rate float64
+	at   mono.Time // when it was reported
+}
+
+// rateWindow is how far back request rates reach.
+const rateWindow = 10 * time.Second
+
+// dense records a failure at now (from member, at rate; "" for this
+// process) and reports whether the fleet's last threshold failures came
+// within the time the fleet takes to send threshold requests, own being
+// this process's rate.
+func (s *fleetState) dense(now time.Time, member string, rate, own float64, threshold int) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if threshold < 1 {
+		return false
+	}
+	if len(s.failures) != threshold {
+		s.failures = make([]mono.Time, threshold)
+		s.next = 0
+	}
+	at := mono.Of(now)
+	s.failures[s.next] = at
+	s.next = (s.next + 1) % threshold
+	first, last := s.failures[0], s.failures[0] // failures arrive out of order
+	for _, f := range s.failures {
+		first, last = min(first, f), max(last, f)
+	}
+	if member != "" {
+		if s.members == nil {
+			s.members = map[string]memberRate{}
+		}
+		s.members[member] = memberRate{rate, at}
+	}
+	total := own
+	for m, r := range s.members {
+		if at.Sub(r.at) > rateWindow {
+			delete(s.members, m)
+			continue
+		}
+		total += r.rate
+	}
+	if first == 0 || total <= 0 { // not yet threshold failures
+		return false
+	}
+	span := time.Duration(float64(2*threshold) / total * float64(time.Second))
+	return last.Sub(first) <= span
+}
+
+// noteRate records a member's request rate.
+func (s *fleetState) noteRate(member string, rate float64, now time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.members == nil {
+		s.members = map[string]memberRate{}
+	}
+	s.members[member] = memberRate{rate, mono.Of(now)}
+}
+
+func newFleet(t *Transport, s Shared, every time.Duration) *fleet {
+	var id [8]byte
+	rand.Read(id[:])
+	f := &fleet{
+		t:        t,
+		s:        s,
+		member:   hex.EncodeToString(id[:]),
+		byName:   map[string]*upstream{},
+		every:    every,
+		queue:    make(chan SharedEvent, sharedQueue),
+		failures: make(chan SharedEvent, sharedQueue),
+		leases:   make(chan *upstream, len(t.upstreams)),
+		errors:   t.metrics.GetOrCreateCounter("failover_shared_errors_total"),
+		dropped:  t.metrics.GetOrCreateCounter("failover_shared_dropped_total"),
+
+		published: t.metrics.GetOrCreateCounter(`failover_shared_events_total{direction="out"}`),
+		received:  t.metrics.GetOrCreateCounter(`failover_shared_events_total{direction="in"}`),
+		adopted:   t.metrics.GetOrCreateCounter(`failover_shared_applied_total`),
+	}
+	t.metrics.GetOrCreateGauge("failover_shared_up", func() float64 {
+		return boolMetric(f.started.Load() && !f.down.Load() && !f.stopped.Load())
+	})
+	for _, u := range t.upstreams {
+		f.byName[u.name] = u
+		f.names = append(f.names, u.name)
+	}
+	return f
+}
+
+func (f *fleet) start() {
+	ctx, cancel := context.WithCancel(context.Background())
+	f.cancel = cancel
+	f.wg.Add(2)
+	go func() {
+		defer f.wg.Done()
+		f.work(ctx)
+	}()
+	go func() {
+		defer f.wg.Done()
+		f.listen(ctx)
+	}()
+}
+
+func (f *fleet) stop() {
+	f.stopped.Store(true)
+	f.cancel()
+	f.wg.Wait()
+}
+
+// mayProbe reports whether this process may send u's half-open probe: it
+// holds the fleet's lease, or the store is unreachable, or the Transport
+// is closed. Otherwise, with ask, it asks for the lease, without waiting
+// for it. It is the circuit's Lease.
+func (f *fleet) mayProbe(u *upstream, now time.Time, ask bool) bool {
+	if f.down.Load() || f.stopped.Load() || mono.Of(now) < mono.Time(u.fleet.lease.Load()) {
+		return true
+	}
+	if ask && u.fleet.wanting.CompareAndSwap(false, true) {
+		select {
+		case f.leases <- u:
+		default:
+			u.fleet.wanting.Store(false)
+		}
+	}
+	return false
+}
+
+// publish queues e, without waiting; a full queue drops it.
+func (f *fleet) publish(e SharedEvent) {
+	if f.stopped.Load() {
+		return
+	}
+	e.Member, e.at = f.member, time.Now()
+	q := f.queue
+	if e.Kind == SharedFailure {
+		q = f.failures
+	}
+	select {
+	case q <- e:
+	default:
+		f.dropped.Inc()
+	}
+}
+
+// changed publishes a state change of u's circuit that this process made.
+func (f *fleet) changed(u *upstream, c circuit.Change) {
+	if c.Remote {
+		return
+	}
+	switch c.To {
+	case circuit.Open:
+		if left := u.circuit.OpenFor(c.At); left > 0 {
+			f.publish(SharedEvent{Upstream: u.name, Kind: SharedOpen, For: left})
+		}
+	case circuit.Closed:
+		u.fleet.lease.Store(0)
+		f.publish(SharedEvent{Upstream: u.name, Kind: SharedClosed, For: u.circuit.Cooldown()})
+	}
+}
+
+// failure publishes a failed attempt on u at now, while its circuit is
+// closed, and trips it when the fleet's failures are dense enough.
+func (f *fleet) failure(u *upstream, now time.Time) {
+	if !u.circuit.Counting() || u.circuit.Status(now) != circuit.Closed {
+		return
+	}
+	rate := u.rate(now)
+	f.publish(SharedEvent{Upstream: u.name, Kind: SharedFailure, Rate: rate, at: now})
+	if u.fleet.dense(now, "", 0, rate, u.circuit.Threshold()) && f.ticks.Load() >= 2 {
+		u.circuit.Trip(now)
+	}
+}
+
+// rate is this process's recent requests per second to u.
+func (u *upstream) rate(now time.Time) float64 {
+	return u.window.rate(now, now.Add(-rateWindow))
+}
+
+// cooled publishes u's cooldown.
+func (f *fleet) cooled(u *upstream, d time.Duration, reason CooldownReason) {
+	f.publish(SharedEvent{Upstream: u.name, Kind: SharedCooling, For: d, Reason: reason})
+}
+
+// work publishes, takes leases and reconciles until ctx is done.
+func (f *fleet) work(ctx context.Context) {
+	tick := time.NewTicker(f.every)
+	defer tick.Stop()
+	f.reconcile(ctx)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case e := <-f.queue:
+			f.send(ctx, e)
+		case e := <-f.failures:
+			f.sendQueued(ctx) // state changes go first
+			f.send(ctx, e)
+		case u := <-f.leases:
+			var got bool
+			now := time.Now()
+			ttl := u.circuit.Cooldown()
+			if f.call(ctx, func(ctx context.Context) (err error) {
+				got, err = f.s.AcquireProbe(ctx, u.name, f.member, ttl)
+				return err
+			}) && got {
+				u.fleet.lease.Store(int64(mono.Of(now).Add(ttl)))
+			}
+			u.fleet.wanting.Store(false)
+		case <-tick.C:
+			f.shareRates(ctx)
+			f.reconcile(ctx)
+			if f.ticks.Load() < 2 {
+				f.ticks.Add(1)
+			}
+		}
+	}
+}
+
+// sendQueued publishes the state changes waiting in the queue.
+func (f *fleet) sendQueued(ctx context.Context) {
+	for {
+		select {
+		case e := <-f.queue:
+			f.send(ctx, e)
+		default:
+			return
+		}
+	}
+}
+
+// shareRates stores this process's request rate to each upstream, so
+// that the others can weigh the fleet's failures (see fleetState.dense).
+func (f *fleet) shareRates(ctx context.Context) {
+	now := time.Now()
+	for _, u := range f.t.upstreams {
+		if !u.circuit.Counting() {
+			continue
+		}
+		if rate := u.rate(now); rate > 0 {
+			f.send(ctx, SharedEvent{Upstream: u.name, Kind: SharedRate, Rate: rate, For: 3 * f.every, Member: f.member, at: now})
+		}
+	}
+}
+
+// send publishes e, with its durations counted from now.
+func (f *fleet) send(ctx context.Context, e SharedEvent) {
+	waited := time.Since(e.at)
+	switch e.Kind {
+	case SharedFailure:
+		if waited > maxFailureAge {
+			return // stale: with others as stale, it would look like a burst
+		}
+		e.At = e.at
+	case SharedOpen, SharedCooling, SharedRate:
+		if e.For -= waited; e.For <= 0 {
+			return // over before it could be told
+		}
+	}
+	if f.call(ctx, func(ctx context.Context) error { return f.s.Publish(ctx, e) }) {
+		f.published.Inc()
+	}
+}
+
+// reconcile reads the store and adopts what it holds, so that a missed
+// message or a restart still converges: open circuits, cooldowns, and
+// circuits the fleet closed. A circuit whose state changed while the
+// store was read keeps its new state: the read may predate it.
+func (f *fleet) reconcile(ctx context.Context) {
+	type mark struct {
+		circuit   [2]int64
+		coolUntil int64
+	}
+	marks := make([]mark, len(f.t.upstreams))
+	snap := func(u *upstream) mark {
+		return mark{u.circuit.Snapshot(time.Now()).Mark, u.cd.until.Load()}
+	}
+	for i, u := range f.t.upstreams {
+		marks[i] = snap(u)
+	}
+	var evs []SharedEvent
+	if !f.call(ctx, func(ctx context.Context) (err error) {
+		evs, err = f.s.Load(ctx, f.names)
+		return err
+	}) {
+		return
+	}
+	stale := make([]bool, len(marks))
+	for i, u := range f.t.upstreams {
+		stale[i] = snap(u) != marks[i] // changed meanwhile: the read may predate the change
+	}
+	for _, e := range evs {
+		u := f.byName[e.Upstream]
+		if u == nil || stale[u.index] {
+			continue
+		}
+		if e.Kind == SharedClosed {
+			// Only a circuit this process holds open on the fleet's
+			// word: one it opened itself is its own to probe.
+			if !u.circuit.Held() {
+				continue
+			}
+		}
+		f.apply(e)
+	}
+}
+
+// listen follows the members' events until ctx is done, subscribing again
+// a period after each failure.
+func (f *fleet) listen(ctx context.Context) {
+	for {
+		err := f.s.Subscribe(ctx, func(e SharedEvent) {
+			f.received.Inc()
+			if e.Member != f.member {
+				f.apply(e)
+			}
+		})
+		if ctx.Err() != nil {
+			return
+		}
+		if err != nil {
+			// Counted, but the lease and state calls may still work: only
+			// they decide whether this process runs on its own.
+			f.errors.Inc()
+		}
+		if sleep(ctx, f.every) != nil {
+			return
+		}
+	}
+}
+
+// apply adopts an event from the fleet into this process's state.
+func (f *fleet) apply(e SharedEvent) {
+	u := f.byName[e.Upstream]
+	if u == nil {
+		return // an upstream this process does not have
+	}
+	now := time.Now()
+	switch e.Kind {
+	case SharedOpen:
+		if e.For > 0 && (u.circuit.Status(now) != circuit.Open || u.circuit.OpenFor(now) < e.For) {
+			u.circuit.HoldOpen(now.Add(e.For), now)
+			f.adopted.Inc()
+		}
+	case SharedClosed, SharedReset:
+		u.fleet.lease.Store(0)
+		if u.circuit.Status(now) != circuit.Closed {
+			u.circuit.CloseRemote(now)
+			f.adopted.Inc()
+		}
+		if e.Kind == SharedReset {
+			u.cd.clear()
+		}
+	case SharedFailure:
+		// Dated by its member's clock, not by its arrival: messages
+		// delayed on the way and delivered together would look like a
+		// burst. A skew between clocks shifts one member's failures as a
+		// whole, which makes stray failures no likelier to line up.
+		// Its age is read on the wall clock (the only one the members
+		// share), and the failure is then dated on this process's
+		// monotonic clock that long before now.
+		age := time.Duration(0)
+		if !e.At.IsZero() {
+			age = max(0, now.Sub(e.At))
+		}
+		if !u.circuit.Counting() || age > maxFailureAge {
+			return
+		}
+		at := now.Add(-age)
+		// Until the members' rates are known (two periods after start),
+		// the fleet's rate would be underestimated and stray failures
+		// would look dense: failures are recorded but not judged.
+		if u.fleet.dense(at, e.Member, e.Rate, u.rate(now), u.circuit.Threshold()) && f.ticks.Load() >= 2 && u.circuit.Failing() && u.circuit.Status(now) == circuit.Closed {
+			u.circuit.Trip(now)
+			f.adopted.Inc()
+		}
+	case SharedRate:
+		if e.Member != f.member && e.Rate > 0 {
+			u.fleet.noteRate(e.Member, e.Rate, now)
+		}
+	case SharedCooling:
+		if e.For > 0 && u.cd.remaining(now) < e.For {
+			reason := e.Reason
+			if reason == "" {
+				reason = CooldownRateLimited
+			}
+			u.cd.extend(now, e.For, reason)
+			f.adopted.Inc()
+		}
+	}
+}
+
+// call runs one call to the store, bounded by the period, and reports
+// whether it succeeded.
+func (f *fleet) call(ctx context.Context, fn func(context.Context) error) bool {
+	cctx, cancel := context.WithTimeout(ctx, f.every)
+	err := fn(cctx)
+	cancel()
+	if err != nil {
+		if ctx.Err() == nil {
+			f.failed(err)
+		}
+		return false
+	}
+	f.started.Store(true)
+	if f.down.CompareAndSwap(true, false) {
+		// What this process learned alone stays its own: telling it now
+		// could reopen a circuit the fleet closed meanwhile.
+		f.log(slog.LevelInfo, "shared state reachable again")
+	}
+	return true
+}
+
+// failed counts a failure of the store, and logs the first of an outage.
+func (f *fleet) failed(err error) {
+	f.errors.Inc()
+	if f.down.CompareAndSwap(false, true) {
+		f.log(slog.LevelWarn, "shared state unreachable; each process runs on its own state until it is back", slog.String("error", err.Error()))
+	}
+}
+
+func (f *fleet) log(level slog.Level, msg string, attrs ...slog.Attr) {
+	if l := f.t.logger; l != nil && l.Enabled(context.Background(), level) {
+		l.LogAttrs(context.Background(), level, "failover: "+msg, attrs...)
+	}
+}

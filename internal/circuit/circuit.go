@@ -1,0 +1,512 @@
+// Package circuit is the circuit breaker of one upstream: failsafe-go's
+// circuit breaker counts failures and decides when to trip and when to
+// close, and this package adds what a RoundTripper needs around it, with the
+// time passed in as golang.org/x/time/rate takes it:
+//
+//   - Allow(now) returns a Permit to settle with Done(permit, result, now),
+//     and a lock-free fast path: while the circuit is closed, Allow reads
+//     one atomic and takes no lock.
+//   - A single-flight half-open probe whatever SuccessThreshold is
+//     (failsafe-go's half-open state admits SuccessThreshold requests at
+//     once): a gate lets one probe through at a time, a probe that ends
+//     with no verdict hands the gate on without recording anything
+//     (failsafe-go has no neutral outcome), and a probe still out after
+//     Cooldown is presumed hung, so the next request probes instead.
+//   - A generation that drops the results of requests admitted before the
+//     last state change, so a slow success from before the circuit opened
+//     can never close it.
+//   - The open state's deadline is kept here, as a monotonic instant
+//     computed from the now of the change, and the move from open to
+//     half-open is made here when it passes; failsafe-go's own delay is
+//     never consulted.
+//   - A small API for a fleet of processes that share circuits: HoldOpen,
+//     CloseRemote and Trip, and a Lease hook that says whether this
+//     process may send the half-open probe.
+//
+// Every state change is collected under the circuit's mutex and handed to
+// OnChange after it is released, on the goroutine that made the change, in
+// one place (unlock).
+//
+// failsafe-go's time-based window (FailureRate with FailurePeriod) reads
+// failsafe-go's own clock, time.Now, which carries the monotonic reading.
+package circuit
+
+import (
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/failsafe-go/failsafe-go/circuitbreaker"
+
+	"github.com/failover-go/failover/internal/mono"
+)
+
+// State is the state of a circuit; its values are those of failover.State.
+type State int32
+
+// States of a circuit.
+const (
+	Closed State = iota
+	Open
+	HalfOpen
+)
+
+// Result is what an attempt says of the upstream's health.
+type Result int
+
+// Results of an attempt.
+const (
+	// Neutral says nothing of the upstream: the caller canceled, a 401,
+	// a 429. A probe that ends so hands the gate on.
+	Neutral Result = iota
+	Success
+	Failure
+)
+
+// Refusal is why Allow or Check refuses a request.
+type Refusal int
+
+// Refusals.
+const (
+	// None: the circuit takes the request.
+	None Refusal = iota
+	// Opened: the circuit is open; Verdict.Wait says for how long.
+	Opened
+	// Probing: a half-open probe of this process is in flight.
+	Probing
+	// Elsewhere: the circuit is ready to probe, but another process of
+	// the fleet holds the probe's lease (Config.Lease said no).
+	Elsewhere
+)
+
+// Verdict is the circuit's answer to "may a request go now?".
+type Verdict struct {
+	Refusal Refusal
+	// Wait is how long the circuit stays open, with Opened; 0 otherwise
+	// (a probe may end at any moment).
+	Wait time.Duration
+}
+
+// Config configures a Circuit. Zero values are not defaults here: the
+// caller (package failover) fills them in.
+type Config struct {
+	FailureThreshold uint          // consecutive failures that trip; ignored with FailureRate
+	FailureRate      float64       // when > 0: the failure rate that trips
+	MinRequests      uint          // with FailureRate
+	FailurePeriod    time.Duration // with FailureRate
+	Cooldown         time.Duration // open before a probe; a probe's lifetime
+	SuccessThreshold uint          // consecutive probe successes that close
+
+	// Lease, when set, reports whether this process may send the
+	// half-open probe at now (it holds the fleet's lease). With ask, it
+	// may ask for the lease, without waiting for it; Check calls it
+	// without. Nil means always.
+	Lease func(now time.Time, ask bool) bool
+
+	// OnChange, when set, is called after every state change, outside
+	// the circuit's lock, on the goroutine that made it.
+	OnChange func(Change)
+}
+
+// Change is one change of a circuit's state.
+type Change struct {
+	From, To State
+	At       time.Time
+	Remote   bool // made to follow the fleet (HoldOpen, CloseRemote)
+}
+
+// Permit is the right to send one request, to be settled with Done.
+type Permit struct {
+	gen   uint64
+	probe uint64 // the probe's token; 0 for a request through a closed circuit
+}
+
+// Probe reports whether the permit is the half-open probe.
+func (p Permit) Probe() bool { return p.probe != 0 }
+
+// Circuit is the breaker of one upstream. It is safe for concurrent use.
+type Circuit struct {
+	cfg Config
+	cb  circuitbreaker.CircuitBreaker[*http.Response]
+
+	// state is cb's state as its listener last reported it, and gen
+	// counts those reports: both are written only under mu, by the
+	// listener, and read without it on the fast path.
+	state atomic.Int32
+	gen   atomic.Uint64
+	trips atomic.Uint64
+	since atomic.Int64 // mono.Time of the last state change; 0: never changed
+
+	// The probe gate: the token of the probe in flight (0: none) and
+	// when it started (a mono.Time).
+	probe      atomic.Uint64
+	probeStart atomic.Int64
+
+	// openUntil is when the open state ends (a mono.Time), while open.
+	// held says it was set by the fleet (HoldOpen), not by a trip here.
+	openUntil atomic.Int64
+	held      atomic.Bool
+
+	// clean is true while the circuit is closed and its window holds no
+	// failure under the consecutive-failure rule: a success then changes
+	// nothing, and Done takes no lock.
+	clean   atomic.Bool
+	failing atomic.Bool // the last attempt that counted failed
+
+	// mu serializes every call into cb, so that state, gen and the
+	// changes follow cb in order.
+	mu       sync.Mutex
+	probeSeq uint64
+	now      time.Time // the now of the call under way, for the listener
+	remote   bool      // the call under way follows the fleet
+	changes  []Change
+}
+
+// New returns a closed circuit.
+func New(cfg Config) *Circuit {
+	c := &Circuit{cfg: cfg}
+	c.clean.Store(c.Counting())
+	b := circuitbreaker.NewBuilder[*http.Response]().
+		WithDelay(cfg.Cooldown). // never consulted: openUntil rules
+		WithSuccessThreshold(cfg.SuccessThreshold).
+		OnStateChanged(c.changed)
+	if cfg.FailureRate > 0 {
+		b = b.WithFailureRateThreshold(cfg.FailureRate, cfg.MinRequests, cfg.FailurePeriod)
+	} else {
+		b = b.WithFailureThreshold(cfg.FailureThreshold)
+	}
+	c.cb = b.Build()
+	return c
+}
+
+// Counting reports whether the circuit trips on consecutive failures (not
+// on a failure rate).
+func (c *Circuit) Counting() bool { return c.cfg.FailureRate == 0 }
+
+// Threshold is FailureThreshold, at most 1000.
+func (c *Circuit) Threshold() int { return int(min(c.cfg.FailureThreshold, 1000)) }
+
+// Cooldown is how long an open circuit stays open, and a probe's lifetime.
+func (c *Circuit) Cooldown() time.Duration { return c.cfg.Cooldown }
+
+// changed is failsafe-go's listener. It runs on the goroutine that caused
+// the change, after failsafe-go released its own lock, while c.mu is held.
+func (c *Circuit) changed(e circuitbreaker.StateChangedEvent) {
+	from, to := State(e.OldState), State(e.NewState)
+	at := mono.Of(c.now)
+	c.state.Store(int32(to))
+	c.since.Store(int64(at))
+	c.gen.Add(1)
+	c.failing.Store(false)
+	c.held.Store(false)
+	c.openUntil.Store(0)
+	if to == Open {
+		c.openUntil.Store(int64(at.Add(c.cfg.Cooldown)))
+		if from == Closed {
+			c.trips.Add(1)
+		}
+	}
+	c.changes = append(c.changes, Change{From: from, To: to, At: c.now, Remote: c.remote})
+}
+
+// lock starts a call into cb at now; unlock ends it.
+func (c *Circuit) lock(now time.Time) {
+	c.mu.Lock()
+	c.now = now
+}
+
+// unlock releases c.mu, then hands the changes made under it to
+// OnChange. It is the only place that does either after lock, and callers
+// defer it, so that a panic in failsafe-go leaves the circuit usable.
+func (c *Circuit) unlock() {
+	changes := c.changes
+	c.changes = nil
+	c.remote = false
+	c.mu.Unlock()
+	if c.cfg.OnChange != nil {
+		for _, ch := range changes {
+			c.cfg.OnChange(ch)
+		}
+	}
+}
+
+// Requires that c.mu is held.
+func (c *Circuit) settleClean() {
+	c.clean.Store(c.Counting() && State(c.state.Load()) == Closed && c.cb.Metrics().Failures() == 0)
+}
+
+// Check is Allow without taking anything: what Allow would say at now.
+func (c *Circuit) Check(now time.Time) Verdict { return c.verdict(now, false) }
+
+// verdict is the circuit's one decision, for Check and Allow. With ask,
+// the fleet's Lease may ask for the probe's lease.
+func (c *Circuit) verdict(now time.Time, ask bool) Verdict {
+	st := State(c.state.Load())
+	if st == Closed {
+		return Verdict{}
+	}
+	m := mono.Of(now)
+	if c.probing(m) {
+		return Verdict{Refusal: Probing}
+	}
+	if st == Open {
+		if left := mono.Time(c.openUntil.Load()).Until(m); left > 0 {
+			return Verdict{Refusal: Opened, Wait: left}
+		}
+	}
+	if c.cfg.Lease != nil && !c.cfg.Lease(now, ask) {
+		return Verdict{Refusal: Elsewhere}
+	}
+	return Verdict{}
+}
+
+// probing reports whether a probe holds the gate at now. A probe older
+// than Cooldown is presumed hung (no attempt timeout and a caller without a
+// deadline) and the next request takes over.
+func (c *Circuit) probing(now mono.Time) bool {
+	return c.probe.Load() != 0 && now.Sub(mono.Time(c.probeStart.Load())) < c.cfg.Cooldown
+}
+
+// Allow returns a permit to send a request at now, or why not. The permit
+// is valid when the verdict's Refusal is None, and must then be settled
+// with Done (or, when the request is never sent, Done with Neutral).
+func (c *Circuit) Allow(now time.Time) (Permit, Verdict) {
+	gen := c.gen.Load() // before the state, as gobreaker reads them
+	if State(c.state.Load()) == Closed {
+		return Permit{gen: gen}, Verdict{}
+	}
+	if v := c.verdict(now, true); v.Refusal != None {
+		return Permit{}, v
+	}
+	return c.takeProbe(now)
+}
+
+// takeProbe takes the probe gate, moving an open circuit to half-open.
+func (c *Circuit) takeProbe(now time.Time) (p Permit, v Verdict) {
+	c.lock(now)
+	taken := false
+	defer func() {
+		if !taken {
+			c.unlock()
+			return
+		}
+		// A listener that panics leaves the probe unsent: hand the
+		// gate back before the panic goes on.
+		defer func() {
+			if r := recover(); r != nil {
+				c.Release(p)
+				panic(r)
+			}
+		}()
+		c.unlock()
+	}()
+	m := mono.Of(now)
+	switch State(c.state.Load()) {
+	case Closed: // closed since the verdict
+		return Permit{gen: c.gen.Load()}, Verdict{}
+	case Open:
+		if left := mono.Time(c.openUntil.Load()).Until(m); left > 0 {
+			return Permit{}, Verdict{Refusal: Opened, Wait: left}
+		}
+		c.cb.HalfOpen()
+	}
+	if c.probing(m) { // another request took the probe meanwhile
+		return Permit{}, Verdict{Refusal: Probing}
+	}
+	c.probeSeq++
+	p = Permit{gen: c.gen.Load(), probe: c.probeSeq}
+	c.probeStart.Store(int64(m))
+	c.probe.Store(p.probe)
+	taken = true
+	return p, Verdict{}
+}
+
+// Release hands the probe gate on, if p still holds it. It may be called
+// any number of times, and after Done.
+func (c *Circuit) Release(p Permit) {
+	if p.probe != 0 {
+		c.probe.CompareAndSwap(p.probe, 0)
+	}
+}
+
+// Done settles a permit with the attempt's result at now. A Neutral
+// result records nothing; a probe that ends with one hands the probe to
+// the next request. A result of a permit from before the last state change
+// is dropped.
+func (c *Circuit) Done(p Permit, r Result, now time.Time) {
+	switch r {
+	case Success:
+		if p.probe == 0 && c.clean.Load() {
+			return // the hot path: nothing to count
+		}
+	case Failure:
+	default:
+		c.Release(p)
+		return
+	}
+	c.lock(now)
+	defer c.unlock()
+	defer c.Release(p)
+	if c.gen.Load() != p.gen {
+		return
+	}
+	if r == Success {
+		c.cb.RecordSuccess()
+	} else {
+		c.cb.RecordFailure()
+	}
+	c.failing.Store(r == Failure)
+	c.settleClean()
+}
+
+// Probed records the verdict of an active probe at now: a failure counts
+// like a failed request (it reopens a half-open circuit), and a success
+// moves an open circuit to half-open at once, so that the next request
+// probes it.
+func (c *Circuit) Probed(r Result, now time.Time) {
+	c.lock(now)
+	defer c.unlock()
+	switch st := State(c.state.Load()); {
+	case r == Failure && st != Open:
+		c.cb.RecordFailure()
+	case r == Success && st == Open:
+		c.cb.HalfOpen()
+	case r == Success && st == Closed:
+		c.cb.RecordSuccess()
+	}
+	c.settleClean()
+}
+
+// Reset closes the circuit by hand at now, and frees the probe gate of a
+// probe that may hang.
+func (c *Circuit) Reset(now time.Time) {
+	c.lock(now)
+	defer c.unlock()
+	c.cb.Close()
+	c.probe.Store(0)
+	c.settleClean()
+}
+
+// HoldOpen opens the circuit until at least until, as another process of
+// the fleet saw it open. An open circuit's deadline only moves later. The
+// change is remote: the fleet is not told of it again.
+func (c *Circuit) HoldOpen(until, now time.Time) {
+	if !until.After(now) {
+		return
+	}
+	c.lock(now)
+	defer c.unlock()
+	end := mono.Of(until)
+	if State(c.state.Load()) == Open {
+		end = max(end, mono.Time(c.openUntil.Load()))
+	} else {
+		c.remote = true
+		c.cb.Open()
+	}
+	c.openUntil.Store(int64(end))
+	c.held.Store(true)
+	c.clean.Store(false)
+}
+
+// Trip opens a closed circuit at now on the fleet's evidence. It is this
+// process's change: the fleet hears of it.
+func (c *Circuit) Trip(now time.Time) {
+	if State(c.state.Load()) != Closed {
+		return
+	}
+	c.lock(now)
+	defer c.unlock()
+	if State(c.state.Load()) == Closed {
+		c.cb.Open()
+		c.clean.Store(false)
+	}
+}
+
+// CloseRemote closes the circuit at now, as the fleet's probe found the
+// upstream well.
+func (c *Circuit) CloseRemote(now time.Time) {
+	c.lock(now)
+	defer c.unlock()
+	if State(c.state.Load()) != Closed {
+		c.remote = true
+		c.cb.Close()
+		c.settleClean()
+	}
+}
+
+// Snapshot is what a circuit shows of itself at one instant.
+type Snapshot struct {
+	// State as callers see it: an open circuit whose deadline passed
+	// reads HalfOpen, since the next request probes it.
+	State State
+	// Since is when the state last changed; zero when never.
+	Since time.Time
+	// OpenFor is how long an open circuit stays open.
+	OpenFor time.Duration
+	// Held says the circuit is open on the fleet's word (HoldOpen).
+	Held bool
+	// Trips counts changes from closed to open.
+	Trips uint64
+	// Failures is how many failures the current window counts.
+	Failures uint
+	// Failing says the last attempt that counted failed.
+	Failing bool
+	// Mark changes whenever the state or the open deadline does, so
+	// that a reader can tell whether the circuit changed between two
+	// snapshots.
+	Mark [2]int64
+}
+
+// Snapshot returns the circuit's state at now, without taking the lock.
+func (c *Circuit) Snapshot(now time.Time) Snapshot {
+	s := Snapshot{
+		State:   State(c.state.Load()),
+		Held:    c.held.Load(),
+		Trips:   c.trips.Load(),
+		Failing: c.failing.Load(),
+		Mark:    [2]int64{c.since.Load(), c.openUntil.Load()},
+	}
+	if since := mono.Time(c.since.Load()); since != 0 {
+		s.Since = since.Time()
+	}
+	if s.State == Open {
+		s.OpenFor = mono.Time(c.openUntil.Load()).Until(mono.Of(now))
+		if s.OpenFor == 0 {
+			s.State = HalfOpen
+		}
+	}
+	if !c.clean.Load() {
+		s.Failures = c.cb.Metrics().Failures() // failsafe-go locks its own
+	}
+	return s
+}
+
+// Status is the state as Snapshot reports it, without the rest.
+func (c *Circuit) Status(now time.Time) State {
+	s := State(c.state.Load())
+	if s == Open && mono.Time(c.openUntil.Load()).Until(mono.Of(now)) == 0 {
+		return HalfOpen
+	}
+	return s
+}
+
+// Recovering reports whether the circuit closed within the last Cooldown.
+func (c *Circuit) Recovering(now time.Time) bool {
+	since := mono.Time(c.since.Load())
+	return State(c.state.Load()) == Closed && since != 0 && mono.Of(now).Sub(since) < c.cfg.Cooldown
+}
+
+// OpenFor is how long an open circuit stays open at now (0 unless open).
+func (c *Circuit) OpenFor(now time.Time) time.Duration {
+	if State(c.state.Load()) != Open {
+		return 0
+	}
+	return mono.Time(c.openUntil.Load()).Until(mono.Of(now))
+}
+
+// Held reports whether the circuit is open on the fleet's word (HoldOpen).
+func (c *Circuit) Held() bool { return c.held.Load() }
+
+// Failing reports whether the last attempt that counted failed.
+func (c *Circuit) Failing() bool { return c.failing.Load() }

@@ -1,0 +1,322 @@
+package failover
+
+import (
+	"fmt"
+	"maps"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/failover-go/failover/internal/circuit"
+)
+
+// upstream is the configuration and live state of one upstream.
+type upstream struct {
+	cfg     Upstream // as configured, for probes
+	index   int
+	name    string
+	baseURL string // redacted: scheme, host and path only
+	scheme  string
+	host    string // as configured, for the rewritten URL and Host header
+	match   string // hostKey of scheme and host
+	path    string // decoded base path, no trailing slash
+	rawPath string // escaped base path, no trailing slash
+	header  http.Header
+	models  modelMap // Upstream.Models
+
+	circuit  *circuit.Circuit
+	cd       cooldown
+	window   window
+	live     liveness
+	latency  peakEWMA // for LeastLatency
+	headroom headroomState
+	fleet    fleetState // with Config.Shared
+	m        upstreamMetrics
+
+	// The recent figures of each feature's window: Degraded's (which the
+	// routers read too), Hang's and Hedge's. Features with the same
+	// window share one.
+	recent, hangRecent, hedgeRecent *recent
+}
+
+// newUpstream checks and parses the i-th upstream's config.
+func newUpstream(i int, uc Upstream) (*upstream, error) {
+	field := func(f string) string { return fmt.Sprintf("Upstreams[%d].%s", i, f) }
+	base, err := url.Parse(uc.BaseURL)
+	switch {
+	case uc.BaseURL == "":
+		return nil, configError(field("BaseURL"), "is empty")
+	case err != nil:
+		return nil, configError(field("BaseURL"), "is not a URL") // err may quote the URL
+	case base.Scheme != "http" && base.Scheme != "https":
+		return nil, configError(field("BaseURL"), "must be an absolute http or https URL")
+	case base.Host == "" || base.Hostname() == "":
+		return nil, configError(field("BaseURL"), "has no host")
+	case base.User != nil:
+		return nil, configError(field("BaseURL"), "must not carry user info: put credentials in Header")
+	case base.RawQuery != "" || base.ForceQuery:
+		return nil, configError(field("BaseURL"), "must not carry a query: put credentials in Header")
+	case base.Fragment != "":
+		return nil, configError(field("BaseURL"), "must not carry a fragment")
+	case hasDotSegment(base.Path):
+		return nil, configError(field("BaseURL"), "must not contain . or .. path segments")
+	}
+	name := uc.Name
+	if name == "" {
+		name = base.Host
+	}
+	if strings.ContainsFunc(name, func(r rune) bool { return r < ' ' || r == 0x7f }) {
+		return nil, configError(field("Name"), "must not contain control characters")
+	}
+	switch {
+	case uc.Weight < 0 || uc.Weight != uc.Weight:
+		return nil, configError(field("Weight"), "must not be negative")
+	case uc.Cost.Input < 0 || uc.Cost.Output < 0:
+		return nil, configError(field("Cost"), "must not be negative")
+	}
+	for k, vs := range uc.Header {
+		if !validHeaderName(k) {
+			return nil, configError(field("Header"), fmt.Sprintf("has an invalid header name %q", k))
+		}
+		for _, v := range vs {
+			if strings.ContainsAny(v, "\r\n\x00") {
+				// Never quote the value: it is likely a key.
+				return nil, configError(field("Header"), fmt.Sprintf("has an invalid value for %q", k))
+			}
+		}
+	}
+	u := &upstream{
+		cfg:     uc,
+		index:   i,
+		name:    name,
+		baseURL: base.Scheme + "://" + base.Host + base.EscapedPath(),
+		scheme:  base.Scheme,
+		host:    base.Host,
+		match:   hostKey(base.Scheme, base.Host),
+		path:    base.Path,
+		rawPath: base.EscapedPath(),
+		header:  http.Header{},
+	}
+	if strings.HasSuffix(u.rawPath, "/") { // a literal slash, not %2F
+		u.rawPath = u.rawPath[:len(u.rawPath)-1]
+		u.path = strings.TrimSuffix(u.path, "/")
+	}
+	for k, vs := range uc.Header {
+		u.header[http.CanonicalHeaderKey(k)] = append([]string(nil), vs...)
+	}
+	if len(uc.Models) > 0 {
+		if err := modelMap(uc.Models).validate(field("Models")); err != nil {
+			return nil, err
+		}
+		u.models = maps.Clone(uc.Models)
+	}
+	return u, nil
+}
+
+// serves reports whether u serves model ("" serves everywhere).
+func (u *upstream) serves(model string) bool {
+	if model == "" || len(u.models) == 0 {
+		return true
+	}
+	_, ok := u.models.lookup(model)
+	return ok
+}
+
+// Reason says why an upstream takes no request now (see
+// [UpstreamHealth.Unavailable] and [Candidate.Unavailable]), or why it is
+// tried after the others (see [UpstreamHealth.Demoted] and
+// [Candidate.Demoted]). The empty Reason means neither. Reasons name the
+// failover_skipped_total series too.
+type Reason string
+
+// Why an upstream takes no request, in the order they are decided.
+const (
+	// ReasonRateLimited: it cools down after a 429 (ErrRateLimited).
+	ReasonRateLimited Reason = "rate_limited"
+	// ReasonModelNotServed: its Upstream.Models does not serve the
+	// request's model (ErrModelNotServed). Only a request has a model:
+	// Health never reports it.
+	ReasonModelNotServed Reason = "model_not_served"
+	// ReasonCircuitOpen: its circuit is open (ErrCircuitOpen).
+	ReasonCircuitOpen Reason = "circuit_open"
+	// ReasonProbing: its circuit is half-open and its one probe is in
+	// flight (ErrCircuitOpen).
+	ReasonProbing Reason = "probe_in_flight"
+	// ReasonProbeElsewhere: its circuit is half-open and another process
+	// of the fleet holds the probe ([Config.Shared]; ErrCircuitOpen).
+	ReasonProbeElsewhere Reason = "probe_elsewhere"
+)
+
+// Why an upstream is tried after the others, in the order they are
+// decided.
+const (
+	// ReasonOutOfHeadroom: at its last success it said a rate-limit
+	// window is exhausted, and that window has not reset yet.
+	ReasonOutOfHeadroom Reason = "out_of_headroom"
+	// ReasonDegraded: its recent latency or success rate is bad
+	// ([DegradedConfig]).
+	ReasonDegraded Reason = "degraded"
+	// ReasonSuspect: it looks hung ([HangConfig]).
+	ReasonSuspect Reason = "suspect"
+)
+
+// skipReasons are the Reasons a request skips an upstream for, as the
+// skipped metrics count them.
+var skipReasons = [...]Reason{ReasonRateLimited, ReasonModelNotServed, ReasonCircuitOpen, ReasonProbing, ReasonProbeElsewhere}
+
+// availability is the admission decision about one upstream at one
+// instant.
+type availability struct {
+	reason Reason        // "" when the upstream takes the request
+	wait   time.Duration // how long until it may, when known
+	known  bool          // whether wait is known: a probe may end at any moment, a model is never served
+}
+
+// err is the error a request records for an upstream it skipped.
+func (a availability) err() error {
+	switch a.reason {
+	case ReasonRateLimited:
+		return ErrRateLimited
+	case ReasonModelNotServed:
+		return ErrModelNotServed
+	}
+	return ErrCircuitOpen
+}
+
+// admit is the one decision whether u takes a request for model ("" for
+// any) at now, and if not, why and when it may again. With p set, it also
+// takes the circuit's permit into *p; otherwise it only reads. Ordering,
+// the Router's candidates, earliest, Health and the skipped metrics all
+// ask it.
+func (t *Transport) admit(u *upstream, model string, now time.Time, p *circuit.Permit) availability {
+	if left := u.cd.remaining(now); left > 0 {
+		a := availability{reason: ReasonRateLimited, wait: left, known: true}
+		if v := u.circuit.Check(now); v.Refusal == circuit.Opened {
+			a.wait = max(a.wait, v.Wait)
+		}
+		return a
+	}
+	if !u.serves(model) {
+		return availability{reason: ReasonModelNotServed}
+	}
+	var v circuit.Verdict
+	if p != nil {
+		*p, v = u.circuit.Allow(now)
+	} else {
+		v = u.circuit.Check(now)
+	}
+	switch v.Refusal {
+	case circuit.Opened:
+		return availability{reason: ReasonCircuitOpen, wait: v.Wait, known: true}
+	case circuit.Probing:
+		return availability{reason: ReasonProbing}
+	case circuit.Elsewhere:
+		return availability{reason: ReasonProbeElsewhere}
+	}
+	return availability{known: true}
+}
+
+// demotion is the one decision whether u is tried after the others at
+// now, and why: its rate-limit headroom is exhausted, its recent figures
+// are degraded, or it looks hung. Ordering, the Router's candidates and
+// Health ask it.
+func (t *Transport) demotion(u *upstream, now time.Time) Reason {
+	switch {
+	case u.outOfHeadroom(now):
+		return ReasonOutOfHeadroom
+	case t.degraded.enabled() && t.degraded.degraded(u.recent.get(&u.window, now)):
+		return ReasonDegraded
+	case t.suspect(u, now):
+		return ReasonSuspect
+	}
+	return ""
+}
+
+// order returns the upstreams in the order a request for model tries
+// them: the router's order (the configured one when there is no router),
+// demoted upstreams last. Without a router it allocates nothing: it returns
+// t.upstreams when no upstream is demoted, and reorders into buf
+// otherwise (past the 64th, no upstream is demoted).
+func (t *Transport) order(buf []*upstream, model string, now time.Time) []*upstream {
+	if t.router != nil {
+		return t.routed(buf, model, now)
+	}
+	var demoted uint64
+	for i, u := range t.upstreams {
+		if i < 64 && t.demotion(u, now) != "" {
+			demoted |= 1 << i
+		}
+	}
+	if demoted == 0 {
+		return t.upstreams
+	}
+	out := buf[:0]
+	for i, u := range t.upstreams {
+		if i >= 64 || demoted&(1<<i) == 0 {
+			out = append(out, u)
+		}
+	}
+	for i, u := range t.upstreams {
+		if i < 64 && demoted&(1<<i) != 0 {
+			out = append(out, u)
+		}
+	}
+	return out
+}
+
+// routed asks the router for the order.
+func (t *Transport) routed(buf []*upstream, model string, now time.Time) []*upstream {
+	var cbuf [8]Candidate
+	var ibuf [8]int
+	cands := cbuf[:0]
+	for i, u := range t.upstreams {
+		cands = append(cands, t.candidate(i, u, model, now))
+	}
+	out := buf[:0]
+	for _, i := range t.router.Order(ibuf[:0], cands) {
+		out = append(out, t.upstreams[i])
+	}
+	return out
+}
+
+// candidate is what a Router knows of u at now, for a request for model.
+// An upstream the Transport would skip reads as Open, with the reason.
+func (t *Transport) candidate(i int, u *upstream, model string, now time.Time) Candidate {
+	f := u.recent.get(&u.window, now) // the router reads the recent figures
+	c := Candidate{
+		Index:       i,
+		Name:        u.name,
+		Weight:      u.cfg.Weight,
+		Cost:        u.cfg.Cost,
+		InFlight:    int(u.live.inflight.Load()),
+		Latency:     u.latency.value(now),
+		P50:         f.p50,
+		SuccessRate: f.rate,
+		State:       State(u.circuit.Status(now)),
+		Recovering:  u.circuit.Recovering(now),
+		Unavailable: t.admit(u, model, now, nil).reason,
+		Demoted:     t.demotion(u, now),
+	}
+	if c.Unavailable != "" {
+		c.State, c.Recovering = Open, false
+	}
+	return c
+}
+
+// earliest returns how long until the first upstream can take a request
+// for model, 0 when one can now, and whether that is known (a probe in
+// flight may end at any moment).
+func (t *Transport) earliest(model string, now time.Time) (time.Duration, bool) {
+	best, known := time.Duration(0), false
+	for _, u := range t.upstreams {
+		a := t.admit(u, model, now, nil)
+		if a.reason == "" {
+			return 0, true
+		}
+		if a.known && (!known || a.wait < best) {
+			best, known = a.wait, true
+		}
+	}
+	return best, known
+}
