@@ -16,13 +16,13 @@ var latencyBuckets = []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10,
 // upstreamMetrics are the metric handles of one upstream, resolved once in
 // New so that the request path only increments.
 type upstreamMetrics struct {
-	requests       [len(outcomeNames)]*metrics.Counter
-	duration       *metrics.PrometheusHistogram
-	trips          *metrics.Counter
-	skipped        map[Reason]*metrics.Counter // by skipReasons
-	cooldowns      map[CooldownReason]*metrics.Counter
-	failovers      []*metrics.Counter // by the index of the upstream failed over to
-	probes         [len(outcomeNames)]*metrics.Counter
+	requests  [len(outcomeNames)]*metrics.Counter
+	duration  *metrics.PrometheusHistogram
+	trips     *metrics.Counter
+	skipped   map[Reason]*metrics.Counter // by skipReasons
+	cooldowns map[CooldownReason]*metrics.Counter
+	failovers []*metrics.Counter // by the index of the upstream failed over to
+	probes    [len(outcomeNames)]*metrics.Counter
 }
 
 // initMetrics registers the Transport's metrics:

@@ -191,7 +191,6 @@ func retryDelay(body []byte) (time.Duration, bool) {
 	return d, true
 }
 
-
 // CooldownReason says why an upstream cools down.
 type CooldownReason string
 
