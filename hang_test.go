@@ -7,6 +7,8 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/failover-go/failover/internal/clocktest"
 )
 
 // A primary that accepts requests and answers none is routed around once
@@ -157,6 +159,51 @@ func TestDegradedBySuccessRate(t *testing.T) {
 		time.Sleep(time.Second)
 		if h := tr.Health()[0]; !h.Degraded || h.SuccessRate > 0.6 || h.Trips != 0 {
 			t.Fatalf("a at 50%% success: %+v; want degraded and no trip", h)
+		}
+	})
+}
+
+// Suspicion counts silence on the monotonic clock: a wall-clock step
+// forward does not make busy upstreams look hung, nor a step back hide a
+// hung one.
+func TestHangWallClockStep(t *testing.T) {
+	for _, step := range []time.Duration{-time.Hour, time.Hour} {
+		tr := newTestTransport(t, twoUpstreams(newFakeNet(), Config{}))
+		u := tr.upstreams[0]
+		start := time.Now()
+		for range 3 {
+			u.live.start(start)
+		}
+		if tr.suspect(u, clocktest.StepWall(start.Add(50*time.Millisecond), step)) {
+			t.Errorf("step %v: suspect after 50ms of silence, under the 100ms floor", step)
+		}
+		if !tr.suspect(u, clocktest.StepWall(start.Add(150*time.Millisecond), step)) {
+			t.Errorf("step %v: not suspect after 150ms of silence", step)
+		}
+	}
+}
+
+// A lone silent attempt is judged on Hang's own MinSamples and Window,
+// whatever Degraded's are.
+func TestSilentOwnWindow(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		tr := newTestTransport(t, twoUpstreams(newFakeNet(), Config{
+			Hang:     HangConfig{MinSamples: 2, Window: time.Second},
+			Degraded: DegradedConfig{MinSamples: 1000},
+		}))
+		u := tr.upstreams[0]
+		for range 2 {
+			u.observe(Success, 10*time.Millisecond, time.Now())
+		}
+		time.Sleep(time.Millisecond)
+		start := time.Now()
+		time.Sleep(200 * time.Millisecond) // past the 100ms floor
+		if !tr.silent(u, start, time.Now()) {
+			t.Fatal("not silent after 200ms with 2 latencies known and Hang.MinSamples 2")
+		}
+		time.Sleep(2 * time.Second) // the latencies left Hang.Window: the p99 is unknown again
+		if tr.silent(u, start, time.Now()) {
+			t.Fatal("judged silent with no recent latencies in Hang.Window")
 		}
 	})
 }

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/failover-go/failover/internal/clocktest"
 )
 
 // wireHeader parses header lines as they come off the wire ("name: value",
@@ -309,5 +311,22 @@ func BenchmarkParseHeadroom(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		ParseHeadroom(h, now)
+	}
+}
+
+// An exhausted window demotes its upstream until the window resets, on the
+// monotonic clock: a wall-clock step does not end it early or prolong it.
+func TestHeadroomWallClockStep(t *testing.T) {
+	for _, step := range []time.Duration{-time.Hour, time.Hour} {
+		start := time.Now()
+		at := func(d time.Duration) time.Time { return clocktest.StepWall(start.Add(d), step) }
+		u := &upstream{}
+		u.noteHeadroom(http.Header{"X-Ratelimit-Remaining-Requests": {"0"}, "X-Ratelimit-Reset-Requests": {"20s"}}, start, time.Second)
+		if !u.outOfHeadroom(at(19 * time.Second)) {
+			t.Errorf("step %v: headroom back 19s into a 20s reset", step)
+		}
+		if u.outOfHeadroom(at(20 * time.Second)) {
+			t.Errorf("step %v: still out of headroom when the window reset", step)
+		}
 	}
 }

@@ -575,3 +575,29 @@ func TestHedgeSlowColdPrimaryStaysClosed(t *testing.T) {
 		}
 	})
 }
+
+// The latency-based hedge delay reads Hedge's own Window and MinSamples,
+// whatever Degraded's are.
+func TestHedgeDelayOwnWindow(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		tr := newTestTransport(t, twoUpstreams(newFakeNet(), Config{
+			Hedge:    &HedgeConfig{MinSamples: 3, Window: time.Second, MaxDelay: time.Second},
+			Degraded: DegradedConfig{MinSamples: 1000, Window: time.Hour},
+		}))
+		u := tr.upstreams[0]
+		if d := tr.hedgeDelay(u, time.Now()); d != time.Second {
+			t.Fatalf("delay %v with no latencies, want MaxDelay", d)
+		}
+		time.Sleep(refreshEvery)
+		for range 3 {
+			u.observe(Success, 50*time.Millisecond, time.Now())
+		}
+		if d := tr.hedgeDelay(u, time.Now()); d != 50*time.Millisecond {
+			t.Fatalf("delay %v after 3 latencies of 50ms with MinSamples 3, want their p95", d)
+		}
+		time.Sleep(2 * time.Second) // out of Hedge.Window, well within Degraded's
+		if d := tr.hedgeDelay(u, time.Now()); d != time.Second {
+			t.Fatalf("delay %v once the latencies left the 1s window, want MaxDelay", d)
+		}
+	})
+}

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/failover-go/failover/internal/clocktest"
 )
 
 func TestRetryAfter(t *testing.T) {
@@ -215,4 +217,24 @@ func TestLaterShorterRetryAfterDoesNotShorten(t *testing.T) {
 			t.Fatalf("cooldown %v, want 10s: a later, shorter Retry-After must not shorten it", cd)
 		}
 	})
+}
+
+// A wall-clock step of an hour either way neither prolongs nor ends a
+// cooldown: it runs on the monotonic clock, and still only extends.
+func TestCooldownWallClockStep(t *testing.T) {
+	for _, step := range []time.Duration{-time.Hour, time.Hour} {
+		start := time.Now()
+		at := func(d time.Duration) time.Time { return clocktest.StepWall(start.Add(d), step) }
+		var c cooldown
+		c.extend(start, time.Second, CooldownRateLimited)
+		if got := c.remaining(at(400 * time.Millisecond)); got != 600*time.Millisecond {
+			t.Fatalf("step %v: %v left 400ms into a 1s cooldown, want 600ms", step, got)
+		}
+		if c.extend(at(400*time.Millisecond), 100*time.Millisecond, CooldownRateLimited) || c.remaining(at(400*time.Millisecond)) != 600*time.Millisecond {
+			t.Fatalf("step %v: a shorter cooldown after the step shortened it", step)
+		}
+		if got := c.remaining(at(time.Second)); got != 0 {
+			t.Fatalf("step %v: %v left after 1s", step, got)
+		}
+	}
 }

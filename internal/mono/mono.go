@@ -27,13 +27,14 @@ type Time int64
 // Of returns the Time of t.
 func Of(t time.Time) Time { return Time(base + int64(t.Sub(epoch))) }
 
-// Add returns m+d, saturating instead of overflowing.
+// Add returns m+d, saturating instead of overflowing, and never the zero
+// Time or before it.
 func (m Time) Add(d time.Duration) Time {
 	s := int64(m) + int64(d)
 	switch {
 	case d > 0 && s < int64(m):
 		return Time(1<<63 - 1)
-	case d < 0 && s > int64(m):
+	case s <= 0:
 		return Time(1)
 	}
 	return Time(s)

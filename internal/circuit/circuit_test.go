@@ -1,0 +1,340 @@
+package circuit
+
+import (
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/failover-go/failover/internal/clocktest"
+)
+
+const cooldown = time.Second
+
+func newTest(t *testing.T, cfg Config) *Circuit {
+	t.Helper()
+	if cfg.FailureThreshold == 0 && cfg.FailureRate == 0 {
+		cfg.FailureThreshold = 2
+	}
+	if cfg.Cooldown == 0 {
+		cfg.Cooldown = cooldown
+	}
+	if cfg.SuccessThreshold == 0 {
+		cfg.SuccessThreshold = 1
+	}
+	return New(cfg)
+}
+
+// fail sends n failures through c at now.
+func fail(t *testing.T, c *Circuit, now time.Time, n int) {
+	t.Helper()
+	for range n {
+		p, v := c.Allow(now)
+		if v.Refusal != None {
+			t.Fatalf("refused a failure to count: %+v", v)
+		}
+		c.Done(p, Failure, now)
+	}
+}
+
+// The time a circuit sees is the time it is given: it opens on failures at
+// one instant, stays open until Cooldown after it, and admits one probe.
+func TestOpenUntilCooldown(t *testing.T) {
+	start := time.Now()
+	c := newTest(t, Config{})
+	fail(t, c, start, 2)
+	if s := c.Snapshot(start); s.State != Open || s.OpenFor != cooldown || s.Trips != 1 || !s.Since.Equal(start) {
+		t.Fatalf("after 2 failures: %+v, want open for the whole cooldown, 1 trip, since the failure", s)
+	}
+	if v := c.Check(start.Add(999 * time.Millisecond)); v.Refusal != Opened || v.Wait != time.Millisecond {
+		t.Fatalf("1ms before the end: %+v, want open for 1ms", v)
+	}
+	end := start.Add(cooldown)
+	if s := c.Status(end); s != HalfOpen {
+		t.Fatalf("at the end of the cooldown the state reads %v, want half-open", s)
+	}
+	p, v := c.Allow(end)
+	if v.Refusal != None || !p.Probe() {
+		t.Fatalf("at the end of the cooldown: %+v %+v, want the probe", p, v)
+	}
+	if _, v := c.Allow(end); v.Refusal != Probing {
+		t.Fatalf("a second request during the probe: %+v, want Probing", v)
+	}
+	c.Done(p, Success, end)
+	if s := c.Status(end); s != Closed {
+		t.Fatalf("after the probe succeeded: %v", s)
+	}
+	if !c.Recovering(end.Add(cooldown-1)) || c.Recovering(end.Add(cooldown)) {
+		t.Error("Recovering does not last exactly one cooldown after closing")
+	}
+}
+
+// A wall-clock step (NTP, a resumed VM) of an hour either way changes
+// nothing: not how long an open circuit stays open, not when the probe
+// goes, not how long the probe gate holds. Readings carry the monotonic
+// clock, as time.Now's do; clocktest moves their wall clock only.
+func TestWallClockStep(t *testing.T) {
+	for _, step := range []time.Duration{-time.Hour, time.Hour} {
+		start := time.Now()
+		at := func(d time.Duration) time.Time { return clocktest.StepWall(start.Add(d), step) }
+		c := newTest(t, Config{})
+		fail(t, c, start, 2)
+		if v := c.Check(at(500 * time.Millisecond)); v.Refusal != Opened || v.Wait != 500*time.Millisecond {
+			t.Fatalf("step %v: 500ms after opening: %+v, want open for 500ms more", step, v)
+		}
+		if s := c.Snapshot(at(500 * time.Millisecond)); s.OpenFor != 500*time.Millisecond || !s.Since.Equal(start) {
+			t.Fatalf("step %v: snapshot %+v", step, s)
+		}
+		p, v := c.Allow(at(cooldown))
+		if v.Refusal != None || !p.Probe() {
+			t.Fatalf("step %v: at the end of the cooldown: %+v, want the probe", step, v)
+		}
+		if v := c.Check(at(cooldown + 999*time.Millisecond)); v.Refusal != Probing {
+			t.Fatalf("step %v: the probe gate opened early: %+v", step, v)
+		}
+		if v := c.Check(at(2 * cooldown)); v.Refusal != None {
+			t.Fatalf("step %v: a probe out for a whole cooldown still holds the gate: %+v", step, v)
+		}
+	}
+}
+
+// A probe that ends with no verdict hands the gate to the next request
+// without recording anything.
+func TestNeutralProbeHandsOn(t *testing.T) {
+	now := time.Now()
+	c := newTest(t, Config{})
+	fail(t, c, now, 2)
+	now = now.Add(cooldown)
+	p, _ := c.Allow(now)
+	c.Done(p, Neutral, now)
+	q, v := c.Allow(now)
+	if v.Refusal != None || !q.Probe() || q == p {
+		t.Fatalf("after a neutral probe: %+v %+v, want a new probe", q, v)
+	}
+	if c.Status(now) != HalfOpen {
+		t.Fatalf("a neutral probe changed the state to %v", c.Status(now))
+	}
+}
+
+// SuccessThreshold 3 still sends one probe at a time, and closes after the
+// third success in a row.
+func TestSuccessThresholdOneAtATime(t *testing.T) {
+	now := time.Now()
+	c := newTest(t, Config{SuccessThreshold: 3})
+	fail(t, c, now, 2)
+	now = now.Add(cooldown)
+	for i := range 3 {
+		p, v := c.Allow(now)
+		if v.Refusal != None || !p.Probe() {
+			t.Fatalf("probe %d: %+v", i, v)
+		}
+		if _, v := c.Allow(now); v.Refusal != Probing {
+			t.Fatalf("probe %d: a second request went through beside it: %+v", i, v)
+		}
+		c.Done(p, Success, now)
+	}
+	if s := c.Status(now); s != Closed {
+		t.Fatalf("after 3 successful probes: %v", s)
+	}
+}
+
+// A result from before the last state change is dropped: a slow success
+// admitted while closed cannot close a circuit that opened meanwhile.
+func TestLateResultDropped(t *testing.T) {
+	now := time.Now()
+	c := newTest(t, Config{})
+	slow, _ := c.Allow(now)
+	fail(t, c, now, 2)
+	c.Done(slow, Success, now)
+	if s := c.Status(now); s != Open {
+		t.Fatalf("a late success moved the circuit to %v", s)
+	}
+}
+
+// Release hands the gate on once; a second Release, or one after another
+// probe took the gate, changes nothing.
+func TestRelease(t *testing.T) {
+	now := time.Now()
+	c := newTest(t, Config{})
+	fail(t, c, now, 2)
+	now = now.Add(cooldown)
+	p, _ := c.Allow(now)
+	c.Release(p)
+	q, _ := c.Allow(now)
+	c.Release(p) // stale: q holds the gate
+	if _, v := c.Allow(now); v.Refusal != Probing {
+		t.Fatalf("a stale Release freed the gate of the next probe: %+v", v)
+	}
+	c.Release(q)
+	c.Release(Permit{}) // not a probe: nothing
+}
+
+// OnChange runs after the lock is released, so a listener that calls back
+// into the circuit does not deadlock, and it sees every change in order.
+func TestOnChangeOutsideLock(t *testing.T) {
+	now := time.Now()
+	var c *Circuit
+	var got []Change
+	c = newTest(t, Config{OnChange: func(ch Change) {
+		got = append(got, ch)
+		c.Snapshot(ch.At) // takes no lock, but Check/Status would deadlock under one
+		c.Check(ch.At)
+	}})
+	fail(t, c, now, 2)
+	c.Reset(now)
+	if len(got) != 2 || got[0].From != Closed || got[0].To != Open || got[1].To != Closed || !got[0].At.Equal(now) {
+		t.Fatalf("changes %+v, want closed→open→closed at now", got)
+	}
+}
+
+// A listener that panics while the probe is taken leaves the gate free and
+// the circuit usable.
+func TestOnChangePanicReleasesProbe(t *testing.T) {
+	now := time.Now()
+	boom := false
+	c := newTest(t, Config{OnChange: func(ch Change) {
+		if boom {
+			panic("listener")
+		}
+	}})
+	fail(t, c, now, 2)
+	now = now.Add(cooldown)
+	boom = true
+	func() {
+		defer func() {
+			if recover() == nil {
+				t.Fatal("the listener's panic did not reach the caller")
+			}
+		}()
+		c.Allow(now) // open → half-open calls the listener
+	}()
+	boom = false
+	p, v := c.Allow(now)
+	if v.Refusal != None || !p.Probe() {
+		t.Fatalf("after the panic: %+v, want the probe free and the lock free", v)
+	}
+}
+
+// The fleet's API: HoldOpen opens for at least the fleet's time and only
+// lengthens; CloseRemote closes; both are remote changes. Trip is a local
+// one.
+func TestFleetAPI(t *testing.T) {
+	now := time.Now()
+	var changes []Change
+	c := newTest(t, Config{OnChange: func(ch Change) { changes = append(changes, ch) }})
+	c.HoldOpen(now.Add(5*time.Second), now)
+	if s := c.Snapshot(now); s.State != Open || s.OpenFor != 5*time.Second || !s.Held {
+		t.Fatalf("held open: %+v", s)
+	}
+	c.HoldOpen(now.Add(time.Second), now) // shorter: ignored
+	if got := c.OpenFor(now); got != 5*time.Second {
+		t.Fatalf("a shorter hold shortened the circuit to %v", got)
+	}
+	c.HoldOpen(now, now) // already over: ignored
+	c.CloseRemote(now)
+	if c.Status(now) != Closed || c.Held() {
+		t.Fatalf("CloseRemote left %v, held %v", c.Status(now), c.Held())
+	}
+	c.Trip(now)
+	if c.Status(now) != Open || c.OpenFor(now) != cooldown || c.Held() {
+		t.Fatalf("Trip: %v for %v", c.Status(now), c.OpenFor(now))
+	}
+	c.Trip(now) // not closed: nothing
+	want := []bool{true, true, false}
+	if len(changes) != 3 {
+		t.Fatalf("changes %+v, want 3", changes)
+	}
+	for i, ch := range changes {
+		if ch.Remote != want[i] {
+			t.Errorf("change %d %v→%v remote %v, want %v", i, ch.From, ch.To, ch.Remote, want[i])
+		}
+	}
+}
+
+// The Lease gates the probe: Check asks it without asking for the lease,
+// Allow asks for it.
+func TestLease(t *testing.T) {
+	now := time.Now()
+	var asked, held bool
+	c := newTest(t, Config{Lease: func(_ time.Time, ask bool) bool {
+		asked = asked || ask
+		return held
+	}})
+	fail(t, c, now, 2)
+	now = now.Add(cooldown)
+	if v := c.Check(now); v.Refusal != Elsewhere || asked {
+		t.Fatalf("Check: %+v, asked %v; want Elsewhere without asking", v, asked)
+	}
+	if _, v := c.Allow(now); v.Refusal != Elsewhere || !asked {
+		t.Fatalf("Allow: %+v, asked %v; want Elsewhere, having asked", v, asked)
+	}
+	held = true
+	if p, v := c.Allow(now); v.Refusal != None || !p.Probe() {
+		t.Fatalf("with the lease: %+v", v)
+	}
+}
+
+// Probed: an active probe's failure reopens a half-open circuit, its
+// success moves an open one to half-open at once.
+func TestProbed(t *testing.T) {
+	now := time.Now()
+	c := newTest(t, Config{})
+	fail(t, c, now, 2)
+	c.Probed(Success, now)
+	if c.Status(now) != HalfOpen {
+		t.Fatalf("a successful active probe left %v", c.Status(now))
+	}
+	c.Probed(Failure, now)
+	if c.Status(now) != Open {
+		t.Fatalf("a failed active probe left %v", c.Status(now))
+	}
+	c.Reset(now)
+	c.Probed(Success, now)
+	c.Probed(Failure, now)
+	if s := c.Snapshot(now); s.State != Closed || s.Failures != 1 {
+		t.Fatalf("closed after a probe failure: %+v, want 1 failure counted", s)
+	}
+}
+
+// A failure rate trips on its share of a window, not on consecutive
+// failures.
+func TestFailureRate(t *testing.T) {
+	now := time.Now()
+	c := newTest(t, Config{FailureRate: 0.5, MinRequests: 4, FailurePeriod: time.Minute})
+	if c.Counting() {
+		t.Fatal("a FailureRate circuit says it counts consecutive failures")
+	}
+	for _, r := range []Result{Failure, Success, Failure, Success} {
+		p, _ := c.Allow(now)
+		c.Done(p, r, now)
+	}
+	if c.Status(now) != Open {
+		t.Fatalf("2 failures in 4 at rate 0.5: %v", c.Status(now))
+	}
+}
+
+// Concurrent requests through a closed and a flapping circuit (run with
+// -race).
+func TestConcurrent(t *testing.T) {
+	c := newTest(t, Config{FailureThreshold: 3})
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 500 {
+				now := time.Now()
+				p, v := c.Allow(now)
+				if v.Refusal != None {
+					continue
+				}
+				r := Success
+				if (g+i)%3 == 0 {
+					r = Failure
+				}
+				c.Done(p, r, now)
+				c.Snapshot(now)
+			}
+		}()
+	}
+	wg.Wait()
+}

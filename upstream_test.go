@@ -1,0 +1,238 @@
+package failover
+
+import (
+	"context"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+)
+
+// With Config.Shared, when another process of the fleet holds the
+// half-open probe's lease, Health says what requests find: the upstream is
+// not available, because the probe is elsewhere, and no request goes there.
+func TestHealthAgreesWithAdmissionUnderRemoteLease(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := newFakeNet()
+		n.status("a.test", 503, "down")
+		n.status("b.test", 200, "b")
+		s := newMemShared()
+		// Another member holds a's probe for the next hour.
+		if ok, err := s.AcquireProbe(context.Background(), "a", "another member", time.Hour); !ok || err != nil {
+			t.Fatal(ok, err)
+		}
+		tr := newTestTransport(t, twoUpstreams(n, Config{Shared: s, SharedSync: 100 * time.Millisecond, Breaker: BreakerConfig{FailureThreshold: 2, Cooldown: time.Second}}))
+		t.Cleanup(func() { tr.Close() })
+		synctest.Wait()
+		get(t, tr, "http://a.test/")
+		get(t, tr, "http://a.test/")
+		time.Sleep(time.Second) // the cooldown ends: the next request would probe
+		synctest.Wait()
+		h := tr.Health()[0]
+		if h.State != "half-open" || h.Available || h.Unavailable != ReasonProbeElsewhere {
+			t.Fatalf("Health: state %s, available %v, unavailable %q; want half-open, not available, %q", h.State, h.Available, h.Unavailable, ReasonProbeElsewhere)
+		}
+		before := n.count("a.test")
+		for range 5 {
+			if code, err := get(t, tr, "http://a.test/"); code != 200 || err != nil {
+				t.Fatalf("%d %v, want b's 200", code, err)
+			}
+			synctest.Wait()
+		}
+		if got := n.count("a.test") - before; got != 0 {
+			t.Fatalf("%d of 5 requests went to a, whose probe another member holds", got)
+		}
+		if h := tr.Health()[0]; h.Available {
+			t.Fatalf("Health says available after 5 requests skipped it: %+v", h)
+		}
+		var m strings.Builder
+		tr.WritePrometheus(&m)
+		if !strings.Contains(m.String(), `failover_skipped_total{upstream="a",reason="probe_elsewhere"} 5`) {
+			t.Errorf("the skipped metric does not name the reason:\n%s", grepLines(m.String(), "failover_skipped_total"))
+		}
+	})
+}
+
+// Health and the skipped metrics give the reason the request was refused
+// for: a cooldown, an open circuit, a probe in flight.
+func TestUnavailableReasons(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := newFakeNet()
+		release := make(chan struct{})
+		var probing sync.WaitGroup
+		n.handle("a.test", func(r *http.Request) (*http.Response, error) {
+			if r.URL.Path == "/probe" {
+				probing.Done()
+				<-release
+				return respond(200, "a"), nil
+			}
+			return respond(503, "down"), nil
+		})
+		n.status("b.test", 429, "busy", "Retry-After", "7")
+		tr := newTestTransport(t, twoUpstreams(n, Config{Breaker: BreakerConfig{FailureThreshold: 1, Cooldown: time.Second}}))
+		get(t, tr, "http://a.test/") // a opens, b cools down for 7s
+		hs := tr.Health()
+		if a := hs[0]; a.Available || a.Unavailable != ReasonCircuitOpen || a.OpenFor != time.Second {
+			t.Errorf("a: %+v, want unavailable for circuit_open, 1s", a)
+		}
+		if b := hs[1]; b.Available || b.Unavailable != ReasonRateLimited || b.Cooldown != 7*time.Second {
+			t.Errorf("b: %+v, want unavailable for rate_limited, 7s", b)
+		}
+		time.Sleep(time.Second)
+		if a := tr.Health()[0]; !a.Available || a.Unavailable != "" {
+			t.Errorf("a after its cooldown: available %v, %q; want available to probe", a.Available, a.Unavailable)
+		}
+		probing.Add(1)
+		go get(t, tr, "http://a.test/probe")
+		probing.Wait()
+		if a := tr.Health()[0]; a.Available || a.Unavailable != ReasonProbing {
+			t.Errorf("a during its probe: available %v, %q; want %q", a.Available, a.Unavailable, ReasonProbing)
+		}
+		_, err := get(t, tr, "http://a.test/")
+		if err == nil {
+			t.Fatal("a request got through while a probes and b cools down")
+		}
+		close(release)
+		synctest.Wait()
+		var m strings.Builder
+		tr.WritePrometheus(&m)
+		for _, want := range []string{
+			`failover_skipped_total{upstream="a",reason="probe_in_flight"} 1`,
+			`failover_skipped_total{upstream="b",reason="rate_limited"} 1`,
+		} {
+			if !strings.Contains(m.String(), want) {
+				t.Errorf("metrics lack %s:\n%s", want, grepLines(m.String(), "failover_skipped_total"))
+			}
+		}
+	})
+}
+
+// recordRouter keeps the candidates of the last request, and orders them
+// as Priority does.
+type recordRouter struct {
+	mu    sync.Mutex
+	cands []Candidate
+}
+
+func (r *recordRouter) Order(dst []int, cands []Candidate) []int {
+	r.mu.Lock()
+	r.cands = append(r.cands[:0], cands...)
+	r.mu.Unlock()
+	return Priority{}.Order(dst, cands)
+}
+
+func (r *recordRouter) last() []Candidate {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]Candidate(nil), r.cands...)
+}
+
+// A Router learns why an upstream is demoted: hung, out of headroom, or
+// degraded are three different things to a Router's author, and Health
+// names the same reason.
+func TestCandidateDemotionReason(t *testing.T) {
+	t.Run("suspect", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			n := newFakeNet()
+			n.handle("a.test", func(r *http.Request) (*http.Response, error) {
+				<-r.Context().Done()
+				return nil, r.Context().Err()
+			})
+			n.status("b.test", 200, "b")
+			rr := &recordRouter{}
+			tr := newTestTransport(t, twoUpstreams(n, Config{Router: rr, AttemptTimeout: 10 * time.Second}))
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			for range 3 {
+				go tr.RoundTrip(httptestRequest("GET", "http://a.test/", "").WithContext(ctx))
+			}
+			synctest.Wait()
+			time.Sleep(150 * time.Millisecond) // past the 100ms floor
+			get(t, tr, "http://a.test/")
+			c := rr.last()[0]
+			if c.Demoted != ReasonSuspect || c.State != Closed || c.Unavailable != "" {
+				t.Fatalf("candidate %+v, want demoted as suspect with its circuit closed", c)
+			}
+			if h := tr.Health()[0]; h.Demoted != ReasonSuspect || !h.Suspect || h.Degraded {
+				t.Fatalf("Health: demoted %q, suspect %v, degraded %v", h.Demoted, h.Suspect, h.Degraded)
+			}
+			cancel()
+			synctest.Wait()
+		})
+	})
+	t.Run("out of headroom", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			n := newFakeNet()
+			n.status("a.test", 200, "a", "X-Ratelimit-Remaining-Requests", "0", "X-Ratelimit-Reset-Requests", "20s")
+			n.status("b.test", 200, "b")
+			rr := &recordRouter{}
+			tr := newTestTransport(t, twoUpstreams(n, Config{Router: rr}))
+			get(t, tr, "http://a.test/")
+			get(t, tr, "http://a.test/")
+			if c := rr.last()[0]; c.Demoted != ReasonOutOfHeadroom {
+				t.Fatalf("candidate demoted %q, want %q", c.Demoted, ReasonOutOfHeadroom)
+			}
+			if h := tr.Health()[0]; h.Demoted != ReasonOutOfHeadroom || h.Degraded || !h.OutOfHeadroom {
+				t.Fatalf("Health: %+v", h)
+			}
+		})
+	})
+	t.Run("degraded", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			n := newFakeNet()
+			n.handle("a.test", func(r *http.Request) (*http.Response, error) {
+				time.Sleep(300 * time.Millisecond)
+				return respond(200, "a"), nil
+			})
+			n.status("b.test", 200, "b")
+			rr := &recordRouter{}
+			tr := newTestTransport(t, twoUpstreams(n, Config{Router: rr, Degraded: DegradedConfig{Latency: 100 * time.Millisecond, MinSamples: 3}}))
+			for range 3 {
+				get(t, tr, "http://a.test/")
+			}
+			time.Sleep(refreshEvery)
+			get(t, tr, "http://a.test/")
+			if c := rr.last()[0]; c.Demoted != ReasonDegraded {
+				t.Fatalf("candidate demoted %q, want %q", c.Demoted, ReasonDegraded)
+			}
+			if h := tr.Health()[0]; h.Demoted != ReasonDegraded || !h.Degraded || h.Suspect {
+				t.Fatalf("Health: %+v", h)
+			}
+		})
+	})
+}
+
+// A model no upstream behind the open ones serves does not make a request
+// wait for nothing: the wait is for the first upstream that serves it.
+func TestEarliestSkipsUnservedModels(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := newFakeNet()
+		n.status("a.test", 503, "down")
+		n.status("b.test", 200, "b")
+		cfg := twoUpstreams(n, Config{Breaker: BreakerConfig{FailureThreshold: 1, Cooldown: time.Second}, RateLimit: RateLimitConfig{MaxWait: 2 * time.Second}})
+		cfg.Upstreams[1].Models = map[string]string{"other": "*"}
+		tr := newTestTransport(t, cfg)
+		body := `{"model":"gpt"}`
+		mustPost(t, tr, "http://a.test/", body).Body.Close() // a opens; b does not serve gpt
+		n.status("a.test", 200, "a")
+		start := time.Now()
+		resp := mustPost(t, tr, "http://a.test/", body)
+		defer resp.Body.Close()
+		if got := readBody(t, resp); got != "a" || time.Since(start) != time.Second {
+			t.Fatalf("got %q after %v; want a's answer once its circuit lets a probe through, 1s", got, time.Since(start))
+		}
+	})
+}
+
+// grepLines returns the lines of s that contain sub.
+func grepLines(s, sub string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, sub) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
+}
