@@ -58,6 +58,12 @@ func (c DegradedConfig) validate() error {
 	return nil
 }
 
+// isDegraded reports whether u is degraded at now: demotion, Health and
+// the failover_degraded gauge all ask it.
+func (t *Transport) isDegraded(u *upstream, now time.Time) bool {
+	return t.degraded.enabled() && t.degraded.degraded(u.recent.get(&u.window, now))
+}
+
 // degraded reports whether figures f say an upstream is degraded.
 func (c DegradedConfig) degraded(f figures) bool {
 	return c.enabled() && f.n >= c.MinSamples &&

@@ -1,6 +1,7 @@
 package failover
 
 import (
+	"context"
 	"log/slog"
 
 	"github.com/failover-go/failover/internal/circuit"
@@ -29,4 +30,13 @@ func (t *Transport) changed(u *upstream, c circuit.Change) {
 	if t.onStateChange != nil {
 		t.onStateChange(StateChange{Upstream: u.name, From: from, To: to, At: c.At})
 	}
+}
+
+// log writes one record about u, when a Logger is set.
+func (t *Transport) log(level slog.Level, msg string, u *upstream, attrs ...slog.Attr) {
+	if t.logger == nil || !t.logger.Enabled(context.Background(), level) {
+		return
+	}
+	attrs = append(attrs, slog.String("upstream", u.name))
+	t.logger.LogAttrs(context.Background(), level, "failover: "+msg, attrs...)
 }

@@ -130,7 +130,7 @@ func (t *Transport) health(u *upstream, now time.Time) UpstreamHealth {
 		BreakerFailures: cs.Failures,
 		OutOfHeadroom:   u.outOfHeadroom(now),
 		InFlight:        int(u.live.inflight.Load()),
-		Degraded:        t.degraded.degraded(u.recent.get(&u.window, now)),
+		Degraded:        t.isDegraded(u, now),
 		Suspect:         t.suspect(u, now),
 	}
 	if hr := u.headroom.last.Load(); hr != nil {

@@ -1,8 +1,6 @@
 package failover
 
 import (
-	"context"
-	"log/slog"
 	"strings"
 	"time"
 
@@ -89,9 +87,7 @@ func (t *Transport) initMetrics() {
 		s.GetOrCreateGauge(`failover_headroom_requests{`+l+`}`, func() float64 { return headroomMetric(u, false) })
 		s.GetOrCreateGauge(`failover_headroom_tokens{`+l+`}`, func() float64 { return headroomMetric(u, true) })
 		s.GetOrCreateGauge(`failover_in_flight{`+l+`}`, func() float64 { return float64(u.live.inflight.Load()) })
-		s.GetOrCreateGauge(`failover_degraded{`+l+`}`, func() float64 {
-			return boolMetric(t.degraded.degraded(u.recent.get(&u.window, time.Now())))
-		})
+		s.GetOrCreateGauge(`failover_degraded{`+l+`}`, func() float64 { return boolMetric(t.isDegraded(u, time.Now())) })
 		s.GetOrCreateGauge(`failover_suspect{`+l+`}`, func() float64 { return boolMetric(t.suspect(u, time.Now())) })
 
 	}
@@ -100,15 +96,6 @@ func (t *Transport) initMetrics() {
 // labelValue escapes s for a Prometheus label value.
 func labelValue(s string) string {
 	return strings.NewReplacer(`\`, `\\`, `"`, `\"`, "\n", `\n`).Replace(s)
-}
-
-// log writes one record about u, when a Logger is set.
-func (t *Transport) log(level slog.Level, msg string, u *upstream, attrs ...slog.Attr) {
-	if t.logger == nil || !t.logger.Enabled(context.Background(), level) {
-		return
-	}
-	attrs = append(attrs, slog.String("upstream", u.name))
-	t.logger.LogAttrs(context.Background(), level, "failover: "+msg, attrs...)
 }
 
 func boolMetric(b bool) float64 {

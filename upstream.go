@@ -225,7 +225,7 @@ func (t *Transport) demotion(u *upstream, now time.Time) Reason {
 	switch {
 	case u.outOfHeadroom(now):
 		return ReasonOutOfHeadroom
-	case t.degraded.enabled() && t.degraded.degraded(u.recent.get(&u.window, now)):
+	case t.isDegraded(u, now):
 		return ReasonDegraded
 	case t.suspect(u, now):
 		return ReasonSuspect
