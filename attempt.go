@@ -92,20 +92,23 @@ func (r *request) mapped(u *upstream) ([]byte, bool) {
 // send sends a's request through Base and records what came back, in a
 // and in a.u's circuit and figures: the round trip (roundTrip), the
 // stream's start (guardStream), the response's view of its request
-// (showRequest), the verdict (judge), and the accounting (account).
+// (showRequest), the verdict (judge), and the accounting (account). r is
+// send's own copy of the request, which the steps read through a pointer.
 func (a *attempt) send(r request) {
 	u := a.u
 	defer u.circuit.Release(a.p) // even if Base or Classify panics
 	answered := false
 	u.live.start(a.start)
 	defer func() { u.live.end(a.end, answered) }() // even if Base panics
-	resp, err := a.roundTrip(r)
-	resp, err = r.t.guardStream(r.ctx, resp, err)
+	resp, err := a.roundTrip(&r)
+	if r.t.stream != nil {
+		resp, err = r.t.guardStream(r.ctx, resp, err)
+	}
 	a.end = time.Now()
 	r.showRequest(resp, a)
 	lost := a.lost.Load()
 	a.resp = resp
-	a.o, a.err = a.judge(r, resp, err, lost)
+	a.o, a.err = a.judge(&r, resp, err, lost)
 	answered = a.o != Canceled && !errors.Is(a.err, ErrAttemptTimeout) && !lost
 	r.t.account(a, lost)
 }
@@ -114,7 +117,7 @@ func (a *attempt) send(r request) {
 // response that raced the timeout is closed: its context is canceled and
 // it cannot be read. The attempt's own context, if it has one, ends at
 // once without a response, and when the caller closes the body with one.
-func (a *attempt) roundTrip(r request) (*http.Response, error) {
+func (a *attempt) roundTrip(r *request) (*http.Response, error) {
 	t := r.t
 	var timer *time.Timer
 	if t.timeout > 0 {
@@ -176,7 +179,7 @@ func (r *request) showRequest(resp *http.Response, a *attempt) {
 // answered first (lost) is a failure only when its upstream looks hung,
 // as the attempt would have timed out; a caller's cancellation is
 // Canceled, whatever came back.
-func (a *attempt) judge(r request, resp *http.Response, err error, lost bool) (Outcome, error) {
+func (a *attempt) judge(r *request, resp *http.Response, err error, lost bool) (Outcome, error) {
 	t := r.t
 	switch {
 	case lost:

@@ -345,5 +345,6 @@ func (u *upstream) noteHeadroom(h http.Header, now time.Time, fallback time.Dura
 // outOfHeadroom reports whether u said at its last success that a window
 // is exhausted, and that window has not reset yet.
 func (u *upstream) outOfHeadroom(now time.Time) bool {
-	return mono.Of(now) < mono.Time(u.headroom.until.Load())
+	until := mono.Time(u.headroom.until.Load())
+	return until != 0 && mono.Of(now) < until
 }
