@@ -8,11 +8,9 @@ require (
 	github.com/hashicorp/go-retryablehttp v0.7.8
 	github.com/openai/openai-go/v3 v3.98.0
 	github.com/redis/go-redis/v9 v9.23.0
-	github.com/sashabaranov/go-openai v1.43.0
 	github.com/tidwall/gjson v1.20.0
 	go.uber.org/goleak v1.3.0
 	gonum.org/v1/plot v0.17.0
-	gopkg.in/dnaeon/go-vcr.v4 v4.0.8
 )
 
 require (
@@ -33,7 +31,6 @@ require (
 	github.com/valyala/fastrand v1.1.0 // indirect
 	github.com/valyala/histogram v1.2.0 // indirect
 	go.uber.org/atomic v1.12.0 // indirect
-	go.yaml.in/yaml/v4 v4.0.0 // indirect
 	golang.org/x/image v0.30.0 // indirect
 	golang.org/x/sys v0.48.0 // indirect
 	golang.org/x/text v0.42.0 // indirect
