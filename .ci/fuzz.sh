@@ -1,28 +1,37 @@
 #!/usr/bin/env bash
-# CI: runs each fuzz target of the package for ${FUZZTIME:-10s}. go test
-# -fuzz takes one target per run, so each gets its own. The seed corpus
-# (f.Add and testdata/fuzz/<FuzzName>/) runs first; a failure writes the
-# failing input to testdata/fuzz/<FuzzName>/ and fails the script after the
-# other targets have run.
+# CI: runs each fuzz target for ${FUZZTIME:-10s}, in every package of every
+# module of the workspace whose tests declare one (today all are in the root
+# package). go test -fuzz takes one target per run, so each gets its own.
+# The seed corpus (f.Add and testdata/fuzz/<FuzzName>/) runs first; a
+# failure writes the failing input to the package's testdata/fuzz/<FuzzName>/
+# and fails the script after the other targets have run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 fuzztime=${FUZZTIME:-10s}
-targets=$(go test -list '^Fuzz' . | grep '^Fuzz' || true)
-if [ -z "$targets" ]; then
+# The directories whose tests declare a fuzz target; go test -list then
+# names the targets of each.
+dirs=$(grep -rl --include='*_test.go' '^func Fuzz' . | xargs -n1 dirname | sort -u)
+targets=()
+for dir in $dirs; do
+  for target in $(go test -list '^Fuzz' "$dir" | grep '^Fuzz' || true); do
+    targets+=("$dir:$target")
+  done
+done
+if [ ${#targets[@]} -eq 0 ]; then
   echo "no fuzz targets found"; exit 1
 fi
 
-# fuzz runs one target, and reruns it when it failed the way Go 1.26's
-# fuzzing coordinator fails at the end of -fuzztime under CPU contention:
-# "context deadline exceeded" and no failing input written
+# fuzz runs one target of the package in dir, and reruns it when it failed
+# the way Go 1.26's fuzzing coordinator fails at the end of -fuzztime under
+# CPU contention: "context deadline exceeded" and no failing input written
 # (golang/go#75804, fixed in Go 1.27), up to twice. A real finding always
 # writes one.
 fuzz() {
-  local target=$1 log
+  local dir=$1 target=$2 log
   log=$(mktemp)
   for attempt in 1 2 3; do
-    if go test -run '^$' -fuzz "^${target}\$" -fuzztime "$fuzztime" . 2>&1 | tee "$log"; then
+    if go test -run '^$' -fuzz "^${target}\$" -fuzztime "$fuzztime" "$dir" 2>&1 | tee "$log"; then
       rm -f "$log"; return 0
     fi
     if ! grep -q 'context deadline exceeded' "$log" || grep -q 'Failing input written' "$log"; then
@@ -35,10 +44,11 @@ fuzz() {
 }
 
 failed=()
-for target in $targets; do
-  echo "== $target ($fuzztime)"
-  if ! fuzz "$target"; then
-    failed+=("$target")
+for t in "${targets[@]}"; do
+  dir=${t%%:*} target=${t#*:}
+  echo "== $target in $dir ($fuzztime)"
+  if ! fuzz "$dir" "$target"; then
+    failed+=("$target in $dir")
   fi
 done
 

@@ -1,4 +1,4 @@
-package failover_test
+package integration_test
 
 import (
 	"bytes"
@@ -249,7 +249,7 @@ func TestOpenAIFailoverCredentials(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			var log requestLog
-			primaryBase := failover.ClosedURL(t) + "/v1"
+			primaryBase := closedURL(t) + "/v1"
 			if tc.primary != nil {
 				primaryBase = fakeUpstream(t, &log, "primary", tc.primary).URL + "/v1"
 			}

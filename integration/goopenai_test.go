@@ -1,4 +1,4 @@
-package failover_test
+package integration_test
 
 import (
 	"errors"

@@ -1,4 +1,4 @@
-package failover_test
+package integration_test
 
 import (
 	"context"
@@ -28,7 +28,7 @@ import (
 //
 // The cassette was recorded once with
 //
-//	go test -run TestVCR . -args -vcr.record
+//	go test -run TestVCR ./integration -args -vcr.record
 //
 // against local scripted upstreams (failovertest) that a dialer put behind
 // the fixed hosts primary.test and backup.test, so that replaying does not

@@ -1,0 +1,27 @@
+module github.com/failover-go/failover/integration
+
+go 1.26.0
+
+require (
+	github.com/failover-go/failover v0.0.0-00010101000000-000000000000
+	github.com/openai/openai-go/v3 v3.98.0
+	github.com/sashabaranov/go-openai v1.43.0
+	gopkg.in/dnaeon/go-vcr.v4 v4.0.8
+)
+
+require (
+	github.com/VictoriaMetrics/metrics v1.45.0 // indirect
+	github.com/bits-and-blooms/bitset v1.24.4 // indirect
+	github.com/coder/websocket v1.8.15 // indirect
+	github.com/failsafe-go/failsafe-go v0.9.8 // indirect
+	github.com/hashicorp/go-cleanhttp v0.5.2 // indirect
+	github.com/hashicorp/go-retryablehttp v0.7.8 // indirect
+	github.com/tidwall/gjson v1.20.0 // indirect
+	github.com/tidwall/match v1.1.1 // indirect
+	github.com/tidwall/pretty v1.2.1 // indirect
+	github.com/tidwall/sjson v1.2.5 // indirect
+	github.com/valyala/fastrand v1.1.0 // indirect
+	github.com/valyala/histogram v1.2.0 // indirect
+	go.yaml.in/yaml/v4 v4.0.0 // indirect
+	golang.org/x/sys v0.48.0 // indirect
+)

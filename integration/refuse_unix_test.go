@@ -1,0 +1,31 @@
+//go:build unix
+
+package integration_test
+
+import (
+	"fmt"
+	"syscall"
+	"testing"
+)
+
+// closedURL returns the URL of a loopback port that refuses connections. The
+// port is bound but never listened on until the test ends, so no server that
+// the test starts later can take it (a closed listener's port could be).
+// The root package's tests have the same helper; this module does not reach
+// into them.
+func closedURL(t testing.TB) string {
+	t.Helper()
+	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { syscall.Close(fd) })
+	if err := syscall.Bind(fd, &syscall.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+		t.Fatal(err)
+	}
+	sa, err := syscall.Getsockname(fd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fmt.Sprintf("http://127.0.0.1:%d", sa.(*syscall.SockaddrInet4).Port)
+}
