@@ -13,23 +13,6 @@ import (
 	"time"
 )
 
-// get sends one GET through tr and returns the status, or 0 and the error.
-func get(t *testing.T, tr http.RoundTripper, url string) (int, error) {
-	t.Helper()
-	resp, err := tr.RoundTrip(httptestRequest("GET", url, ""))
-	if err != nil {
-		return 0, err
-	}
-	resp.Body.Close()
-	return resp.StatusCode, nil
-}
-
-func twoUpstreams(n *fakeNet, cfg Config) Config {
-	cfg.Base = n
-	cfg.Upstreams = []Upstream{{Name: "a", BaseURL: "http://a.test"}, {Name: "b", BaseURL: "http://b.test"}}
-	return cfg
-}
-
 func TestBreakerOpensAfterConsecutiveFailures(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		n := newFakeNet()

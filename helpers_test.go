@@ -2,6 +2,8 @@ package failover
 
 import (
 	"bytes"
+	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -10,7 +12,9 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"go.uber.org/goleak"
 )
@@ -243,4 +247,188 @@ func (b *logBuffer) String() string {
 
 func newLogger(b *logBuffer) *slog.Logger {
 	return slog.New(slog.NewTextHandler(b, &slog.HandlerOptions{Level: slog.LevelDebug}))
+}
+
+const chatBody = `{"model":"gpt-4o-mini","messages":[{"role":"user","content":"hi"}]}`
+
+func httptestRequest(method, url, body string) *http.Request {
+	var r io.Reader
+	if body != "" {
+		r = strings.NewReader(body)
+	}
+	req, err := http.NewRequest(method, url, r)
+	if err != nil {
+		panic(err)
+	}
+	return req
+}
+
+// get sends one GET through tr and returns the status, or 0 and the error.
+func get(t *testing.T, tr http.RoundTripper, url string) (int, error) {
+	t.Helper()
+	resp, err := tr.RoundTrip(httptestRequest("GET", url, ""))
+	if err != nil {
+		return 0, err
+	}
+	resp.Body.Close()
+	return resp.StatusCode, nil
+}
+
+func twoUpstreams(n *fakeNet, cfg Config) Config {
+	cfg.Base = n
+	cfg.Upstreams = []Upstream{{Name: "a", BaseURL: "http://a.test"}, {Name: "b", BaseURL: "http://b.test"}}
+	return cfg
+}
+
+type closeCounter struct {
+	io.Reader
+	closed int
+}
+
+func (c *closeCounter) Close() error { c.closed++; return nil }
+
+// memShared is a Shared in memory. The Redis one (package redisshared) is
+// tested against a real redis-server; these tests cannot use it: this
+// package's tests cannot import redisshared (it imports this package), and
+// synctest bubbles, which make the fleet's timing exact, allow no real
+// network I/O.
+type memShared struct {
+	mu     sync.Mutex
+	open   map[string]time.Time
+	closed map[string]time.Time
+	cool   map[string]time.Time
+	why    map[string]CooldownReason
+	rates  map[string]map[string]SharedEvent // upstream, member: with For as a deadline in at
+	lease  map[string]string
+	leased map[string]time.Time
+	subs   map[chan SharedEvent]bool
+	down   atomic.Bool // every call fails
+	stall  atomic.Bool // Publish waits for its context to end
+	kinds  map[SharedKind]int
+}
+
+func newMemShared() *memShared {
+	return &memShared{open: map[string]time.Time{}, closed: map[string]time.Time{}, cool: map[string]time.Time{}, why: map[string]CooldownReason{},
+		lease: map[string]string{}, leased: map[string]time.Time{}, subs: map[chan SharedEvent]bool{}, kinds: map[SharedKind]int{}}
+}
+
+var errStoreDown = errors.New("store down")
+
+func (m *memShared) Publish(ctx context.Context, e SharedEvent) error {
+	if m.down.Load() {
+		return errStoreDown
+	}
+	if m.stall.Load() {
+		<-ctx.Done()
+		return ctx.Err()
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.kinds[e.Kind]++
+	until := time.Now().Add(e.For)
+	switch e.Kind {
+	case SharedOpen:
+		delete(m.closed, e.Upstream)
+		if until.After(m.open[e.Upstream]) {
+			m.open[e.Upstream] = until
+		}
+	case SharedCooling:
+		if until.After(m.cool[e.Upstream]) {
+			m.cool[e.Upstream], m.why[e.Upstream] = until, e.Reason
+		}
+	case SharedRate:
+		if m.rates == nil {
+			m.rates = map[string]map[string]SharedEvent{}
+		}
+		if m.rates[e.Upstream] == nil {
+			m.rates[e.Upstream] = map[string]SharedEvent{}
+		}
+		e.at = until
+		m.rates[e.Upstream][e.Member] = e
+		return nil // stored, not told
+	case SharedClosed, SharedReset:
+		delete(m.open, e.Upstream)
+		delete(m.lease, e.Upstream)
+		m.closed[e.Upstream] = until
+		if e.Kind == SharedReset {
+			delete(m.cool, e.Upstream)
+		}
+	}
+	for c := range m.subs {
+		select {
+		case c <- e:
+		default: // a slow subscriber misses it, as on Redis
+		}
+	}
+	return nil
+}
+
+func (m *memShared) Load(ctx context.Context, names []string) ([]SharedEvent, error) {
+	if m.down.Load() {
+		return nil, errStoreDown
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	now := time.Now()
+	var out []SharedEvent
+	for _, n := range names {
+		if left := m.open[n].Sub(now); left > 0 {
+			out = append(out, SharedEvent{Upstream: n, Kind: SharedOpen, For: left})
+		}
+		if left := m.closed[n].Sub(now); left > 0 {
+			out = append(out, SharedEvent{Upstream: n, Kind: SharedClosed, For: left})
+		}
+		for member, r := range m.rates[n] {
+			if left := r.at.Sub(now); left > 0 {
+				out = append(out, SharedEvent{Upstream: n, Kind: SharedRate, Rate: r.Rate, For: left, Member: member})
+			}
+		}
+		if left := m.cool[n].Sub(now); left > 0 {
+			out = append(out, SharedEvent{Upstream: n, Kind: SharedCooling, For: left, Reason: m.why[n]})
+		}
+	}
+	return out, nil
+}
+
+func (m *memShared) Subscribe(ctx context.Context, deliver func(SharedEvent)) error {
+	if m.down.Load() {
+		return errStoreDown
+	}
+	c := make(chan SharedEvent, 64)
+	m.mu.Lock()
+	m.subs[c] = true
+	m.mu.Unlock()
+	defer func() {
+		m.mu.Lock()
+		delete(m.subs, c)
+		m.mu.Unlock()
+	}()
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case e := <-c:
+			deliver(e)
+		}
+	}
+}
+
+func (m *memShared) AcquireProbe(ctx context.Context, upstream, member string, ttl time.Duration) (bool, error) {
+	if m.down.Load() {
+		return false, errStoreDown
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	now := time.Now()
+	if h, ok := m.lease[upstream]; ok && now.Before(m.leased[upstream]) && h != member {
+		return false, nil
+	}
+	m.lease[upstream], m.leased[upstream] = member, now.Add(ttl)
+	return true, nil
+}
+
+func (m *memShared) published(k SharedKind) int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.kinds[k]
 }

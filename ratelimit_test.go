@@ -107,13 +107,6 @@ func TestInspect429LargeBody(t *testing.T) {
 	}
 }
 
-type closeCounter struct {
-	io.Reader
-	closed int
-}
-
-func (c *closeCounter) Close() error { c.closed++; return nil }
-
 func TestCooldownOnlyExtends(t *testing.T) {
 	var c cooldown
 	now := time.Now()

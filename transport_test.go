@@ -17,8 +17,6 @@ import (
 	"time"
 )
 
-const chatBody = `{"model":"gpt-4o-mini","messages":[{"role":"user","content":"hi"}]}`
-
 func TestFailoverOn5xx(t *testing.T) {
 	for _, code := range []int{500, 502, 503, 504, 529, 408} {
 		primary := newUpstreamServer(t, code, `{"error":{"type":"overloaded_error"}}`)
@@ -175,18 +173,6 @@ func TestEveryUpstreamUnavailable(t *testing.T) {
 	if n.count("a.test") != 1 || n.count("b.test") != 1 {
 		t.Fatal("a cooling upstream was sent a request")
 	}
-}
-
-func httptestRequest(method, url, body string) *http.Request {
-	var r io.Reader
-	if body != "" {
-		r = strings.NewReader(body)
-	}
-	req, err := http.NewRequest(method, url, r)
-	if err != nil {
-		panic(err)
-	}
-	return req
 }
 
 func TestLastResponseWinsOverLaterError(t *testing.T) {
