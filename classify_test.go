@@ -11,6 +11,8 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
+	"strconv"
 	"syscall"
 	"testing"
 )
@@ -91,4 +93,124 @@ func TestOutcomeString(t *testing.T) {
 	if got := Outcome(99).String(); got != "unknown" {
 		t.Errorf("Outcome(99) = %q, want unknown", got)
 	}
+}
+
+// DefaultClassifier on any status from 0 to 999 and any kind of error never
+// panics, returns a valid Outcome and never Canceled; Success iff there is no
+// error and the status is below 400; the documented outcome for each status,
+// and for errors that the documentation names.
+func FuzzClassifier(f *testing.F) {
+	for _, code := range []int{0, 99, 200, 204, 301, 399, 400, 401, 403, 404, 408, 429, 499, 500, 501, 503, 529, 599, 600, 999} {
+		f.Add(code, 0, "", 0)
+	}
+	for kind := range numErrKinds {
+		f.Add(200, kind, "net/http: invalid header field value", kind%4)
+		f.Add(503, kind, "stopped after 10 redirects", kind%3)
+	}
+	f.Fuzz(func(t *testing.T, status, kind int, msg string, wrap int) {
+		code := int(uint(status) % 1000)
+		err := fuzzError(kind, msg, wrap)
+		var resp *http.Response
+		if err == nil || wrap&4 != 0 {
+			// A RoundTripper that breaks its contract may give both.
+			resp = &http.Response{StatusCode: code, Status: strconv.Itoa(code), Header: http.Header{}, Body: http.NoBody}
+		}
+		in := fmt.Sprintf("status %d, error %#v (%v)", code, err, err)
+		o := DefaultClassifier(resp, err)
+		if o < Success || o > Failed || o.String() == "unknown" {
+			t.Fatalf("%s: DefaultClassifier = %d (%v), not a valid outcome other than Canceled", in, int(o), o)
+		}
+		if (o == Success) != (err == nil && code < 400) {
+			t.Fatalf("%s: DefaultClassifier = %v", in, o)
+		}
+		if again := DefaultClassifier(resp, err); again != o {
+			t.Fatalf("%s: DefaultClassifier = %v, then %v", in, o, again)
+		}
+		if err == nil {
+			want := Rejected
+			switch {
+			case code < 400:
+				want = Success
+			case code == 401 || code == 403:
+				want = AuthFailed
+			case code == 429:
+				want = RateLimited
+			case code == 408 || code >= 500:
+				want = Failed
+			}
+			if o != want {
+				t.Fatalf("%s: DefaultClassifier = %v, want %v", in, o, want)
+			}
+			return
+		}
+		if o != Failed && o != Rejected {
+			t.Fatalf("%s: DefaultClassifier = %v for an error, want failed or rejected", in, o)
+		}
+		if errors.Is(err, ErrAttemptTimeout) && o != Failed {
+			t.Fatalf("%s: DefaultClassifier = %v for an attempt timeout, want failed", in, o)
+		}
+		var cert *tls.CertificateVerificationError
+		if errors.As(err, &cert) && o != Failed {
+			t.Fatalf("%s: DefaultClassifier = %v for an untrusted certificate, want failed", in, o)
+		}
+		if kind%numErrKinds >= 1 && kind%numErrKinds <= 7 && wrap&3 != 3 && o != Failed {
+			// A timeout, a context error the caller's context did not
+			// cause, EOF, refused, reset: the upstream failed.
+			t.Fatalf("%s: DefaultClassifier = %v, want failed", in, o)
+		}
+	})
+}
+
+const numErrKinds = 16
+
+// fuzzError makes an error of the given kind (none for kind 0), wrapped
+// wrap%4 times: in fmt.Errorf, a *net.OpError, then a *url.Error that
+// quotes msg.
+func fuzzError(kind int, msg string, wrap int) error {
+	var err error
+	switch uint(kind) % numErrKinds {
+	case 0:
+		return nil
+	case 1:
+		err = ErrAttemptTimeout
+	case 2:
+		err = fmt.Errorf("net/http: timeout awaiting response headers: %w", context.DeadlineExceeded)
+	case 3:
+		err = context.Canceled
+	case 4:
+		err = io.EOF
+	case 5:
+		err = io.ErrUnexpectedEOF
+	case 6:
+		err = &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}
+	case 7:
+		err = &net.OpError{Op: "read", Net: "tcp", Err: syscall.ECONNRESET}
+	case 8:
+		err = errors.New(msg)
+	case 9:
+		err = &tls.CertificateVerificationError{Err: x509.UnknownAuthorityError{}}
+	case 10:
+		err = x509.HostnameError{Certificate: &x509.Certificate{}, Host: msg}
+	case 11:
+		err = x509.CertificateInvalidError{Cert: &x509.Certificate{}, Reason: x509.Expired, Detail: msg}
+	case 12:
+		err = x509.UnknownAuthorityError{}
+	case 13:
+		err = fmt.Errorf("net/http: invalid header field value for %q", msg)
+	case 14:
+		err = fmt.Errorf("unsupported protocol scheme %q", msg)
+	case 15:
+		err = errors.Join(errors.New(msg), ErrAttemptTimeout)
+	}
+	for i := range uint(wrap) % 4 {
+		switch i {
+		case 0:
+			err = fmt.Errorf("attempt: %w", err)
+		case 1:
+			err = &net.OpError{Op: "read", Net: "tcp", Err: err}
+		case 2:
+			err = &url.Error{Op: "Post", URL: msg, Err: err}
+		}
+	}
+	return err
 }

@@ -1,0 +1,55 @@
+package failover
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"testing"
+)
+
+// A URL routed to an upstream lies under its base, decoded and escaped, has
+// no dot segments, and goes to the upstream with the longest such base; the
+// rest of its path is what follows the base, and both forms of it agree.
+// Every base New accepts is an absolute http(s) URL without user info,
+// query, fragment or dot segments.
+func FuzzRoute(f *testing.F) {
+	addRouteSeeds(f, false)
+	f.Fuzz(func(t *testing.T, b0, b1, b2, target string, mode uint16) {
+		tr, bases, accepted := fuzzTransport(t, roundTripFunc(func(*http.Request) (*http.Response, error) {
+			return nil, errors.New("unused")
+		}), b0, b1, b2)
+		if tr == nil {
+			return
+		}
+		raw := fuzzRequestURL(accepted, target, mode)
+		u, err := url.Parse(raw)
+		if err != nil {
+			return
+		}
+		in := fmt.Sprintf("URL %q against bases %q", raw, accepted)
+		up, rest, rawRest := tr.route(u)
+		got := -1
+		if up != nil {
+			got = up.index
+		}
+		if want := wantRoute(u, bases); got != want {
+			t.Fatalf("%s: routed to upstream %d, want %d", in, got, want)
+		}
+		if up == nil {
+			return
+		}
+		b, esc := bases[got], u.EscapedPath()
+		switch {
+		case !pathUnder(u.Path, b.path) || !pathUnder(esc, b.rawPath):
+			t.Fatalf("%s: routed to %q, but its path %q (%q) is not under %q (%q)", in, b.url, u.Path, esc, b.path, b.rawPath)
+		case dotSegments(u.Path):
+			t.Fatalf("%s: routed with dot segments in %q", in, u.Path)
+		case rest != u.Path[len(b.path):] || rawRest != esc[len(b.rawPath):]:
+			t.Fatalf("%s: rest %q (%q), want %q (%q)", in, rest, rawRest, u.Path[len(b.path):], esc[len(b.rawPath):])
+		}
+		if dec, err := url.PathUnescape(rawRest); err != nil || dec != rest {
+			t.Fatalf("%s: the escaped rest %q decodes to %q (%v), not to the rest %q: another upstream gets a different path", in, rawRest, dec, err, rest)
+		}
+	})
+}
