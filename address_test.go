@@ -8,6 +8,62 @@ import (
 	"testing"
 )
 
+// An encoded base path of the upstream failed over to is kept.
+func TestEncodedBasePath(t *testing.T) {
+	n := newFakeNet()
+	n.status("a.test", 503, "down")
+	n.status("b.test", 200, "ok")
+	tr := newTestTransport(t, Config{Base: n, Upstreams: []Upstream{
+		{Name: "a", BaseURL: "http://a.test/v1"},
+		{Name: "b", BaseURL: "http://b.test/proxy%2Fopenai/v1"},
+	}})
+	for _, tt := range []struct{ url, want string }{
+		{"http://a.test/v1/models", "/proxy%2Fopenai/v1/models"},
+		{"http://a.test/v1/files/a%2Fb", "/proxy%2Fopenai/v1/files/a%2Fb"},
+	} {
+		before := len(n.requests("b.test"))
+		resp, err := tr.RoundTrip(httptestRequest("GET", tt.url, ""))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		s := n.requests("b.test")[before]
+		if got := (&url.URL{Path: s.Path, RawPath: s.RawPath}).EscapedPath(); got != tt.want {
+			t.Errorf("%s reached the backup as %q, want %q", tt.url, got, tt.want)
+		}
+	}
+	// An encoded slash is not a path segment: /v1%2Fx is not under /v1.
+	if up, _, _ := tr.route(mustParse(t, "http://a.test/v1%2Fx")); up != nil {
+		t.Errorf("/v1%%2Fx routed to %s", up.name)
+	}
+}
+
+func TestIPv6HostsStayApart(t *testing.T) {
+	tr := newTestTransport(t, Config{Base: newFakeNet(), Upstreams: []Upstream{{Name: "a", BaseURL: "http://[::1]:8080/v1"}}})
+	for _, tt := range []struct {
+		url    string
+		routed bool
+	}{
+		{"http://[::1]:8080/v1/x", true},
+		{"http://[::1:8080]/v1/x", false},
+		{"http://[::1]/v1/x", false},
+		{"http://[::1]:80/v1/x", false},
+	} {
+		if up, _, _ := tr.route(mustParse(t, tt.url)); (up != nil) != tt.routed {
+			t.Errorf("%s routed = %v, want %v", tt.url, up != nil, tt.routed)
+		}
+	}
+}
+
+func mustParse(t *testing.T, s string) *url.URL {
+	t.Helper()
+	u, err := url.Parse(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return u
+}
+
 // A URL routed to an upstream lies under its base, decoded and escaped, has
 // no dot segments, and goes to the upstream with the longest such base; the
 // rest of its path is what follows the base, and both forms of it agree.

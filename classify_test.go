@@ -13,8 +13,10 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
+	"time"
 )
 
 func TestDefaultClassifierStatus(t *testing.T) {
@@ -93,6 +95,51 @@ func TestOutcomeString(t *testing.T) {
 	if got := Outcome(99).String(); got != "unknown" {
 		t.Errorf("Outcome(99) = %q, want unknown", got)
 	}
+}
+
+// Timeouts of Base are the upstream's failures, not the caller's
+// cancellation: a dial timeout and ResponseHeaderTimeout fail over and count
+// toward the breaker.
+func TestBaseTimeoutsFailOver(t *testing.T) {
+	backup := newUpstreamServer(t, 200, "from backup")
+	t.Run("dial timeout", func(t *testing.T) {
+		base := http.DefaultTransport.(*http.Transport).Clone()
+		base.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
+			if strings.HasPrefix(addr, "blackhole.test") {
+				// What a blackholed host gives after Dialer.Timeout.
+				d := net.Dialer{Deadline: time.Now().Add(-time.Second)}
+				return d.DialContext(ctx, network, "127.0.0.1:9")
+			}
+			return (&net.Dialer{}).DialContext(ctx, network, addr)
+		}
+		tr := newTestTransport(t, Config{Base: base, Upstreams: []Upstream{
+			{Name: "primary", BaseURL: "http://blackhole.test/v1"},
+			{Name: "backup", BaseURL: backup.URL + "/v1"},
+		}})
+		resp := mustGet(t, tr, "http://blackhole.test/v1/models")
+		if got := readBody(t, resp); got != "from backup" {
+			t.Fatalf("body %q, want the backup's", got)
+		}
+		if h := tr.Health()[0]; h.Requests.Failed != 1 || h.BreakerFailures != 1 {
+			t.Fatalf("primary %+v: a dial timeout is a failure", h.Requests)
+		}
+	})
+	t.Run("response header timeout", func(t *testing.T) {
+		slow := newServer(t, func(w http.ResponseWriter, r *http.Request) { <-r.Context().Done() })
+		base := http.DefaultTransport.(*http.Transport).Clone()
+		base.ResponseHeaderTimeout = 50 * time.Millisecond
+		tr := newTestTransport(t, Config{Base: base, Upstreams: []Upstream{
+			{Name: "primary", BaseURL: slow.URL + "/v1"},
+			{Name: "backup", BaseURL: backup.URL + "/v1"},
+		}})
+		resp := mustGet(t, tr, slow.URL+"/v1/models")
+		if got := readBody(t, resp); got != "from backup" {
+			t.Fatalf("body %q, want the backup's", got)
+		}
+		if h := tr.Health()[0]; h.Requests.Failed != 1 {
+			t.Fatalf("primary %+v: a header timeout is a failure", h.Requests)
+		}
+	})
 }
 
 // DefaultClassifier on any status from 0 to 999 and any kind of error never

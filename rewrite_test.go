@@ -156,6 +156,28 @@ func TestStripQueryCredentials(t *testing.T) {
 	}
 }
 
+// A caller's key= value and URL password never appear in errors or Health,
+// even when Base quotes the URL.
+func TestQueryKeyRedacted(t *testing.T) {
+	const key, pass = "AIzaSyCALLERSECRET0123456789", "callerpassword99"
+	n := newFakeNet()
+	n.handle("gen.test", func(r *http.Request) (*http.Response, error) {
+		return nil, &url.Error{Op: "Post", URL: "https://u:" + pass + "@gen.test" + r.URL.RequestURI(), Err: io.ErrUnexpectedEOF}
+	})
+	tr := newTestTransport(t, Config{Base: n, Upstreams: []Upstream{{Name: "g", BaseURL: "https://gen.test/v1"}}})
+	req := httptestRequest("POST", "https://u:"+pass+"@gen.test/v1/models/x:generateContent?key="+key, "{}")
+	// The addressed upstream keeps the caller's key: the fake quotes it.
+	_, err := tr.RoundTrip(req)
+	if err == nil {
+		t.Fatal("no error")
+	}
+	for _, s := range []string{err.Error(), tr.Health()[0].LastError} {
+		if strings.Contains(s, key) || strings.Contains(s, pass) {
+			t.Errorf("a secret leaked: %s", s)
+		}
+	}
+}
+
 // fuzzCredentialHeaders are the header names that the package documents as
 // a caller's credentials, and X-Custom-Token, which upstream 1 sets.
 var fuzzCredentialHeaders = []string{
