@@ -13,23 +13,6 @@ import (
 	"time"
 )
 
-// get sends one GET through tr and returns the status, or 0 and the error.
-func get(t *testing.T, tr http.RoundTripper, url string) (int, error) {
-	t.Helper()
-	resp, err := tr.RoundTrip(httptestRequest("GET", url, ""))
-	if err != nil {
-		return 0, err
-	}
-	resp.Body.Close()
-	return resp.StatusCode, nil
-}
-
-func twoUpstreams(n *fakeNet, cfg Config) Config {
-	cfg.Base = n
-	cfg.Upstreams = []Upstream{{Name: "a", BaseURL: "http://a.test"}, {Name: "b", BaseURL: "http://b.test"}}
-	return cfg
-}
-
 func TestBreakerOpensAfterConsecutiveFailures(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		n := newFakeNet()
@@ -608,5 +591,62 @@ func TestOnStateChange(t *testing.T) {
 		if !reflect.DeepEqual(changes, want) {
 			t.Fatalf("changes:\n%v\nwant\n%v", changes, want)
 		}
+	})
+}
+
+// A probe that never returns (no AttemptTimeout, a caller without a
+// deadline) is presumed hung after Cooldown, and Reset frees its gate.
+func TestHungProbe(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var mode atomic.Value
+		mode.Store("fail")
+		release := make(chan struct{})
+		n := newFakeNet()
+		n.handle("a.test", func(*http.Request) (*http.Response, error) {
+			switch mode.Load() {
+			case "hang":
+				<-release
+				return respond(200, "late"), nil
+			case "ok":
+				return respond(200, "ok"), nil
+			}
+			return respond(503, "down"), nil
+		})
+		tr := newTestTransport(t, Config{Base: n, Breaker: BreakerConfig{FailureThreshold: 1, Cooldown: 10 * time.Second},
+			Upstreams: []Upstream{{Name: "a", BaseURL: "http://a.test"}}})
+		get(t, tr, "http://a.test/")
+		time.Sleep(10 * time.Second)
+		mode.Store("hang")
+		done := make(chan struct{})
+		go func() { defer close(done); get(t, tr, "http://a.test/") }()
+		synctest.Wait()
+		mode.Store("ok")
+		if _, err := get(t, tr, "http://a.test/"); !errors.Is(err, ErrCircuitOpen) {
+			t.Fatalf("while the probe is young: %v, want ErrCircuitOpen", err)
+		}
+		time.Sleep(10 * time.Second)
+		if code, err := get(t, tr, "http://a.test/"); err != nil || code != 200 {
+			t.Fatalf("a Cooldown after the probe hung: %d, %v; want a new probe", code, err)
+		}
+
+		// Trip again, hang a probe, Reset: the gate is free at once.
+		mode.Store("fail")
+		get(t, tr, "http://a.test/")
+		time.Sleep(10 * time.Second)
+		mode.Store("hang")
+		done2 := make(chan struct{})
+		go func() { defer close(done2); get(t, tr, "http://a.test/") }()
+		synctest.Wait()
+		tr.Reset("a")
+		mode.Store("fail")
+		get(t, tr, "http://a.test/") // trips again
+		time.Sleep(10 * time.Second)
+		mode.Store("ok")
+		if code, err := get(t, tr, "http://a.test/"); err != nil || code != 200 {
+			t.Fatalf("after Reset and a new trip: %d, %v", code, err)
+		}
+		close(release)
+		<-done
+		<-done2
 	})
 }

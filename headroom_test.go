@@ -2,11 +2,15 @@ package failover
 
 import (
 	"bufio"
+	"encoding/json"
 	"math"
 	"net/http"
 	"net/textproto"
+	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/failover-go/failover/internal/clocktest"
@@ -330,3 +334,146 @@ func TestHeadroomWallClockStep(t *testing.T) {
 		}
 	}
 }
+
+// FuzzHeadroom: ParseHeadroom and retryHint on arbitrary header blocks
+// ("Name: value" lines, any dialect, garbage included) at an arbitrary now
+// never panic, never change the header, say ok exactly when they report
+// something, report no reset at or before now, agree with each other, and
+// read what the 429 path needs.
+func FuzzHeadroom(f *testing.F) {
+	f.Fuzz(func(t *testing.T, block string, sec int64, nsec uint32) {
+		if len(block) > 4<<10 {
+			return
+		}
+		now := headroomFuzzNow(sec, nsec)
+		h := http.Header{}
+		for _, line := range strings.Split(block, "\n") {
+			if name, value, ok := strings.Cut(line, ":"); ok {
+				h.Add(strings.TrimSpace(name), value)
+			}
+		}
+		before := h.Clone()
+
+		hr, ok := ParseHeadroom(h, now)
+		d, hintOK := retryHint(h, now)
+		if !headersEqual(h, before) {
+			t.Fatalf("the header changed from %q to %q", before, h)
+		}
+		in := func() string {
+			return "at " + now.Format(time.RFC3339Nano) + " of " + strings.ReplaceAll(block, "\n", " | ")
+		}
+		switch {
+		case hr.RemainingRequests < -1 || hr.RemainingTokens < -1:
+			t.Fatalf("%s: ParseHeadroom = %+v: a remaining below -1", in(), hr)
+		case !hr.Reset.IsZero() && !hr.Reset.After(now):
+			t.Fatalf("%s: ParseHeadroom = %+v: a reset not after now", in(), hr)
+		case ok != (hr != unknown):
+			t.Fatalf("%s: ParseHeadroom = %+v, %v: ok says otherwise", in(), hr, ok)
+		case hintOK && (d <= 0 || !ok):
+			t.Fatalf("%s: retryHint = %v, true; ParseHeadroom = %+v, %v", in(), d, hr, ok)
+		}
+		// retryHint waits for the exhausted window's reset; with none
+		// exhausted, for the latest reset, which is not before the
+		// earliest (Headroom.Reset). A wait too long for a Duration is
+		// capped, so it says nothing of the instant.
+		switch {
+		case hr.Reset.IsZero() && !hr.Exhausted() && hintOK:
+			t.Fatalf("%s: retryHint = %v, true; no reset announced (%+v)", in(), d, hr)
+		case !hr.Reset.IsZero() && !hintOK:
+			t.Fatalf("%s: retryHint not ok; ParseHeadroom = %+v", in(), hr)
+		case hr.Reset.IsZero() || d == maxDuration:
+		case hr.Exhausted() && !now.Add(d).Equal(hr.Reset):
+			t.Fatalf("%s: retryHint = %v, the exhausted window resets at %s", in(), d, hr.Reset)
+		case !hr.Exhausted() && now.Add(d).Before(hr.Reset):
+			t.Fatalf("%s: retryHint = %v, before the earliest reset %s", in(), d, hr.Reset)
+		}
+
+		// Nothing else counts: not unrelated headers, not a second call.
+		h2 := h.Clone()
+		h2.Set("Retry-After", "7")
+		h2.Set("X-Ratelimit-Limit-Requests", "0")
+		h2.Set("Anthropic-Ratelimit-Tokens-Limit", "0")
+		h2.Set("Date", "Sun, 06 Nov 1994 08:49:37 GMT")
+		hr2, ok2 := ParseHeadroom(h2, now)
+		d2, hintOK2 := retryHint(h2, now)
+		if hr2 != hr || ok2 != ok || d2 != d || hintOK2 != hintOK {
+			t.Fatalf("%s: with unrelated headers ParseHeadroom = %+v, %v and retryHint = %v, %v; without %+v, %v and %v, %v",
+				in(), hr2, ok2, d2, hintOK2, hr, ok, d, hintOK)
+		}
+	})
+}
+
+// headroomFuzzNow maps any sec and nsec onto a time in years 1970 to 9999,
+// with nanoseconds.
+func headroomFuzzNow(sec int64, nsec uint32) time.Time {
+	const hi = 253402300799 // 9999-12-31T23:59:59Z
+	if sec < 0 || sec > hi {
+		sec = (sec%hi + hi) % hi
+	}
+	return time.Unix(sec, int64(nsec%1e9)).UTC()
+}
+
+// A success that reports a window at 0 puts the upstream behind the others
+// until the window resets, instead of collecting the next request's 429.
+func TestHeadroomExhaustedGoesLast(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := newFakeNet()
+		var left atomic.Int64
+		left.Store(2)
+		n.handle("a.test", func(*http.Request) (*http.Response, error) {
+			return respond(200, "a",
+				"X-Ratelimit-Remaining-Requests", itoa(left.Add(-1)),
+				"X-Ratelimit-Reset-Requests", "20s",
+				"X-Ratelimit-Remaining-Tokens", "4000"), nil
+		})
+		n.status("b.test", 200, "b")
+		tr := newTestTransport(t, twoUpstreams(n, Config{}))
+		get(t, tr, "http://a.test/") // 1 left
+		if h := tr.Health()[0]; h.OutOfHeadroom || h.Headroom == nil || h.Headroom.RemainingRequests != 1 || h.Headroom.RemainingTokens != 4000 {
+			t.Fatalf("after a success with 1 left: %+v", h)
+		}
+		time.Sleep(time.Second)
+		get(t, tr, "http://a.test/") // 0 left: a goes last
+		h := tr.Health()[0]
+		if !h.OutOfHeadroom || h.Headroom.RemainingRequests != 0 {
+			t.Fatalf("after a success with 0 left: %+v", h)
+		}
+		js, _ := json.Marshal(h)
+		if !strings.Contains(string(js), `"remaining_requests":0`) || !strings.Contains(string(js), `"out_of_headroom":true`) {
+			t.Errorf("health JSON: %s", js)
+		}
+		var m strings.Builder
+		tr.WritePrometheus(&m)
+		if !strings.Contains(m.String(), `failover_headroom_requests{upstream="a"} 0`) {
+			t.Error("metrics do not show the headroom")
+		}
+		for range 5 {
+			resp, err := tr.RoundTrip(httptestRequest("GET", "http://a.test/", ""))
+			if err != nil || readBody(t, resp) != "b" {
+				t.Fatal("a request went to the upstream with no headroom left")
+			}
+		}
+		time.Sleep(20 * time.Second) // the window resets
+		left.Store(100)
+		resp, err := tr.RoundTrip(httptestRequest("GET", "http://a.test/", ""))
+		if err != nil || readBody(t, resp) != "a" {
+			t.Fatal("a is not first again after its window reset")
+		}
+	})
+}
+
+// A 429 without Retry-After cools down until the reset its headers
+// announce.
+func TestRateLimitCooldownFromResetHeaders(t *testing.T) {
+	n := newFakeNet()
+	n.status("a.test", 429, `{"error":{"type":"requests"}}`,
+		"X-Ratelimit-Remaining-Requests", "0", "X-Ratelimit-Reset-Requests", "6m0s")
+	n.status("b.test", 200, "b")
+	tr := newTestTransport(t, twoUpstreams(n, Config{RateLimit: RateLimitConfig{MaxCooldown: time.Hour}}))
+	get(t, tr, "http://a.test/")
+	if cd := tr.Health()[0].Cooldown; cd < 5*time.Minute || cd > 6*time.Minute {
+		t.Fatalf("cooldown %v, want the announced 6m", cd)
+	}
+}
+
+func itoa(n int64) string { return strconv.FormatInt(n, 10) }

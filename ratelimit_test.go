@@ -1,12 +1,16 @@
 package failover
 
 import (
+	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
+	"reflect"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -106,13 +110,6 @@ func TestInspect429LargeBody(t *testing.T) {
 		t.Fatalf("original body closed %d times, want 1", orig.closed)
 	}
 }
-
-type closeCounter struct {
-	io.Reader
-	closed int
-}
-
-func (c *closeCounter) Close() error { c.closed++; return nil }
 
 func TestCooldownOnlyExtends(t *testing.T) {
 	var c cooldown
@@ -237,4 +234,314 @@ func TestCooldownWallClockStep(t *testing.T) {
 			t.Fatalf("step %v: %v left after 1s", step, got)
 		}
 	}
+}
+
+// RetryAfter on arbitrary Retry-After, retry-after-ms and x-ms-retry-after-ms
+// values never panics, never says ok with a negative duration, gives a whole
+// number N >= 0 of seconds as exactly N s (capped at the largest Duration),
+// lets a valid millisecond value win over seconds, and reads nothing but the
+// headers and now.
+func FuzzRetryAfter(f *testing.F) {
+	now := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC).Unix()
+	for _, s := range [][3]string{
+		{"20", "", ""},
+		{" 7 ", "", ""},
+		{"-5", "", ""},
+		{"+5", "", ""},
+		{"-0", "", ""},
+		{"9223372037", "", ""},
+		{"99999999999999999", "", ""},
+		{"Sun, 29 Nov 2026 12:00:30 GMT", "", ""},
+		{"Sunday, 29-Nov-26 12:00:45 GMT", "", ""},
+		{"Sun Nov 29 12:01:00 2026", "", ""},
+		{"Sun, 29 Nov 2026 11:00:00 GMT", "", ""},
+		{"tomorrow", "", ""},
+		{"20", "1500", ""},
+		{"3", "soon", "250"},
+		{"", "1e300", ""},
+		{"", "NaN", "-1"},
+	} {
+		f.Add(s[0], s[1], s[2], now)
+	}
+	f.Fuzz(func(t *testing.T, ra, ms, xms string, nowSec int64) {
+		now := fuzzNow(nowSec)
+		h := http.Header{}
+		h.Set("Retry-After", ra)
+		h.Set("Retry-After-Ms", ms)
+		h.Set("X-Ms-Retry-After-Ms", xms)
+		before := h.Clone()
+		in := fmt.Sprintf("Retry-After: %q, retry-after-ms: %q, x-ms-retry-after-ms: %q, now %s", ra, ms, xms, now.Format(time.RFC3339))
+
+		got, ok := RetryAfter(h, now)
+		if ok && got < 0 {
+			t.Fatalf("%s: RetryAfter = %v, true: a negative wait", in, got)
+		}
+		if !reflect.DeepEqual(h, before) {
+			t.Fatalf("%s: RetryAfter changed the header to %q", in, h)
+		}
+		want, wantOK, from, when := retryAfterOracle(h, now)
+		if from != "ambiguous" && (got != want || ok != wantOK) {
+			t.Fatalf("%s: RetryAfter = %v, %v; want %v, %v (from the %s)", in, got, ok, want, wantOK, from)
+		}
+
+		// Nothing but those headers counts: not other headers, not a
+		// spelling net/http never delivers, not a second call.
+		h2 := h.Clone()
+		h2.Set("Date", "Sun, 06 Nov 1994 08:49:37 GMT")
+		h2.Set("X-Ratelimit-Reset", "5")
+		h2["retry-after"] = []string{"1"}
+		if got2, ok2 := RetryAfter(h2, now); got2 != got || ok2 != ok {
+			t.Fatalf("%s: RetryAfter = %v, %v; with unrelated headers %v, %v", in, got, ok, got2, ok2)
+		}
+		// A number does not depend on now; a date is an instant.
+		switch from {
+		case "milliseconds", "seconds":
+			later := now.Add(1000*time.Hour + 1500*time.Millisecond)
+			if got2, ok2 := RetryAfter(h, later); got2 != got || ok2 != ok {
+				t.Fatalf("%s: RetryAfter = %v, %v at now, %v, %v later", in, got, ok, got2, ok2)
+			}
+		case "date":
+			if ok && got != maxDuration && !now.Add(got).Equal(when) {
+				t.Fatalf("%s: RetryAfter = %v, but now + that is %s, not %s", in, got, now.Add(got), when)
+			}
+		}
+	})
+}
+
+// fuzzNow maps any int64 onto a Unix time in years 1 to 9999, the years an
+// HTTP-date can name.
+func fuzzNow(sec int64) time.Time {
+	const lo, hi = -62135596800, 253402300799 // 0001-01-01T00:00:00Z, 9999-12-31T23:59:59Z
+	if sec < lo || sec > hi {
+		const span = hi - lo + 1
+		sec = lo + (sec%span+span)%span
+	}
+	return time.Unix(sec, 0).UTC()
+}
+
+// retryAfterOracle is what RetryAfter documents: the first of the
+// millisecond headers holding a finite, non-negative number that fits a
+// Duration; else Retry-After as whole seconds (capped) or as an HTTP-date
+// after now. from says which form decided ("ambiguous" for a millisecond
+// value within a millisecond of the largest Duration, which may go either
+// way).
+func retryAfterOracle(h http.Header, now time.Time) (d time.Duration, ok bool, from string, when time.Time) {
+	for _, name := range []string{"Retry-After-Ms", "X-Ms-Retry-After-Ms"} {
+		v := strings.TrimSpace(h.Get(name))
+		if v == "" {
+			continue
+		}
+		ms, err := strconv.ParseFloat(v, 64)
+		if err != nil || ms != ms || ms < 0 || ms*float64(time.Millisecond) >= float64(maxDuration) {
+			continue // not a valid number of milliseconds: the next header decides
+		}
+		if ms >= float64(maxDuration/time.Millisecond) {
+			return 0, false, "ambiguous", when
+		}
+		return time.Duration(ms * float64(time.Millisecond)), true, "milliseconds", when
+	}
+	v := strings.TrimSpace(h.Get("Retry-After"))
+	if v == "" {
+		return 0, false, "absence", when
+	}
+	if neg, digits, isInt := decimalInteger(v); isInt {
+		digits = strings.TrimLeft(digits, "0")
+		switch {
+		case neg && digits != "":
+			return 0, false, "seconds", when // negative: ignored
+		case len(digits) > 19:
+			return maxDuration, true, "seconds", when
+		}
+		n, _ := strconv.ParseUint("0"+digits, 10, 64)
+		if n > uint64(maxDuration/time.Second) {
+			return maxDuration, true, "seconds", when
+		}
+		return time.Duration(n) * time.Second, true, "seconds", when
+	}
+	if t, err := http.ParseTime(v); err == nil {
+		if t.After(now) {
+			return t.Sub(now), true, "date", t
+		}
+		return 0, false, "date", t // in the past: ignored
+	}
+	return 0, false, "garbage", when
+}
+
+// decimalInteger reports whether s is an optionally signed run of ASCII
+// digits, and splits it.
+func decimalInteger(s string) (neg bool, digits string, ok bool) {
+	if s != "" && (s[0] == '+' || s[0] == '-') {
+		neg, s = s[0] == '-', s[1:]
+	}
+	if s == "" {
+		return false, "", false
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return false, "", false
+		}
+	}
+	return neg, s, true
+}
+
+// inspect429 on arbitrary bodies, delivered in random small chunks and
+// possibly ending in a read error, never panics, reads at most 4 KiB before
+// it decides, decides on those bytes alone, hands the body back byte for byte
+// (and its error), and closes the original exactly once when the caller
+// closes.
+func FuzzInspect429(f *testing.F) {
+	for _, s := range []struct {
+		body  string
+		pad   uint16
+		sizes string
+		fail  int
+		read  bool
+	}{
+		{`{"error":{"message":"You exceeded your current quota","type":"insufficient_quota","code":"insufficient_quota"}}`, 0, "\x05\x01\x00\x3f", -1, true},
+		{`{"error":{"code":"insufficient_quota"}}`, quotaPeek - 40, "\x07", -1, true},
+		{`insufficient_quota`, quotaPeek - 18, "", -1, true}, // ends at byte 4096: detected
+		{`insufficient_quota`, quotaPeek - 17, "", -1, true}, // ends at byte 4097: not read
+		{`{"error":{"type":"rate_limit_exceeded"}}`, 0, "\x81", -1, false},
+		{`{"details":[{"retryDelay": "22s"}]}`, 100, "\x02\x00\x00\x00\x03", 20, true},
+		{`{"quotaId":"GenerateRequestsPerDayPerProjectPerModel"}`, quotaPeek, "\x3f\x3f", quotaPeek + 10, true},
+		{"", 0, "", -1, true},
+		{"", 0, "", 0, true},
+	} {
+		f.Add([]byte(s.body), s.pad, []byte(s.sizes), s.fail, s.read)
+	}
+	f.Fuzz(func(t *testing.T, body []byte, pad uint16, sizes []byte, failAt int, readBack bool) {
+		if len(body) > 64<<10 {
+			body = body[:64<<10]
+		}
+		full := append(bytes.Repeat([]byte{'.'}, int(pad)%(2*quotaPeek+1)), body...)
+		fail := failAt >= 0
+		if fail {
+			full = full[:min(failAt, len(full))]
+		}
+		in := fmt.Sprintf("body of %d bytes %.80q..., chunks %q, read error at the end: %v", len(full), full, sizes, fail)
+
+		orig := &chunkedBody{data: full, fail: fail, sizes: sizes}
+		resp := &http.Response{StatusCode: 429, Header: http.Header{}, Body: orig}
+		start := time.Now()
+		quota, delay, ok := inspect429(resp)
+		if time.Since(start) >= drainTimeout*9/10 {
+			return // the stall timer may have cut the body: nothing holds then
+		}
+		if orig.pos > quotaPeek {
+			t.Fatalf("%s: read %d bytes before deciding, more than %d", in, orig.pos, quotaPeek)
+		}
+		peek := full[:min(len(full), quotaPeek)]
+		if bytes.Contains(peek, []byte("insufficient_quota")) && !quota {
+			t.Fatalf("%s: insufficient_quota within the first 4 KiB, but no quota detected", in)
+		}
+		if want := containsAny(peek, quotaMarkers); quota != want {
+			t.Fatalf("%s: quota = %v, but a marker in the first 4 KiB: %v", in, quota, want)
+		}
+		if ok && delay < 0 {
+			t.Fatalf("%s: a negative retryDelay %v", in, delay)
+		}
+		// How the bytes arrive does not matter.
+		whole := &http.Response{StatusCode: 429, Header: http.Header{}, Body: io.NopCloser(bytes.NewReader(full))}
+		if q, d, o := inspect429(whole); q != quota || d != delay || o != ok {
+			t.Fatalf("%s: inspect429 = %v, %v, %v in chunks, %v, %v, %v at once", in, quota, delay, ok, q, d, o)
+		}
+
+		switch closes := orig.closes.Load(); {
+		case closes > 1:
+			t.Fatalf("%s: inspect429 closed the body %d times", in, closes)
+		case closes == 1 && (fail || orig.pos != len(full)):
+			t.Fatalf("%s: inspect429 closed a body it had not read to its end", in)
+		}
+		if readBack {
+			got, err := io.ReadAll(resp.Body)
+			if !bytes.Equal(got, full) {
+				t.Fatalf("%s: the body handed back is %d bytes %.80q..., not the %d sent", in, len(got), got, len(full))
+			}
+			if fail && !errors.Is(err, errChunkedBody) {
+				t.Fatalf("%s: reading the body handed back: %v, want the original's read error", in, err)
+			}
+			if !fail && err != nil {
+				t.Fatalf("%s: reading the body handed back: %v", in, err)
+			}
+		}
+		if orig.readAfterClose.Load() {
+			t.Fatalf("%s: the original body was read after it was closed", in)
+		}
+		if err := resp.Body.Close(); err != nil {
+			t.Fatalf("%s: Close: %v", in, err)
+		}
+		if closes := orig.closes.Load(); closes != 1 {
+			t.Fatalf("%s: the original body was closed %d times once the caller closed, want 1", in, closes)
+		}
+	})
+}
+
+var errChunkedBody = errors.New("fuzz: connection reset")
+
+// chunkedBody delivers data in the sizes that sizes gives in turn (the low
+// six bits; 0 returns nothing, at most twice in a row), with io.EOF in the
+// same call as the last bytes when the size's top bit is set, and
+// errChunkedBody instead of io.EOF when fail is set. It records closes and
+// reads after a close.
+type chunkedBody struct {
+	data  []byte
+	pos   int
+	fail  bool
+	sizes []byte
+	i     int
+	zeros int
+
+	closes         atomic.Int32
+	readAfterClose atomic.Bool
+}
+
+func (b *chunkedBody) end() error {
+	if b.fail {
+		return errChunkedBody
+	}
+	return io.EOF
+}
+
+func (b *chunkedBody) Read(p []byte) (int, error) {
+	if b.closes.Load() > 0 {
+		b.readAfterClose.Store(true)
+	}
+	if b.pos >= len(b.data) {
+		return 0, b.end()
+	}
+	if len(p) == 0 {
+		return 0, nil
+	}
+	n, endWithData := len(p), false
+	if len(b.sizes) > 0 {
+		s := b.sizes[b.i%len(b.sizes)]
+		b.i++
+		endWithData = s&0x80 != 0
+		if s&0x3f == 0 && b.zeros < 2 {
+			b.zeros++
+			return 0, nil
+		}
+		b.zeros = 0
+		n = min(n, max(int(s&0x3f), 1))
+	}
+	n = copy(p[:n], b.data[b.pos:])
+	b.pos += n
+	if b.pos == len(b.data) && endWithData {
+		return n, b.end()
+	}
+	return n, nil
+}
+
+func (b *chunkedBody) Close() error {
+	b.closes.Add(1)
+	return nil
+}
+
+func containsAny(b []byte, markers [][]byte) bool {
+	for _, m := range markers {
+		if bytes.Contains(b, m) {
+			return true
+		}
+	}
+	return false
 }

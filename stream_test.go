@@ -717,3 +717,178 @@ func BenchmarkGuard(b *testing.B) {
 		})
 	}
 }
+
+// FuzzGuardStream gives the stream guard arbitrary bytes, in reads of
+// arbitrary sizes, under arbitrary limits. It never panics; what it decides
+// does not depend on how the reads split the stream; a stream it returns
+// reads back exactly as sent; a stream it abandons is closed exactly once,
+// with an error that carries at most 200 bytes of the event. The seed
+// corpus is the table of TestGuardStreams and testdata/fuzz/FuzzGuardStream.
+func FuzzGuardStream(f *testing.F) {
+	for i, c := range guardCases {
+		if len(c.stream) > 64<<10 {
+			continue
+		}
+		f.Add([]byte(c.stream), []byte{byte(i), 1, 200, 3}, c.g.HoldEvents, c.g.HoldBytes, i%2 == 0)
+	}
+	f.Fuzz(func(t *testing.T, stream, sizes []byte, holdEvents, holdBytes int, async bool) {
+		g := StreamGuard{HoldEvents: holdEvents % 80, HoldBytes: holdBytes % (8 << 10)}
+		if async {
+			g.FirstByteTimeout = time.Hour // reads through the goroutine; never fires
+		}
+
+		// What the guard decides with the whole stream in one read.
+		want, wantErr := g.guard(sseResponse(newGuardBody(bytes.NewReader(stream))))
+		if want != nil {
+			want.Body.Close()
+		}
+
+		body := newGuardBody(&guardReads{data: stream, sizes: sizes})
+		resp, err := g.guard(sseResponse(body))
+		if (err == nil) != (wantErr == nil) || err != nil && err.Error() != wantErr.Error() {
+			t.Fatalf("split into reads of %v: got %v, want %v", sizes, err, wantErr)
+		}
+		if err != nil {
+			if resp != nil {
+				t.Errorf("got a response with error %v", err)
+			}
+			if !errors.Is(err, ErrStreamError) {
+				t.Errorf("got %v, want %v", err, ErrStreamError)
+			}
+			prefix := ErrStreamError.Error()
+			if msg := err.Error(); msg != prefix && (!strings.HasPrefix(msg, prefix+": ") || len(msg)-len(prefix)-2 > maxErrorDetail) {
+				t.Errorf("error carries more than %d bytes of the event: %q", maxErrorDetail, msg)
+			}
+			if n := body.closes.Load(); n != 1 {
+				t.Errorf("original body closed %d times, want 1", n)
+			}
+			return
+		}
+		if resp.Header.Get("Content-Type") == "" || resp.StatusCode != http.StatusOK {
+			t.Fatalf("response changed: %d %v", resp.StatusCode, resp.Header)
+		}
+		got, err := io.ReadAll(resp.Body)
+		if err != nil {
+			t.Errorf("reading the stream: %v", err)
+		}
+		if !bytes.Equal(got, stream) {
+			t.Errorf("stream changed: got %q, want %q", got, stream)
+		}
+		if resp.Body == io.ReadCloser(body) {
+			// Left alone: holding disabled and no FirstByteTimeout.
+			if g.FirstByteTimeout > 0 || g.HoldEvents >= 0 && g.HoldBytes >= 0 {
+				t.Errorf("guard %+v left the stream alone", g)
+			}
+			resp.Body.Close()
+			return
+		}
+		checkCloseOnce(t, resp.Body, body)
+	})
+}
+
+// guardReads returns data in reads of the sizes given (each size byte plus
+// one, in turn; all at once when there are none). With an odd number of
+// sizes, the last read returns io.EOF with the last bytes.
+type guardReads struct {
+	data  []byte
+	sizes []byte
+	i     int
+}
+
+func (r *guardReads) Read(p []byte) (int, error) {
+	if len(r.data) == 0 {
+		return 0, io.EOF
+	}
+	n := len(p)
+	if len(r.sizes) > 0 {
+		n = min(n, 1+int(r.sizes[r.i%len(r.sizes)]))
+		r.i++
+	}
+	n = copy(p, r.data[:min(n, len(r.data))])
+	r.data = r.data[n:]
+	if len(r.data) == 0 && len(r.sizes)%2 == 1 {
+		return n, io.EOF
+	}
+	return n, nil
+}
+
+func sseServer(t *testing.T, events ...string) *server {
+	t.Helper()
+	return newServer(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		w.WriteHeader(200)
+		w.(http.Flusher).Flush() // headers first, as providers do
+		for _, e := range events {
+			if e == "STALL" {
+				<-r.Context().Done()
+				return
+			}
+			io.WriteString(w, e)
+			w.(http.Flusher).Flush()
+		}
+	})
+}
+
+const (
+	overloadedEvent = "event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\",\"message\":\"Overloaded\"}}\n\n"
+	roleEvent       = "data: {\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\"}}]}\n\n"
+	contentEvent    = "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hello\"}}]}\n\n"
+	doneEvent       = "data: [DONE]\n\n"
+)
+
+// With a StreamGuard, a stream that begins with an error event, or says
+// nothing within FirstByteTimeout, fails over before the caller sees a
+// byte; once content flows, an error passes through to the caller.
+func TestStreamGuardFailsOver(t *testing.T) {
+	backup := sseServer(t, roleEvent, contentEvent, doneEvent)
+	for _, tt := range []struct {
+		name     string
+		primary  []string
+		failover bool
+		cause    error
+	}{
+		{"error event first", []string{roleEvent, overloadedEvent}, true, ErrStreamError},
+		{"stalls before the first event", []string{"STALL"}, true, ErrFirstByteTimeout},
+		{"content first", []string{roleEvent, contentEvent, overloadedEvent}, false, nil},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			primary := sseServer(t, tt.primary...)
+			tr := newTestTransport(t, Config{
+				StreamGuard: &StreamGuard{FirstByteTimeout: 200 * time.Millisecond},
+				Upstreams:   []Upstream{{Name: "primary", BaseURL: primary.URL}, {Name: "backup", BaseURL: backup.URL}},
+			})
+			resp := mustPost(t, tr, primary.URL+"/v1/chat/completions", `{"stream":true}`)
+			body := readBody(t, resp)
+			want := strings.Join(tt.primary, "")
+			if tt.failover {
+				want = roleEvent + contentEvent + doneEvent
+			}
+			if body != want {
+				t.Fatalf("caller read %q, want %q", body, want)
+			}
+			h := tr.Health()[0]
+			if tt.failover && (h.Requests.Failed != 1 || !strings.Contains(h.LastError, tt.cause.Error()[len("failover: "):])) {
+				t.Fatalf("primary %+v, last error %q; want one failure: %v", h.Requests, h.LastError, tt.cause)
+			}
+			if !tt.failover && h.Requests.Success != 1 {
+				t.Fatalf("primary %+v", h.Requests)
+			}
+		})
+	}
+}
+
+// Alone, the caller gets the guard's error.
+func TestStreamGuardAlone(t *testing.T) {
+	primary := sseServer(t, overloadedEvent)
+	tr := newTestTransport(t, Config{
+		StreamGuard: &StreamGuard{},
+		Upstreams:   []Upstream{{BaseURL: primary.URL}},
+	})
+	_, err := tr.RoundTrip(httptestRequest("POST", primary.URL+"/v1/messages", `{"stream":true}`))
+	if !errors.Is(err, ErrStreamError) || !strings.Contains(err.Error(), "overloaded_error") {
+		t.Fatalf("err = %v, want ErrStreamError naming overloaded_error", err)
+	}
+	if _, err := New(Config{Upstreams: []Upstream{{BaseURL: "http://a.test"}}, StreamGuard: &StreamGuard{FirstByteTimeout: -1}}); err == nil {
+		t.Fatal("New accepted a negative FirstByteTimeout")
+	}
+}

@@ -1,0 +1,111 @@
+package failover
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"testing"
+)
+
+// An encoded base path of the upstream failed over to is kept.
+func TestEncodedBasePath(t *testing.T) {
+	n := newFakeNet()
+	n.status("a.test", 503, "down")
+	n.status("b.test", 200, "ok")
+	tr := newTestTransport(t, Config{Base: n, Upstreams: []Upstream{
+		{Name: "a", BaseURL: "http://a.test/v1"},
+		{Name: "b", BaseURL: "http://b.test/proxy%2Fopenai/v1"},
+	}})
+	for _, tt := range []struct{ url, want string }{
+		{"http://a.test/v1/models", "/proxy%2Fopenai/v1/models"},
+		{"http://a.test/v1/files/a%2Fb", "/proxy%2Fopenai/v1/files/a%2Fb"},
+	} {
+		before := len(n.requests("b.test"))
+		resp, err := tr.RoundTrip(httptestRequest("GET", tt.url, ""))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		s := n.requests("b.test")[before]
+		if got := (&url.URL{Path: s.Path, RawPath: s.RawPath}).EscapedPath(); got != tt.want {
+			t.Errorf("%s reached the backup as %q, want %q", tt.url, got, tt.want)
+		}
+	}
+	// An encoded slash is not a path segment: /v1%2Fx is not under /v1.
+	if up, _, _ := tr.route(mustParse(t, "http://a.test/v1%2Fx")); up != nil {
+		t.Errorf("/v1%%2Fx routed to %s", up.name)
+	}
+}
+
+func TestIPv6HostsStayApart(t *testing.T) {
+	tr := newTestTransport(t, Config{Base: newFakeNet(), Upstreams: []Upstream{{Name: "a", BaseURL: "http://[::1]:8080/v1"}}})
+	for _, tt := range []struct {
+		url    string
+		routed bool
+	}{
+		{"http://[::1]:8080/v1/x", true},
+		{"http://[::1:8080]/v1/x", false},
+		{"http://[::1]/v1/x", false},
+		{"http://[::1]:80/v1/x", false},
+	} {
+		if up, _, _ := tr.route(mustParse(t, tt.url)); (up != nil) != tt.routed {
+			t.Errorf("%s routed = %v, want %v", tt.url, up != nil, tt.routed)
+		}
+	}
+}
+
+func mustParse(t *testing.T, s string) *url.URL {
+	t.Helper()
+	u, err := url.Parse(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return u
+}
+
+// A URL routed to an upstream lies under its base, decoded and escaped, has
+// no dot segments, and goes to the upstream with the longest such base; the
+// rest of its path is what follows the base, and both forms of it agree.
+// Every base New accepts is an absolute http(s) URL without user info,
+// query, fragment or dot segments.
+func FuzzRoute(f *testing.F) {
+	addRouteSeeds(f, false)
+	f.Fuzz(func(t *testing.T, b0, b1, b2, target string, mode uint16) {
+		tr, bases, accepted := fuzzTransport(t, roundTripFunc(func(*http.Request) (*http.Response, error) {
+			return nil, errors.New("unused")
+		}), b0, b1, b2)
+		if tr == nil {
+			return
+		}
+		raw := fuzzRequestURL(accepted, target, mode)
+		u, err := url.Parse(raw)
+		if err != nil {
+			return
+		}
+		in := fmt.Sprintf("URL %q against bases %q", raw, accepted)
+		up, rest, rawRest := tr.route(u)
+		got := -1
+		if up != nil {
+			got = up.index
+		}
+		if want := wantRoute(u, bases); got != want {
+			t.Fatalf("%s: routed to upstream %d, want %d", in, got, want)
+		}
+		if up == nil {
+			return
+		}
+		b, esc := bases[got], u.EscapedPath()
+		switch {
+		case !pathUnder(u.Path, b.path) || !pathUnder(esc, b.rawPath):
+			t.Fatalf("%s: routed to %q, but its path %q (%q) is not under %q (%q)", in, b.url, u.Path, esc, b.path, b.rawPath)
+		case dotSegments(u.Path):
+			t.Fatalf("%s: routed with dot segments in %q", in, u.Path)
+		case rest != u.Path[len(b.path):] || rawRest != esc[len(b.rawPath):]:
+			t.Fatalf("%s: rest %q (%q), want %q (%q)", in, rest, rawRest, u.Path[len(b.path):], esc[len(b.rawPath):])
+		}
+		if dec, err := url.PathUnescape(rawRest); err != nil || dec != rest {
+			t.Fatalf("%s: the escaped rest %q decodes to %q (%v), not to the rest %q: another upstream gets a different path", in, rawRest, dec, err, rest)
+		}
+	})
+}

@@ -1,0 +1,462 @@
+package failover
+
+import (
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"reflect"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+)
+
+// A caller's credentials reach only the upstream the caller addressed, in
+// every form a credential takes and every way a request can address an
+// upstream. Every upstream answers 503, so every request visits all three.
+func TestCredentialsStayWithTheirUpstream(t *testing.T) {
+	upstreams := []Upstream{
+		{Name: "a", BaseURL: "http://api.a.test/v1", Header: http.Header{"Authorization": {"Bearer key-a-upstream"}}},
+		{Name: "b", BaseURL: "http://b.test:8080/openai/v1/", Header: http.Header{"X-Api-Key": {"key-b-upstream"}, "X-Custom-Token": {"key-b-custom"}}},
+		{Name: "c", BaseURL: "http://[::1]:9/v1"},
+	}
+	hosts := map[string]string{"a": "api.a.test", "b": "b.test:8080", "c": "[::1]:9"}
+	tests := []struct {
+		name, url, addressed, wantPath string
+	}{
+		{"exact base", "http://api.a.test/v1/chat/completions", "a", "/v1/chat/completions"},
+		{"base with trailing slash", "http://api.a.test/v1/", "a", "/v1/"},
+		{"base alone", "http://api.a.test/v1", "a", "/v1"},
+		{"host in upper case", "http://API.A.Test/v1/chat/completions", "a", "/v1/chat/completions"},
+		{"default port written out", "http://api.a.test:80/v1/chat/completions", "a", "/v1/chat/completions"},
+		{"user info", "http://user:caller-secret-pass@api.a.test/v1/chat/completions", "a", "/v1/chat/completions"},
+		{"base path with trailing slash", "http://b.test:8080/openai/v1/chat/completions", "b", "/openai/v1/chat/completions"},
+		{"IPv6 host", "http://[::1]:9/v1/chat/completions", "c", "/v1/chat/completions"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			n := newFakeNet()
+			for _, h := range hosts {
+				n.status(h, 503, "down")
+			}
+			tr := newTestTransport(t, Config{Base: n, Upstreams: upstreams, Breaker: BreakerConfig{FailureThreshold: 100}})
+			req := httptestRequest("POST", tt.url+"?key=caller-secret-query&api_key=caller-secret-q2&model=x", chatBody)
+			req.Header.Set("Authorization", "Bearer caller-secret-auth")
+			req.Header.Set("Proxy-Authorization", "Basic caller-secret-proxy")
+			req.Header.Set("Api-Key", "caller-secret-azure")
+			req.Header.Set("X-Goog-Api-Key", "caller-secret-goog")
+			req.Header.Set("Cookie", "session=caller-secret-cookie")
+			req.Header.Set("X-Custom-Token", "caller-secret-custom")
+			req.Header["x-api-key"] = []string{"caller-secret-anthropic"} // not canonical
+			req.Header.Set("X-Request-Id", "r-1")                         // not a credential
+			resp, err := tr.RoundTrip(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+
+			for name, host := range hosts {
+				got := n.requests(host)
+				if len(got) != 1 {
+					t.Fatalf("%s got %d requests, want 1", name, len(got))
+				}
+				s := got[0]
+				if s.Header.Get("X-Request-Id") != "r-1" || s.Body != chatBody || !strings.Contains(s.RawQuery, "model=x") {
+					t.Errorf("%s: the request's own data did not arrive: %+v", name, s)
+				}
+				if name != tt.addressed {
+					if leaked := findSecret(s, "caller-secret"); leaked != "" {
+						t.Errorf("%s, not addressed, got the caller's credential in %s", name, leaked)
+					}
+				} else if s.Path != tt.wantPath {
+					t.Errorf("%s: path %q, want %q", name, s.Path, tt.wantPath)
+				}
+				for other, key := range map[string]string{"a": "key-a-upstream", "b": "key-b-upstream"} {
+					if other != name {
+						if leaked := findSecret(s, key); leaked != "" {
+							t.Errorf("%s got upstream %s's key in %s", name, other, leaked)
+						}
+					}
+				}
+			}
+
+			// The addressed upstream gets the caller's credentials, except
+			// for the names its own Header sets, which replace them.
+			a := n.requests(hosts[tt.addressed])[0]
+			own := upstreams[indexOf(tt.addressed)].Header
+			for _, name := range []string{"Authorization", "Proxy-Authorization", "Api-Key", "X-Goog-Api-Key", "Cookie", "X-Custom-Token", "X-Api-Key"} {
+				vals := headerValues(a.Header, name)
+				if want, ok := own[name]; ok {
+					if strings.Join(vals, ",") != strings.Join(want, ",") {
+						t.Errorf("addressed %s: %s = %q, want only its own %q", tt.addressed, name, vals, want)
+					}
+				} else if len(vals) == 0 || !strings.Contains(vals[0], "caller-secret") {
+					t.Errorf("addressed %s: %s = %q, want the caller's", tt.addressed, name, vals)
+				}
+			}
+			if !strings.Contains(a.RawQuery, "key=caller-secret-query") {
+				t.Errorf("addressed %s lost the caller's key= parameter: %q", tt.addressed, a.RawQuery)
+			}
+		})
+	}
+}
+
+func indexOf(name string) int { return int(name[0] - 'a') }
+
+// headerValues returns the values of name in h under any spelling of it.
+func headerValues(h http.Header, name string) []string {
+	var out []string
+	for k, vs := range h {
+		if strings.EqualFold(k, name) {
+			out = append(out, vs...)
+		}
+	}
+	return out
+}
+
+// findSecret reports where in s a value containing secret appears.
+func findSecret(s seen, secret string) string {
+	for k, vs := range s.Header {
+		for _, v := range vs {
+			if strings.Contains(v, secret) {
+				return "header " + k
+			}
+		}
+	}
+	switch {
+	case strings.Contains(s.RawQuery, secret):
+		return "query"
+	case strings.Contains(s.User, secret):
+		return "user info"
+	}
+	return ""
+}
+
+func TestStripQueryCredentials(t *testing.T) {
+	tests := []struct{ in, want string }{
+		{"", ""},
+		{"model=x", "model=x"},
+		{"key=s&alt=json", "alt=json"},
+		{"$alt=json;enum-encoding=int&key=s", "$alt=json;enum-encoding=int"},
+		{"z=%2F1&KEY=s&a=1&a=2", "z=%2F1&a=1&a=2"},
+		{"%6Bey=s&x=1", "x=1"}, // an escaped name is still key
+		{"api_key=s&api-key=s&apikey=s&access_token=s", ""},
+		{"keyboard=1&monkey=2", "keyboard=1&monkey=2"},
+		{"key", ""},
+		{"a=1&&b=2", "a=1&&b=2"},
+		{"a=1;key=s;b=2", "a=1;b=2"}, // some servers split at ';'
+		{"key=s;b=2&c=3", "b=2&c=3"},
+	}
+	for _, tt := range tests {
+		if got := stripQueryCredentials(tt.in); got != tt.want {
+			t.Errorf("stripQueryCredentials(%q) = %q, want %q", tt.in, got, tt.want)
+		}
+	}
+}
+
+// A caller's key= value and URL password never appear in errors or Health,
+// even when Base quotes the URL.
+func TestQueryKeyRedacted(t *testing.T) {
+	const key, pass = "AIzaSyCALLERSECRET0123456789", "callerpassword99"
+	n := newFakeNet()
+	n.handle("gen.test", func(r *http.Request) (*http.Response, error) {
+		return nil, &url.Error{Op: "Post", URL: "https://u:" + pass + "@gen.test" + r.URL.RequestURI(), Err: io.ErrUnexpectedEOF}
+	})
+	tr := newTestTransport(t, Config{Base: n, Upstreams: []Upstream{{Name: "g", BaseURL: "https://gen.test/v1"}}})
+	req := httptestRequest("POST", "https://u:"+pass+"@gen.test/v1/models/x:generateContent?key="+key, "{}")
+	// The addressed upstream keeps the caller's key: the fake quotes it.
+	_, err := tr.RoundTrip(req)
+	if err == nil {
+		t.Fatal("no error")
+	}
+	for _, s := range []string{err.Error(), tr.Health()[0].LastError} {
+		if strings.Contains(s, key) || strings.Contains(s, pass) {
+			t.Errorf("a secret leaked: %s", s)
+		}
+	}
+}
+
+// fuzzCredentialHeaders are the header names that the package documents as
+// a caller's credentials, and X-Custom-Token, which upstream 1 sets.
+var fuzzCredentialHeaders = []string{
+	"Authorization", "Proxy-Authorization", "Api-Key", "X-Api-Key", "X-Goog-Api-Key",
+	"Cookie", "Openai-Organization", "Openai-Project", "X-Custom-Token",
+}
+
+// fuzzCredentialParams are the query parameters that carry credentials.
+var fuzzCredentialParams = []string{"key", "api_key", "api-key", "apikey", "access_token"}
+
+// received is a request as an upstream received it.
+type received struct {
+	Scheme, Host, ReqHost, Path, EscapedPath, RawQuery string
+	User                                               *url.Userinfo
+	Header                                             http.Header
+	Body                                               string
+}
+
+// recordingNet is an in-memory Base where every upstream answers 503, so
+// that every upstream gets one attempt; it records them all.
+type recordingNet struct {
+	mu  sync.Mutex
+	got []received
+}
+
+func (n *recordingNet) RoundTrip(r *http.Request) (*http.Response, error) {
+	var body []byte
+	if r.Body != nil {
+		body, _ = io.ReadAll(r.Body)
+		r.Body.Close()
+	}
+	rec := received{
+		Scheme: r.URL.Scheme, Host: r.URL.Host, ReqHost: r.Host,
+		Path: r.URL.Path, EscapedPath: r.URL.EscapedPath(), RawQuery: r.URL.RawQuery,
+		Header: r.Header.Clone(), Body: string(body),
+	}
+	if r.URL.User != nil {
+		u := *r.URL.User
+		rec.User = &u
+	}
+	n.mu.Lock()
+	n.got = append(n.got, rec)
+	n.mu.Unlock()
+	resp := respond(http.StatusServiceUnavailable, "down")
+	resp.Request = r
+	return resp, nil
+}
+
+const fuzzRequestBody = `{"model":"m","messages":[{"role":"user","content":"hi"}]}`
+
+// Every upstream gets the request rewritten for it, through the real
+// Transport: exactly its configured scheme and host; a path under its base
+// path with the rest of the caller's path byte for byte and no dot segment;
+// every non-credential query pair byte for byte; the caller's headers, but
+// its own Header for the names it sets, and none of the caller's
+// credentials (header values, key= parameters, user info) unless the caller
+// addressed it; never another upstream's key. A request addressed to no
+// upstream goes to Base untouched.
+func FuzzRewrite(f *testing.F) {
+	addRouteSeeds(f, true)
+	f.Fuzz(func(t *testing.T, b0, b1, b2, target string, mode uint16, header string) {
+		all := strings.ToLower(b0 + b1 + b2 + target + header)
+		if strings.Contains(all, strings.ToLower(callerMarker)) || strings.Contains(all, strings.ToLower(upstreamMarker)) {
+			return
+		}
+		n := &recordingNet{}
+		tr, bases, accepted := fuzzTransport(t, n, b0, b1, b2)
+		if tr == nil {
+			return
+		}
+		raw := fuzzRequestURL(accepted, target, mode)
+		req, err := http.NewRequest("POST", raw, strings.NewReader(fuzzRequestBody))
+		if err != nil {
+			return
+		}
+		// The caller's credentials, in every form.
+		if req.URL.User == nil {
+			req.URL.User = url.UserPassword("caller", callerMarker+"-pass")
+		}
+		creds := "key=" + callerMarker + "-q&API_KEY=" + callerMarker + "-q2&%61ccess_token=" + callerMarker + "-q3"
+		if req.URL.RawQuery == "" {
+			req.URL.RawQuery = creds
+		} else {
+			req.URL.RawQuery += "&" + creds
+		}
+		for _, name := range fuzzCredentialHeaders {
+			req.Header.Set(name, "caller "+callerMarker+" "+name)
+		}
+		req.Header["x-api-key"] = []string{callerMarker + "-lower"} // not canonical
+		req.Header.Set("X-Request-Id", "r-1")
+		req.Header.Set("Content-Type", "application/json")
+		if validToken(header) {
+			if isCredentialHeader(header) {
+				req.Header[header] = append(req.Header[header], callerMarker+"-fuzzed")
+			} else {
+				req.Header[header] = append(req.Header[header], "plain")
+			}
+		}
+		want := wantRoute(req.URL, bases)
+		in := fmt.Sprintf("request %q (header %q) against bases %q, addressed to %d", req.URL, header, accepted, want)
+		callerURL := *req.URL
+		callerHeader := req.Header.Clone()
+
+		resp, err := tr.RoundTrip(req)
+		if err != nil {
+			t.Fatalf("%s: RoundTrip: %v", in, err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusServiceUnavailable {
+			t.Fatalf("%s: status %d, want the last upstream's 503", in, resp.StatusCode)
+		}
+		if callerURL.String() != req.URL.String() || !reflect.DeepEqual(callerHeader, req.Header) {
+			t.Fatalf("%s: RoundTrip modified the caller's request", in)
+		}
+		got := n.got
+
+		if want < 0 {
+			if len(got) != 1 {
+				t.Fatalf("%s: addressed to no upstream, yet Base got %d requests", in, len(got))
+			}
+			g := got[0]
+			if g.Scheme != req.URL.Scheme || g.Host != req.URL.Host || g.Path != req.URL.Path || g.EscapedPath != req.URL.EscapedPath() ||
+				g.RawQuery != req.URL.RawQuery || g.User.String() != req.URL.User.String() || !reflect.DeepEqual(g.Header, req.Header) {
+				t.Fatalf("%s: addressed to no upstream, yet Base did not get the request untouched: %+v", in, g)
+			}
+			return
+		}
+
+		byUpstream := make([]received, len(bases))
+		for _, g := range got {
+			i, err := strconv.Atoi(g.Header.Get("X-Fuzz-Upstream"))
+			if err != nil || i < 0 || i >= len(bases) || byUpstream[i].Header != nil {
+				t.Fatalf("%s: an attempt that is no upstream's, or a second one: %+v", in, g)
+			}
+			byUpstream[i] = g
+		}
+		if len(got) != len(bases) {
+			t.Fatalf("%s: %d attempts for %d upstreams each answering 503", in, len(got), len(bases))
+		}
+		addr := bases[want]
+		rest, rawRest := req.URL.Path[len(addr.path):], req.URL.EscapedPath()[len(addr.rawPath):]
+		var wantPairs []string
+		for _, p := range queryPairs(req.URL.RawQuery) {
+			if p != "" && !credentialPair(p) {
+				wantPairs = append(wantPairs, p)
+			}
+		}
+		for i, g := range byUpstream {
+			b := bases[i]
+			in := fmt.Sprintf("%s: upstream %d (%s)", in, i, b.url)
+			if g.Scheme != b.url.Scheme || g.Host != b.url.Host || g.ReqHost != b.url.Host {
+				t.Fatalf("%s got a request for %s://%s (Host %q), not for its configured %s://%s", in, g.Scheme, g.Host, g.ReqHost, b.url.Scheme, b.url.Host)
+			}
+			if g.Body != fuzzRequestBody {
+				t.Fatalf("%s got body %q", in, g.Body)
+			}
+			if dump := fmt.Sprintf("%+v %v", g, g.User); i != want && strings.Contains(dump, callerMarker) {
+				t.Fatalf("%s, not addressed, got the caller's credentials: %+v, user %v", in, g, g.User)
+			}
+			for j := range bases {
+				if j != i && strings.Contains(fmt.Sprintf("%+v %v", g, g.User), upstreamSecret(j)) {
+					t.Fatalf("%s got upstream %d's key: %+v", in, j, g)
+				}
+			}
+			own := fuzzUpstreamHeader(i)
+			for k, vs := range own {
+				if hv := fuzzHeaderValues(g.Header, k); !slices.Equal(hv, vs) {
+					t.Fatalf("%s: %s = %q, want only its own %q", in, k, hv, vs)
+				}
+			}
+			for k, vs := range req.Header {
+				switch {
+				case len(fuzzHeaderValues(own, k)) > 0:
+					// Its own value replaces the caller's: checked above.
+				case i != want && isCredentialHeader(k):
+					if _, ok := g.Header[k]; ok {
+						t.Fatalf("%s, not addressed, got the caller's %s", in, k)
+					}
+				case !slices.Equal(g.Header[k], vs):
+					t.Fatalf("%s: header %s = %q, want the caller's %q", in, k, g.Header[k], vs)
+				}
+			}
+			for k := range g.Header {
+				if _, ok := req.Header[k]; !ok && len(fuzzHeaderValues(own, k)) == 0 {
+					t.Fatalf("%s got header %s, which neither the caller nor its config set", in, k)
+				}
+			}
+
+			if i == want {
+				if g.Path != req.URL.Path || g.EscapedPath != req.URL.EscapedPath() || g.RawQuery != req.URL.RawQuery || g.User.String() != req.URL.User.String() {
+					t.Fatalf("%s, addressed, got path %q (%q), query %q, user %v; want the caller's %q (%q), %q, %v",
+						in, g.Path, g.EscapedPath, g.RawQuery, g.User, req.URL.Path, req.URL.EscapedPath(), req.URL.RawQuery, req.URL.User)
+				}
+				continue
+			}
+			if g.User != nil {
+				t.Fatalf("%s, not addressed, got user info %v", in, g.User)
+			}
+			if !pathUnder(g.Path, b.path) || !pathUnder(g.EscapedPath, b.rawPath) {
+				t.Fatalf("%s got path %q (%q), not under its base path %q (%q)", in, g.Path, g.EscapedPath, b.path, b.rawPath)
+			}
+			if dotSegments(g.Path) {
+				t.Fatalf("%s got path %q (%q), with dot segments once decoded", in, g.Path, g.EscapedPath)
+			}
+			if g.Path[len(b.path):] != rest || g.EscapedPath[len(b.rawPath):] != rawRest {
+				t.Fatalf("%s got path %q (%q): after its base %q (%q) comes %q (%q), not the rest of the caller's path %q (%q)",
+					in, g.Path, g.EscapedPath, b.path, b.rawPath, g.Path[len(b.path):], g.EscapedPath[len(b.rawPath):], rest, rawRest)
+			}
+			var pairs []string
+			for _, p := range queryPairs(g.RawQuery) {
+				if p != "" {
+					pairs = append(pairs, p)
+				}
+			}
+			if !slices.Equal(pairs, wantPairs) {
+				t.Fatalf("%s got query %q; want the caller's non-credential pairs %q", in, g.RawQuery, wantPairs)
+			}
+		}
+	})
+}
+
+// queryPairs splits a raw query at '&' and ';', as some servers do.
+func queryPairs(raw string) []string {
+	return strings.FieldsFunc(raw, func(r rune) bool { return r == '&' || r == ';' })
+}
+
+// credentialPair reports whether a raw query pair's name is a credential
+// parameter.
+func credentialPair(pair string) bool {
+	name, _, _ := strings.Cut(pair, "=")
+	if n, err := url.QueryUnescape(name); err == nil {
+		name = n
+	}
+	for _, c := range fuzzCredentialParams {
+		if strings.EqualFold(name, c) {
+			return true
+		}
+	}
+	return false
+}
+
+// isCredentialHeader reports whether name, in any case, is a credential
+// header: a documented one or a name an upstream's Header sets.
+func isCredentialHeader(name string) bool {
+	for _, c := range fuzzCredentialHeaders {
+		if strings.EqualFold(name, c) {
+			return true
+		}
+	}
+	for i := range 3 {
+		if len(fuzzHeaderValues(fuzzUpstreamHeader(i), name)) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// fuzzHeaderValues returns the values of name in h under any spelling.
+func fuzzHeaderValues(h http.Header, name string) []string {
+	var out []string
+	for k, vs := range h {
+		if strings.EqualFold(k, name) {
+			out = append(out, vs...)
+		}
+	}
+	return out
+}
+
+// validToken reports whether s is a valid header field name (RFC 9110
+// token).
+func validToken(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0) {
+			return false
+		}
+	}
+	return true
+}
