@@ -3,6 +3,7 @@ package failover
 import (
 	"errors"
 	"net/http"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -94,5 +95,30 @@ func TestResponseRequestHidesUpstreamKey(t *testing.T) {
 	resp.Body.Close()
 	if resp.Request.URL.Host != "b.test" || resp.Request.Header.Get("Authorization") != "Bearer caller" {
 		t.Fatalf("resp.Request: %s with Authorization %q; want b.test with the caller's own", resp.Request.URL, resp.Request.Header.Get("Authorization"))
+	}
+}
+
+func TestAttemptTimeout(t *testing.T) {
+	primary := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+		<-r.Context().Done() // accepts, never answers
+	})
+	backup := newUpstreamServer(t, 200, "ok")
+	tr := newTestTransport(t, Config{
+		AttemptTimeout: 50 * time.Millisecond,
+		Upstreams:      []Upstream{{BaseURL: primary.URL}, {BaseURL: backup.URL}},
+	})
+	if resp := mustGet(t, tr, primary.URL+"/v1/models"); readBody(t, resp) != "ok" {
+		t.Fatal("not served by the backup")
+	}
+	h := tr.Health()[0]
+	if h.Requests.Failed != 1 || !strings.Contains(h.LastError, "attempt timed out") {
+		t.Fatalf("primary: %+v", h)
+	}
+
+	// With no backup the caller gets ErrAttemptTimeout.
+	tr = newTestTransport(t, Config{AttemptTimeout: 50 * time.Millisecond, Upstreams: []Upstream{{BaseURL: primary.URL}}})
+	_, err := tr.RoundTrip(httptestRequest("GET", primary.URL+"/v1/models", ""))
+	if !errors.Is(err, ErrAttemptTimeout) {
+		t.Fatalf("err = %v, want ErrAttemptTimeout", err)
 	}
 }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"math/rand/v2"
 	"net/http"
-	"reflect"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -78,7 +77,10 @@ func TestBreakerRidesThroughBackgroundErrors(t *testing.T) {
 		return respond(200, "ok"), nil
 	})
 	n.status("b.test", 200, "ok")
-	tr := newTestTransport(t, twoUpstreams(n, Config{}))
+	// Hang detection off: on a loaded machine 8 workers can wait past its
+	// 100ms floor and move traffic to b, which this test is not about
+	// (only the breaker's judgement of a's stray errors is).
+	tr := newTestTransport(t, twoUpstreams(n, Config{Hang: HangConfig{Off: true}}))
 	const requests = 20000
 	var wg sync.WaitGroup
 	for w := range 8 {
@@ -342,54 +344,6 @@ func TestLateResultIsDropped(t *testing.T) {
 	})
 }
 
-func TestMaxWait(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		n := newFakeNet()
-		var busy atomic.Bool
-		busy.Store(true)
-		n.handle("a.test", func(*http.Request) (*http.Response, error) {
-			if busy.Load() {
-				return respond(429, "busy", "Retry-After", "2"), nil
-			}
-			return respond(200, "a"), nil
-		})
-		n.status("b.test", 429, "busy", "Retry-After", "4")
-		tr := newTestTransport(t, twoUpstreams(n, Config{RateLimit: RateLimitConfig{MaxWait: 3 * time.Second}}))
-		get(t, tr, "http://a.test/") // both cool down now
-		busy.Store(false)
-		start := time.Now()
-		code, err := get(t, tr, "http://a.test/")
-		if err != nil || code != 200 {
-			t.Fatalf("got %d, %v; want a's 200 once its cooldown ended", code, err)
-		}
-		if waited := time.Since(start); waited != 2*time.Second {
-			t.Fatalf("waited %v, want 2s", waited)
-		}
-
-		// Beyond MaxWait: no waiting, an error that says when.
-		busy.Store(true)
-		tr = newTestTransport(t, twoUpstreams(n, Config{RateLimit: RateLimitConfig{MaxWait: time.Second}}))
-		get(t, tr, "http://a.test/")
-		start = time.Now()
-		_, err = get(t, tr, "http://a.test/")
-		var ra RetryAfterError
-		if !errors.Is(err, ErrRateLimited) || !errors.As(err, &ra) || ra.RetryAfter() != 2*time.Second || time.Since(start) != 0 {
-			t.Fatalf("err = %v after %v; want ErrRateLimited at once with RetryAfter 2s", err, time.Since(start))
-		}
-
-		// Never past the request's deadline.
-		tr = newTestTransport(t, twoUpstreams(n, Config{RateLimit: RateLimitConfig{MaxWait: time.Minute}}))
-		get(t, tr, "http://a.test/")
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		defer cancel()
-		start = time.Now()
-		_, err = tr.RoundTrip(httptestRequest("GET", "http://a.test/", "").WithContext(ctx))
-		if !errors.Is(err, ErrRateLimited) || time.Since(start) != 0 {
-			t.Fatalf("err = %v after %v; want ErrRateLimited at once: the cooldown outlasts the deadline", err, time.Since(start))
-		}
-	})
-}
-
 func TestOpenCircuitError(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		n := newFakeNet()
@@ -402,45 +356,6 @@ func TestOpenCircuitError(t *testing.T) {
 		if !errors.Is(err, ErrCircuitOpen) || !errors.As(err, &ferr) || ferr.RetryAfter() != 15*time.Second {
 			t.Fatalf("err = %v, want ErrCircuitOpen with RetryAfter 15s", err)
 		}
-	})
-}
-
-func TestRetryRounds(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		n := newFakeNet()
-		var calls atomic.Int32
-		n.handle("a.test", func(*http.Request) (*http.Response, error) {
-			if calls.Add(1) <= 2 {
-				return respond(503, "down"), nil
-			}
-			return respond(200, "a"), nil
-		})
-		n.status("b.test", 502, "bad gateway")
-		tr := newTestTransport(t, twoUpstreams(n, Config{Retries: 2, RetryWaitMin: time.Second, RetryWaitMax: 10 * time.Second}))
-		start := time.Now()
-		code, err := get(t, tr, "http://a.test/")
-		if err != nil || code != 200 {
-			t.Fatalf("got %d, %v; want 200 in the third round", code, err)
-		}
-		// Rounds wait 1s then 2s (go-retryablehttp's DefaultBackoff).
-		if waited := time.Since(start); waited != 3*time.Second {
-			t.Fatalf("waited %v, want 3s", waited)
-		}
-		if n.count("b.test") != 2 {
-			t.Fatalf("b got %d requests, want one per failed round", n.count("b.test"))
-		}
-
-		// A deadline shorter than the backoff ends the request with the
-		// last answer instead of waiting.
-		calls.Store(0)
-		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
-		defer cancel()
-		start = time.Now()
-		resp, err := tr.RoundTrip(httptestRequest("GET", "http://a.test/", "").WithContext(ctx))
-		if err != nil || resp.StatusCode != 502 || time.Since(start) != 0 {
-			t.Fatalf("got %v, %v after %v; want b's 502 at once", resp, err, time.Since(start))
-		}
-		resp.Body.Close()
 	})
 }
 
@@ -551,47 +466,6 @@ func TestConcurrentUse(t *testing.T) {
 	if attempts != sent {
 		t.Fatalf("health counts %d attempts, upstreams saw %d", attempts, sent)
 	}
-}
-
-func TestOnStateChange(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		n := newFakeNet()
-		var healthy atomic.Bool
-		n.handle("a.test", func(*http.Request) (*http.Response, error) {
-			if healthy.Load() {
-				return respond(200, "a"), nil
-			}
-			return respond(503, "down"), nil
-		})
-		n.status("b.test", 200, "b")
-		var changes []StateChange
-		var tr *Transport
-		tr = newTestTransport(t, twoUpstreams(n, Config{
-			Breaker: BreakerConfig{FailureThreshold: 2, Cooldown: 10 * time.Second},
-			OnStateChange: func(c StateChange) {
-				tr.Health() // called outside every lock: this must not deadlock
-				changes = append(changes, c)
-			},
-		}))
-		start := time.Now()
-		get(t, tr, "http://a.test/")
-		get(t, tr, "http://a.test/")
-		if since := tr.Health()[0].StateSince; !since.Equal(start) {
-			t.Fatalf("StateSince %v, want %v", since, start)
-		}
-		time.Sleep(10 * time.Second)
-		healthy.Store(true)
-		get(t, tr, "http://a.test/")
-		tr.Reset("a") // already closed: no change
-		want := []StateChange{
-			{"a", Closed, Open, start},
-			{"a", Open, HalfOpen, start.Add(10 * time.Second)},
-			{"a", HalfOpen, Closed, start.Add(10 * time.Second)},
-		}
-		if !reflect.DeepEqual(changes, want) {
-			t.Fatalf("changes:\n%v\nwant\n%v", changes, want)
-		}
-	})
 }
 
 // A probe that never returns (no AttemptTimeout, a caller without a

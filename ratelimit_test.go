@@ -2,6 +2,7 @@ package failover
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -544,4 +545,66 @@ func containsAny(b []byte, markers [][]byte) bool {
 		}
 	}
 	return false
+}
+
+func TestRateLimitCooldown(t *testing.T) {
+	primary := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Retry-After", "30")
+		w.WriteHeader(429)
+		io.WriteString(w, `{"error":{"type":"rate_limit_exceeded"}}`)
+	})
+	backup := newUpstreamServer(t, 200, "ok")
+	tr := newTestTransport(t, Config{Upstreams: []Upstream{{Name: "p", BaseURL: primary.URL}, {Name: "b", BaseURL: backup.URL}}})
+	for range 3 {
+		if resp := mustGet(t, tr, primary.URL+"/v1/models"); readBody(t, resp) != "ok" {
+			t.Fatal("not served by the backup")
+		}
+	}
+	if primary.count() != 1 {
+		t.Fatalf("primary got %d requests, want 1: a cooling upstream gets none", primary.count())
+	}
+	h := tr.Health()[0]
+	if h.Cooldown < 25*time.Second || h.Cooldown > 30*time.Second || h.CooldownReason != CooldownRateLimited || h.Available {
+		t.Fatalf("primary cooldown %v reason %q available %v, want about 30s rate_limited", h.Cooldown, h.CooldownReason, h.Available)
+	}
+	if h.State != "closed" || h.Requests.RateLimited != 1 {
+		t.Fatalf("a 429 touched the breaker or was not counted: %+v", h)
+	}
+}
+
+// A 429 with no Retry-After at all still fails over, and cools the
+// upstream for the default cooldown.
+func TestRateLimitWithoutHeaderFailsOver(t *testing.T) {
+	n := newFakeNet()
+	n.status("a.test", 429, `{"error":{"message":"Rate limit exceeded"}}`, "X-Ratelimit-Reset", "1754667660000")
+	n.status("b.test", 200, "ok")
+	tr := newTestTransport(t, Config{Base: n, Upstreams: []Upstream{{BaseURL: "http://a.test"}, {BaseURL: "http://b.test"}}})
+	if resp := mustGet(t, tr, "http://a.test/x"); readBody(t, resp) != "ok" {
+		t.Fatal("no failover on a 429 without Retry-After")
+	}
+	if cd := tr.Health()[0].Cooldown; cd <= 0 || cd > time.Second {
+		t.Fatalf("cooldown %v, want the 1s default", cd)
+	}
+}
+
+// A 429 whose body stalls after the headers does not hold up the failover:
+// inspecting it is cut short.
+func TestStalled429BodyDoesNotBlock(t *testing.T) {
+	primary := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(429)
+		io.WriteString(w, `{"error":`)
+		w.(http.Flusher).Flush()
+		<-r.Context().Done()
+	})
+	backup := newUpstreamServer(t, 200, "ok")
+	tr := newTestTransport(t, Config{Upstreams: []Upstream{{BaseURL: primary.URL}, {BaseURL: backup.URL}}})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	resp, err := tr.RoundTrip(httptestRequest("GET", primary.URL+"/v1", "").WithContext(ctx))
+	if err != nil {
+		t.Fatalf("stalled 429 body blocked the request: %v", err)
+	}
+	if got := readBody(t, resp); got != "ok" {
+		t.Fatalf("body %q, want the backup's", got)
+	}
 }

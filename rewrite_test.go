@@ -1,6 +1,7 @@
 package failover
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -459,4 +460,31 @@ func validToken(s string) bool {
 		}
 	}
 	return true
+}
+
+// A Base whose error message echoes a key (a proxy quoting the header it
+// refused) does not carry that key into errors or Health.
+func TestErrorsAreRedacted(t *testing.T) {
+	const upstreamKey, callerKey = "sk-upstream-0123456789", "sk-caller-9876543210"
+	n := newFakeNet()
+	n.handle("a.test", func(r *http.Request) (*http.Response, error) {
+		return nil, errors.New("proxy refused Authorization: " + r.Header.Get("Authorization") + " / " + callerKey)
+	})
+	tr := newTestTransport(t, Config{Base: n, Upstreams: []Upstream{
+		{Name: "a", BaseURL: "http://a.test", Header: http.Header{"Authorization": {"Bearer " + upstreamKey}}},
+	}})
+	req := httptestRequest("GET", "http://a.test/v1", "")
+	req.Header.Set("X-Api-Key", callerKey)
+	_, err := tr.RoundTrip(req)
+	if err == nil {
+		t.Fatal("no error")
+	}
+	for _, s := range []string{err.Error(), tr.Health()[0].LastError} {
+		if strings.Contains(s, upstreamKey) || strings.Contains(s, callerKey) {
+			t.Errorf("a key leaked: %s", s)
+		}
+		if !strings.Contains(s, "proxy refused") {
+			t.Errorf("the cause was lost: %s", s)
+		}
+	}
 }

@@ -1,0 +1,113 @@
+package failover
+
+import (
+	"math"
+	"sync"
+	"testing"
+	"time"
+)
+
+func TestPeakEWMA(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	ms := time.Millisecond
+	at := func(d time.Duration) time.Time { return t0.Add(d) }
+	e1 := math.Exp(-1)
+
+	// A step observes sample at t0+when, unless it only reads, then
+	// checks the value at t0+when.
+	type step struct {
+		sample, when, want time.Duration
+		read               bool
+	}
+	decayed := func(v time.Duration, w float64) time.Duration { return time.Duration(float64(v) * w) }
+	for _, tc := range []struct {
+		name  string
+		decay time.Duration
+		steps []step
+	}{
+		{"first sample", 0, []step{{sample: 100 * ms, want: 100 * ms}}},
+		{"reads decay toward zero", 0, []step{
+			{sample: 100 * ms, want: 100 * ms},
+			{read: true, when: 10 * time.Second, want: decayed(100*ms, e1)},
+		}},
+		{"long silence reads zero", 0, []step{{sample: time.Second, want: time.Second}, {read: true, when: time.Hour}}},
+		{"peak replaces at once", 0, []step{{sample: 100 * ms, want: 100 * ms}, {sample: 900 * ms, when: ms, want: 900 * ms}}},
+		{"peak after a decay", 0, []step{{sample: 100 * ms, want: 100 * ms}, {sample: 150 * ms, when: 20 * time.Second, want: 150 * ms}}},
+		// v·w + d·(1−w), w = e^(−Δ/decay); read at once, no discount.
+		{"smaller sample pulls by time", 0, []step{{sample: 100 * ms, want: 100 * ms}, {sample: 0, when: 10 * time.Second, want: decayed(100*ms, e1)}}},
+		{"smaller sample right away moves nothing", 0, []step{{sample: 100 * ms, want: 100 * ms}, {sample: 0, want: 100 * ms}}},
+		{"between sample and average", 0, []step{
+			{sample: 400 * ms, want: 400 * ms},
+			{sample: 100 * ms, when: 5 * time.Second, want: decayed(400*ms, math.Exp(-0.5)) + decayed(100*ms, 1-math.Exp(-0.5))},
+		}},
+		{"own decay", time.Second, []step{
+			{sample: 100 * ms, want: 100 * ms},
+			{sample: 10 * ms, when: time.Second, want: decayed(100*ms, e1) + decayed(10*ms, 1-e1)},
+			{read: true, when: 2 * time.Second, want: decayed(decayed(100*ms, e1)+decayed(10*ms, 1-e1), e1)},
+		}},
+		{"sample timed before the last counts as simultaneous", 0, []step{
+			{sample: 100 * ms, when: 10 * time.Second, want: 100 * ms},
+			{sample: 10 * ms, when: 9 * time.Second, want: 100 * ms},        // no time to pull
+			{sample: 300 * ms, when: 9 * time.Second, want: 300 * ms},       // a peak still is one
+			{read: true, when: 20 * time.Second, want: decayed(300*ms, e1)}, // from the stamp at 10 s
+		}},
+		{"negative sample is zero", 0, []step{{sample: 100 * ms, want: 100 * ms}, {sample: -time.Hour, when: 10 * time.Second, want: decayed(100*ms, e1)}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newPeakEWMA(tc.decay)
+			if got := e.value(t0); got != 0 {
+				t.Fatalf("before any sample: got %v, want 0", got)
+			}
+			for i, s := range tc.steps {
+				if !s.read {
+					e.observe(s.sample, at(s.when))
+				}
+				got := e.value(at(s.when))
+				if d := got - s.want; d < -2*time.Microsecond || d > 2*time.Microsecond {
+					t.Errorf("step %d: got %v, want %v", i, got, s.want)
+				}
+			}
+		})
+	}
+}
+
+// TestPeakEWMAWrap checks that the millisecond stamps, modulo 2^32, work
+// across the wrap.
+func TestPeakEWMAWrap(t *testing.T) {
+	before := time.UnixMilli(1<<32*400 - 2000)
+	var e peakEWMA
+	e.observe(time.Second, before)
+	after := before.Add(10 * time.Second)
+	want := time.Duration(math.Exp(-1) * float64(time.Second))
+	if got := e.value(after); got < want-time.Microsecond || got > want+time.Microsecond {
+		t.Errorf("got %v, want %v", got, want)
+	}
+	e.observe(0, after)
+	if got := e.value(after); got < want-time.Microsecond || got > want+time.Microsecond {
+		t.Errorf("after a sample across the wrap: got %v, want %v", got, want)
+	}
+}
+
+// TestPeakEWMAConcurrent observes and reads from many goroutines (run with
+// -race): the average stays within the samples.
+func TestPeakEWMAConcurrent(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	var e peakEWMA
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Go(func() {
+			for i := range 1000 {
+				now := t0.Add(time.Duration(i) * time.Millisecond)
+				e.observe(time.Duration(10+g)*time.Millisecond, now)
+				if v := e.value(now); v > 17*time.Millisecond {
+					t.Errorf("value %v above every sample", v)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if v := e.value(t0.Add(999 * time.Millisecond)); v < 10*time.Millisecond || v > 17*time.Millisecond {
+		t.Errorf("value %v outside the samples' range", v)
+	}
+}
