@@ -24,8 +24,8 @@ const base = 1 << 62
 // The zero Time is never a reading: it means "unset".
 type Time int64
 
-// Of returns the Time of t.
-func Of(t time.Time) Time { return Time(base + int64(t.Sub(epoch))) }
+// Of returns the Time of t, saturating for a t centuries away.
+func Of(t time.Time) Time { return Time(base).Add(t.Sub(epoch)) }
 
 // Add returns m+d, saturating instead of overflowing, and never the zero
 // Time or before it.

@@ -34,6 +34,12 @@ func TestSaturates(t *testing.T) {
 	if got := m.Add(-1 << 63); got != 1 {
 		t.Errorf("Add(min) = %d", got)
 	}
+	if got := Of(time.Now().Add(1<<63 - 1)); got != 1<<63-1 {
+		t.Errorf("Of(centuries ahead) = %d, want the largest Time", got)
+	}
+	if got := Of(time.Now().Add(-1 << 63)); got != 1 {
+		t.Errorf("Of(centuries ago) = %d, want the smallest Time", got)
+	}
 	if got := Time(1<<63 - 1).Sub(Time(-1 << 62)); got != 1<<63-1 {
 		t.Errorf("Sub overflowing = %v, want the largest Duration", got)
 	}
