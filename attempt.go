@@ -42,7 +42,7 @@ type attempt struct {
 func (c *call) prepare(ctx context.Context, a *attempt, cancelable bool) error {
 	u := a.u
 	if c.last != nil && c.last != u && !a.hedge {
-		c.last.m.failovers[u.index].Inc()
+		c.t.countFailover(c.last, u)
 	}
 	c.attempts++
 	actx := ctx

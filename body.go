@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"io"
+	"math"
 	"net/http"
 	"time"
 )
@@ -35,7 +36,7 @@ func (b *replay) init(req *http.Request, max int64) error {
 		b.getBody = req.GetBody
 	case max < 0:
 	default:
-		data, err := io.ReadAll(io.LimitReader(req.Body, max+1))
+		data, err := io.ReadAll(io.LimitReader(req.Body, oneMore(max)))
 		if err != nil {
 			req.Body.Close()
 			b.used = true
@@ -53,6 +54,16 @@ func (b *replay) init(req *http.Request, max int64) error {
 		b.first, _ = b.getBody()
 	}
 	return nil
+}
+
+// oneMore is n+1, the read that tells a body of n bytes from a longer one,
+// saturating at the largest int64 (a MaxBodyBuffer of math.MaxInt64 would
+// wrap to a negative limit, which reads nothing).
+func oneMore(n int64) int64 {
+	if n == math.MaxInt64 {
+		return n
+	}
+	return n + 1
 }
 
 func (b *replay) canSend() bool { return b.replayable || !b.used }
@@ -87,7 +98,7 @@ func (b *replay) model(max int64) (string, []byte) {
 		if err != nil {
 			return "", nil
 		}
-		data, err = io.ReadAll(io.LimitReader(rc, max+1))
+		data, err = io.ReadAll(io.LimitReader(rc, oneMore(max)))
 		rc.Close()
 		if err != nil || int64(len(data)) > max {
 			return "", nil

@@ -16,8 +16,8 @@ import (
 // are vanishingly rare. Set FailureRate for partial outages, where an
 // upstream fails often but not every time.
 type BreakerConfig struct {
-	// FailureThreshold is how many consecutive failures open the circuit.
-	// Zero means 5. Ignored when FailureRate is set.
+	// FailureThreshold is how many consecutive failures open the circuit,
+	// at most 1000. Zero means 5. Ignored when FailureRate is set.
 	FailureThreshold uint
 
 	// FailureRate, when set (0 < rate <= 1), opens the circuit when at
@@ -29,7 +29,8 @@ type BreakerConfig struct {
 	// FailureRate to apply. Zero means 20.
 	MinRequests uint
 
-	// FailurePeriod is the sliding window of FailureRate. Zero means 10s.
+	// FailurePeriod is the sliding window of FailureRate, at least 10ms.
+	// Zero means 10s.
 	FailurePeriod time.Duration
 
 	// Cooldown is how long a circuit stays open before one probe request
@@ -37,7 +38,7 @@ type BreakerConfig struct {
 	Cooldown time.Duration
 
 	// SuccessThreshold is how many consecutive probe successes close the
-	// circuit; probes go one at a time. Zero means 1.
+	// circuit, at most 1000; probes go one at a time. Zero means 1.
 	SuccessThreshold uint
 }
 
@@ -68,14 +69,28 @@ func (c BreakerConfig) withDefaults() BreakerConfig {
 	return c
 }
 
+// Bounds of BreakerConfig: failsafe-go keeps a bit per counted execution
+// (FailureThreshold, SuccessThreshold), and splits FailurePeriod into 10
+// buckets of whole nanoseconds.
+const (
+	maxBreakerCount  = 1000
+	minFailurePeriod = 10 * time.Millisecond
+)
+
 func (c BreakerConfig) validate() error {
 	switch {
+	case c.FailureThreshold > maxBreakerCount:
+		return configError("Breaker.FailureThreshold", "must be at most 1000")
 	case c.FailureRate < 0 || c.FailureRate > 1 || c.FailureRate != c.FailureRate:
 		return configError("Breaker.FailureRate", "must be within [0, 1]")
 	case c.FailurePeriod < 0:
 		return configError("Breaker.FailurePeriod", "must not be negative")
+	case c.FailurePeriod > 0 && c.FailurePeriod < minFailurePeriod:
+		return configError("Breaker.FailurePeriod", "must be at least 10ms (a time.Duration counts nanoseconds: 5 is 5ns)")
 	case c.Cooldown < 0:
 		return configError("Breaker.Cooldown", "must not be negative")
+	case c.SuccessThreshold > maxBreakerCount:
+		return configError("Breaker.SuccessThreshold", "must be at most 1000")
 	}
 	return nil
 }

@@ -79,7 +79,7 @@ func (c *call) run() (*http.Response, error) {
 		case c.attempts == 0:
 			// Every upstream was skipped: wait within MaxWait for the
 			// first to come back.
-			if !known || next <= 0 || waited+next > c.t.rate.MaxWait {
+			if !known || next <= 0 || next > c.t.rate.MaxWait-waited {
 				return c.finish()
 			}
 			wait = next
@@ -87,9 +87,7 @@ func (c *call) run() (*http.Response, error) {
 				c.errs = c.errs[:errsBefore] // the next round says it again
 			}
 		case round < c.t.retries && c.fatal < c.attempts:
-			// DefaultBackoff returns a 429's or 503's Retry-After
-			// uncapped.
-			wait = min(retryablehttp.DefaultBackoff(c.t.waitMin, c.t.waitMax, round, c.held), c.t.rate.MaxCooldown)
+			wait = c.backoff(round, now)
 			if known && next > wait {
 				if next > c.t.rate.MaxCooldown {
 					return c.finish() // nothing comes back in time
@@ -110,6 +108,19 @@ func (c *call) run() (*http.Response, error) {
 		}
 		waited += wait
 	}
+}
+
+// backoff is the wait before round+1: a held 429's or 503's Retry-After
+// (RetryAfter reads it, saturating; go-retryablehttp's DefaultBackoff
+// would multiply a huge value past int64), else DefaultBackoff's
+// exponential wait; never more than MaxCooldown, never negative.
+func (c *call) backoff(round int, now time.Time) time.Duration {
+	if r := c.held; r != nil && (r.StatusCode == http.StatusTooManyRequests || r.StatusCode == http.StatusServiceUnavailable) {
+		if d, ok := RetryAfter(r.Header, now); ok {
+			return min(d, c.t.rate.MaxCooldown)
+		}
+	}
+	return min(max(retryablehttp.DefaultBackoff(c.t.waitMin, c.t.waitMax, round, nil), 0), c.t.rate.MaxCooldown)
 }
 
 // round tries each upstream in order once. It reports done with the

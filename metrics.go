@@ -2,6 +2,7 @@ package failover
 
 import (
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/VictoriaMetrics/metrics"
@@ -19,7 +20,7 @@ type upstreamMetrics struct {
 	trips     *metrics.Counter
 	skipped   map[Reason]*metrics.Counter // by skipReasons
 	cooldowns map[CooldownReason]*metrics.Counter
-	failovers []*metrics.Counter // by the index of the upstream failed over to
+	failovers sync.Map // *upstream failed over to → *metrics.Counter, made on first use
 	probes    [len(outcomeNames)]*metrics.Counter
 }
 
@@ -32,7 +33,7 @@ type upstreamMetrics struct {
 //	failover_breaker_trips_total{upstream}          closed-to-open transitions
 //	failover_cooldown_seconds{upstream}             cooldown left
 //	failover_cooldowns_total{upstream,reason}       cooldowns started
-//	failover_failovers_total{from,to}               attempts that moved on
+//	failover_failovers_total{from,to}               attempts that moved on (a pair appears at its first)
 //	failover_probes_total{upstream,outcome}         active probes (ProbeConfig)
 //	failover_headroom_requests{upstream}            remaining requests the provider last reported (-1: unknown)
 //	failover_headroom_tokens{upstream}              remaining tokens the provider last reported (-1: unknown)
@@ -75,12 +76,6 @@ func (t *Transport) initMetrics() {
 		for _, r := range []CooldownReason{CooldownRateLimited, CooldownQuotaExhausted} {
 			u.m.cooldowns[r] = s.GetOrCreateCounter(`failover_cooldowns_total{` + l + `,reason="` + string(r) + `"}`)
 		}
-		u.m.failovers = make([]*metrics.Counter, len(t.upstreams))
-		for _, v := range t.upstreams {
-			if v != u {
-				u.m.failovers[v.index] = s.GetOrCreateCounter(`failover_failovers_total{from="` + labelValue(u.name) + `",to="` + labelValue(v.name) + `"}`)
-			}
-		}
 		s.GetOrCreateGauge(`failover_breaker_state{`+l+`}`, func() float64 { return float64(u.circuit.Status(time.Now())) })
 		cd := &u.cd
 		s.GetOrCreateGauge(`failover_cooldown_seconds{`+l+`}`, func() float64 { return cd.remaining(time.Now()).Seconds() })
@@ -91,6 +86,19 @@ func (t *Transport) initMetrics() {
 		s.GetOrCreateGauge(`failover_suspect{`+l+`}`, func() float64 { return boolMetric(t.suspect(u, time.Now())) })
 
 	}
+}
+
+// countFailover counts an attempt that moved on from one upstream to
+// another. The pair's series is made on first use: n upstreams would
+// otherwise register n·(n-1) series up front.
+func (t *Transport) countFailover(from, to *upstream) {
+	if c, ok := from.m.failovers.Load(to); ok {
+		c.(*metrics.Counter).Inc()
+		return
+	}
+	c := t.metrics.GetOrCreateCounter(`failover_failovers_total{from="` + labelValue(from.name) + `",to="` + labelValue(to.name) + `"}`)
+	from.m.failovers.Store(to, c)
+	c.Inc()
 }
 
 // labelValue escapes s for a Prometheus label value.

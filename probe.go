@@ -25,8 +25,8 @@ import (
 // Health's request counts.
 type ProbeConfig struct {
 	// Interval between two probes of one upstream, each jittered by up
-	// to ±10 % so that a fleet does not probe in lockstep. Zero means no
-	// probes (and no background goroutine).
+	// to ±10 % so that a fleet does not probe in lockstep; at least
+	// 100ms. Zero means no probes (and no background goroutine).
 	Interval time.Duration
 
 	// Timeout bounds one probe. Zero means Interval, at most 10s.
@@ -43,11 +43,17 @@ func (c ProbeConfig) validate() error {
 	switch {
 	case c.Interval < 0:
 		return configError("Probe.Interval", "must not be negative")
+	case c.Interval > 0 && c.Interval < minProbeInterval:
+		return configError("Probe.Interval", "must be at least 100ms")
 	case c.Timeout < 0:
 		return configError("Probe.Timeout", "must not be negative")
 	}
 	return nil
 }
+
+// minProbeInterval is the shortest Probe.Interval: a shorter one would
+// spin.
+const minProbeInterval = 100 * time.Millisecond
 
 // prober runs the probe loops of a Transport.
 type prober struct {

@@ -90,8 +90,8 @@ type StreamGuard struct {
 	HoldEvents int
 
 	// HoldBytes bounds the bytes held back before the first content
-	// event; when reached, the stream is returned as it is. Zero means
-	// 256 KiB. Negative disables holding, as a negative HoldEvents does.
+	// event, at most 64 MiB; when reached, the stream is returned as it
+	// is. Zero means 256 KiB. Negative disables holding, as a negative HoldEvents does.
 	HoldBytes int
 }
 

@@ -127,8 +127,8 @@ type Config struct {
 	RateLimit RateLimitConfig
 
 	// Retries is how many more rounds over the upstreams a request gets
-	// after every upstream failed in a round. Zero means none: SDKs retry
-	// on their own. Rounds wait as go-retryablehttp's DefaultBackoff says,
+	// after every upstream failed in a round, at most 100. Zero means
+	// none: SDKs retry on their own. Rounds wait as go-retryablehttp's DefaultBackoff says,
 	// from RetryWaitMin doubling up to RetryWaitMax, longer when every
 	// upstream is still open or cooling down, and never past the
 	// request's deadline.
@@ -172,7 +172,7 @@ type Config struct {
 
 	// SharedSync is how often the Transport reads the shared state in
 	// full, besides following its messages, and the bound on each call
-	// to it. Zero means 1s.
+	// to it; at least 10ms. Zero means 1s.
 	SharedSync time.Duration
 
 	// Hedge, when set, sends a request that has not been answered within
@@ -211,11 +211,13 @@ type StateChange struct {
 	At       time.Time
 }
 
-// Defaults of Config.
+// Defaults and bounds of Config.
 const (
 	defaultMaxBodyBuffer = 8 << 20
 	defaultRetryWaitMin  = 500 * time.Millisecond
 	defaultRetryWaitMax  = 5 * time.Second
+	maxRetries           = 100
+	minSharedSync        = 10 * time.Millisecond
 )
 
 // Transport is an http.RoundTripper that sends each request to the first
@@ -299,8 +301,10 @@ func New(cfg Config) (*Transport, error) {
 	if err := cfg.Probe.validate(); err != nil {
 		return nil, err
 	}
-	if g := cfg.StreamGuard; g != nil && g.FirstByteTimeout < 0 {
-		return nil, configError("StreamGuard.FirstByteTimeout", "must not be negative")
+	if g := cfg.StreamGuard; g != nil {
+		if err := g.validate(); err != nil {
+			return nil, err
+		}
 	}
 	if h := cfg.Hedge; h != nil {
 		if err := h.validate(); err != nil {
@@ -310,6 +314,8 @@ func New(cfg Config) (*Transport, error) {
 	switch {
 	case cfg.Retries < 0:
 		return nil, configError("Retries", "must not be negative")
+	case cfg.Retries > maxRetries:
+		return nil, configError("Retries", "must be at most 100")
 	case cfg.RetryWaitMin < 0:
 		return nil, configError("RetryWaitMin", "must not be negative")
 	case cfg.RetryWaitMax < 0:
@@ -318,6 +324,8 @@ func New(cfg Config) (*Transport, error) {
 		return nil, configError("AttemptTimeout", "must not be negative")
 	case cfg.SharedSync < 0:
 		return nil, configError("SharedSync", "must not be negative")
+	case cfg.SharedSync > 0 && cfg.SharedSync < minSharedSync:
+		return nil, configError("SharedSync", "must be at least 10ms")
 	}
 	t := &Transport{
 		base:     cfg.Base,
@@ -483,4 +491,18 @@ func closeBody(req *http.Request) {
 	if req.Body != nil {
 		req.Body.Close()
 	}
+}
+
+// maxHoldBytes bounds StreamGuard.HoldBytes: the guard holds that much of a
+// stream in memory before the first content event.
+const maxHoldBytes = 64 << 20
+
+func (g *StreamGuard) validate() error {
+	switch {
+	case g.FirstByteTimeout < 0:
+		return configError("StreamGuard.FirstByteTimeout", "must not be negative")
+	case g.HoldBytes > maxHoldBytes:
+		return configError("StreamGuard.HoldBytes", "must be at most 64 MiB")
+	}
+	return nil
 }

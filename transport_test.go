@@ -8,6 +8,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -21,6 +22,7 @@ import (
 	"sync/atomic"
 	"syscall"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"go.uber.org/goleak"
@@ -419,6 +421,20 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		{"hedge delays", Config{Upstreams: []Upstream{ok}, Hedge: &HedgeConfig{MinDelay: time.Minute}}, "Hedge.MinDelay"},
 		{"negative shared sync", Config{Upstreams: []Upstream{ok}, SharedSync: -1}, "SharedSync"},
 		{"negative hedges", Config{Upstreams: []Upstream{ok}, Hedge: &HedgeConfig{MaxHedges: -1}}, "Hedge.MaxHedges"},
+		// Values that New accepted and that then crashed, spun or
+		// exhausted memory (issue 12): a period of 5ns divided by zero in
+		// failsafe-go on every request; failsafe-go keeps a bit per counted
+		// execution; a 1ns probe interval or SharedSync spins.
+		{"period in nanoseconds", Config{Upstreams: []Upstream{ok}, Breaker: BreakerConfig{FailureRate: 0.5, FailurePeriod: 5}}, "Breaker.FailurePeriod"},
+		{"huge failure threshold", Config{Upstreams: []Upstream{ok}, Breaker: BreakerConfig{FailureThreshold: 1 << 40}}, "Breaker.FailureThreshold"},
+		{"huge success threshold", Config{Upstreams: []Upstream{ok}, Breaker: BreakerConfig{SuccessThreshold: 1 << 40}}, "Breaker.SuccessThreshold"},
+		{"probe interval in nanoseconds", Config{Upstreams: []Upstream{ok}, Probe: ProbeConfig{Interval: 1}}, "Probe.Interval"},
+		{"shared sync in nanoseconds", Config{Upstreams: []Upstream{ok}, SharedSync: 1}, "SharedSync"},
+		{"huge retries", Config{Upstreams: []Upstream{ok}, Retries: 1 << 40}, "Retries"},
+		{"huge hold", Config{Upstreams: []Upstream{ok}, StreamGuard: &StreamGuard{HoldBytes: 1 << 40}}, "StreamGuard.HoldBytes"},
+		{"NaN cost", Config{Upstreams: []Upstream{{BaseURL: "https://a", Cost: Cost{Input: math.NaN()}}}}, "Upstreams[0].Cost"},
+		{"infinite cost", Config{Upstreams: []Upstream{{BaseURL: "https://a", Cost: Cost{Output: math.Inf(1)}}}}, "Upstreams[0].Cost"},
+		{"NaN hang multiple", Config{Upstreams: []Upstream{ok}, Hang: HangConfig{Multiple: math.NaN()}}, "Hang.Multiple"},
 	}
 	for _, tt := range tests {
 		_, err := New(tt.cfg)
@@ -783,4 +799,216 @@ func TestSoak(t *testing.T) {
 	if after.HeapInuse > before.HeapInuse+8<<20 {
 		t.Errorf("heap in use grew from %d to %d bytes", before.HeapInuse, after.HeapInuse)
 	}
+}
+
+// A MaxBodyBuffer of the largest int64 buffers bodies like any other:
+// MaxBodyBuffer+1 wrapped to a negative limit, which read nothing, and the
+// request went out with an empty body.
+func TestHugeMaxBodyBuffer(t *testing.T) {
+	n := newFakeNet()
+	n.status("a.test", 503, "down")
+	n.status("b.test", 200, "b")
+	tr := newTestTransport(t, twoUpstreams(n, Config{MaxBodyBuffer: math.MaxInt64}))
+	req := httptestRequest("POST", "http://a.test/v1", "")
+	req.Body = io.NopCloser(strings.NewReader(`{"model":"m"}`)) // no GetBody: the Transport buffers it
+	resp, err := tr.RoundTrip(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	for _, host := range []string{"a.test", "b.test"} {
+		if got := n.requests(host)[0].Body; got != `{"model":"m"}` {
+			t.Errorf("%s got body %q", host, got)
+		}
+	}
+}
+
+// A Retry-After too large for a Duration, on a 503 held between rounds,
+// waits MaxCooldown: go-retryablehttp's DefaultBackoff multiplied it past
+// int64 into a negative wait, and the rounds ran back to back.
+func TestHugeRetryAfterBetweenRounds(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := newFakeNet()
+		for _, h := range []string{"a.test", "b.test"} {
+			n.status(h, 503, "down", "Retry-After", "9223372036854775807")
+		}
+		tr := newTestTransport(t, twoUpstreams(n, Config{Retries: 2, Breaker: BreakerConfig{FailureThreshold: 100}, RateLimit: RateLimitConfig{MaxCooldown: time.Minute}}))
+		start := time.Now()
+		code, err := get(t, tr, "http://a.test/")
+		if code != 503 || err != nil {
+			t.Fatalf("%d %v, want the held 503", code, err)
+		}
+		if got := time.Since(start); got != 2*time.Minute {
+			t.Fatalf("2 more rounds after %v, want 2 waits of MaxCooldown", got)
+		}
+	})
+}
+
+// fuzzReader hands out the fuzzer's bytes as choices.
+type fuzzReader struct {
+	data []byte
+	i    int
+}
+
+func (r *fuzzReader) byte() byte {
+	if len(r.data) == 0 {
+		return 0
+	}
+	b := r.data[r.i%len(r.data)]
+	r.i++
+	return b
+}
+
+func (r *fuzzReader) bool() bool { return r.byte()&1 == 1 }
+
+// The values of each kind that break code written for the usual ones.
+var (
+	fuzzDurations = []time.Duration{0, 1, -1, 5, time.Millisecond, 10 * time.Millisecond, 100 * time.Millisecond, time.Second, time.Minute, time.Hour, 1<<63 - 1, -1 << 63}
+	fuzzFloats    = []float64{0, 0.5, 1, -1, 2, 100, 1e-300, 1e300, math.NaN(), math.Inf(1), math.Inf(-1)}
+	fuzzInts      = []int{0, 1, -1, 3, 20, 1000, 1001, math.MaxInt, math.MinInt}
+	fuzzUints     = []uint{0, 1, 2, 5, 1000, 1001, math.MaxUint}
+	fuzzInt64s    = []int64{0, -1, 1, 100, 64 << 10, math.MaxInt64, math.MinInt64}
+)
+
+func (r *fuzzReader) duration() time.Duration { return fuzzDurations[int(r.byte())%len(fuzzDurations)] }
+func (r *fuzzReader) float() float64          { return fuzzFloats[int(r.byte())%len(fuzzFloats)] }
+func (r *fuzzReader) int() int                { return fuzzInts[int(r.byte())%len(fuzzInts)] }
+func (r *fuzzReader) uint() uint              { return fuzzUints[int(r.byte())%len(fuzzUints)] }
+func (r *fuzzReader) int64() int64            { return fuzzInt64s[int(r.byte())%len(fuzzInt64s)] }
+
+// fuzzConfig builds a whole Config from r: every numeric field of every
+// config from the kinds' extreme values.
+func fuzzConfig(r *fuzzReader, base http.RoundTripper) Config {
+	cfg := Config{
+		Base: base,
+		Upstreams: []Upstream{
+			{Name: "a", BaseURL: "http://a.test/v1", Weight: r.float(), Cost: Cost{Input: r.float(), Output: r.float()}},
+			{Name: "b", BaseURL: "http://b.test/v1", Weight: r.float(), Models: map[string]string{"*": "*"}},
+		},
+		Breaker: BreakerConfig{
+			FailureThreshold: r.uint(), FailureRate: r.float(), MinRequests: r.uint(),
+			FailurePeriod: r.duration(), Cooldown: r.duration(), SuccessThreshold: r.uint(),
+		},
+		RateLimit:      RateLimitConfig{DefaultCooldown: r.duration(), MaxCooldown: r.duration(), MaxWait: r.duration()},
+		Retries:        r.int(),
+		RetryWaitMin:   r.duration(),
+		RetryWaitMax:   r.duration(),
+		Hang:           HangConfig{Off: r.bool(), MinInFlight: r.int(), Multiple: r.float(), Floor: r.duration(), Window: r.duration(), MinSamples: r.int()},
+		Degraded:       DegradedConfig{Latency: r.duration(), SuccessRate: r.float(), Window: r.duration(), MinSamples: r.int()},
+		AttemptTimeout: r.duration(),
+		MaxBodyBuffer:  r.int64(),
+	}
+	if r.bool() {
+		cfg.Probe = ProbeConfig{Interval: r.duration(), Timeout: r.duration()}
+	}
+	if r.bool() {
+		cfg.StreamGuard = &StreamGuard{FirstByteTimeout: r.duration(), HoldEvents: r.int(), HoldBytes: r.int()}
+	}
+	if r.bool() {
+		cfg.Hedge = &HedgeConfig{Delay: r.duration(), MinDelay: r.duration(), MaxDelay: r.duration(), MaxHedges: r.int(), Percent: r.float(), Window: r.duration(), MinSamples: r.int()}
+	}
+	switch r.byte() % 5 {
+	case 1:
+		cfg.Router = Priority{}
+	case 2:
+		cfg.Router = &Weighted{}
+	case 3:
+		cfg.Router = LeastLatency{}
+	case 4:
+		cfg.Router = Score{}
+	}
+	return cfg
+}
+
+// fuzzRetryAfters are Retry-After values an upstream may send.
+var fuzzRetryAfters = []string{"", "0", "-1", "1", "1.5", "99999999999999999999", "9223372036854775807", "Fri, 31 Dec 9999 23:59:59 GMT", "Mon, 01 Jan 1900 00:00:00 GMT", "abc"}
+
+// scriptedBase answers as the script in r says: successes, 5xx, 529, 429s with
+// odd Retry-After and retry-after-ms values, refused connections, hangs
+// until the attempt ends, and event streams.
+func scriptedBase(r *fuzzReader) roundTripFunc {
+	var mu sync.Mutex
+	return func(req *http.Request) (*http.Response, error) {
+		if req.Body != nil {
+			io.Copy(io.Discard, req.Body)
+			req.Body.Close()
+		}
+		mu.Lock()
+		kind, ra, ms := r.byte()%8, fuzzRetryAfters[int(r.byte())%len(fuzzRetryAfters)], r.float()
+		mu.Unlock()
+		switch kind {
+		case 0, 1:
+			return respond(200, `{"choices":[]}`, "X-Ratelimit-Remaining-Requests", "0", "X-Ratelimit-Reset-Requests", ra), nil
+		case 2:
+			return respond(503, "down", "Retry-After", ra), nil
+		case 3:
+			return respond(529, `{"type":"error","error":{"type":"overloaded_error"}}`), nil
+		case 4:
+			return respond(429, `{"error":{"retryDelay":"`+ra+`s"}}`, "Retry-After", ra, "Retry-After-Ms", strconv.FormatFloat(ms, 'g', -1, 64)), nil
+		case 5:
+			return nil, errors.New("dial tcp: connection refused")
+		case 6:
+			<-req.Context().Done()
+			return nil, req.Context().Err()
+		}
+		return respond(200, "data: {\"choices\":[{\"delta\":{\"content\":\"hi\"}}]}\n\ndata: [DONE]\n\n", "Content-Type", "text/event-stream"), nil
+	}
+}
+
+// No Config makes New panic, and every Config New accepts serves a few
+// hundred requests through a scripted Base without a panic or a hang: each
+// request ends, by its deadline at the latest (in virtual time, so that
+// a minute of timeouts, probes and cooldowns passes at once), and Close
+// ends every goroutine the Transport started (synctest fails on one left).
+func FuzzConfig(f *testing.F) {
+	f.Add([]byte{})
+	f.Add([]byte{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12})
+	f.Add([]byte("the 5ns period: rate 0.5, period 5"))
+	f.Add([]byte{0xff, 0x00, 0x7f, 0x80, 0x01, 0xfe, 0x10, 0x20, 0x33, 0x44, 0x55, 0x66, 0x77})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		synctest.Test(t, func(t *testing.T) {
+			r := &fuzzReader{data: data}
+			cfg := fuzzConfig(r, scriptedBase(&fuzzReader{data: data, i: len(data) / 2}))
+			tr, err := New(cfg)
+			if err != nil {
+				var cerr *ConfigError
+				if !errors.As(err, &cerr) || cerr.Field == "" {
+					t.Fatalf("New refused a config with %v, not a ConfigError naming the field", err)
+				}
+				return
+			}
+			defer tr.Close()
+			const deadline = time.Minute
+			var wg sync.WaitGroup
+			for w := range 4 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for i := range 50 {
+						ctx, cancel := context.WithTimeout(context.Background(), deadline)
+						req := httptestRequest("POST", "http://a.test/v1/chat/completions", `{"model":"m","stream":true}`)
+						if (w+i)%2 == 0 {
+							req.GetBody = nil // the Transport buffers it, or not
+						}
+						start := time.Now()
+						resp, err := tr.RoundTrip(req.WithContext(ctx))
+						if resp != nil {
+							io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20))
+							resp.Body.Close()
+						}
+						if resp == nil && err == nil {
+							t.Errorf("no response and no error")
+						}
+						if took := time.Since(start); took > deadline {
+							t.Errorf("a request took %v, past its deadline of %v", took, deadline)
+						}
+						cancel()
+					}
+				}()
+			}
+			wg.Wait()
+			tr.Health()
+			tr.WritePrometheus(io.Discard)
+		})
+	})
 }

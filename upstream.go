@@ -3,6 +3,7 @@ package failover
 import (
 	"fmt"
 	"maps"
+	"math"
 	"net/http"
 	"net/url"
 	"strings"
@@ -72,8 +73,8 @@ func newUpstream(i int, uc Upstream) (*upstream, error) {
 	switch {
 	case uc.Weight < 0 || uc.Weight != uc.Weight:
 		return nil, configError(field("Weight"), "must not be negative")
-	case uc.Cost.Input < 0 || uc.Cost.Output < 0:
-		return nil, configError(field("Cost"), "must not be negative")
+	case !finite(uc.Cost.Input) || !finite(uc.Cost.Output) || uc.Cost.Input < 0 || uc.Cost.Output < 0:
+		return nil, configError(field("Cost"), "must be finite and not negative")
 	}
 	for k, vs := range uc.Header {
 		if !validHeaderName(k) {
@@ -113,6 +114,9 @@ func newUpstream(i int, uc Upstream) (*upstream, error) {
 	}
 	return u, nil
 }
+
+// finite reports whether x is neither NaN nor infinite.
+func finite(x float64) bool { return !math.IsNaN(x) && !math.IsInf(x, 0) }
 
 // serves reports whether u serves model ("" serves everywhere).
 func (u *upstream) serves(model string) bool {
