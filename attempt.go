@@ -22,12 +22,14 @@ type attempt struct {
 	start  time.Time
 	hedge  bool // sent as a hedge, beside an attempt still in flight
 	out    *http.Request
+	body   *watchedBody            // out's body, when it has one
 	cancel context.CancelCauseFunc // nil when nothing needs to end the attempt early
 
-	resp *http.Response
-	err  error
-	o    Outcome
-	end  time.Time // when the answer came
+	resp        *http.Response
+	err         error
+	o           Outcome
+	end         time.Time // when the answer came
+	callerFault bool      // err is the caller's own: its body's (see watchedBody)
 
 	// Hedging: whether the call gave up on it, and who owns its result.
 	lost     atomic.Bool
@@ -49,7 +51,7 @@ func (c *call) prepare(ctx context.Context, a *attempt, cancelable bool) error {
 	if cancelable {
 		actx, a.cancel = context.WithCancelCause(ctx)
 	}
-	out := c.clone(actx, u)
+	out, watch := c.clone(actx, u)
 	c.rewrite(out, u)
 	body, err := c.body.next()
 	if err != nil {
@@ -70,6 +72,10 @@ func (c *call) prepare(ctx context.Context, a *attempt, cancelable bool) error {
 		out.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(data)), nil }
 		out.Body, _ = out.GetBody()
 		out.ContentLength = int64(len(data))
+	}
+	if out.Body != nil && out.Body != http.NoBody {
+		watch.watch(out.Body, out.ContentLength)
+		out.Body, a.body = watch, watch
 	}
 	a.out = out
 	return nil
@@ -186,6 +192,11 @@ func (a *attempt) judge(r *request, resp *http.Response, err error, lost bool) (
 		if resp == nil && r.ctx.Err() == nil && (t.suspect(a.u, a.end) || t.silent(a.u, a.start, a.end)) {
 			return Failed, errHedgeLost
 		}
+		return Canceled, err
+	case err != nil && a.body != nil && a.body.faulted(err):
+		// The caller's body failed to read, or disagrees with its
+		// ContentLength: no upstream is to blame.
+		a.callerFault = true
 		return Canceled, err
 	case err == nil || r.ctx.Err() == nil:
 		return t.classify(resp, err), err

@@ -3,9 +3,11 @@ package failover
 import (
 	"bytes"
 	"context"
+	"errors"
 	"io"
 	"math"
 	"net/http"
+	"sync/atomic"
 	"time"
 )
 
@@ -124,6 +126,60 @@ func (e *bodyError) Error() string {
 	return ErrBodyNotReplayable.Error() + ": GetBody: " + e.err.Error()
 }
 func (e *bodyError) Unwrap() []error { return []error{ErrBodyNotReplayable, e.err} }
+
+// watchedBody is an attempt's body, watched for the caller's own faults: a
+// read error of the caller's body, or a length that disagrees with the
+// request's ContentLength (net/http then fails the request with an error
+// of its own, which must blame no upstream). Base may read the body on a
+// goroutine of its own (net/http's writeLoop) while RoundTrip returns, so
+// what it saw is kept in atomics. Reads after Close are not judged: a
+// transport that gave up on the connection closes the body under a read.
+type watchedBody struct {
+	rc     io.ReadCloser
+	want   int64 // ContentLength, or -1 when unknown
+	n      atomic.Int64
+	closed atomic.Bool
+	err    atomic.Pointer[error] // the caller's fault, once seen
+}
+
+// errBodyLength is a body that disagrees with the request's ContentLength.
+var errBodyLength = errors.New("failover: request body length differs from ContentLength")
+
+func (b *watchedBody) watch(rc io.ReadCloser, contentLength int64) {
+	b.rc, b.want = rc, contentLength
+	if contentLength <= 0 {
+		b.want = -1 // net/http reads a body of ContentLength 0 to its end
+	}
+}
+
+func (b *watchedBody) Read(p []byte) (int, error) {
+	n, err := b.rc.Read(p)
+	total := b.n.Add(int64(n))
+	if b.closed.Load() {
+		return n, err
+	}
+	switch {
+	case err != nil && err != io.EOF:
+		b.err.CompareAndSwap(nil, &err)
+	case b.want >= 0 && (total > b.want || err == io.EOF && total != b.want):
+		b.err.CompareAndSwap(nil, &errBodyLength)
+	}
+	return n, err
+}
+
+func (b *watchedBody) Close() error {
+	b.closed.Store(true)
+	return b.rc.Close()
+}
+
+// faulted reports whether err, an attempt's error, is the caller's own: a
+// read error of the caller's body that err carries, or any error of an
+// attempt whose body disagreed with its ContentLength (net/http fails such
+// a request with an error of its own type).
+func (b *watchedBody) faulted(err error) bool {
+	e := b.err.Load()
+	return e != nil && (*e == errBodyLength || errors.Is(err, *e))
+}
 
 // cancelOnClose ends an attempt's context when the caller closes the body.
 type cancelOnClose struct {

@@ -155,8 +155,106 @@ func TestGetBodyFails(t *testing.T) {
 	}
 
 	n.handle("a.test", func(*http.Request) (*http.Response, error) { return nil, errors.New("connection reset") })
+	req = httptestRequest("POST", "http://a.test/v1", chatBody) // the first's body was read
+	req.GetBody = func() (io.ReadCloser, error) { return nil, boom }
 	_, err = tr.RoundTrip(req)
 	if !errors.Is(err, ErrBodyNotReplayable) || !errors.Is(err, boom) {
 		t.Fatalf("err = %v, want ErrBodyNotReplayable wrapping GetBody's error", err)
+	}
+}
+
+// failingBody reads n bytes, then fails with err.
+type failingBody struct {
+	n   int
+	err error
+}
+
+func (b *failingBody) Read(p []byte) (int, error) {
+	if b.n == 0 {
+		return 0, b.err
+	}
+	k := min(len(p), b.n)
+	for i := range k {
+		p[i] = 'x'
+	}
+	b.n -= k
+	return k, nil
+}
+
+func (b *failingBody) Close() error { return nil }
+
+// A request whose own body is at fault (its reads fail, or it is shorter
+// or longer than its ContentLength) gets net/http's error as it is, tried
+// at one upstream only, and counts against none: before, each such request
+// counted as a failure at every upstream, and after FailureThreshold of
+// them every circuit was open and well-formed requests failed with
+// ErrCircuitOpen without being sent.
+func TestCallerBodyFaultBlamesNoUpstream(t *testing.T) {
+	broken := errors.New("the caller's file went away")
+	cases := []struct {
+		name string
+		req  func(url string) *http.Request
+		is   error // what the error must match, when not nil
+	}{
+		{"read error", func(url string) *http.Request {
+			req := httptestRequest("POST", url, "")
+			req.ContentLength = 1000
+			req.Body = &failingBody{n: 10, err: broken}
+			req.GetBody = func() (io.ReadCloser, error) { return &failingBody{n: 10, err: broken}, nil }
+			return req
+		}, broken},
+		{"read error, unknown length", func(url string) *http.Request {
+			req := httptestRequest("POST", url, "")
+			req.ContentLength = -1
+			req.Body = &failingBody{n: 3, err: broken}
+			req.GetBody = func() (io.ReadCloser, error) { return &failingBody{n: 3, err: broken}, nil }
+			return req
+		}, broken},
+		{"shorter than ContentLength", func(url string) *http.Request {
+			req := httptestRequest("POST", url, `{"model":"m"}`)
+			req.ContentLength = 100
+			return req
+		}, nil},
+		{"longer than ContentLength", func(url string) *http.Request {
+			req := httptestRequest("POST", url, `{"model":"m","messages":[]}`)
+			req.ContentLength = 5
+			return req
+		}, nil},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			primary := newUpstreamServer(t, 200, "primary")
+			backup := newUpstreamServer(t, 200, "backup")
+			tr := newTestTransport(t, Config{Breaker: BreakerConfig{FailureThreshold: 2}, Upstreams: []Upstream{
+				{Name: "primary", BaseURL: primary.URL},
+				{Name: "backup", BaseURL: backup.URL},
+			}})
+			for i := range 5 {
+				resp, err := tr.RoundTrip(tc.req(primary.URL + "/v1/chat"))
+				if err == nil {
+					resp.Body.Close()
+					t.Fatalf("request %d: %d, want the body's error", i, resp.StatusCode)
+				}
+				var ferr *Error
+				if errors.As(err, &ferr) || errors.Is(err, ErrCircuitOpen) {
+					t.Fatalf("request %d: %v, want net/http's error as it is", i, err)
+				}
+				if tc.is != nil && !errors.Is(err, tc.is) {
+					t.Fatalf("request %d: %v does not match the body's error", i, err)
+				}
+			}
+			if got := backup.count(); got != 0 {
+				t.Errorf("the backup got %d requests: the caller's fault was failed over", got)
+			}
+			for _, h := range tr.Health() {
+				if h.State != "closed" || h.Requests.Failed != 0 || h.BreakerFailures != 0 {
+					t.Errorf("%s: %s with %d failures counted; want closed and none", h.Name, h.State, h.Requests.Failed)
+				}
+			}
+			resp := mustPost(t, tr, primary.URL+"/v1/chat", `{"model":"m"}`)
+			if got := readBody(t, resp); got != "primary" {
+				t.Fatalf("a well-formed request got %q, want the primary's answer", got)
+			}
+		})
 	}
 }

@@ -226,6 +226,10 @@ func (c *call) settle(a *attempt) (*http.Response, error, bool) {
 		c.addErr(u, err)
 		return c.finishRound()
 	case Canceled:
+		if a.callerFault {
+			c.discardHeld()
+			return nil, err, true // the caller's own error, as it is
+		}
 		if cerr := c.ctx.Err(); cerr != nil {
 			if resp != nil {
 				discard(resp)

@@ -31,22 +31,25 @@ const minSecretLen = 8
 
 // clone copies the caller's request for one attempt to up: its own URL and
 // header map, without the headers keepHeader leaves out, the value slices
-// shared (nothing writes them). With the caller's context, request and URL
-// take one allocation.
-func (r *request) clone(ctx context.Context, up *upstream) *http.Request {
+// shared (nothing writes them), and a watchedBody for the attempt's body.
+// With the caller's context, the three take one allocation.
+func (r *request) clone(ctx context.Context, up *upstream) (*http.Request, *watchedBody) {
 	var out *http.Request
+	var body *watchedBody
 	if ctx == r.req.Context() {
-		pair := new(struct {
+		all := new(struct {
 			r http.Request
 			u url.URL
+			b watchedBody
 		})
-		pair.r, pair.u = *r.req, *r.req.URL
-		out = &pair.r
-		out.URL = &pair.u
+		all.r, all.u = *r.req, *r.req.URL
+		out, body = &all.r, &all.b
+		out.URL = &all.u
 	} else {
 		out = r.req.WithContext(ctx)
 		u := *r.req.URL
 		out.URL = &u
+		body = new(watchedBody)
 	}
 	h := make(http.Header, len(r.req.Header)+len(up.header))
 	for k, v := range r.req.Header {
@@ -55,7 +58,7 @@ func (r *request) clone(ctx context.Context, up *upstream) *http.Request {
 		}
 	}
 	out.Header = h
-	return out
+	return out, body
 }
 
 // rewrite points out, a clone of the caller's request, at u: scheme, host,
