@@ -195,6 +195,10 @@ func TestCallerBodyFaultBlamesNoUpstream(t *testing.T) {
 		name string
 		req  func(url string) *http.Request
 		is   error // what the error must match, when not nil
+		// net/http writes ContentLength bytes of a longer body and fails
+		// the request only when it sees the rest before the response:
+		// the upstream may answer the truncated request.
+		mayAnswer bool
 	}{
 		{"read error", func(url string) *http.Request {
 			req := httptestRequest("POST", url, "")
@@ -202,24 +206,24 @@ func TestCallerBodyFaultBlamesNoUpstream(t *testing.T) {
 			req.Body = &failingBody{n: 10, err: broken}
 			req.GetBody = func() (io.ReadCloser, error) { return &failingBody{n: 10, err: broken}, nil }
 			return req
-		}, broken},
+		}, broken, false},
 		{"read error, unknown length", func(url string) *http.Request {
 			req := httptestRequest("POST", url, "")
 			req.ContentLength = -1
 			req.Body = &failingBody{n: 3, err: broken}
 			req.GetBody = func() (io.ReadCloser, error) { return &failingBody{n: 3, err: broken}, nil }
 			return req
-		}, broken},
+		}, broken, false},
 		{"shorter than ContentLength", func(url string) *http.Request {
 			req := httptestRequest("POST", url, `{"model":"m"}`)
 			req.ContentLength = 100
 			return req
-		}, nil},
+		}, nil, false},
 		{"longer than ContentLength", func(url string) *http.Request {
 			req := httptestRequest("POST", url, `{"model":"m","messages":[]}`)
 			req.ContentLength = 5
 			return req
-		}, nil},
+		}, nil, true},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -233,6 +237,9 @@ func TestCallerBodyFaultBlamesNoUpstream(t *testing.T) {
 				resp, err := tr.RoundTrip(tc.req(primary.URL + "/v1/chat"))
 				if err == nil {
 					resp.Body.Close()
+					if tc.mayAnswer && resp.StatusCode == 200 {
+						continue
+					}
 					t.Fatalf("request %d: %d, want the body's error", i, resp.StatusCode)
 				}
 				var ferr *Error

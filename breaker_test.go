@@ -524,3 +524,45 @@ func TestHungProbe(t *testing.T) {
 		<-done2
 	})
 }
+
+// Requests sent before a fault that succeed after its first failures are
+// older evidence and reset nothing: the circuit opens after exactly
+// FailureThreshold failed requests sent since the fault began. (In the
+// drill, in-flight successes reset the consecutive count and the circuit
+// opened after 12 requests reached the failing primary, where nginx's
+// max_fails=5 stops at 5.)
+func TestDetectionIgnoresOlderSuccesses(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := newFakeNet()
+		var faulty atomic.Bool
+		n.handle("a.test", func(*http.Request) (*http.Response, error) {
+			if faulty.Load() {
+				return respond(503, "down"), nil
+			}
+			time.Sleep(20 * time.Millisecond) // slow, but well
+			return respond(200, "a"), nil
+		})
+		n.status("b.test", 200, "b")
+		tr := newTestTransport(t, twoUpstreams(n, Config{}))
+		var wg sync.WaitGroup
+		for range 10 { // in flight when the fault begins, answering from 20ms to 29ms
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				get(t, tr, "http://a.test/")
+			}()
+			time.Sleep(time.Millisecond)
+		}
+		faulty.Store(true)
+		sent := 0
+		for tr.Health()[0].State == "closed" && sent < 50 {
+			get(t, tr, "http://a.test/") // a's 503, then b's answer
+			sent++
+			time.Sleep(3 * time.Millisecond)
+		}
+		wg.Wait()
+		if sent != defaultFailureThreshold {
+			t.Fatalf("the circuit opened after %d failed requests sent since the fault, want %d", sent, defaultFailureThreshold)
+		}
+	})
+}

@@ -267,6 +267,7 @@ type Transport struct {
 
 	onStateChange func(StateChange)
 	probes        *prober // nil without probes
+	ownBase       bool    // base is the http.Transport New made: Close closes its idle connections
 
 	// credHeaders are the header names that carry credentials: the
 	// usual ones and every name any Upstream.Header sets. They reach
@@ -350,6 +351,7 @@ func New(cfg Config) (*Transport, error) {
 	}
 	if t.base == nil {
 		t.base = http.DefaultTransport.(*http.Transport).Clone()
+		t.ownBase = true
 	}
 	if t.classify == nil {
 		t.classify = DefaultClassifier
@@ -466,8 +468,10 @@ func (t *Transport) Reset(name string) error {
 func (t *Transport) WritePrometheus(w io.Writer) { t.metrics.WritePrometheus(w) }
 
 // Close stops the probe loops and the fleet's goroutines and waits for them
-// to end. It is safe to call more than once, and on a Transport without
-// either. Requests still work after Close.
+// to end, and closes the idle connections of the http.Transport that New
+// made when Config.Base was nil (a Base of the caller's is left alone). It
+// is safe to call more than once, and on a Transport without either.
+// Requests still work after Close.
 func (t *Transport) Close() error {
 	if p := t.probes; p != nil {
 		p.cancel()
@@ -475,6 +479,9 @@ func (t *Transport) Close() error {
 	}
 	if f := t.fleet; f != nil {
 		f.stopOnce.Do(f.stop)
+	}
+	if t.ownBase {
+		t.CloseIdleConnections()
 	}
 	return nil
 }

@@ -119,7 +119,8 @@ type Change struct {
 // Permit is the right to send one request, to be settled with Done.
 type Permit struct {
 	gen   uint64
-	probe uint64 // the probe's token; 0 for a request through a closed circuit
+	probe uint64    // the probe's token; 0 for a request through a closed circuit
+	start mono.Time // when it was given: how new its result's evidence is
 }
 
 // Probe reports whether the permit is the half-open probe.
@@ -153,6 +154,12 @@ type Circuit struct {
 	// nothing, and Done takes no lock.
 	clean   atomic.Bool
 	failing atomic.Bool // the last attempt that counted failed
+
+	// lastFailure is when the attempt of the latest failure counted
+	// started (a mono.Time): under the consecutive-failure rule, a success
+	// of an attempt that started before it is older evidence than that
+	// failure, and resets nothing.
+	lastFailure atomic.Int64
 
 	// mu serializes every call into cb, so that state, gen and the
 	// changes follow cb in order.
@@ -274,7 +281,7 @@ func (c *Circuit) probing(now mono.Time) bool {
 func (c *Circuit) Allow(now time.Time) (Permit, Verdict) {
 	gen := c.gen.Load() // before the state, as gobreaker reads them
 	if State(c.state.Load()) == Closed {
-		return Permit{gen: gen}, Verdict{}
+		return Permit{gen: gen, start: mono.Of(now)}, Verdict{}
 	}
 	if v := c.verdict(now, true); v.Refusal != None {
 		return Permit{}, v
@@ -304,7 +311,7 @@ func (c *Circuit) takeProbe(now time.Time) (p Permit, v Verdict) {
 	m := mono.Of(now)
 	switch State(c.state.Load()) {
 	case Closed: // closed since the verdict
-		return Permit{gen: c.gen.Load()}, Verdict{}
+		return Permit{gen: c.gen.Load(), start: m}, Verdict{}
 	case Open:
 		if left := mono.Time(c.openUntil.Load()).Until(m); left > 0 {
 			return Permit{}, Verdict{Refusal: Opened, Wait: left}
@@ -315,7 +322,7 @@ func (c *Circuit) takeProbe(now time.Time) (p Permit, v Verdict) {
 		return Permit{}, Verdict{Refusal: Probing}
 	}
 	c.probeSeq++
-	p = Permit{gen: c.gen.Load(), probe: c.probeSeq}
+	p = Permit{gen: c.gen.Load(), probe: c.probeSeq, start: m}
 	c.probeStart.Store(int64(m))
 	c.probe.Store(p.probe)
 	taken = true
@@ -333,7 +340,9 @@ func (c *Circuit) Release(p Permit) {
 // Done settles a permit with the attempt's result at now. A Neutral
 // result records nothing; a probe that ends with one hands the probe to
 // the next request. A result of a permit from before the last state change
-// is dropped.
+// is dropped, and so, under the consecutive-failure rule, is a success of
+// a permit given before the latest counted failure's: requests sent before
+// a fault that succeed after its first failures reset no count.
 func (c *Circuit) Done(p Permit, r Result, now time.Time) {
 	switch r {
 	case Success:
@@ -352,8 +361,17 @@ func (c *Circuit) Done(p Permit, r Result, now time.Time) {
 		return
 	}
 	if r == Success {
+		if p.probe == 0 && c.Counting() && p.start < mono.Time(c.lastFailure.Load()) {
+			// Sent before a failure already counted: it says nothing
+			// of the upstream since then, and must not reset the count
+			// of failures that are newer evidence.
+			return
+		}
 		c.cb.RecordSuccess()
 	} else {
+		if p.start > mono.Time(c.lastFailure.Load()) {
+			c.lastFailure.Store(int64(p.start))
+		}
 		c.cb.RecordFailure()
 	}
 	c.failing.Store(r == Failure)

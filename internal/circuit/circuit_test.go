@@ -338,3 +338,37 @@ func TestConcurrent(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+// A success of a request sent before the fault, arriving after its first
+// failures, is older evidence than they are: it counts for nothing, and
+// the circuit opens after FailureThreshold failures of requests sent
+// since. A success sent after the latest failure does count.
+func TestOlderSuccessResetsNothing(t *testing.T) {
+	start := time.Now()
+	at := func(ms int) time.Time { return start.Add(time.Duration(ms) * time.Millisecond) }
+	c := newTest(t, Config{FailureThreshold: 3})
+	early, _ := c.Allow(at(0)) // in flight when the fault begins
+	for i := 1; i <= 2; i++ {
+		p, _ := c.Allow(at(10 * i))
+		c.Done(p, Failure, at(10*i+1))
+	}
+	c.Done(early, Success, at(25)) // answers late
+	p, _ := c.Allow(at(30))
+	c.Done(p, Failure, at(31))
+	if s := c.Status(at(31)); s != Open {
+		t.Fatalf("after 3 failures and a success sent before them: %v, want open", s)
+	}
+
+	c.Reset(at(40))
+	for i := range 2 {
+		p, _ := c.Allow(at(50 + i))
+		c.Done(p, Failure, at(50+i))
+	}
+	newer, _ := c.Allow(at(60)) // sent after the failures: newer evidence
+	c.Done(newer, Success, at(61))
+	p, _ = c.Allow(at(70))
+	c.Done(p, Failure, at(71))
+	if s := c.Snapshot(at(71)); s.State != Closed || s.Failures != 2 {
+		t.Fatalf("a newer success did not count: %+v, want closed with 2 failures in the last 3", s)
+	}
+}
