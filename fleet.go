@@ -37,10 +37,13 @@ type fleet struct {
 	cancel   context.CancelFunc
 	wg       sync.WaitGroup
 	stopOnce sync.Once
-	down     atomic.Bool  // the store failed last time; local state rules
-	started  atomic.Bool  // some call to the store succeeded
-	stopped  atomic.Bool  // Close was called: local state rules
-	ticks    atomic.Int32 // periods run: the fleet's rates are known after 2
+	down     atomic.Bool // the store failed storeDownAfter calls in a row; local state rules
+	outage   atomic.Bool // an outage was logged and has not ended (storeUpAfter calls in a row answered)
+
+	failStreak, okStreak atomic.Int32 // calls in a row that failed, that succeeded
+	started              atomic.Bool  // some call to the store succeeded
+	stopped              atomic.Bool  // Close was called: local state rules
+	ticks                atomic.Int32 // periods run: the fleet's rates are known after 2
 
 	errors    *metrics.Counter
 	dropped   *metrics.Counter
@@ -464,7 +467,9 @@ func (f *fleet) call(ctx context.Context, fn func(context.Context) error) bool {
 		return false
 	}
 	f.started.Store(true)
-	if f.down.CompareAndSwap(true, false) {
+	f.failStreak.Store(0)
+	f.down.Store(false)
+	if f.okStreak.Add(1) >= storeUpAfter && f.outage.CompareAndSwap(true, false) {
 		// What this process learned alone stays its own: telling it now
 		// could reopen a circuit the fleet closed meanwhile.
 		f.log(slog.LevelInfo, "shared state reachable again")
@@ -472,10 +477,25 @@ func (f *fleet) call(ctx context.Context, fn func(context.Context) error) bool {
 	return true
 }
 
+// Hysteresis of the store's health: local state rules after storeDownAfter
+// failed calls in a row, and a logged outage ends after storeUpAfter
+// successful calls in a row. A store that flaps, or one call that times out
+// on a loaded machine, neither turns the process to its own state nor logs
+// the outage again.
+const (
+	storeDownAfter = 2
+	storeUpAfter   = 3
+)
+
 // failed counts a failure of the store, and logs the first of an outage.
 func (f *fleet) failed(err error) {
 	f.errors.Inc()
-	if f.down.CompareAndSwap(false, true) {
+	f.okStreak.Store(0)
+	if f.failStreak.Add(1) < storeDownAfter {
+		return
+	}
+	f.down.Store(true)
+	if f.outage.CompareAndSwap(false, true) {
 		f.log(slog.LevelWarn, "shared state unreachable; each process runs on its own state until it is back", slog.String("error", err.Error()))
 	}
 }

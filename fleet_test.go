@@ -319,3 +319,52 @@ func TestSharedStaleFailures(t *testing.T) {
 		}
 	})
 }
+
+// A store that flaps (down, one period up, down again) is one outage: each
+// member logs it once and its end once, and one call that fails alone
+// does not turn a member to its own state. Before, the log-once rule
+// flipped back at a single successful call, and a flapping reconnect
+// logged the outage again (TestFleetRedisKilled: 41 members logged an
+// outage of one Redis, on a loaded machine).
+func TestSharedStoreFlapsLogsOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := newFakeNet()
+		n.status("a.test", 200, "a")
+		n.status("b.test", 200, "b")
+		s := newMemShared()
+		var logs logBuffer
+		fleet := fleetOf(t, 2, n, s, &logs)
+		time.Sleep(time.Second)
+		s.down.Store(true)
+		time.Sleep(time.Second)
+		s.down.Store(false)
+		time.Sleep(150 * time.Millisecond) // about one period up
+		s.down.Store(true)
+		time.Sleep(time.Second)
+		s.down.Store(false)
+		time.Sleep(time.Second)
+		if got := strings.Count(logs.String(), "shared state unreachable"); got != len(fleet) {
+			t.Errorf("%d outage log lines for one flapping outage, want one per member:\n%s", got, logs.String())
+		}
+		if got := strings.Count(logs.String(), "shared state reachable again"); got != len(fleet) {
+			t.Errorf("%d recovery log lines, want one per member:\n%s", got, logs.String())
+		}
+		var m strings.Builder
+		fleet[0].WritePrometheus(&m)
+		if !strings.Contains(m.String(), "failover_shared_up 1") {
+			t.Errorf("the store is back, but shared_up is not 1")
+		}
+
+		// One failed call alone is not an outage.
+		before := logs.String()
+		s.stall.Store(true) // Publish waits for its bound and fails
+		fleet[0].Reset("a")
+		synctest.Wait()
+		time.Sleep(150 * time.Millisecond)
+		s.stall.Store(false)
+		time.Sleep(time.Second)
+		if logs.String() != before {
+			t.Errorf("one failed call logged:\n%s", strings.TrimPrefix(logs.String(), before))
+		}
+	})
+}
