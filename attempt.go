@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/failover-go/failover/internal/circuit"
+	"github.com/failover-go/failover/internal/mono"
 )
 
 // attempt is one send of the request to one upstream and what came back.
@@ -216,11 +217,38 @@ func (t *Transport) account(a *attempt, lost bool) {
 		u.latency.observe(elapsed, now) // a fast 429 or 401 says nothing of speed
 	}
 	res := circuitResult(a.o, a.err)
+	if res == circuit.Failure && errors.Is(a.err, ErrAttemptTimeout) && t.clientSuspect(u, now) {
+		res = circuit.Neutral // the evidence points at this process, not at u
+		u.m.heldBack.Inc()
+	}
 	u.circuit.Done(a.p, res, now)
 	if res == circuit.Failure && t.fleet != nil {
 		t.fleet.failure(u, now)
 	}
 	u.observe(a.o, elapsed, now)
+}
+
+// clientSuspect reports whether an attempt at u that timed out at now says
+// more of this process than of u: every other upstream timed out too
+// within the last two AttemptTimeouts. Providers rarely all hang at once;
+// a starved client (CPU, GC, a paused VM) makes all of them look hung, and
+// opening every circuit then fails every request at once, which is worse
+// than no failover at all. One upstream that hangs alone still opens its
+// circuit, as the others answer in time. With one upstream there is no
+// other to compare with: its timeouts count.
+func (t *Transport) clientSuspect(u *upstream, now time.Time) bool {
+	m := mono.Of(now)
+	u.timedOut.Store(int64(m))
+	if len(t.upstreams) < 2 {
+		return false
+	}
+	since := m.Add(-2 * t.timeout)
+	for _, v := range t.upstreams {
+		if v != u && mono.Time(v.timedOut.Load()) < since {
+			return false
+		}
+	}
+	return true
 }
 
 // circuitResult is what an attempt counts for on the circuit: a request

@@ -122,3 +122,56 @@ func TestAttemptTimeout(t *testing.T) {
 		t.Fatalf("err = %v, want ErrAttemptTimeout", err)
 	}
 }
+
+// When every upstream times out at once, the evidence points at this
+// process (starved of CPU, paused), not at the providers: the timeouts are
+// not counted against the circuits, and requests keep being sent, as they
+// would be without failover. Before, every circuit opened and requests
+// failed at once with ErrCircuitOpen. One upstream that hangs alone still
+// opens its circuit.
+func TestEveryUpstreamTimingOutOpensNoCircuit(t *testing.T) {
+	hang := func(r *http.Request) (*http.Response, error) {
+		<-r.Context().Done()
+		return nil, r.Context().Err()
+	}
+	t.Run("all hang", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			n := newFakeNet()
+			n.handle("a.test", hang)
+			n.handle("b.test", hang)
+			tr := newTestTransport(t, twoUpstreams(n, Config{AttemptTimeout: 100 * time.Millisecond, Breaker: BreakerConfig{FailureThreshold: 3}}))
+			for i := range 20 {
+				if _, err := get(t, tr, "http://a.test/"); !errors.Is(err, ErrAttemptTimeout) {
+					t.Fatalf("request %d: %v, want both attempts timed out", i, err)
+				}
+			}
+			for _, h := range tr.Health() {
+				if h.State != "closed" {
+					t.Errorf("%s is %s after every upstream timed out together", h.Name, h.State)
+				}
+			}
+			if got := n.count("a.test") + n.count("b.test"); got != 40 {
+				t.Errorf("%d attempts, want 40: every request tries both", got)
+			}
+			var m strings.Builder
+			tr.WritePrometheus(&m)
+			if !strings.Contains(m.String(), `failover_timeouts_held_back_total{upstream="a"}`) || strings.Contains(m.String(), `failover_timeouts_held_back_total{upstream="b"} 0`) {
+				t.Errorf("the held-back timeouts are not counted:\n%s", grepLines(m.String(), "held_back"))
+			}
+		})
+	})
+	t.Run("one hangs", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			n := newFakeNet()
+			n.handle("a.test", hang)
+			n.status("b.test", 200, "b")
+			tr := newTestTransport(t, twoUpstreams(n, Config{AttemptTimeout: 100 * time.Millisecond, Breaker: BreakerConfig{FailureThreshold: 3}}))
+			for range 5 {
+				get(t, tr, "http://a.test/")
+			}
+			if got := n.count("a.test"); got != 3 {
+				t.Errorf("a got %d requests, want 3 before its circuit opened", got)
+			}
+		})
+	})
+}

@@ -18,6 +18,7 @@ type upstreamMetrics struct {
 	requests  [len(outcomeNames)]*metrics.Counter
 	duration  *metrics.PrometheusHistogram
 	trips     *metrics.Counter
+	heldBack  *metrics.Counter            // attempt timeouts not counted: every upstream was timing out
 	skipped   map[Reason]*metrics.Counter // by skipReasons
 	cooldowns map[CooldownReason]*metrics.Counter
 	failovers sync.Map // *upstream failed over to → *metrics.Counter, made on first use
@@ -31,6 +32,7 @@ type upstreamMetrics struct {
 //	failover_skipped_total{upstream,reason}         requests that skipped it, by Reason ("rate_limited", "circuit_open", "probe_in_flight", ...)
 //	failover_breaker_state{upstream}                0 closed, 1 open, 2 half-open
 //	failover_breaker_trips_total{upstream}          closed-to-open transitions
+//	failover_timeouts_held_back_total{upstream}     attempt timeouts not counted: every upstream was timing out at once
 //	failover_cooldown_seconds{upstream}             cooldown left
 //	failover_cooldowns_total{upstream,reason}       cooldowns started
 //	failover_failovers_total{from,to}               attempts that moved on (a pair appears at its first)
@@ -68,6 +70,7 @@ func (t *Transport) initMetrics() {
 		}
 		u.m.duration = s.GetOrCreatePrometheusHistogramExt(`failover_request_duration_seconds{`+l+`}`, latencyBuckets)
 		u.m.trips = s.GetOrCreateCounter(`failover_breaker_trips_total{` + l + `}`)
+		u.m.heldBack = s.GetOrCreateCounter(`failover_timeouts_held_back_total{` + l + `}`)
 		u.m.skipped = map[Reason]*metrics.Counter{}
 		for _, r := range skipReasons {
 			u.m.skipped[r] = s.GetOrCreateCounter(`failover_skipped_total{` + l + `,reason="` + string(r) + `"}`)

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/failover-go/failover/internal/circuit"
@@ -27,6 +28,7 @@ type upstream struct {
 	models  modelMap // Upstream.Models
 
 	circuit  *circuit.Circuit
+	timedOut atomic.Int64 // mono.Time of its last attempt that timed out (AttemptTimeout)
 	cd       cooldown
 	window   window
 	live     liveness
