@@ -18,13 +18,14 @@ import (
 // reads the rest after; send, on whichever goroutine runs it, reads only
 // the attempt and its own copy of the request.
 type attempt struct {
-	u      *upstream
-	p      circuit.Permit
-	start  time.Time
-	hedge  bool // sent as a hedge, beside an attempt still in flight
-	out    *http.Request
-	body   *watchedBody            // out's body, when it has one
-	cancel context.CancelCauseFunc // nil when nothing needs to end the attempt early
+	u          *upstream
+	p          circuit.Permit
+	start      time.Time
+	hedge      bool // sent as a hedge, beside an attempt still in flight
+	lastResort bool // sent past its circuit's refusal (Transport.lastResort): it counts as an active probe
+	out        *http.Request
+	body       *watchedBody            // out's body, when it has one
+	cancel     context.CancelCauseFunc // nil when nothing needs to end the attempt early
 
 	resp        *http.Response
 	err         error
@@ -104,6 +105,9 @@ func (r *request) mapped(u *upstream) ([]byte, bool) {
 func (a *attempt) send(r request) {
 	u := a.u
 	defer u.circuit.Release(a.p) // even if Base or Classify panics
+	if a.lastResort {
+		defer r.t.lastResortDone()
+	}
 	answered := false
 	u.live.start(a.start)
 	defer func() { u.live.end(a.end, answered) }() // even if Base panics
@@ -220,6 +224,11 @@ func (t *Transport) account(a *attempt, lost bool) {
 	if res == circuit.Failure && errors.Is(a.err, ErrAttemptTimeout) && t.clientSuspect(u, now) {
 		res = circuit.Neutral // the evidence points at this process, not at u
 		u.m.heldBack.Inc()
+	}
+	if a.lastResort {
+		u.circuit.Probed(res, now) // it went past the circuit: a probe's verdict
+		u.observe(a.o, elapsed, now)
+		return
 	}
 	u.circuit.Done(a.p, res, now)
 	if res == circuit.Failure && t.fleet != nil {

@@ -348,13 +348,17 @@ func TestOpenCircuitError(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		n := newFakeNet()
 		n.handle("a.test", func(*http.Request) (*http.Response, error) { return nil, errors.New("connection reset by peer") })
-		tr := newTestTransport(t, Config{Base: n, Breaker: BreakerConfig{FailureThreshold: 1, Cooldown: 20 * time.Second}, Upstreams: []Upstream{{Name: "a", BaseURL: "http://a.test"}}})
+		tr := newTestTransport(t, Config{Base: n, Breaker: BreakerConfig{FailureThreshold: 1, Cooldown: 20 * time.Second}, Upstreams: []Upstream{{Name: "a", BaseURL: "http://a.test"}},
+			LastResort: LastResortConfig{Off: true}})
 		get(t, tr, "http://a.test/")
 		time.Sleep(5 * time.Second)
 		_, err := get(t, tr, "http://a.test/")
 		var ferr *Error
 		if !errors.Is(err, ErrCircuitOpen) || !errors.As(err, &ferr) || ferr.RetryAfter() != 15*time.Second {
 			t.Fatalf("err = %v, want ErrCircuitOpen with RetryAfter 15s", err)
+		}
+		if got := n.count("a.test"); got != 1 {
+			t.Fatalf("a got %d requests, want 1: nothing goes to an open circuit without a last resort", got)
 		}
 	})
 }

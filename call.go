@@ -78,8 +78,11 @@ func (c *call) run() (*http.Response, error) {
 		switch {
 		case c.attempts == 0:
 			// Every upstream was skipped: wait within MaxWait for the
-			// first to come back.
+			// first to come back, or try the last resort.
 			if !known || next <= 0 || next > c.t.rate.MaxWait-waited {
+				if u := c.t.lastResort(c.model, now); u != nil {
+					return c.lastResort(ctx, u, now)
+				}
 				return c.finish()
 			}
 			wait = next
@@ -141,7 +144,7 @@ func (c *call) round(ctx context.Context) (*http.Response, error, bool) {
 			now = time.Now() // the attempts before took time
 		}
 		var a attempt
-		switch c.launch(ctx, &a, u, false, now) {
+		switch c.launch(ctx, &a, u, plain, now) {
 		case skipped:
 			continue
 		case over:
@@ -155,6 +158,30 @@ func (c *call) round(ctx context.Context) (*http.Response, error, bool) {
 	return nil, nil, false
 }
 
+// lastResort sends the request to u, which admit refused for its circuit,
+// when every upstream the request may use did so (see
+// Transport.lastResort), and ends the request with what comes back.
+func (c *call) lastResort(ctx context.Context, u *upstream, now time.Time) (*http.Response, error) {
+	var a attempt
+	if c.launch(ctx, &a, u, lastResort, now) != ready {
+		return c.finish()
+	}
+	a.send(c.request)
+	if resp, err, done := c.settle(&a); done {
+		return resp, err
+	}
+	return c.finish()
+}
+
+// How launch sends an attempt.
+type launchMode int
+
+const (
+	plain      launchMode = iota // the upstream's turn in the round, as admit allows
+	hedge                        // beside an attempt in flight (see race)
+	lastResort                   // past the circuit's refusal (see Transport.lastResort)
+)
+
 // launched is what launch made of an upstream.
 type launched int
 
@@ -167,43 +194,55 @@ const (
 )
 
 // launch is the one path from the admission decision to a request ready
-// to send, for plain and hedged rounds alike: it asks admit for u's
+// to send, for plain and hedged rounds and the last resort alike: it asks
+// admit for u's
 // permit (recording why u is skipped), then prepares a, handing the permit
 // back unused when a is not sent, even when GetBody panics. A hedge also
 // needs a permit that is not the half-open probe (a probe canceled by a
 // winning attempt would leave its circuit without a verdict) and the
 // budget's consent.
-func (c *call) launch(ctx context.Context, a *attempt, u *upstream, hedge bool, now time.Time) launched {
+func (c *call) launch(ctx context.Context, a *attempt, u *upstream, mode launchMode, now time.Time) launched {
 	var p circuit.Permit
-	if av := c.t.admit(u, c.model, now, &p); av.reason != "" {
+	if mode == lastResort {
+		if !c.t.takeLastResort() {
+			return skipped // the last resort's bound: the circuit's refusal stands
+		}
+	} else if av := c.t.admit(u, c.model, now, &p); av.reason != "" {
 		c.skip(u, av)
 		return skipped
 	}
 	sent := false
 	defer func() {
-		if !sent {
-			u.circuit.Done(p, circuit.Neutral, now) // hands the permit back unused
+		if sent {
+			return
 		}
+		if mode == lastResort {
+			c.t.lastResortDone()
+		}
+		u.circuit.Done(p, circuit.Neutral, now) // hands the permit back unused
 	}()
 	h := c.t.hedge
-	if hedge && (p.Probe() || !h.spend()) {
+	if mode == hedge && (p.Probe() || !h.spend()) {
 		return declined
 	}
 	if !c.body.canSend() {
 		c.addErr(u, ErrBodyNotReplayable)
 		return over
 	}
-	a.u, a.p, a.start, a.hedge = u, p, now, hedge
+	a.u, a.p, a.start, a.hedge, a.lastResort = u, p, now, mode == hedge, mode == lastResort
 	if err := c.prepare(ctx, a, c.racing || c.t.timeout > 0); err != nil {
 		c.addErr(u, err)
-		if hedge {
+		if mode == hedge {
 			h.refund()
 			return dropped // the attempts in flight may still answer
 		}
 		return over
 	}
-	if hedge {
+	switch mode {
+	case hedge:
 		h.sent.Inc()
+	case lastResort:
+		u.m.lastResort.Inc()
 	}
 	sent = true
 	return ready

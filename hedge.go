@@ -248,16 +248,20 @@ func (c *call) race(ctx context.Context, order []*upstream) (*http.Response, err
 	// It reports whether it did, and whether the request is over. A
 	// hedge goes only to an upstream whose circuit is closed, passing
 	// over the others and leaving them to fail over to.
-	next := func(hedge bool) (sent, stop bool) {
+	next := func(isHedge bool) (sent, stop bool) {
 		for i, u := range order {
 			now := time.Now()
-			if tried[i] || (hedge && u.circuit.Status(now) != circuit.Closed) {
+			if tried[i] || (isHedge && u.circuit.Status(now) != circuit.Closed) {
 				continue
 			}
 			tried[i] = true
 			left--
 			a := new(attempt)
-			switch c.launch(ctx, a, u, hedge, now) {
+			mode := plain
+			if isHedge {
+				mode = hedge
+			}
+			switch c.launch(ctx, a, u, mode, now) {
 			case skipped:
 				continue
 			case declined:

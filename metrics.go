@@ -15,14 +15,15 @@ var latencyBuckets = []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10,
 // upstreamMetrics are the metric handles of one upstream, resolved once in
 // New so that the request path only increments.
 type upstreamMetrics struct {
-	requests  [len(outcomeNames)]*metrics.Counter
-	duration  *metrics.PrometheusHistogram
-	trips     *metrics.Counter
-	heldBack  *metrics.Counter            // attempt timeouts not counted: every upstream was timing out
-	skipped   map[Reason]*metrics.Counter // by skipReasons
-	cooldowns map[CooldownReason]*metrics.Counter
-	failovers sync.Map // *upstream failed over to → *metrics.Counter, made on first use
-	probes    [len(outcomeNames)]*metrics.Counter
+	requests   [len(outcomeNames)]*metrics.Counter
+	duration   *metrics.PrometheusHistogram
+	trips      *metrics.Counter
+	heldBack   *metrics.Counter            // attempt timeouts not counted: every upstream was timing out
+	lastResort *metrics.Counter            // requests sent past the circuit (LastResortConfig)
+	skipped    map[Reason]*metrics.Counter // by skipReasons
+	cooldowns  map[CooldownReason]*metrics.Counter
+	failovers  sync.Map // *upstream failed over to → *metrics.Counter, made on first use
+	probes     [len(outcomeNames)]*metrics.Counter
 }
 
 // initMetrics registers the Transport's metrics:
@@ -33,6 +34,7 @@ type upstreamMetrics struct {
 //	failover_breaker_state{upstream}                0 closed, 1 open, 2 half-open
 //	failover_breaker_trips_total{upstream}          closed-to-open transitions
 //	failover_timeouts_held_back_total{upstream}     attempt timeouts not counted: every upstream was timing out at once
+//	failover_last_resort_total{upstream}            requests sent past an open circuit, every other being refused (LastResortConfig)
 //	failover_cooldown_seconds{upstream}             cooldown left
 //	failover_cooldowns_total{upstream,reason}       cooldowns started
 //	failover_failovers_total{from,to}               attempts that moved on (a pair appears at its first)
@@ -71,6 +73,7 @@ func (t *Transport) initMetrics() {
 		u.m.duration = s.GetOrCreatePrometheusHistogramExt(`failover_request_duration_seconds{`+l+`}`, latencyBuckets)
 		u.m.trips = s.GetOrCreateCounter(`failover_breaker_trips_total{` + l + `}`)
 		u.m.heldBack = s.GetOrCreateCounter(`failover_timeouts_held_back_total{` + l + `}`)
+		u.m.lastResort = s.GetOrCreateCounter(`failover_last_resort_total{` + l + `}`)
 		u.m.skipped = map[Reason]*metrics.Counter{}
 		for _, r := range skipReasons {
 			u.m.skipped[r] = s.GetOrCreateCounter(`failover_skipped_total{` + l + `,reason="` + string(r) + `"}`)

@@ -52,6 +52,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"sync/atomic"
 	"time"
 
 	"github.com/VictoriaMetrics/metrics"
@@ -175,6 +176,11 @@ type Config struct {
 	// to it; at least 10ms. Zero means 1s.
 	SharedSync time.Duration
 
+	// LastResort sets what a request does when every upstream it may use
+	// refuses it for its circuit: by default it goes to the upstream most
+	// likely to answer, past its circuit (see [LastResortConfig]).
+	LastResort LastResortConfig
+
 	// Hedge, when set, sends a request that has not been answered within
 	// a delay to the next upstream too, and takes the first answer; see
 	// [HedgeConfig] for the cost. Nil means no hedging.
@@ -269,6 +275,9 @@ type Transport struct {
 	probes        *prober // nil without probes
 	ownBase       bool    // base is the http.Transport New made: Close closes its idle connections
 
+	lastResortCfg      LastResortConfig
+	lastResortInFlight atomic.Int64
+
 	// credHeaders are the header names that carry credentials: the
 	// usual ones and every name any Upstream.Header sets. They reach
 	// only the upstream the caller addressed.
@@ -300,6 +309,9 @@ func New(cfg Config) (*Transport, error) {
 		return nil, err
 	}
 	if err := cfg.Probe.validate(); err != nil {
+		return nil, err
+	}
+	if err := cfg.LastResort.validate(); err != nil {
 		return nil, err
 	}
 	if g := cfg.StreamGuard; g != nil {
@@ -345,7 +357,9 @@ func New(cfg Config) (*Transport, error) {
 		logger:   cfg.Logger,
 
 		onStateChange: cfg.OnStateChange,
+		lastResortCfg: cfg.LastResort,
 	}
+	t.lastResortCfg.MaxInFlight = cmp.Or(t.lastResortCfg.MaxInFlight, defaultLastResortInFlight)
 	if t.waitMin > t.waitMax {
 		return nil, configError("RetryWaitMin", "must not exceed RetryWaitMax")
 	}
