@@ -1,6 +1,7 @@
 package failover
 
 import (
+	"errors"
 	"math"
 	"net/http"
 	"strconv"
@@ -27,7 +28,8 @@ type Headroom struct {
 	// several are exhausted) or, if none is exhausted, when the earliest
 	// announced window resets. It is zero when unknown: not announced, or
 	// announced in the past, which says more of the clocks than of the
-	// provider.
+	// provider. A reset further from now than the largest Duration (about
+	// 292 years) is read as that far.
 	Reset time.Time
 }
 
@@ -54,8 +56,11 @@ func (h Headroom) Exhausted() bool {
 //     seconds from now (read as X-RateLimit-Reset is).
 //
 // Of a header given twice, or as a comma-separated list, the first value
-// counts. Negative and unparsable values are ignored, and so is a reset at
-// or before now. A count too large for an int64 is read as the largest.
+// counts. Numbers are decimal ("Inf", "NaN" and hexadecimal are not).
+// Negative and unparsable values are ignored, and so is a reset at or
+// before now. A count too large for an int64 is read as the largest, and a
+// reset too far for a Duration from now (a duration or a Unix time beyond
+// one) as now plus the largest Duration.
 // ok reports whether any of these headers held a usable value; when it is
 // false, hr is Headroom{-1, -1, time.Time{}}. Gemini says nothing of its
 // headroom in headers (its 429 body carries a retryDelay).
@@ -114,10 +119,13 @@ func (r *headroomReader) headroom() Headroom {
 }
 
 // window records one rate-limit window: its remaining (-1 when unknown) and
-// its reset (zero when unknown). A reset at or before now is dropped.
+// its reset (zero when unknown). A reset at or before now is dropped, and
+// one beyond now plus the largest Duration is brought back to it.
 func (r *headroomReader) window(tokens bool, remaining int64, reset time.Time) {
 	if !reset.After(r.now) {
 		reset = time.Time{}
+	} else if far := r.now.Add(maxDuration); reset.After(far) {
+		reset = far
 	}
 	if remaining < 0 && reset.IsZero() {
 		return
@@ -235,50 +243,52 @@ func parseRemaining(v string) int64 {
 
 // parseResetDuration reads OpenAI's reset: a Go duration ("6ms", "0s",
 // "6m0s", "1m30.5s"), with a leading number of days ("1d2h") allowed, or a
-// bare number of seconds. Negative and unparsable values are not ok.
+// bare decimal number of seconds. Negative and unparsable values are not
+// ok; one too long for a Duration is the largest Duration.
 func parseResetDuration(v string) (time.Duration, bool) {
 	if v == "" {
 		return 0, false
 	}
-	if c := v[len(v)-1]; c >= '0' && c <= '9' || c == '.' { // no unit: seconds
-		secs, err := strconv.ParseFloat(v, 64)
-		if err != nil || !(secs >= 0) || secs >= float64(maxDuration/time.Second) {
+	if c := v[len(v)-1]; isDigit(c) || c == '.' { // no unit: seconds
+		secs, ok := parseDecimal(v)
+		if !ok || secs < 0 {
 			return 0, false
 		}
-		return time.Duration(secs * float64(time.Second)), true
+		return durationOf(secs, time.Second), true
 	}
 	var days time.Duration
 	if i := strings.IndexByte(v, 'd'); i > 0 {
 		n, err := strconv.ParseUint(v[:i], 10, 64)
-		if err != nil || n > uint64(maxDuration/(24*time.Hour)) {
+		if err != nil && !errors.Is(err, strconv.ErrRange) {
 			return 0, false
 		}
-		days, v = time.Duration(n)*24*time.Hour, v[i+1:]
+		days, v = maxDuration, v[i+1:]
+		if n <= uint64(maxDuration/(24*time.Hour)) {
+			days = time.Duration(n) * 24 * time.Hour
+		}
 		if v == "" {
 			return days, true
 		}
 	}
-	d, err := time.ParseDuration(v)
-	if err != nil || d < 0 || d > maxDuration-days {
+	d, ok := parseDuration(v)
+	if !ok {
 		return 0, false
 	}
-	return days + d, true
+	return days + min(d, maxDuration-days), true
 }
 
 // parseResetNumber reads X-RateLimit-Reset: a Unix time in milliseconds (a
-// number above 1e11) or seconds (above 1e9), or else seconds from now. It
-// returns the zero Time for a negative or unparsable value.
+// number above 1e11) or seconds (above 1e9), or else seconds from now, a
+// decimal number. It returns the zero Time for a negative or unparsable
+// value, and the last Unix millisecond for a number beyond them.
 func parseResetNumber(v string, now time.Time) time.Time {
-	if v == "" {
-		return time.Time{}
-	}
-	n, err := strconv.ParseFloat(v, 64)
-	if err != nil || !(n >= 0) || math.IsInf(n, 0) {
+	n, ok := parseDecimal(v)
+	if !ok || n < 0 {
 		return time.Time{}
 	}
 	switch {
-	case n >= 1<<63: // past any int64 of milliseconds
-		return time.Time{}
+	case n >= 1<<63: // past any int64 of milliseconds, +Inf included
+		return time.UnixMilli(math.MaxInt64)
 	case n > 1e11: // Unix milliseconds
 		return time.UnixMilli(int64(n))
 	case n > 1e9: // Unix seconds

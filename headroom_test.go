@@ -142,10 +142,21 @@ x-ratelimit-reset-tokens: 12ms`,
 			unknown, false, 0},
 		{"NaN and Inf", now, "x-ratelimit-reset-requests: NaN\nx-ratelimit-reset-tokens: +Inf",
 			unknown, false, 0},
+		// A reset too far for a Duration is as far as one goes: the
+		// window is announced, not unknown (the old code ignored these,
+		// and a 429 then cooled down for the default 1s).
 		{"duration overflow", now, "x-ratelimit-reset-requests: 9999999h\nx-ratelimit-reset-tokens: 200000d",
-			unknown, false, 0},
+			Headroom{-1, -1, now.Add(maxDuration)}, true, maxDuration},
 		{"days overflow", now, "x-ratelimit-reset-requests: 106751d9999h",
-			unknown, false, 0},
+			Headroom{-1, -1, now.Add(maxDuration)}, true, maxDuration},
+		{"days beyond a uint64", now, "x-ratelimit-remaining-tokens: 0\nx-ratelimit-reset-tokens: 99999999999999999999d1s",
+			Headroom{-1, 0, now.Add(maxDuration)}, true, maxDuration},
+		{"seconds overflow", now, "x-ratelimit-remaining-requests: 0\nx-ratelimit-reset-requests: 1e300",
+			Headroom{0, -1, now.Add(maxDuration)}, true, maxDuration},
+		{"seconds beyond a float64", now, "x-ratelimit-reset-requests: 1e400",
+			Headroom{-1, -1, now.Add(maxDuration)}, true, maxDuration},
+		{"hexadecimal seconds", now, "x-ratelimit-reset-requests: 0x1p4", unknown, false, 0},
+		{"days, then garbage", now, "x-ratelimit-reset-requests: 200000dsoon", unknown, false, 0},
 		{"huge count", now, "x-ratelimit-remaining-tokens: 99999999999999999999",
 			Headroom{-1, math.MaxInt64, time.Time{}}, true, 0},
 		{"first of a list", now, "x-ratelimit-remaining-requests: 0, 5\nx-ratelimit-reset-requests: 3s, 1s",
@@ -204,6 +215,10 @@ anthropic-ratelimit-output-tokens-reset: ` + at(60*time.Second),
 			Headroom{-1, 0, time.Time{}}, true, 0},
 		{"not RFC 3339", now, "anthropic-ratelimit-tokens-reset: " + now.Add(time.Minute).Format(http.TimeFormat),
 			unknown, false, 0},
+		{"year 9999", now, "anthropic-ratelimit-tokens-remaining: 0\nanthropic-ratelimit-tokens-reset: 9999-12-31T23:59:59Z",
+			Headroom{-1, 0, now.Add(maxDuration)}, true, maxDuration},
+		{"year 1", now, "anthropic-ratelimit-tokens-remaining: 0\nanthropic-ratelimit-tokens-reset: 0001-01-01T00:00:00Z",
+			Headroom{-1, 0, time.Time{}}, true, 0},
 	} {
 		checkHeadroom(t, tt)
 	}
@@ -237,8 +252,15 @@ x-ratelimit-reset: 1754667660000`,
 		{"zero seconds from now", now, "X-RateLimit-Remaining: 0\nX-RateLimit-Reset: 0",
 			Headroom{0, -1, time.Time{}}, true, 0},
 		{"negative", now, "X-RateLimit-Remaining: -1\nX-RateLimit-Reset: -12", unknown, false, 0},
-		{"too large for milliseconds", now, "X-RateLimit-Reset: 1e19", unknown, false, 0},
+		// A Unix time beyond a Duration from now is that far: the old
+		// code ignored 1e19, and kept 1e15 (the year 33658), which
+		// Health's JSON cannot encode.
+		{"too large for milliseconds", now, "X-RateLimit-Reset: 1e19", Headroom{-1, -1, now.Add(maxDuration)}, true, maxDuration},
+		{"beyond the year 9999", now, "X-RateLimit-Remaining: 0\nX-RateLimit-Reset: 1e15", Headroom{0, -1, now.Add(maxDuration)}, true, maxDuration},
+		{"beyond a float64", now, "X-RateLimit-Reset: 1e400", Headroom{-1, -1, now.Add(maxDuration)}, true, maxDuration},
 		{"Inf", now, "X-RateLimit-Reset: Inf", unknown, false, 0},
+		{"NaN", now, "X-RateLimit-Reset: NaN", unknown, false, 0},
+		{"hexadecimal", now, "X-RateLimit-Reset: 0x1p4", unknown, false, 0},
 		{"date is not a reset", now, "X-RateLimit-Reset: " + now.Add(time.Minute).Format(http.TimeFormat), unknown, false, 0},
 	} {
 		checkHeadroom(t, tt)
@@ -371,6 +393,8 @@ func FuzzHeadroom(f *testing.F) {
 			t.Fatalf("%s: ParseHeadroom = %+v, %v: ok says otherwise", in(), hr, ok)
 		case hintOK && (d <= 0 || !ok):
 			t.Fatalf("%s: retryHint = %v, true; ParseHeadroom = %+v, %v", in(), d, hr, ok)
+		case hr.Reset.After(now.Add(maxDuration)):
+			t.Fatalf("%s: ParseHeadroom = %+v: a reset beyond now plus the largest Duration", in(), hr)
 		}
 		// retryHint waits for the exhausted window's reset; with none
 		// exhausted, for the latest reset, which is not before the
