@@ -256,7 +256,7 @@ func (c *call) settle(a *attempt) (*http.Response, error, bool) {
 	case Success, Rejected:
 		if err == nil {
 			if a.o == Success {
-				u.noteHeadroom(resp.Header, now, c.t.rate.DefaultCooldown)
+				u.noteHeadroom(resp.Header, now, c.t.rate)
 			}
 			c.discardHeld()
 			return resp, nil, true

@@ -1,10 +1,12 @@
 package failover
 
 import (
+	"errors"
 	"math"
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -27,7 +29,8 @@ type Headroom struct {
 	// several are exhausted) or, if none is exhausted, when the earliest
 	// announced window resets. It is zero when unknown: not announced, or
 	// announced in the past, which says more of the clocks than of the
-	// provider.
+	// provider. A reset further from now than the largest Duration (about
+	// 292 years) is read as that far.
 	Reset time.Time
 }
 
@@ -54,8 +57,11 @@ func (h Headroom) Exhausted() bool {
 //     seconds from now (read as X-RateLimit-Reset is).
 //
 // Of a header given twice, or as a comma-separated list, the first value
-// counts. Negative and unparsable values are ignored, and so is a reset at
-// or before now. A count too large for an int64 is read as the largest.
+// counts. Numbers are decimal ("Inf", "NaN" and hexadecimal are not).
+// Negative and unparsable values are ignored, and so is a reset at or
+// before now. A count too large for an int64 is read as the largest, and a
+// reset too far for a Duration from now (a duration or a Unix time beyond
+// one) as now plus the largest Duration.
 // ok reports whether any of these headers held a usable value; when it is
 // false, hr is Headroom{-1, -1, time.Time{}}. Gemini says nothing of its
 // headroom in headers (its 429 body carries a retryDelay).
@@ -82,6 +88,20 @@ func retryHint(h http.Header, now time.Time) (time.Duration, bool) {
 	return at.Sub(now), true
 }
 
+// The rate-limit windows of every dialect, in the order of
+// remainingHeaders. A demotion belongs to one of them.
+const (
+	winOpenAIRequests = iota
+	winOpenAITokens
+	winAnthropicRequests
+	winAnthropicTokens
+	winAnthropicInputTokens
+	winAnthropicOutputTokens
+	winXRateLimit
+	winIETF
+	numWindows
+)
+
 // headroomReader gathers the rate-limit windows of one response, of every
 // dialect.
 type headroomReader struct {
@@ -91,6 +111,13 @@ type headroomReader struct {
 	exhaustedReset   time.Time // latest reset of a window with 0 remaining
 	earliest, latest time.Time // of every reset announced
 	any              bool      // a usable value was seen
+
+	// Each window's own report, for demotions: remaining (-1 when
+	// unknown) and reset (zero when unknown).
+	windows [numWindows]struct {
+		remaining int64
+		reset     time.Time
+	}
 }
 
 func readHeadroom(h http.Header, now time.Time) headroomReader {
@@ -113,12 +140,17 @@ func (r *headroomReader) headroom() Headroom {
 	return hr
 }
 
-// window records one rate-limit window: its remaining (-1 when unknown) and
-// its reset (zero when unknown). A reset at or before now is dropped.
-func (r *headroomReader) window(tokens bool, remaining int64, reset time.Time) {
+// window records rate-limit window w: its remaining (-1 when unknown) and
+// its reset (zero when unknown). A reset at or before now is dropped, and
+// one beyond now plus the largest Duration is brought back to it.
+func (r *headroomReader) window(w int, tokens bool, remaining int64, reset time.Time) {
+	r.windows[w].remaining = remaining
 	if !reset.After(r.now) {
 		reset = time.Time{}
+	} else if far := r.now.Add(maxDuration); reset.After(far) {
+		reset = far
 	}
+	r.windows[w].reset = reset
 	if remaining < 0 && reset.IsZero() {
 		return
 	}
@@ -152,22 +184,23 @@ func (r *headroomReader) window(tokens bool, remaining int64, reset time.Time) {
 // openAI reads x-ratelimit-{remaining,reset}-{requests,tokens}, resets as
 // durations from now.
 func (r *headroomReader) openAI(h http.Header) {
-	r.window(false, parseRemaining(headerValue(h, "X-Ratelimit-Remaining-Requests")),
+	r.window(winOpenAIRequests, false, parseRemaining(headerValue(h, "X-Ratelimit-Remaining-Requests")),
 		r.after(parseResetDuration(headerValue(h, "X-Ratelimit-Reset-Requests"))))
-	r.window(true, parseRemaining(headerValue(h, "X-Ratelimit-Remaining-Tokens")),
+	r.window(winOpenAITokens, true, parseRemaining(headerValue(h, "X-Ratelimit-Remaining-Tokens")),
 		r.after(parseResetDuration(headerValue(h, "X-Ratelimit-Reset-Tokens"))))
 }
 
 // anthropicWindows are the windows of anthropic-ratelimit-*, and whether
 // each counts tokens.
 var anthropicWindows = [...]struct {
+	w                int
 	remaining, reset string
 	tokens           bool
 }{
-	{"Anthropic-Ratelimit-Requests-Remaining", "Anthropic-Ratelimit-Requests-Reset", false},
-	{"Anthropic-Ratelimit-Tokens-Remaining", "Anthropic-Ratelimit-Tokens-Reset", true},
-	{"Anthropic-Ratelimit-Input-Tokens-Remaining", "Anthropic-Ratelimit-Input-Tokens-Reset", true},
-	{"Anthropic-Ratelimit-Output-Tokens-Remaining", "Anthropic-Ratelimit-Output-Tokens-Reset", true},
+	{winAnthropicRequests, "Anthropic-Ratelimit-Requests-Remaining", "Anthropic-Ratelimit-Requests-Reset", false},
+	{winAnthropicTokens, "Anthropic-Ratelimit-Tokens-Remaining", "Anthropic-Ratelimit-Tokens-Reset", true},
+	{winAnthropicInputTokens, "Anthropic-Ratelimit-Input-Tokens-Remaining", "Anthropic-Ratelimit-Input-Tokens-Reset", true},
+	{winAnthropicOutputTokens, "Anthropic-Ratelimit-Output-Tokens-Remaining", "Anthropic-Ratelimit-Output-Tokens-Reset", true},
 }
 
 // anthropic reads anthropic-ratelimit-*-{remaining,reset}, resets as RFC
@@ -180,21 +213,21 @@ func (r *headroomReader) anthropic(h http.Header) {
 				reset = t
 			}
 		}
-		r.window(w.tokens, parseRemaining(headerValue(h, w.remaining)), reset)
+		r.window(w.w, w.tokens, parseRemaining(headerValue(h, w.remaining)), reset)
 	}
 }
 
 // xRateLimit reads X-RateLimit-Remaining and X-RateLimit-Reset (OpenRouter
 // and others), a window of requests.
 func (r *headroomReader) xRateLimit(h http.Header) {
-	r.window(false, parseRemaining(headerValue(h, "X-Ratelimit-Remaining")),
+	r.window(winXRateLimit, false, parseRemaining(headerValue(h, "X-Ratelimit-Remaining")),
 		parseResetNumber(headerValue(h, "X-Ratelimit-Reset"), r.now))
 }
 
 // ietf reads RateLimit-Remaining and RateLimit-Reset (the IETF draft), a
 // window of requests.
 func (r *headroomReader) ietf(h http.Header) {
-	r.window(false, parseRemaining(headerValue(h, "Ratelimit-Remaining")),
+	r.window(winIETF, false, parseRemaining(headerValue(h, "Ratelimit-Remaining")),
 		parseResetNumber(headerValue(h, "Ratelimit-Reset"), r.now))
 }
 
@@ -235,50 +268,52 @@ func parseRemaining(v string) int64 {
 
 // parseResetDuration reads OpenAI's reset: a Go duration ("6ms", "0s",
 // "6m0s", "1m30.5s"), with a leading number of days ("1d2h") allowed, or a
-// bare number of seconds. Negative and unparsable values are not ok.
+// bare decimal number of seconds. Negative and unparsable values are not
+// ok; one too long for a Duration is the largest Duration.
 func parseResetDuration(v string) (time.Duration, bool) {
 	if v == "" {
 		return 0, false
 	}
-	if c := v[len(v)-1]; c >= '0' && c <= '9' || c == '.' { // no unit: seconds
-		secs, err := strconv.ParseFloat(v, 64)
-		if err != nil || !(secs >= 0) || secs >= float64(maxDuration/time.Second) {
+	if c := v[len(v)-1]; isDigit(c) || c == '.' { // no unit: seconds
+		secs, ok := parseDecimal(v)
+		if !ok || secs < 0 {
 			return 0, false
 		}
-		return time.Duration(secs * float64(time.Second)), true
+		return durationOf(secs, time.Second), true
 	}
 	var days time.Duration
 	if i := strings.IndexByte(v, 'd'); i > 0 {
 		n, err := strconv.ParseUint(v[:i], 10, 64)
-		if err != nil || n > uint64(maxDuration/(24*time.Hour)) {
+		if err != nil && !errors.Is(err, strconv.ErrRange) {
 			return 0, false
 		}
-		days, v = time.Duration(n)*24*time.Hour, v[i+1:]
+		days, v = maxDuration, v[i+1:]
+		if n <= uint64(maxDuration/(24*time.Hour)) {
+			days = time.Duration(n) * 24 * time.Hour
+		}
 		if v == "" {
 			return days, true
 		}
 	}
-	d, err := time.ParseDuration(v)
-	if err != nil || d < 0 || d > maxDuration-days {
+	d, ok := parseDuration(v)
+	if !ok {
 		return 0, false
 	}
-	return days + d, true
+	return days + min(d, maxDuration-days), true
 }
 
 // parseResetNumber reads X-RateLimit-Reset: a Unix time in milliseconds (a
-// number above 1e11) or seconds (above 1e9), or else seconds from now. It
-// returns the zero Time for a negative or unparsable value.
+// number above 1e11) or seconds (above 1e9), or else seconds from now, a
+// decimal number. It returns the zero Time for a negative or unparsable
+// value, and the last Unix millisecond for a number beyond them.
 func parseResetNumber(v string, now time.Time) time.Time {
-	if v == "" {
-		return time.Time{}
-	}
-	n, err := strconv.ParseFloat(v, 64)
-	if err != nil || !(n >= 0) || math.IsInf(n, 0) {
+	n, ok := parseDecimal(v)
+	if !ok || n < 0 {
 		return time.Time{}
 	}
 	switch {
-	case n >= 1<<63: // past any int64 of milliseconds
-		return time.Time{}
+	case n >= 1<<63: // past any int64 of milliseconds, +Inf included
+		return time.UnixMilli(math.MaxInt64)
 	case n > 1e11: // Unix milliseconds
 		return time.UnixMilli(int64(n))
 	case n > 1e9: // Unix seconds
@@ -293,12 +328,20 @@ func parseResetNumber(v string, now time.Time) time.Time {
 type headroomState struct {
 	at    atomic.Int64 // mono.Time of the last full parse
 	last  atomic.Pointer[Headroom]
-	until atomic.Int64 // mono.Time: demoted until then (a window at 0)
+	until atomic.Int64 // mono.Time: demoted until then, the latest of windows' until
+
+	// mu serialises demotions; until is written with it held.
+	mu      sync.Mutex
+	windows [numWindows]struct {
+		until    mono.Time // demoted until then by this window (0: not)
+		reported mono.Time // the success this window last took a report from
+	}
 }
 
-// remainingHeaders are where the dialects put their remaining counts: a
-// success with one of them at 0 is read at once; otherwise the headers are
-// read at most every headroomEvery.
+// remainingHeaders are where the dialects put their remaining counts, in
+// the order of the windows (winOpenAIRequests...): a success with one of
+// them at 0 is read at once; otherwise the headers of an upstream that is
+// not demoted are read at most every headroomEvery.
 var remainingHeaders = []string{
 	"X-Ratelimit-Remaining-Requests", "X-Ratelimit-Remaining-Tokens",
 	"Anthropic-Ratelimit-Requests-Remaining", "Anthropic-Ratelimit-Tokens-Remaining",
@@ -308,42 +351,102 @@ var remainingHeaders = []string{
 
 const headroomEvery = 100 * time.Millisecond
 
+// zeroRemaining reports whether a remaining header reads as 0, as
+// parseRemaining reads it ("0", "00", "+0", "0, 5").
 func zeroRemaining(h http.Header) bool {
 	for _, k := range remainingHeaders {
-		if v := h[k]; len(v) > 0 && strings.TrimSpace(v[0]) == "0" {
+		if v := h[k]; len(v) > 0 && isZero(v[0]) {
 			return true
 		}
 	}
 	return false
 }
 
-// noteHeadroom reads what a success says of u's headroom. When a window is
-// exhausted, u goes behind the others until that window resets (or, when
-// the provider does not say when, for fallback).
-func (u *upstream) noteHeadroom(h http.Header, now time.Time, fallback time.Duration) {
-	at, m := u.headroom.at.Load(), mono.Of(now)
-	zero := zeroRemaining(h)
-	if !zero && ((at != 0 && m.Sub(mono.Time(at)) < headroomEvery) || !u.headroom.at.CompareAndSwap(at, int64(m))) {
-		return
+// isZero reports whether the first value of a header, up to any comma and
+// without surrounding spaces, is a count of 0.
+func isZero(v string) bool {
+	switch { // the common answers first: "0", and a count that begins otherwise
+	case v == "0":
+		return true
+	case v == "" || '1' <= v[0] && v[0] <= '9':
+		return false
 	}
-	hr, ok := ParseHeadroom(h, now)
-	if !ok {
-		return
+	v, _, _ = strings.Cut(v, ",")
+	v = strings.TrimSpace(v)
+	if v != "" && (v[0] == '+' || v[0] == '-') {
+		v = v[1:]
 	}
-	u.headroom.last.Store(&hr)
-	if hr.Exhausted() {
-		// Reset is a wall-clock time (a provider's header): what is
-		// kept is how long from now, on the monotonic clock.
-		left := fallback
-		if !hr.Reset.IsZero() {
-			left = hr.Reset.Sub(now)
+	if v == "" {
+		return false
+	}
+	for i := 0; i < len(v); i++ {
+		if v[i] != '0' {
+			return false
 		}
-		u.headroom.until.Store(int64(m.Add(left)))
 	}
+	return true
 }
 
-// outOfHeadroom reports whether u said at its last success that a window
-// is exhausted, and that window has not reset yet.
+// noteHeadroom reads what a success at now says of u's headroom. A demotion
+// (u goes behind the others) belongs to the window that reported 0
+// remaining: x-ratelimit-remaining-tokens, anthropic-ratelimit-output-
+// tokens-remaining and so on, each on its own. It lasts until that window
+// resets, or for rate.DefaultCooldown when the provider does not say when,
+// and never longer than rate.MaxCooldown from the report, as a cooldown is
+// bounded. A later success that reports the same window above 0 lifts that
+// window's demotion; one that says nothing of it (a report of requests
+// left says nothing of tokens) leaves it. u is demoted while any window
+// is. A report older than the one a window last took is dropped.
+//
+// The headers of an upstream that is not demoted are read at most every
+// headroomEvery unless one reads 0; those of a demoted one, every time, so
+// that a lift is seen at its first success.
+//
+// rate is the Transport's, with its defaults.
+func (u *upstream) noteHeadroom(h http.Header, now time.Time, rate RateLimitConfig) {
+	s := &u.headroom
+	at, m := s.at.Load(), mono.Of(now)
+	if mono.Time(s.until.Load()) <= m && !zeroRemaining(h) &&
+		((at != 0 && m.Sub(mono.Time(at)) < headroomEvery) || !s.at.CompareAndSwap(at, int64(m))) {
+		return
+	}
+	r := readHeadroom(h, now)
+	if !r.any {
+		return
+	}
+	hr := r.headroom()
+	s.last.Store(&hr)
+	if !r.exhausted && mono.Time(s.until.Load()) <= m {
+		return // nothing to demote, and no demotion left to lift
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var until mono.Time
+	for i := range s.windows {
+		w, rw := &s.windows[i], &r.windows[i]
+		if m >= w.reported {
+			switch {
+			case rw.remaining == 0:
+				// Reset is a wall-clock time (a provider's header):
+				// what is kept is how long from now, on the
+				// monotonic clock.
+				left := rate.DefaultCooldown
+				if !rw.reset.IsZero() {
+					left = rw.reset.Sub(now)
+				}
+				w.until, w.reported = m.Add(min(left, rate.MaxCooldown)), m
+			case rw.remaining > 0:
+				w.until, w.reported = 0, m
+			}
+		}
+		until = max(until, w.until)
+	}
+	s.until.Store(int64(until))
+}
+
+// outOfHeadroom reports whether a window u reported at 0 at a success still
+// demotes u: it has not reset, no later success reported it above 0, and
+// MaxCooldown has not passed.
 func (u *upstream) outOfHeadroom(now time.Time) bool {
 	until := mono.Time(u.headroom.until.Load())
 	return until != 0 && mono.Of(now) < until

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/failover-go/failover/internal/clocktest"
+	"github.com/failover-go/failover/internal/mono"
 )
 
 // wireHeader parses header lines as they come off the wire ("name: value",
@@ -142,10 +143,21 @@ x-ratelimit-reset-tokens: 12ms`,
 			unknown, false, 0},
 		{"NaN and Inf", now, "x-ratelimit-reset-requests: NaN\nx-ratelimit-reset-tokens: +Inf",
 			unknown, false, 0},
+		// A reset too far for a Duration is as far as one goes: the
+		// window is announced, not unknown (the old code ignored these,
+		// and a 429 then cooled down for the default 1s).
 		{"duration overflow", now, "x-ratelimit-reset-requests: 9999999h\nx-ratelimit-reset-tokens: 200000d",
-			unknown, false, 0},
+			Headroom{-1, -1, now.Add(maxDuration)}, true, maxDuration},
 		{"days overflow", now, "x-ratelimit-reset-requests: 106751d9999h",
-			unknown, false, 0},
+			Headroom{-1, -1, now.Add(maxDuration)}, true, maxDuration},
+		{"days beyond a uint64", now, "x-ratelimit-remaining-tokens: 0\nx-ratelimit-reset-tokens: 99999999999999999999d1s",
+			Headroom{-1, 0, now.Add(maxDuration)}, true, maxDuration},
+		{"seconds overflow", now, "x-ratelimit-remaining-requests: 0\nx-ratelimit-reset-requests: 1e300",
+			Headroom{0, -1, now.Add(maxDuration)}, true, maxDuration},
+		{"seconds beyond a float64", now, "x-ratelimit-reset-requests: 1e400",
+			Headroom{-1, -1, now.Add(maxDuration)}, true, maxDuration},
+		{"hexadecimal seconds", now, "x-ratelimit-reset-requests: 0x1p4", unknown, false, 0},
+		{"days, then garbage", now, "x-ratelimit-reset-requests: 200000dsoon", unknown, false, 0},
 		{"huge count", now, "x-ratelimit-remaining-tokens: 99999999999999999999",
 			Headroom{-1, math.MaxInt64, time.Time{}}, true, 0},
 		{"first of a list", now, "x-ratelimit-remaining-requests: 0, 5\nx-ratelimit-reset-requests: 3s, 1s",
@@ -204,6 +216,10 @@ anthropic-ratelimit-output-tokens-reset: ` + at(60*time.Second),
 			Headroom{-1, 0, time.Time{}}, true, 0},
 		{"not RFC 3339", now, "anthropic-ratelimit-tokens-reset: " + now.Add(time.Minute).Format(http.TimeFormat),
 			unknown, false, 0},
+		{"year 9999", now, "anthropic-ratelimit-tokens-remaining: 0\nanthropic-ratelimit-tokens-reset: 9999-12-31T23:59:59Z",
+			Headroom{-1, 0, now.Add(maxDuration)}, true, maxDuration},
+		{"year 1", now, "anthropic-ratelimit-tokens-remaining: 0\nanthropic-ratelimit-tokens-reset: 0001-01-01T00:00:00Z",
+			Headroom{-1, 0, time.Time{}}, true, 0},
 	} {
 		checkHeadroom(t, tt)
 	}
@@ -237,8 +253,16 @@ x-ratelimit-reset: 1754667660000`,
 		{"zero seconds from now", now, "X-RateLimit-Remaining: 0\nX-RateLimit-Reset: 0",
 			Headroom{0, -1, time.Time{}}, true, 0},
 		{"negative", now, "X-RateLimit-Remaining: -1\nX-RateLimit-Reset: -12", unknown, false, 0},
-		{"too large for milliseconds", now, "X-RateLimit-Reset: 1e19", unknown, false, 0},
+		// A Unix time beyond a Duration from now is that far: the old
+		// code ignored 1e19, and kept 1e15 (the year 33658), which
+		// Health's JSON cannot encode.
+		{"too large for milliseconds", now, "X-RateLimit-Reset: 1e19", Headroom{-1, -1, now.Add(maxDuration)}, true, maxDuration},
+		{"beyond the year 9999", now, "X-RateLimit-Remaining: 0\nX-RateLimit-Reset: 1e15", Headroom{0, -1, now.Add(maxDuration)}, true, maxDuration},
+		{"beyond a float64", now, "X-RateLimit-Reset: 1e400", Headroom{-1, -1, now.Add(maxDuration)}, true, maxDuration},
 		{"Inf", now, "X-RateLimit-Reset: Inf", unknown, false, 0},
+		{"NaN", now, "X-RateLimit-Reset: NaN", unknown, false, 0},
+		{"hexadecimal", now, "X-RateLimit-Reset: 0x1p4", unknown, false, 0},
+		{"zero as 00", now, "X-RateLimit-Remaining: 00", Headroom{0, -1, time.Time{}}, true, 0},
 		{"date is not a reset", now, "X-RateLimit-Reset: " + now.Add(time.Minute).Format(http.TimeFormat), unknown, false, 0},
 	} {
 		checkHeadroom(t, tt)
@@ -325,7 +349,7 @@ func TestHeadroomWallClockStep(t *testing.T) {
 		start := time.Now()
 		at := func(d time.Duration) time.Time { return clocktest.StepWall(start.Add(d), step) }
 		u := &upstream{}
-		u.noteHeadroom(http.Header{"X-Ratelimit-Remaining-Requests": {"0"}, "X-Ratelimit-Reset-Requests": {"20s"}}, start, time.Second)
+		u.noteHeadroom(http.Header{"X-Ratelimit-Remaining-Requests": {"0"}, "X-Ratelimit-Reset-Requests": {"20s"}}, start, RateLimitConfig{}.withDefaults())
 		if !u.outOfHeadroom(at(19 * time.Second)) {
 			t.Errorf("step %v: headroom back 19s into a 20s reset", step)
 		}
@@ -333,6 +357,182 @@ func TestHeadroomWallClockStep(t *testing.T) {
 			t.Errorf("step %v: still out of headroom when the window reset", step)
 		}
 	}
+}
+
+// A demotion lasts until its window resets, or DefaultCooldown when the
+// reset is not announced, and never longer than MaxCooldown, as a cooldown
+// is bounded. The old code had no cap: a window that resets in the year
+// 9999 (or in 9999999h, or at Unix millisecond 1e15) demoted its upstream
+// for centuries, and a reset beyond a Duration was ignored for the 1s
+// default.
+func TestHeadroomDemotionCapped(t *testing.T) {
+	start := time.Now()
+	for _, tt := range []struct {
+		name   string
+		header string
+		rate   RateLimitConfig
+		want   time.Duration
+	}{
+		{"reset in 20s", "x-ratelimit-remaining-requests: 0\nx-ratelimit-reset-requests: 20s", RateLimitConfig{}, 20 * time.Second},
+		{"reset in 6m", "x-ratelimit-remaining-tokens: 0\nx-ratelimit-reset-tokens: 6m0s", RateLimitConfig{}, time.Minute},
+		{"reset in 6m, MaxCooldown 1h", "x-ratelimit-remaining-tokens: 0\nx-ratelimit-reset-tokens: 6m0s", RateLimitConfig{MaxCooldown: time.Hour}, 6 * time.Minute},
+		{"MaxCooldown 10s", "x-ratelimit-remaining-requests: 0\nx-ratelimit-reset-requests: 20s", RateLimitConfig{MaxCooldown: 10 * time.Second}, 10 * time.Second},
+		{"year 9999", "anthropic-ratelimit-tokens-remaining: 0\nanthropic-ratelimit-tokens-reset: 9999-12-31T23:59:59Z", RateLimitConfig{}, time.Minute},
+		{"beyond a Duration", "x-ratelimit-remaining-requests: 0\nx-ratelimit-reset-requests: 9999999h", RateLimitConfig{}, time.Minute},
+		{"Unix milliseconds in the year 33658", "x-ratelimit-remaining: 0\nx-ratelimit-reset: 1e15", RateLimitConfig{}, time.Minute},
+		{"no reset", "x-ratelimit-remaining-requests: 0", RateLimitConfig{}, time.Second},
+		{"no reset, DefaultCooldown 5s", "ratelimit-remaining: 0", RateLimitConfig{DefaultCooldown: 5 * time.Second}, 5 * time.Second},
+		{"reset in the past", "anthropic-ratelimit-requests-remaining: 0\nanthropic-ratelimit-requests-reset: 2001-01-01T00:00:00Z", RateLimitConfig{}, time.Second},
+	} {
+		u := &upstream{}
+		u.noteHeadroom(wireHeader(t, tt.header), start, tt.rate.withDefaults())
+		got := mono.Time(u.headroom.until.Load()).Sub(mono.Of(start))
+		if got != tt.want || !u.outOfHeadroom(start.Add(tt.want-1)) || u.outOfHeadroom(start.Add(tt.want)) {
+			t.Errorf("%s: demoted for %v, want %v", tt.name, got, tt.want)
+		}
+	}
+}
+
+// A demotion belongs to the window that reported 0. A later success that
+// reports that window above 0 lifts it, at once, even within headroomEvery
+// of the last reading; one that says nothing of that window (requests
+// left say nothing of tokens, input tokens nothing of output tokens, one
+// dialect nothing of another) leaves it; of two windows at 0, lifting one
+// leaves the other. A report older than one a window took is dropped. The
+// old code never lifted a demotion before its reset.
+func TestHeadroomDemotionLifted(t *testing.T) {
+	type report struct {
+		at     time.Duration // after the start
+		header string
+	}
+	const (
+		req0  = "x-ratelimit-remaining-requests: 0\nx-ratelimit-reset-requests: 20s"
+		req5  = "x-ratelimit-remaining-requests: 5\nx-ratelimit-reset-requests: 1s"
+		tok0  = "x-ratelimit-remaining-requests: 10\nx-ratelimit-remaining-tokens: 0\nx-ratelimit-reset-tokens: 20s"
+		tok9  = "x-ratelimit-remaining-tokens: 9000"
+		both0 = "x-ratelimit-remaining-requests: 0\nx-ratelimit-reset-requests: 5s\nx-ratelimit-remaining-tokens: 0\nx-ratelimit-reset-tokens: 20s"
+		out0  = "anthropic-ratelimit-output-tokens-remaining: 0\nanthropic-ratelimit-output-tokens-reset: 2099-01-01T00:00:00Z\nanthropic-ratelimit-input-tokens-remaining: 20000"
+		in19k = "anthropic-ratelimit-input-tokens-remaining: 19000\nanthropic-ratelimit-requests-remaining: 40"
+	)
+	ms := time.Millisecond
+	for _, tt := range []struct {
+		name     string
+		reports  []report
+		demoted  []time.Duration // after the start, u is demoted at these
+		restored []time.Duration // and not at these
+	}{
+		{"requests lift requests", []report{{0, req0}, {time.Second, req5}},
+			nil, []time.Duration{time.Second, 2 * time.Second}},
+		{"requests say nothing of tokens", []report{{0, tok0}, {time.Second, req5}},
+			[]time.Duration{time.Second, 20*time.Second - ms}, []time.Duration{20 * time.Second}},
+		{"tokens lift tokens", []report{{0, tok0}, {time.Second, req5}, {2 * time.Second, tok9}},
+			nil, []time.Duration{2 * time.Second}},
+		{"input tokens say nothing of output tokens", []report{{0, out0}, {time.Second, in19k}},
+			[]time.Duration{time.Second, time.Minute - ms}, []time.Duration{time.Minute}},
+		{"output tokens lift output tokens", []report{{0, out0}, {time.Second, in19k}, {30 * time.Second, "anthropic-ratelimit-output-tokens-remaining: 500"}},
+			nil, []time.Duration{30 * time.Second}},
+		{"one dialect says nothing of another", []report{{0, req0}, {time.Second, "x-ratelimit-remaining: 7\nratelimit-remaining: 7"}},
+			[]time.Duration{time.Second}, nil},
+		{"of two windows at 0, lifting one leaves the other", []report{{0, both0}, {time.Second, req5}},
+			[]time.Duration{time.Second, 10 * time.Second}, []time.Duration{20 * time.Second}},
+		{"a lift within headroomEvery of the last reading", []report{
+			{0, "x-ratelimit-remaining-requests: 9\nx-ratelimit-remaining-tokens: 9000"},
+			{10 * ms, req0},
+			{20 * ms, req5},
+		}, nil, []time.Duration{20 * ms}},
+		{"a success that says nothing", []report{{0, req0}, {time.Second, "content-type: application/json"}},
+			[]time.Duration{time.Second}, []time.Duration{20 * time.Second}},
+		{"a reset without a remaining", []report{{0, req0}, {time.Second, "x-ratelimit-reset-requests: 2s"}},
+			[]time.Duration{5 * time.Second}, []time.Duration{20 * time.Second}},
+		{"a later 0 replaces the reset", []report{{0, req0}, {time.Second, "x-ratelimit-remaining-requests: 0\nx-ratelimit-reset-requests: 2s"}},
+			[]time.Duration{3*time.Second - ms}, []time.Duration{3 * time.Second}},
+		{"an older 0 after a lift", []report{{time.Second, req0}, {3 * time.Second, req5}, {2 * time.Second, req0}},
+			nil, []time.Duration{3 * time.Second}},
+		{"an older lift after a 0", []report{{time.Second, req0}, {500 * ms, req5}},
+			[]time.Duration{2 * time.Second}, []time.Duration{21 * time.Second}},
+	} {
+		start := time.Now()
+		u := &upstream{}
+		rate := RateLimitConfig{}.withDefaults()
+		for _, r := range tt.reports {
+			u.noteHeadroom(wireHeader(t, r.header), start.Add(r.at), rate)
+		}
+		for _, d := range tt.demoted {
+			if !u.outOfHeadroom(start.Add(d)) {
+				t.Errorf("%s: not demoted %v after the start", tt.name, d)
+			}
+		}
+		for _, d := range tt.restored {
+			if u.outOfHeadroom(start.Add(d)) {
+				t.Errorf("%s: still demoted %v after the start", tt.name, d)
+			}
+		}
+	}
+}
+
+// End to end: an upstream demoted by a window at 0 that serves again while
+// the others fail, and reports the window above 0, is first again for the
+// next request (the old code kept it last for the hour of its reset). A
+// window whose reset is at Unix millisecond 1e15, the year 33658, demotes
+// for MaxCooldown, and Health's JSON encodes its reset (the old code kept
+// the year, which encoding/json refuses).
+func TestHeadroomDemotionOnTheWire(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := newFakeNet()
+		var left atomic.Int64
+		n.handle("a.test", func(*http.Request) (*http.Response, error) {
+			return respond(200, "a", "X-Ratelimit-Remaining-Requests", itoa(left.Load()), "X-Ratelimit-Reset-Requests", "1h"), nil
+		})
+		var bDown atomic.Bool
+		n.handle("b.test", func(*http.Request) (*http.Response, error) {
+			if bDown.Load() {
+				return respond(503, "down"), nil
+			}
+			return respond(200, "b"), nil
+		})
+		tr := newTestTransport(t, twoUpstreams(n, Config{}))
+		first := func() string {
+			t.Helper()
+			resp, err := tr.RoundTrip(httptestRequest("GET", "http://a.test/", ""))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return readBody(t, resp)
+		}
+		if got := first(); got != "a" || !tr.Health()[0].OutOfHeadroom {
+			t.Fatalf("got %q; a not demoted after 0 left: %+v", got, tr.Health()[0])
+		}
+		if got := first(); got != "b" {
+			t.Fatalf("got %q from the demoted upstream", got)
+		}
+		bDown.Store(true)
+		left.Store(50)
+		if got := first(); got != "a" {
+			t.Fatalf("got %q; want a, with b down", got)
+		}
+		bDown.Store(false)
+		if got := first(); got != "a" || tr.Health()[0].OutOfHeadroom {
+			t.Fatalf("got %q, out of headroom %v: a reported 50 left and is still demoted", got, tr.Health()[0].OutOfHeadroom)
+		}
+
+		n.status("a.test", 200, "a", "X-Ratelimit-Remaining", "0", "X-Ratelimit-Reset", "1e15")
+		first()
+		h := tr.Health()[0]
+		if !h.OutOfHeadroom {
+			t.Fatalf("a not demoted by a window at 0: %+v", h)
+		}
+		if _, err := json.Marshal(h); err != nil {
+			t.Errorf("Health's JSON: %v", err)
+		}
+		time.Sleep(time.Minute - time.Millisecond)
+		if !tr.Health()[0].OutOfHeadroom {
+			t.Error("the demotion ended before MaxCooldown")
+		}
+		time.Sleep(time.Millisecond)
+		if tr.Health()[0].OutOfHeadroom {
+			t.Error("demoted past MaxCooldown")
+		}
+	})
 }
 
 // FuzzHeadroom: ParseHeadroom and retryHint on arbitrary header blocks
@@ -371,6 +571,22 @@ func FuzzHeadroom(f *testing.F) {
 			t.Fatalf("%s: ParseHeadroom = %+v, %v: ok says otherwise", in(), hr, ok)
 		case hintOK && (d <= 0 || !ok):
 			t.Fatalf("%s: retryHint = %v, true; ParseHeadroom = %+v, %v", in(), d, hr, ok)
+		case hr.Reset.After(now.Add(maxDuration)):
+			t.Fatalf("%s: ParseHeadroom = %+v: a reset beyond now plus the largest Duration", in(), hr)
+		}
+		// A success with these headers demotes its upstream exactly when
+		// a window is exhausted, for at most MaxCooldown (on the monotonic
+		// clock, which saturates centuries from now).
+		if now.Sub(time.Now()).Abs() < 100*365*24*time.Hour {
+			u := &upstream{}
+			rate := RateLimitConfig{}.withDefaults()
+			u.noteHeadroom(h, now, rate)
+			if got := u.outOfHeadroom(now); got != hr.Exhausted() {
+				t.Fatalf("%s: demoted %v, exhausted %v (%+v)", in(), got, hr.Exhausted(), hr)
+			}
+			if left := mono.Time(u.headroom.until.Load()).Sub(mono.Of(now)); hr.Exhausted() && left > rate.MaxCooldown {
+				t.Fatalf("%s: demoted for %v, beyond MaxCooldown", in(), left)
+			}
 		}
 		// retryHint waits for the exhausted window's reset; with none
 		// exhausted, for the latest reset, which is not before the

@@ -121,8 +121,12 @@ func rewriteModel(body []byte, model string) ([]byte, error) {
 	return append(out, body[prev:]...), nil
 }
 
-// maxJSONDepth bounds the nesting of a body that is parsed: gjson validates
-// recursively, and encoding/json refuses deeper nesting too.
+// maxJSONDepth bounds the nesting of JSON that is validated, a caller's
+// request body (eachModel) or an upstream's stream event (classify):
+// gjson.Valid recurses once per level, about 200 bytes of stack each, so
+// that some five million levels overflow the largest goroutine stack, a
+// fatal error that no recover catches. encoding/json refuses deeper
+// nesting too.
 const maxJSONDepth = 10000
 
 // eachModel calls fn, in order, with the offset in body and the value of
@@ -152,9 +156,10 @@ func eachModel(body []byte, fn func(start int, value gjson.Result)) bool {
 func isJSONSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\r' || c == '\n' }
 
 // nestsShallow reports whether body nests objects and arrays at most
-// maxJSONDepth deep, counting the brackets outside strings. On a body that
-// is not JSON the count holds up to the first error, which is as far as a
-// validator goes.
+// maxJSONDepth deep, counting the brackets outside strings, without
+// recursion. On a body that is not JSON the count holds up to the first
+// error, which is as far as a validator goes. Call it before gjson.Valid on
+// anything a caller or an upstream sent.
 func nestsShallow(body []byte) bool {
 	depth := 0
 	for i := 0; i < len(body); i++ {

@@ -67,19 +67,20 @@ func (c RateLimitConfig) validate() error {
 // wait, and whether it says so at all. It reads, in order:
 //
 //   - retry-after-ms and x-ms-retry-after-ms (OpenAI, Azure OpenAI), in
-//     milliseconds, fractions allowed;
+//     milliseconds: a decimal number, fractions and exponents allowed
+//     ("250", "12.5", "1e3"), not "Inf", "NaN" or hexadecimal;
 //   - Retry-After, in seconds or as an HTTP-date in any of the three forms
 //     of RFC 9110 (relative to now).
 //
 // Negative, unparsable and absent values are ignored, and so is a date in
-// the past, which says more of the clocks than of the provider. The result is not
-// capped; the Transport caps it at [RateLimitConfig.MaxCooldown].
+// the past, which says more of the clocks than of the provider. A wait too
+// long for a Duration is the largest Duration. The result is not capped;
+// the Transport caps it at [RateLimitConfig.MaxCooldown].
 func RetryAfter(h http.Header, now time.Time) (time.Duration, bool) {
 	for _, name := range [...]string{"Retry-After-Ms", "X-Ms-Retry-After-Ms"} {
 		if v := h.Get(name); v != "" {
-			ms, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
-			if err == nil && ms >= 0 && ms < float64(maxDuration/time.Millisecond) {
-				return time.Duration(ms * float64(time.Millisecond)), true
+			if ms, ok := parseDecimal(strings.TrimSpace(v)); ok && ms >= 0 {
+				return durationOf(ms, time.Millisecond), true
 			}
 		}
 	}
@@ -103,6 +104,116 @@ func RetryAfter(h http.Header, now time.Time) (time.Duration, bool) {
 }
 
 const maxDuration = time.Duration(1<<63 - 1)
+
+// durationOf returns x units, x >= 0 (+Inf included), as a Duration,
+// saturating at the largest Duration: converting a float64 beyond the range
+// of an int64 gives whatever the platform gives.
+func durationOf(x float64, unit time.Duration) time.Duration {
+	if v := x * float64(unit); v < 1<<63 {
+		return time.Duration(v)
+	}
+	return maxDuration
+}
+
+// parseDecimal reads a decimal number as HTTP headers carry it: an optional
+// sign, digits with an optional fraction, an optional exponent ("12",
+// "-0.5", ".5", "1e3"); not the "Inf", "NaN", hexadecimal and underscores
+// that strconv.ParseFloat also accepts. A number too large for a float64
+// is ±Inf.
+func parseDecimal(s string) (float64, bool) {
+	i := 0
+	if i < len(s) && (s[i] == '+' || s[i] == '-') {
+		i++
+	}
+	n := 0
+	for ; i < len(s) && isDigit(s[i]); i++ {
+		n++
+	}
+	if i < len(s) && s[i] == '.' {
+		for i++; i < len(s) && isDigit(s[i]); i++ {
+			n++
+		}
+	}
+	if n == 0 {
+		return 0, false
+	}
+	if i < len(s) && (s[i] == 'e' || s[i] == 'E') {
+		i++
+		if i < len(s) && (s[i] == '+' || s[i] == '-') {
+			i++
+		}
+		start := i
+		for i < len(s) && isDigit(s[i]) {
+			i++
+		}
+		if i == start {
+			return 0, false
+		}
+	}
+	if i != len(s) {
+		return 0, false
+	}
+	f, err := strconv.ParseFloat(s, 64)
+	if err != nil && !errors.Is(err, strconv.ErrRange) { // out of range: ±Inf, or 0
+		return 0, false
+	}
+	return f, true
+}
+
+func isDigit(c byte) bool { return '0' <= c && c <= '9' }
+
+// parseDuration reads a Go duration of at least 0 ("22s", "1m30.5s",
+// "6ms") as time.ParseDuration does, except that one too long for a
+// Duration is the largest Duration rather than an error.
+func parseDuration(s string) (time.Duration, bool) {
+	d, err := time.ParseDuration(s)
+	switch {
+	case err != nil:
+		if s != "" && s[0] != '-' && durationSyntax(strings.TrimPrefix(s, "+")) {
+			// Written as a duration, yet refused: the only other
+			// reason ParseDuration has is that the value does not fit.
+			return maxDuration, true
+		}
+		return 0, false
+	case d < 0:
+		return 0, false
+	}
+	return d, true
+}
+
+// durationSyntax reports whether s, without its sign, is written as
+// time.ParseDuration reads it: one or more numbers (digits, a fraction or
+// both), each followed by a unit.
+func durationSyntax(s string) bool {
+	if s == "" {
+		return false
+	}
+	for s != "" {
+		i, n := 0, 0
+		for ; i < len(s) && isDigit(s[i]); i++ {
+			n++
+		}
+		if i < len(s) && s[i] == '.' {
+			for i++; i < len(s) && isDigit(s[i]); i++ {
+				n++
+			}
+		}
+		j := i
+		for i < len(s) && s[i] != '.' && !isDigit(s[i]) {
+			i++
+		}
+		switch s[j:i] {
+		case "ns", "us", "\u00b5s", "\u03bcs", "ms", "s", "m", "h":
+		default:
+			return false
+		}
+		if n == 0 {
+			return false
+		}
+		s = s[i:]
+	}
+	return true
+}
 
 // digits reports whether s is a run of decimal digits, with an optional
 // sign: an integer too large for int64 rather than garbage.
@@ -164,7 +275,10 @@ func inspect429(resp *http.Response) (quota bool, delay time.Duration, ok bool) 
 	return quota, delay, ok
 }
 
-// retryDelay finds Gemini's "retryDelay": "22s" in a body.
+// retryDelay finds Gemini's "retryDelay": "22s" in a body. The body is
+// searched, not parsed: no nesting or size of JSON can make this recurse.
+// A delay too long for a Duration (a protobuf Duration reaches 10,000
+// years) is the largest Duration.
 func retryDelay(body []byte) (time.Duration, bool) {
 	i := bytes.Index(body, []byte(`"retryDelay"`))
 	if i < 0 {
@@ -184,11 +298,7 @@ func retryDelay(body []byte) (time.Duration, bool) {
 	if end < 0 || end > 32 {
 		return 0, false
 	}
-	d, err := time.ParseDuration(string(rest[:end]))
-	if err != nil || d < 0 {
-		return 0, false
-	}
-	return d, true
+	return parseDuration(string(rest[:end]))
 }
 
 // CooldownReason says why an upstream cools down.

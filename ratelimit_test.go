@@ -6,8 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
+	"math/big"
 	"net/http"
 	"reflect"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -42,7 +45,23 @@ func TestRetryAfter(t *testing.T) {
 		{"negative ms", http.Header{"Retry-After-Ms": {"-5"}}, 0, false},
 		{"garbage", http.Header{"Retry-After": {"tomorrow"}}, 0, false},
 		{"huge", http.Header{"Retry-After": {"99999999999999999"}}, maxDuration, true},
-		{"huge ms", http.Header{"Retry-After-Ms": {"1e300"}}, 0, false},
+		// A wait in milliseconds too long for a Duration saturates, as
+		// one in seconds does (the old code ignored it, and the next
+		// header or the default cooldown decided).
+		{"huge ms", http.Header{"Retry-After-Ms": {"1e300"}, "Retry-After": {"3"}}, maxDuration, true},
+		{"ms beyond a Duration", http.Header{"X-Ms-Retry-After-Ms": {"9223372036855"}}, maxDuration, true},
+		{"ms beyond a float64", http.Header{"Retry-After-Ms": {"1e400"}}, maxDuration, true},
+		{"ms that fit", http.Header{"Retry-After-Ms": {"1e12"}}, 1e12 * time.Millisecond, true},
+		{"ms exponent", http.Header{"Retry-After-Ms": {"2.5e3"}}, 2500 * time.Millisecond, true},
+		{"ms underflow", http.Header{"Retry-After-Ms": {"1e-400"}}, 0, true},
+		{"negative zero ms", http.Header{"Retry-After-Ms": {"-0"}}, 0, true},
+		// Not decimal numbers, though strconv.ParseFloat reads them (the
+		// old code took 0x1p4 for 16 ms).
+		{"Inf ms", http.Header{"Retry-After-Ms": {"+Inf"}, "Retry-After": {"3"}}, 3 * time.Second, true},
+		{"NaN ms", http.Header{"Retry-After-Ms": {"NaN"}}, 0, false},
+		{"hexadecimal ms", http.Header{"Retry-After-Ms": {"0x1p4"}, "Retry-After": {"3"}}, 3 * time.Second, true},
+		{"far future date", http.Header{"Retry-After": {"Fri, 31 Dec 9999 23:59:59 GMT"}}, maxDuration, true},
+		{"year 1", http.Header{"Retry-After": {"Mon, 01 Jan 0001 00:00:00 GMT"}}, 0, false},
 		{"absent", http.Header{}, 0, false},
 	}
 	for _, tt := range tests {
@@ -79,6 +98,14 @@ func TestCooldownFor(t *testing.T) {
 		}, `{}`, 20 * time.Second, CooldownRateLimited},
 		{"past date: default", http.Header{"Retry-After": {"Sun, 06 Nov 1994 08:49:37 GMT"}}, `{}`, time.Second, CooldownRateLimited},
 		{"header beats body delay", http.Header{"Retry-After": {"2"}}, `{"retryDelay":"22s"}`, 2 * time.Second, CooldownRateLimited},
+		// Waits too long for a Duration ask for the longest cooldown, not
+		// the default (the old code ignored them and cooled down 1s).
+		{"huge retry-after-ms", http.Header{"Retry-After-Ms": {"1e300"}}, `{}`, 60 * time.Second, CooldownRateLimited},
+		{"gemini retryDelay beyond a Duration", http.Header{}, `{"error":{"details":[{"retryDelay":"315576000000s"}]}}`, 60 * time.Second, CooldownRateLimited},
+		{"gemini retryDelay in hours beyond a Duration", http.Header{}, `{"retryDelay":"99999999999999h"}`, 60 * time.Second, CooldownRateLimited},
+		{"negative retryDelay", http.Header{}, `{"retryDelay":"-22s"}`, time.Second, CooldownRateLimited},
+		{"deep body", http.Header{}, strings.Repeat("[", 1<<20) + `{"retryDelay":"7s"}`, time.Second, CooldownRateLimited}, // past the first 4 KiB
+		{"deep body, early delay", http.Header{}, `{"retryDelay":"7s","x":` + strings.Repeat("[", 1<<20), 7 * time.Second, CooldownRateLimited},
 	}
 	for _, tt := range tests {
 		resp := &http.Response{StatusCode: 429, Header: tt.header, Body: io.NopCloser(strings.NewReader(tt.body))}
@@ -91,6 +118,129 @@ func TestCooldownFor(t *testing.T) {
 		}
 	}
 }
+
+// parseDuration reads what time.ParseDuration reads, and saturates where
+// it would fail for a value too long for a Duration.
+func TestParseDuration(t *testing.T) {
+	for _, tt := range []struct {
+		in   string
+		want time.Duration
+		ok   bool
+	}{
+		{"22s", 22 * time.Second, true},
+		{"1m30.5s", 90500 * time.Millisecond, true},
+		{"+1.5h", 90 * time.Minute, true},
+		{"0", 0, true},
+		{"-0s", 0, true},
+		{"2562047h47m16.854775807s", maxDuration, true},
+		{"2562047h47m16.854775808s", maxDuration, true},
+		{"315576000000s", maxDuration, true},
+		{"99999999999999999999999ns", maxDuration, true},
+		{"1.5µs", 1500 * time.Nanosecond, true},
+		{"1.5μs", 1500 * time.Nanosecond, true},
+		{"-1s", 0, false},
+		{"-315576000000s", 0, false},
+		{"1", 0, false},
+		{"1d", 0, false},
+		{".s", 0, false},
+		{"99999999999999999999", 0, false},
+		{"99999999999999999999x", 0, false},
+		{"Infs", 0, false},
+		{"", 0, false},
+		{"+", 0, false},
+		{"1s2", 0, false},
+	} {
+		got, ok := parseDuration(tt.in)
+		if got != tt.want || ok != tt.ok {
+			t.Errorf("parseDuration(%q) = %v, %v; want %v, %v", tt.in, got, ok, tt.want, tt.ok)
+		}
+	}
+}
+
+// FuzzParseDuration: parseDuration agrees with an exact reading of
+// time.ParseDuration's grammar: it refuses what is not a duration and
+// what is negative, reads the rest to within the nanoseconds that
+// ParseDuration's float arithmetic loses, and gives the largest Duration for
+// a value beyond it.
+func FuzzParseDuration(f *testing.F) {
+	for _, s := range []string{"22s", "1m30.5s", "0", "-0s", "+1.5h", "2562047h47m16.854775807s", "2562047h47m16.854775808s",
+		"315576000000s", "99999999999999999999999ns", "1.5µs", "-1s", "1", ".s", "5.s", "Infs", "1s2", "9223372036.854775807s"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		if len(s) > 100 {
+			return
+		}
+		got, ok := parseDuration(s)
+		want, n, valid := durationOracle(s)
+		max := new(big.Rat).SetInt64(int64(maxDuration))
+		// ParseDuration truncates each number's fraction through a
+		// float64: a few nanoseconds each, and a 1e-15 part of the value.
+		tol := new(big.Rat).Abs(want)
+		tol.Mul(tol, big.NewRat(1, 1e15)).Add(tol, big.NewRat(int64(2*n+1), 1))
+		lo, hi := new(big.Rat).Sub(want, tol), new(big.Rat).Add(want, tol)
+		switch {
+		case !valid:
+			if ok {
+				t.Fatalf("parseDuration(%q) = %v, true; not a duration", s, got)
+			}
+		case hi.Sign() < 0:
+			if ok {
+				t.Fatalf("parseDuration(%q) = %v, true; %s ns is negative", s, got, want.FloatString(3))
+			}
+		case lo.Cmp(max) > 0:
+			if !ok || got != maxDuration {
+				t.Fatalf("parseDuration(%q) = %v, %v; want the largest Duration for %s ns", s, got, ok, want.FloatString(3))
+			}
+		case lo.Sign() >= 0 && hi.Cmp(max) <= 0:
+			g := new(big.Rat).SetInt64(int64(got))
+			if !ok || g.Cmp(lo) < 0 || g.Cmp(hi) > 0 {
+				t.Fatalf("parseDuration(%q) = %v, %v; want %s ns", s, got, ok, want.FloatString(3))
+			}
+		}
+		if ok && got < 0 {
+			t.Fatalf("parseDuration(%q) = %v, true: negative", s, got)
+		}
+	})
+}
+
+// durationOracle reads s by time.ParseDuration's grammar,
+// [-+]?([0-9]*(\.[0-9]*)?unit)+ with a digit in each number, or "0", to
+// an exact number of nanoseconds, and says how many numbers it had.
+func durationOracle(s string) (ns *big.Rat, numbers int, ok bool) {
+	ns = new(big.Rat)
+	neg := false
+	if s != "" && (s[0] == '-' || s[0] == '+') {
+		neg, s = s[0] == '-', s[1:]
+	}
+	if s == "0" {
+		return ns, 1, true
+	}
+	if s == "" {
+		return ns, 0, false
+	}
+	units := map[string]int64{"ns": 1, "us": 1e3, "\u00b5s": 1e3, "\u03bcs": 1e3, "ms": 1e6, "s": 1e9, "m": 60e9, "h": 3600e9}
+	for s != "" {
+		m := durationNumber.FindStringSubmatch(s)
+		if m == nil || m[1] == "" && m[2] == "" {
+			return ns, numbers, false
+		}
+		unit, known := units[m[3]]
+		if !known {
+			return ns, numbers, false
+		}
+		v, _ := new(big.Rat).SetString("0" + m[1] + "." + m[2] + "0") // "5." and ".5" too
+		ns.Add(ns, v.Mul(v, new(big.Rat).SetInt64(unit)))
+		numbers++
+		s = s[len(m[0]):]
+	}
+	if neg {
+		ns.Neg(ns)
+	}
+	return ns, numbers, true
+}
+
+var durationNumber = regexp.MustCompile(`^([0-9]*)(?:\.([0-9]*))?([^0-9.]*)`)
 
 // A body larger than what is inspected is handed back whole, and closing
 // it closes the original.
@@ -261,6 +411,13 @@ func FuzzRetryAfter(f *testing.F) {
 		{"3", "soon", "250"},
 		{"", "1e300", ""},
 		{"", "NaN", "-1"},
+		{"", "1e400", ""},
+		{"", "9223372036855", ""},
+		{"", "1e-400", ""},
+		{"5", "-0", "7"},
+		{"3", "+Inf", ""},
+		{"3", "0x1p4", "1_0"},
+		{"Fri, 31 Dec 9999 23:59:59 GMT", "", ""},
 	} {
 		f.Add(s[0], s[1], s[2], now)
 	}
@@ -281,7 +438,7 @@ func FuzzRetryAfter(f *testing.F) {
 			t.Fatalf("%s: RetryAfter changed the header to %q", in, h)
 		}
 		want, wantOK, from, when := retryAfterOracle(h, now)
-		if from != "ambiguous" && (got != want || ok != wantOK) {
+		if got != want || ok != wantOK {
 			t.Fatalf("%s: RetryAfter = %v, %v; want %v, %v (from the %s)", in, got, ok, want, wantOK, from)
 		}
 
@@ -321,25 +478,23 @@ func fuzzNow(sec int64) time.Time {
 }
 
 // retryAfterOracle is what RetryAfter documents: the first of the
-// millisecond headers holding a finite, non-negative number that fits a
-// Duration; else Retry-After as whole seconds (capped) or as an HTTP-date
-// after now. from says which form decided ("ambiguous" for a millisecond
-// value within a millisecond of the largest Duration, which may go either
-// way).
+// millisecond headers holding a non-negative decimal number, as a Duration
+// (capped); else Retry-After as whole seconds (capped) or as an HTTP-date
+// after now. from says which form decided.
 func retryAfterOracle(h http.Header, now time.Time) (d time.Duration, ok bool, from string, when time.Time) {
 	for _, name := range []string{"Retry-After-Ms", "X-Ms-Retry-After-Ms"} {
 		v := strings.TrimSpace(h.Get(name))
-		if v == "" {
+		if !decimalNumber.MatchString(v) {
+			continue // not a number of milliseconds: the next header decides
+		}
+		ms, _ := strconv.ParseFloat(v, 64) // ±Inf beyond a float64
+		if ms < 0 {
 			continue
 		}
-		ms, err := strconv.ParseFloat(v, 64)
-		if err != nil || ms != ms || ms < 0 || ms*float64(time.Millisecond) >= float64(maxDuration) {
-			continue // not a valid number of milliseconds: the next header decides
+		if ns := ms * float64(time.Millisecond); ns < math.Exp2(63) {
+			return time.Duration(ns), true, "milliseconds", when
 		}
-		if ms >= float64(maxDuration/time.Millisecond) {
-			return 0, false, "ambiguous", when
-		}
-		return time.Duration(ms * float64(time.Millisecond)), true, "milliseconds", when
+		return maxDuration, true, "milliseconds", when
 	}
 	v := strings.TrimSpace(h.Get("Retry-After"))
 	if v == "" {
@@ -367,6 +522,9 @@ func retryAfterOracle(h http.Header, now time.Time) (d time.Duration, ok bool, f
 	}
 	return 0, false, "garbage", when
 }
+
+// decimalNumber is a decimal number as headers carry it.
+var decimalNumber = regexp.MustCompile(`^[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]+)?$`)
 
 // decimalInteger reports whether s is an optionally signed run of ASCII
 // digits, and splits it.
@@ -407,6 +565,9 @@ func FuzzInspect429(f *testing.F) {
 		{`{"quotaId":"GenerateRequestsPerDayPerProjectPerModel"}`, quotaPeek, "\x3f\x3f", quotaPeek + 10, true},
 		{"", 0, "", -1, true},
 		{"", 0, "", 0, true},
+		{`{"error":{"details":[{"retryDelay":"315576000000s"}]}}`, 0, "\x09", -1, true},
+		{`{"retryDelay":"-315576000000s"}`, 0, "", -1, true},
+		{`{"retryDelay":"7s","x":` + strings.Repeat("[{", quotaPeek), 0, "\x3f", -1, true},
 	} {
 		f.Add([]byte(s.body), s.pad, []byte(s.sizes), s.fail, s.read)
 	}

@@ -60,10 +60,11 @@ const (
 // delta content, tool calls, a refusal or reasoning; a Responses API
 // "*.delta" event or an output item other than reasoning; an Anthropic
 // content_block_delta, or a content_block_start with text or a tool call;
-// Gemini candidates with parts; data that is not a JSON object. An event is
-// an error when its event field is "error", its JSON type is "error" or
-// "response.failed", or its JSON object has a top-level "error" member
-// (not null). Everything else (role-only chunks, message_start, ping,
+// Gemini candidates with parts; data that is not a JSON object, or nests
+// objects and arrays more than 10,000 deep (encoding/json refuses that
+// too). An event is an error when its event field is "error", its JSON
+// type is "error" or "response.failed", or its JSON object has a top-level
+// "error" member (not null). Everything else (role-only chunks, message_start, ping,
 // response.created, response.in_progress) is held back. "data: [DONE]" ends
 // the holding, as does the end of the stream.
 //
@@ -489,6 +490,16 @@ func classify(typ, data []byte) int {
 		}
 		return eventContent // plain text is its own content
 	}
+	// gjson.Valid recurses once per level of nesting: an event nested
+	// millions deep, which a large HoldBytes lets in, would overflow the
+	// stack, a fatal error that no recover catches. nestsShallow counts
+	// the levels first, without recursion. What follows is safe at any
+	// depth: Parse, ForEach and Get with these fixed paths step over a
+	// nested value with a counter (gjson's parseSquash), and recurse only
+	// once per component of the path.
+	if !nestsShallow(d) {
+		return eventContent // deeper than any JSON this package reads, as data that is not JSON
+	}
 	js := string(d)
 	if !gjson.Valid(js) {
 		return eventContent // not a JSON object after all
@@ -598,7 +609,9 @@ func nonEmpty(v gjson.Result) bool {
 	return true
 }
 
-// newStreamError describes an error event by its code and message.
+// newStreamError describes an error event by its code and message. It
+// reads data at any depth without recursion (see classify), so it needs no
+// nesting guard.
 func newStreamError(typ, data []byte) error {
 	d := bytes.TrimSpace(data)
 	var code, msg string

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -138,6 +139,76 @@ var guardCases = []guardCase{
 	{name: "holding disabled, error second", g: StreamGuard{HoldEvents: -1, FirstByteTimeout: time.Hour}, stream: sseAnthropicStart + sseAnthropicOverloaded},
 	{name: "holding disabled, comment first", g: StreamGuard{HoldBytes: -1, FirstByteTimeout: time.Hour}, stream: sseOpenRouterComment + sseOpenRouterError},
 	{name: "large content event", stream: `data: {"choices":[{"delta":{"content":"` + strings.Repeat("x", 300<<10) + `"}}]}` + "\n\n"},
+	// An event nested as deep as the guard reads is read; one level more
+	// is not validated (gjson.Valid recurses per level), and counts as
+	// content, as data that is not JSON does. Brackets in strings, escaped
+	// quotes among them, do not count.
+	{name: "error nested 10,000 deep", stream: sseNested(maxJSONDepth, `"[{\"[{"`), err: ErrStreamError, code: "overloaded_error"},
+	{name: "error nested 10,001 deep is content", stream: sseNested(maxJSONDepth+1, `""`)},
+	{name: "brackets in strings do not nest", stream: sseNested(maxJSONDepth, `"`+strings.Repeat(`[{\\\"`, 2*maxJSONDepth)+`"`), err: ErrStreamError, code: "overloaded_error"},
+}
+
+// sseNested is an error event whose JSON nests depth levels: the object
+// and, in its "pad" member, arrays and objects in turn around leaf.
+func sseNested(depth int, leaf string) string {
+	var b strings.Builder
+	b.WriteString(`data: {"error":{"type":"overloaded_error"},"pad":`)
+	for i := 1; i < depth; i++ {
+		if i%2 == 1 {
+			b.WriteString("[")
+		} else {
+			b.WriteString(`{"a":`)
+		}
+	}
+	b.WriteString(leaf)
+	for i := depth - 1; i >= 1; i-- {
+		if i%2 == 1 {
+			b.WriteString("]")
+		} else {
+			b.WriteString("}")
+		}
+	}
+	b.WriteString("}\n\n")
+	return b.String()
+}
+
+// deepChildEnv marks the child process of TestGuardDeepNesting.
+const deepChildEnv = "FAILOVER_TEST_DEEP_NESTING_CHILD"
+
+// One event of eight million '[' under a HoldBytes of 16 MiB. Before the
+// nesting guard, classify handed it to gjson.Valid, which recursed once per
+// level until the child died with "fatal error: stack overflow" (at about
+// five million levels; three million under -race), which no recover
+// catches: an upstream could kill the process. Now the event is content,
+// and the stream passes intact. An error event as deep goes through
+// newStreamError, which reads it without recursion. The guard runs in a
+// child process so that a regression fails this test instead of killing
+// the test binary.
+func TestGuardDeepNesting(t *testing.T) {
+	const depth = 8 << 20
+	g := StreamGuard{HoldBytes: 16 << 20}
+	if os.Getenv(deepChildEnv) == "1" {
+		deep := "{\"a\":" + strings.Repeat("[", depth)
+		content := "data: " + deep + "\n\n" + sseChatContent
+		resp, err := g.guard(sseResponse(newGuardBody(strings.NewReader(content))))
+		if err != nil {
+			t.Fatalf("deep event: %v, want the stream", err)
+		}
+		if got, _ := io.ReadAll(resp.Body); string(got) != content {
+			t.Fatalf("deep event: the stream changed")
+		}
+		_, err = g.guard(sseResponse(newGuardBody(strings.NewReader("event: error\ndata: " + deep + "\n\n"))))
+		if !errors.Is(err, ErrStreamError) {
+			t.Fatalf("deep error event: %v, want %v", err, ErrStreamError)
+		}
+		return
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestGuardDeepNesting$", "-test.count=1")
+	cmd.Env = append(os.Environ(), deepChildEnv+"=1")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("the child died: %v\n%s", err, out[:min(len(out), 2000)])
+	}
 }
 
 // errGoesOn is a read error after a stream, where the stream would go on.
