@@ -18,12 +18,15 @@ import (
 // upstream cools down it gets no request.
 type RateLimitConfig struct {
 	// DefaultCooldown is the cooldown after a 429 that says nothing usable
-	// about when to come back. Zero means 1s.
+	// about when to come back, and how long a success that reports a
+	// rate-limit window at 0 without its reset demotes its upstream. Zero
+	// means 1s.
 	DefaultCooldown time.Duration
 
-	// MaxCooldown caps every cooldown that a provider asks for, and is the
-	// cooldown after a 429 whose body says the quota or spend limit is
-	// exhausted (waiting a few seconds does not help then). Zero means 60s.
+	// MaxCooldown caps every cooldown that a provider asks for and every
+	// headroom demotion, and is the cooldown after a 429 whose body says
+	// the quota or spend limit is exhausted (waiting a few seconds does not
+	// help then). Zero means 60s.
 	MaxCooldown time.Duration
 
 	// MaxWait is how long a request may wait when every upstream is open or

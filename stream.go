@@ -96,6 +96,20 @@ type StreamGuard struct {
 	HoldBytes int
 }
 
+// maxHoldBytes bounds StreamGuard.HoldBytes: the guard holds that much of a
+// stream in memory before the first content event.
+const maxHoldBytes = 64 << 20
+
+func (g *StreamGuard) validate() error {
+	switch {
+	case g.FirstByteTimeout < 0:
+		return configError("StreamGuard.FirstByteTimeout", "must not be negative")
+	case g.HoldBytes > maxHoldBytes:
+		return configError("StreamGuard.HoldBytes", "must be at most 64 MiB")
+	}
+	return nil
+}
+
 // streamError is an error event that began a stream. It matches
 // ErrStreamError.
 type streamError struct {

@@ -157,8 +157,10 @@ const (
 // Why an upstream is tried after the others, in the order they are
 // decided.
 const (
-	// ReasonOutOfHeadroom: at its last success it said a rate-limit
-	// window is exhausted, and that window has not reset yet.
+	// ReasonOutOfHeadroom: a success said a rate-limit window is
+	// exhausted, and that window has not reset yet (for at most
+	// RateLimit.MaxCooldown; a later success that reports the same
+	// window above 0 lifts it).
 	ReasonOutOfHeadroom Reason = "out_of_headroom"
 	// ReasonDegraded: its recent latency or success rate is bad
 	// ([DegradedConfig]).
