@@ -48,6 +48,8 @@ type call struct {
 	attempts int            // in the current round
 	fatal    int            // attempts in the current round with permanent errors
 	racing   bool           // the current round hedges: every attempt has its own context
+
+	secrets []string // the caller's credentials in every form, once an error needs them (redact)
 }
 
 func (c *call) run() (*http.Response, error) {
@@ -245,7 +247,7 @@ func (c *call) settle(a *attempt) (*http.Response, error, bool) {
 		if permanent(err) {
 			c.fatal++
 		}
-		msg := c.t.redact(err.Error(), c.req)
+		msg := c.redact(err.Error())
 		u.setLastError(msg, now)
 		c.addErrMsg(u, err, msg)
 	}
@@ -291,7 +293,7 @@ func (c *call) skip(u *upstream, a availability) {
 
 func (c *call) addErr(u *upstream, err error) {
 	if len(c.errs) < maxAttemptErrors {
-		c.addErrMsg(u, err, c.t.redact(err.Error(), c.req))
+		c.addErrMsg(u, err, c.redact(err.Error()))
 	}
 }
 

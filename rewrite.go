@@ -2,32 +2,225 @@ package failover
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 )
 
-// defaultCredentialHeaders are the header names that carry a caller's
-// credentials, besides every name an Upstream.Header sets.
-var defaultCredentialHeaders = []string{
-	"Authorization",
-	"Proxy-Authorization",
-	"Api-Key",
-	"X-Api-Key",
-	"X-Goog-Api-Key",
-	"Cookie",
-	// Account-scoped: another provider answers 401 to a foreign org.
-	"Openai-Organization",
-	"Openai-Project",
+// The credential rule. A request header or query parameter carries the
+// caller's credentials when its name, in any case:
+//
+//   - is one of credentialHeaders or credentialParams;
+//   - is a name some Upstream.Header sets (headers only);
+//   - is in Config.CredentialHeaders or Config.CredentialParams;
+//   - contains one of secretSubstrings, or has one of secretWords as a
+//     word, unless it is one of notCredentialHeaders.
+//
+// The patterns make the rule fail closed: a gateway's new key header is a
+// credential without anyone listing it, at the price of stripping, on
+// failover, a few names that carry no secret (a pagination pageToken).
+var (
+	// credentialHeaders are the header names that no pattern catches,
+	// or that matter too much to leave to one.
+	credentialHeaders = []string{
+		"Authorization",
+		"Proxy-Authorization",
+		"Api-Key",
+		"X-Api-Key",
+		"X-Goog-Api-Key",
+		"Cookie",
+		// Account-scoped: another provider answers 401 to a foreign org.
+		"Openai-Organization",
+		"Openai-Project",
+	}
+
+	// credentialParams are query parameters that carry a caller's
+	// credentials (Gemini's key=, Azure SAS's sig=, and the usual
+	// spellings of others).
+	credentialParams = []string{"key", "api_key", "api-key", "apikey", "access_token", "sig"}
+
+	// secretSubstrings make a name a credential's wherever they appear
+	// in it: X-Amz-Security-Token, Ocp-Apim-Subscription-Key,
+	// cf-aig-authorization, Helicone-Auth, X-Goog-Signature.
+	secretSubstrings = []string{
+		"auth", "key", "token", "secret", "passw", "credential", "signature",
+		"session", "cookie", "bearer", "jwt", "csrf", "xsrf",
+	}
+
+	// secretWords make a name a credential's when they are one of its
+	// words (see hasSecretWord): too short to be safe as substrings
+	// ("sig" is in "design" and "signal").
+	secretWords = []string{"sig", "pw", "pwd", "sid", "otp"}
+
+	// notCredentialHeaders match a pattern but carry no secret.
+	notCredentialHeaders = []string{"Idempotency-Key"}
+)
+
+// secretSubstringsByFirst holds secretSubstrings by their first letter, so
+// that a name is scanned once. It is never written after init.
+var secretSubstringsByFirst = func() (by [26][]string) {
+	for _, s := range secretSubstrings {
+		by[s[0]-'a'] = append(by[s[0]-'a'], s)
+	}
+	return by
+}()
+
+// minSecretLen is the shortest secret (or part of one) that is scrubbed
+// from error messages; shorter ones (a version number) would scrub
+// innocent text.
+const minSecretLen = 8
+
+// credentials is the credential rule of one Transport and the secrets it
+// knows in advance. New builds it; nothing writes it after.
+type credentials struct {
+	headers map[string]bool // lower case: credentialHeaders, every Upstream.Header name, Config.CredentialHeaders
+	params  map[string]bool // lower case: credentialParams, Config.CredentialParams
+
+	// upstreamSecrets are every form of every Upstream.Header value,
+	// scrubbed from every error message.
+	upstreamSecrets []string
 }
 
-// credentialParams are query parameters that carry a caller's credentials
-// (Gemini's key=, and the usual spellings of others).
-var credentialParams = []string{"key", "api_key", "api-key", "apikey", "access_token"}
+// newCredentials checks Config.CredentialHeaders and CredentialParams and
+// builds the rule, with the upstreams' Header names and values.
+func newCredentials(cfg Config, ups []*upstream) (credentials, error) {
+	c := credentials{headers: map[string]bool{}, params: map[string]bool{}}
+	for _, h := range credentialHeaders {
+		c.headers[strings.ToLower(h)] = true
+	}
+	for _, p := range credentialParams {
+		c.params[p] = true
+	}
+	for i, h := range cfg.CredentialHeaders {
+		if !validHeaderName(h) {
+			return c, configError(fmt.Sprintf("CredentialHeaders[%d]", i), "is not a valid header name")
+		}
+		c.headers[strings.ToLower(h)] = true
+	}
+	for i, p := range cfg.CredentialParams {
+		if p == "" {
+			return c, configError(fmt.Sprintf("CredentialParams[%d]", i), "is empty")
+		}
+		c.params[strings.ToLower(p)] = true
+	}
+	for _, u := range ups {
+		for k, vs := range u.header {
+			c.headers[strings.ToLower(k)] = true
+			for _, v := range vs {
+				c.upstreamSecrets = appendSecretForms(c.upstreamSecrets, v)
+			}
+		}
+	}
+	c.upstreamSecrets = compactSecrets(c.upstreamSecrets)
+	return c, nil
+}
 
-// minSecretLen is the shortest header value that is scrubbed from error
-// messages; shorter values (a version number) would scrub innocent text.
-const minSecretLen = 8
+// header reports whether the header named k carries a caller's
+// credentials. It does not allocate for names of up to 64 bytes.
+func (c *credentials) header(k string) bool {
+	if inLower(c.headers, k) {
+		return true
+	}
+	for _, n := range notCredentialHeaders {
+		if strings.EqualFold(k, n) {
+			return false
+		}
+	}
+	return looksSecret(k)
+}
+
+// param reports whether the query parameter named name (unescaped)
+// carries a caller's credentials.
+func (c *credentials) param(name string) bool {
+	return inLower(c.params, name) || looksSecret(name)
+}
+
+// inLower reports whether name, in lower case, is in set.
+func inLower(set map[string]bool, name string) bool {
+	var buf [64]byte
+	if len(name) > len(buf) {
+		return set[strings.ToLower(name)]
+	}
+	b := buf[:len(name)]
+	for i := range len(name) {
+		b[i] = lowerASCII(name[i])
+	}
+	return set[string(b)]
+}
+
+// looksSecret reports whether name contains one of secretSubstrings or
+// has one of secretWords as a word, in any case.
+func looksSecret(name string) bool {
+	for i := range len(name) {
+		c := lowerASCII(name[i])
+		if c < 'a' || c > 'z' {
+			continue
+		}
+		for _, s := range secretSubstringsByFirst[c-'a'] {
+			if hasPrefixFold(name[i:], s) {
+				return true
+			}
+		}
+	}
+	return hasSecretWord(name)
+}
+
+// hasSecretWord reports whether one of name's words is one of secretWords.
+// Words end at every byte that is no ASCII letter or digit, where a lower
+// case letter meets an upper case one, and where letters meet digits:
+// "X-Sig", "sigV4" and "pwd2" have one, "design" and "signal" none.
+func hasSecretWord(name string) bool {
+	start := -1
+	for i := 0; i <= len(name); i++ {
+		alnum := i < len(name) && isAlnum(name[i])
+		if start >= 0 && (!alnum || wordBreak(name[i-1], name[i])) {
+			w := name[start:i]
+			for _, s := range secretWords {
+				if len(w) == len(s) && hasPrefixFold(w, s) {
+					return true
+				}
+			}
+			start = -1
+		}
+		if alnum && start < 0 {
+			start = i
+		}
+	}
+	return false
+}
+
+// wordBreak reports whether a word ends between the alphanumerics a and b.
+func wordBreak(a, b byte) bool {
+	digitA, digitB := '0' <= a && a <= '9', '0' <= b && b <= '9'
+	return 'a' <= a && a <= 'z' && 'A' <= b && b <= 'Z' || digitA != digitB
+}
+
+func isAlnum(b byte) bool {
+	return 'a' <= b && b <= 'z' || 'A' <= b && b <= 'Z' || '0' <= b && b <= '9'
+}
+
+func lowerASCII(b byte) byte {
+	if 'A' <= b && b <= 'Z' {
+		return b + 'a' - 'A'
+	}
+	return b
+}
+
+// hasPrefixFold reports whether s begins with lower, a lower-case ASCII
+// string, in any case.
+func hasPrefixFold(s, lower string) bool {
+	if len(s) < len(lower) {
+		return false
+	}
+	for i := range len(lower) {
+		if lowerASCII(s[i]) != lower[i] {
+			return false
+		}
+	}
+	return true
+}
 
 // clone copies the caller's request for one attempt to up: its own URL and
 // header map, without the headers keepHeader leaves out, the value slices
@@ -50,7 +243,7 @@ func (r *request) clone(ctx context.Context, up *upstream) *http.Request {
 	}
 	h := make(http.Header, len(r.req.Header)+len(up.header))
 	for k, v := range r.req.Header {
-		if r.keepHeader(k, up) {
+		if r.keepHeader(k, v, up) {
 			h[k] = v
 		}
 	}
@@ -76,36 +269,27 @@ func (r *request) rewrite(out *http.Request, u *upstream) {
 			out.URL.RawPath = u.rawPath + r.rawRest
 		}
 		out.URL.User = nil
-		out.URL.RawQuery = stripQueryCredentials(out.URL.RawQuery)
+		out.URL.RawQuery = r.t.creds.stripQuery(out.URL.RawQuery)
 	}
 	for k, v := range u.header {
 		out.Header[k] = v
 	}
 }
 
-// keepHeader reports whether the caller's header k goes to u: not when u's
-// Header replaces it, in any spelling (net/http would send a non-canonical
-// key as a second header), nor, for an upstream the caller did not address,
-// when it carries a credential.
-func (r *request) keepHeader(k string, u *upstream) bool {
+// keepHeader reports whether the caller's header k, with values vs, goes
+// to u: not when u's Header replaces it, in any spelling (net/http would
+// send a non-canonical key as a second header), nor, for an upstream the
+// caller did not address, when it carries a credential.
+func (r *request) keepHeader(k string, vs []string, u *upstream) bool {
 	if _, ok := u.header[k]; ok {
 		return false
 	}
-	ck := k
 	if !canonicalASCII(k) {
-		ck = http.CanonicalHeaderKey(k)
-		if _, ok := u.header[ck]; ok {
+		if _, ok := u.header[http.CanonicalHeaderKey(k)]; ok {
 			return false
 		}
 	}
-	if u != r.addressed {
-		for _, name := range r.t.credHeaders {
-			if ck == name {
-				return false
-			}
-		}
-	}
-	return true
+	return u == r.addressed || !r.t.creds.header(k)
 }
 
 // canonicalASCII reports, quickly, whether k is already in canonical form
@@ -123,12 +307,18 @@ func canonicalASCII(k string) bool {
 	return true
 }
 
-// stripQueryCredentials drops the pairs of a raw query whose name is a
-// credential parameter, and keeps every other pair byte for byte, in order
-// (url.ParseQuery would drop pairs with a ';' and reorder the rest). Pairs
-// are split at '&' and at ';' alike, since some servers read ';' as a
-// separator: "a=1;key=k" loses its key either way.
-func stripQueryCredentials(raw string) string {
+// stripQuery drops the pairs of a raw query whose name is a credential
+// parameter.
+func (c *credentials) stripQuery(raw string) string {
+	return stripQuery(raw, func(pair string) bool { return c.param(queryName(pair)) })
+}
+
+// stripQuery drops the pairs of a raw query that drop reports, and keeps
+// every other pair byte for byte, in order (url.ParseQuery would drop pairs
+// with a ';' and reorder the rest). Pairs are split at '&' and at ';'
+// alike, since some servers read ';' as a separator: "a=1;key=k" loses its
+// key either way.
+func stripQuery(raw string, drop func(pair string) bool) string {
 	if raw == "" {
 		return raw
 	}
@@ -141,7 +331,7 @@ func stripQueryCredentials(raw string) string {
 		if i >= 0 {
 			pair = rest[:i]
 		}
-		if isCredentialParam(queryName(pair)) {
+		if drop(pair) {
 			changed = true
 		} else {
 			if wrote {
@@ -170,50 +360,71 @@ func queryName(pair string) string {
 	return name
 }
 
-func isCredentialParam(name string) bool {
-	for _, p := range credentialParams {
-		if strings.EqualFold(name, p) {
-			return true
-		}
+// appendSecretForms appends v to dst when it is at least minSecretLen
+// long.
+func appendSecretForms(dst []string, v string) []string {
+	if len(v) >= minSecretLen {
+		dst = append(dst, v)
 	}
-	return false
+	return dst
 }
 
-// redact replaces every known secret in msg: the upstreams' header values,
-// and the caller's credential header values, key= query values and URL
-// password.
-func (t *Transport) redact(msg string, req *http.Request) string {
-	scrub := func(v string) {
-		if len(v) >= minSecretLen {
-			msg = strings.ReplaceAll(msg, v, "[REDACTED]")
-		}
-	}
-	for _, s := range t.secrets {
-		scrub(s)
-	}
-	for _, name := range t.credHeaders {
-		for _, v := range req.Header.Values(name) {
-			scrub(v)
-		}
-	}
-	if u := req.URL; u != nil {
-		if u.User != nil {
-			if pw, ok := u.User.Password(); ok {
-				scrub(pw)
-				scrub(url.QueryEscape(pw))
+// compactSecrets sorts and deduplicates a list of secrets.
+func compactSecrets(s []string) []string {
+	slices.Sort(s)
+	return slices.Compact(s)
+}
+
+// appendRequestSecrets appends to dst every form of the credentials that
+// req carries by the rule: its credential headers' values, its credential
+// query parameters' values, and its URL's user and password.
+func (c *credentials) appendRequestSecrets(dst []string, req *http.Request) []string {
+	for k, vs := range req.Header {
+		if c.header(k) {
+			for _, v := range vs {
+				dst = appendSecretForms(dst, v)
 			}
 		}
-		for _, pair := range strings.FieldsFunc(u.RawQuery, func(r rune) bool { return r == '&' || r == ';' }) {
-			if isCredentialParam(queryName(pair)) {
-				_, value, _ := strings.Cut(pair, "=")
-				scrub(value)
-				if v, err := url.QueryUnescape(value); err == nil {
-					scrub(v)
-				}
+	}
+	u := req.URL
+	if u == nil {
+		return dst
+	}
+	if u.User != nil {
+		if pw, ok := u.User.Password(); ok {
+			dst = appendSecretForms(dst, pw)
+			dst = appendSecretForms(dst, url.QueryEscape(pw))
+		}
+	}
+	for _, pair := range strings.FieldsFunc(u.RawQuery, func(r rune) bool { return r == '&' || r == ';' }) {
+		if c.param(queryName(pair)) {
+			_, value, _ := strings.Cut(pair, "=")
+			dst = appendSecretForms(dst, value)
+			if v, err := url.QueryUnescape(value); err == nil && v != value {
+				dst = appendSecretForms(dst, v)
 			}
+		}
+	}
+	return dst
+}
+
+// redact replaces every secret of the lists in msg with "[REDACTED]".
+func redact(msg string, lists ...[]string) string {
+	for _, list := range lists {
+		for _, s := range list {
+			msg = strings.ReplaceAll(msg, s, "[REDACTED]")
 		}
 	}
 	return msg
+}
+
+// redact scrubs every known secret from msg: the upstreams' header values
+// and the credentials of the caller's request, in every form.
+func (c *call) redact(msg string) string {
+	if c.secrets == nil {
+		c.secrets = compactSecrets(c.t.creds.appendRequestSecrets([]string{}, c.req))
+	}
+	return redact(msg, c.t.creds.upstreamSecrets, c.secrets)
 }
 
 // validHeaderName reports whether k is a valid header field name (an RFC 9110 token).

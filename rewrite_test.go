@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/url"
 	"reflect"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -144,15 +145,22 @@ func TestStripQueryCredentials(t *testing.T) {
 		{"z=%2F1&KEY=s&a=1&a=2", "z=%2F1&a=1&a=2"},
 		{"%6Bey=s&x=1", "x=1"}, // an escaped name is still key
 		{"api_key=s&api-key=s&apikey=s&access_token=s", ""},
-		{"keyboard=1&monkey=2", "keyboard=1&monkey=2"},
+		{"keyboard=1&monkey=2", ""}, // the rule fails closed: "key" is in both
+		{"sig=s&design=1&signal=2&sigV4=s", "design=1&signal=2"},
+		{"X-Amz-Signature=s&X-Amz-Date=d&X-Amz-Security-Token=s", "X-Amz-Date=d"},
+		{"model=x&token=s&client_secret=s&alt=sse", "model=x&alt=sse"},
 		{"key", ""},
 		{"a=1&&b=2", "a=1&&b=2"},
 		{"a=1;key=s;b=2", "a=1;b=2"}, // some servers split at ';'
 		{"key=s;b=2&c=3", "b=2&c=3"},
 	}
+	c, err := newCredentials(Config{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, tt := range tests {
-		if got := stripQueryCredentials(tt.in); got != tt.want {
-			t.Errorf("stripQueryCredentials(%q) = %q, want %q", tt.in, got, tt.want)
+		if got := c.stripQuery(tt.in); got != tt.want {
+			t.Errorf("stripQuery(%q) = %q, want %q", tt.in, got, tt.want)
 		}
 	}
 }
@@ -187,7 +195,7 @@ var fuzzCredentialHeaders = []string{
 }
 
 // fuzzCredentialParams are the query parameters that carry credentials.
-var fuzzCredentialParams = []string{"key", "api_key", "api-key", "apikey", "access_token"}
+var fuzzCredentialParams = []string{"key", "api_key", "api-key", "apikey", "access_token", "sig"}
 
 // received is a request as an upstream received it.
 type received struct {
@@ -412,16 +420,13 @@ func credentialPair(pair string) bool {
 	if n, err := url.QueryUnescape(name); err == nil {
 		name = n
 	}
-	for _, c := range fuzzCredentialParams {
-		if strings.EqualFold(name, c) {
-			return true
-		}
-	}
-	return false
+	return slices.ContainsFunc(fuzzCredentialParams, func(c string) bool { return strings.EqualFold(name, c) }) ||
+		namedLikeSecret(name)
 }
 
 // isCredentialHeader reports whether name, in any case, is a credential
-// header: a documented one or a name an upstream's Header sets.
+// header: a documented one, a name an upstream's Header sets, or one the
+// patterns catch.
 func isCredentialHeader(name string) bool {
 	for _, c := range fuzzCredentialHeaders {
 		if strings.EqualFold(name, c) {
@@ -433,7 +438,39 @@ func isCredentialHeader(name string) bool {
 			return true
 		}
 	}
+	return !strings.EqualFold(name, "Idempotency-Key") && namedLikeSecret(name)
+}
+
+// namedLikeSecret is the documented pattern rule (Config.CredentialHeaders),
+// written here apart from the package's: the name contains one of the
+// substrings, or has one of the words, in any case.
+func namedLikeSecret(name string) bool {
+	lower := strings.ToLower(name)
+	for _, s := range []string{"auth", "key", "token", "secret", "passw", "credential", "signature", "session", "cookie", "bearer", "jwt", "csrf", "xsrf"} {
+		if strings.Contains(lower, s) {
+			return true
+		}
+	}
+	spaced := name
+	for _, re := range wordBreaks {
+		spaced = re.ReplaceAllString(spaced, "$1 $2")
+	}
+	for _, w := range strings.FieldsFunc(spaced, func(r rune) bool {
+		return !('a' <= r && r <= 'z' || 'A' <= r && r <= 'Z' || '0' <= r && r <= '9')
+	}) {
+		if slices.ContainsFunc([]string{"sig", "pw", "pwd", "sid", "otp"}, func(s string) bool { return strings.EqualFold(w, s) }) {
+			return true
+		}
+	}
 	return false
+}
+
+// wordBreaks find where one word of a name ends and the next begins:
+// "sigV4", "pwd2", "2fa".
+var wordBreaks = []*regexp.Regexp{
+	regexp.MustCompile(`([a-z])([A-Z])`),
+	regexp.MustCompile(`([A-Za-z])([0-9])`),
+	regexp.MustCompile(`([0-9])([A-Za-z])`),
 }
 
 // fuzzHeaderValues returns the values of name in h under any spelling.
@@ -485,6 +522,210 @@ func TestErrorsAreRedacted(t *testing.T) {
 		}
 		if !strings.Contains(s, "proxy refused") {
 			t.Errorf("the cause was lost: %s", s)
+		}
+	}
+}
+
+// callerMark is in every value of the caller's credentials that the tests
+// below send, so that finding it proves a leak.
+const callerMark = "caller-secret"
+
+// leaks reports where in s any of secrets appears.
+func leaks(s seen, secrets ...string) []string {
+	var out []string
+	for _, secret := range secrets {
+		for k, vs := range s.Header {
+			for _, v := range vs {
+				if strings.Contains(v, secret) {
+					out = append(out, fmt.Sprintf("header %s: %q", k, v))
+				}
+			}
+		}
+		if strings.Contains(s.RawQuery, secret) {
+			out = append(out, fmt.Sprintf("query %q", s.RawQuery))
+		}
+	}
+	return out
+}
+
+// Which header and query-parameter names the Transport treats as the
+// caller's credentials, end to end: the primary answers 503, and the
+// backup, which the caller did not address, must get every name that is
+// not a credential and none that is.
+func TestCredentialRule(t *testing.T) {
+	tests := []struct {
+		param      bool // a query parameter, else a header
+		name       string
+		credential bool
+	}{
+		// The gateways and clouds of the issue, and the usual others.
+		{false, "Ocp-Apim-Subscription-Key", true},
+		{false, "X-Amz-Security-Token", true},
+		{false, "cf-aig-authorization", true},
+		{false, "Helicone-Auth", true},
+		{false, "X-Portkey-Api-Key", true},
+		{false, "X-Portkey-Virtual-Key", true},
+		{false, "X-Auth-Token", true},
+		{false, "Authorization", true},
+		{false, "Proxy-Authorization", true},
+		{false, "Api-Key", true},
+		{false, "x-api-key", true},
+		{false, "X-Goog-Api-Key", true},
+		{false, "Cookie", true},
+		{false, "Openai-Organization", true},
+		{false, "Openai-Project", true},
+		{false, "X-Access-Token", true},
+		{false, "Private-Token", true},
+		{false, "X-Vault-Token", true},
+		{false, "X-Client-Secret", true},
+		{false, "X-Password", true},
+		{false, "X-Hub-Signature-256", true},
+		{false, "X-Csrf-Token", true},
+		{false, "X-Jwt-Assertion", true},
+		{false, "Mcp-Session-Id", true},
+		{false, "X-Sig", true},
+		{false, "X-Otp", true},
+		{false, "Apikey", true},
+		{false, "X-Upstream-Credential", true},
+		{true, "key", true},
+		{true, "KEY", true},
+		{true, "api_key", true},
+		{true, "apiKey", true},
+		{true, "access_token", true},
+		{true, "token", true},
+		{true, "sig", true},
+		{true, "X-Amz-Signature", true},
+		{true, "X-Amz-Security-Token", true},
+		{true, "X-Amz-Credential", true},
+		{true, "X-Goog-Signature", true},
+		{true, "X-Goog-Credential", true},
+		{true, "password", true},
+		{true, "client_secret", true},
+		{true, "auth", true},
+		{true, "subscription-key", true},
+		{true, "sessionId", true},
+		{true, "sigV4", true},
+		{true, "pwd", true},
+
+		// What SDKs and gateways send that is no secret.
+		{false, "Content-Type", false},
+		{false, "Accept", false},
+		{false, "User-Agent", false},
+		{false, "X-Request-Id", false},
+		{false, "Openai-Beta", false},
+		{false, "Anthropic-Version", false},
+		{false, "Anthropic-Beta", false},
+		{false, "X-Stainless-Lang", false},
+		{false, "X-Stainless-Package-Version", false},
+		{false, "X-Stainless-Os", false},
+		{false, "X-Stainless-Arch", false},
+		{false, "X-Stainless-Runtime", false},
+		{false, "X-Stainless-Runtime-Version", false},
+		{false, "X-Stainless-Retry-Count", false},
+		{false, "X-Stainless-Timeout", false},
+		{false, "Idempotency-Key", false},
+		{false, "Traceparent", false},
+		{false, "X-Title", false},
+		{false, "Http-Referer", false},
+		{false, "X-Goog-Api-Client", false},
+		{false, "X-Goog-Request-Params", false},
+		{false, "Amz-Sdk-Invocation-Id", false},
+		{false, "X-Amz-Content-Sha256", false},
+		{false, "X-Design-Id", false}, // "sig" is a word, not a substring
+		{false, "X-Signal", false},
+		{true, "model", false},
+		{true, "alt", false},
+		{true, "$alt", false},
+		{true, "api-version", false},
+		{true, "stream", false},
+		{true, "limit", false},
+		{true, "after", false},
+		{true, "design", false},
+		{true, "signal", false},
+		{true, "deployment-id", false},
+	}
+	primary := newUpstreamServer(t, 503, "down")
+	backup := newUpstreamServer(t, 200, "ok")
+	tr := newTestTransport(t, Config{
+		Breaker:   BreakerConfig{FailureThreshold: 1000},
+		Upstreams: []Upstream{{Name: "primary", BaseURL: primary.URL + "/v1"}, {Name: "backup", BaseURL: backup.URL + "/v1"}},
+	})
+	for i, tt := range tests {
+		value := fmt.Sprintf("%s-%d-0123456789", callerMark, i)
+		req := httptestRequest("GET", primary.URL+"/v1/models", "")
+		if tt.param {
+			req.URL.RawQuery = url.Values{tt.name: {value}}.Encode()
+		} else {
+			req.Header[tt.name] = []string{value} // as spelled: some are not canonical
+		}
+		resp, err := tr.RoundTrip(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		got := backup.requests()
+		s := got[len(got)-1]
+		arrived := strings.Contains(s.RawQuery, value) || len(headerValues(s.Header, tt.name)) > 0
+		kind := "header"
+		if tt.param {
+			kind = "query parameter"
+		}
+		switch {
+		case tt.credential && arrived:
+			t.Errorf("%s %s reached an upstream the caller did not address: it is a credential", kind, tt.name)
+		case !tt.credential && !arrived:
+			t.Errorf("%s %s did not reach the backup: it is no credential", kind, tt.name)
+		}
+		if p := primary.requests(); !strings.Contains(fmt.Sprint(p[len(p)-1]), value) {
+			t.Errorf("%s %s did not reach the upstream the caller addressed", kind, tt.name)
+		}
+	}
+}
+
+// Config.CredentialHeaders and CredentialParams add names to the rule:
+// the backup, which the caller did not address, gets neither.
+func TestConfigCredentialNames(t *testing.T) {
+	primary := newUpstreamServer(t, 503, "down")
+	backup := newUpstreamServer(t, 200, "ok")
+	tr := newTestTransport(t, Config{
+		CredentialHeaders: []string{"x-tenant"},
+		CredentialParams:  []string{"Tenant"},
+		Upstreams:         []Upstream{{Name: "primary", BaseURL: primary.URL + "/v1"}, {Name: "backup", BaseURL: backup.URL + "/v1"}},
+	})
+	req := httptestRequest("GET", primary.URL+"/v1/models?tenant="+callerMark+"-q&model=x", "")
+	req.Header.Set("X-Tenant", callerMark+"-h")
+	resp, err := tr.RoundTrip(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if got := leaks(backup.requests()[0], callerMark); len(got) > 0 {
+		t.Errorf("the backup got the caller's configured credentials: %v", got)
+	}
+	if got := leaks(primary.requests()[0], callerMark); len(got) != 2 {
+		t.Errorf("the primary, addressed, got %v of the caller's configured credentials, want both", got)
+	}
+	if q := backup.requests()[0].RawQuery; q != "model=x" {
+		t.Errorf("the backup got query %q, want the caller's other pairs", q)
+	}
+}
+
+func TestConfigCredentialNamesValidated(t *testing.T) {
+	ok := []Upstream{{BaseURL: "https://api.example.com/v1"}}
+	tests := []struct {
+		name  string
+		cfg   Config
+		field string
+	}{
+		{"header with a space", Config{Upstreams: ok, CredentialHeaders: []string{"X-Ok", "Bad Name"}}, "CredentialHeaders[1]"},
+		{"empty header", Config{Upstreams: ok, CredentialHeaders: []string{""}}, "CredentialHeaders[0]"},
+		{"empty param", Config{Upstreams: ok, CredentialParams: []string{"tenant", ""}}, "CredentialParams[1]"},
+	}
+	for _, tt := range tests {
+		_, err := New(tt.cfg)
+		var cerr *ConfigError
+		if !errors.As(err, &cerr) || cerr.Field != tt.field {
+			t.Errorf("%s: New returned %v, want a ConfigError naming %s", tt.name, err, tt.field)
 		}
 	}
 }

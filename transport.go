@@ -195,6 +195,26 @@ type Config struct {
 	// means nothing is logged.
 	Logger *slog.Logger
 
+	// CredentialHeaders names request headers that carry the caller's
+	// credentials, besides those the Transport knows: Authorization,
+	// Proxy-Authorization, Api-Key, X-Api-Key, X-Goog-Api-Key, Cookie,
+	// Openai-Organization, Openai-Project, every name an Upstream.Header
+	// sets, and every name that contains, in any case, auth, key, token,
+	// secret, passw, credential, signature, session, cookie, bearer, jwt,
+	// csrf or xsrf, or has sig, pw, pwd, sid or otp as a word ("X-Sig",
+	// not "X-Signal"), except Idempotency-Key. The caller's credentials
+	// reach only the upstream the caller addressed, and never appear in
+	// errors, Health or logs. Names match in any case; each must be a
+	// valid header name.
+	CredentialHeaders []string
+
+	// CredentialParams names query parameters that carry the caller's
+	// credentials, besides key, api_key, api-key, apikey, access_token,
+	// sig and every name the patterns of CredentialHeaders match
+	// (X-Amz-Signature, token, client_secret). Names match in any case,
+	// unescaped; none may be empty.
+	CredentialParams []string
+
 	// OnStateChange, when set, is called after each change of an
 	// upstream's circuit, outside every lock, on the goroutine of the
 	// request that caused it (or of Reset). It must not block. Changes
@@ -266,14 +286,10 @@ type Transport struct {
 	onStateChange func(StateChange)
 	probes        *prober // nil without probes
 
-	// credHeaders are the header names that carry credentials: the
-	// usual ones and every name any Upstream.Header sets. They reach
-	// only the upstream the caller addressed.
-	credHeaders []string
-
-	// secrets are the values of every Upstream.Header, scrubbed from
-	// every error message that Health keeps.
-	secrets []string
+	// creds tells which headers and query parameters carry credentials,
+	// which reach only the upstream the caller addressed, and holds the
+	// upstreams' own, scrubbed from every error message.
+	creds credentials
 
 	unrouted *metrics.Counter
 }
@@ -352,10 +368,6 @@ func New(cfg Config) (*Transport, error) {
 	if cfg.Hedge != nil {
 		t.hedge = newHedger(*cfg.Hedge, t.metrics)
 	}
-	credNames := map[string]bool{}
-	for _, h := range defaultCredentialHeaders {
-		credNames[h] = true
-	}
 	names := map[string]int{}
 	for i, uc := range cfg.Upstreams {
 		u, err := newUpstream(i, uc)
@@ -366,20 +378,14 @@ func New(cfg Config) (*Transport, error) {
 			return nil, configError(fmt.Sprintf("Upstreams[%d].Name", i), fmt.Sprintf("%q is also the name of Upstreams[%d]", u.name, j))
 		}
 		names[u.name] = i
-		for k, vs := range u.header {
-			credNames[k] = true
-			for _, v := range vs {
-				if len(v) >= minSecretLen {
-					t.secrets = append(t.secrets, v)
-				}
-			}
-		}
 		t.upstreams = append(t.upstreams, u)
 		t.models = t.models || len(u.models) > 0
 	}
-	for k := range credNames {
-		t.credHeaders = append(t.credHeaders, k)
+	creds, err := newCredentials(cfg, t.upstreams)
+	if err != nil {
+		return nil, err
 	}
+	t.creds = creds
 	if cfg.Shared != nil {
 		t.fleet = newFleet(t, cfg.Shared, cmp.Or(cfg.SharedSync, defaultSharedSync))
 	}
