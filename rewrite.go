@@ -2,11 +2,13 @@ package failover
 
 import (
 	"context"
+	"encoding/base64"
 	"fmt"
 	"net/http"
 	"net/url"
 	"slices"
 	"strings"
+	"unicode/utf8"
 )
 
 // The credential rule. A request header or query parameter carries the
@@ -360,13 +362,77 @@ func queryName(pair string) string {
 	return name
 }
 
-// appendSecretForms appends v to dst when it is at least minSecretLen
-// long.
+// authSchemes are the authorization schemes that appendSecretForms does not
+// take for a secret: the word that comes before one ("Bearer sk-...").
+// Schemes shorter than minSecretLen are never scrubbed anyway.
+var authSchemes = []string{"negotiate", "aws4-hmac-sha256", "sharedkey", "sharedkeylite", "privatetoken", "concealed"}
+
+// appendSecretForms appends to dst every form of the secret value v that a
+// message may quote, each at least minSecretLen long: v itself; its parts
+// (split at spaces, tabs, commas and semicolons, without quotes), except a
+// leading authorization scheme, and of a part "name=value" only the value
+// (a cookie's, a "Signature=..."'s); a Basic credential decoded, and its
+// user and password; and the query- and path-escaped form of each.
 func appendSecretForms(dst []string, v string) []string {
-	if len(v) >= minSecretLen {
-		dst = append(dst, v)
+	add := func(s string) {
+		if len(s) < minSecretLen {
+			return
+		}
+		dst = append(dst, s)
+		if q := url.QueryEscape(s); q != s {
+			dst = append(dst, q)
+		}
+		if p := url.PathEscape(s); p != s {
+			dst = append(dst, p)
+		}
+	}
+	add(v)
+	fields := strings.FieldsFunc(v, func(r rune) bool { return r == ' ' || r == '\t' || r == ',' || r == ';' })
+	basic := false
+	for i, f := range fields {
+		f = strings.Trim(f, `"`)
+		if i == 0 && len(fields) > 1 {
+			if strings.EqualFold(f, "basic") {
+				basic = true
+				continue
+			}
+			if slices.ContainsFunc(authSchemes, func(s string) bool { return strings.EqualFold(f, s) }) {
+				continue
+			}
+		}
+		if name, val, ok := strings.Cut(f, "="); ok && isToken(name) && strings.Trim(val, "=") != "" {
+			add(strings.Trim(val, `"`)) // a cookie's value, "Signature=..."'s
+		} else {
+			add(f)
+		}
+		if basic && i == 1 {
+			dec, err := base64.StdEncoding.DecodeString(f)
+			if err != nil {
+				dec, err = base64.RawStdEncoding.DecodeString(f)
+			}
+			if err == nil && utf8.Valid(dec) {
+				user, pass, _ := strings.Cut(string(dec), ":")
+				add(string(dec))
+				add(user)
+				add(pass)
+			}
+		}
 	}
 	return dst
+}
+
+// isToken reports whether s is a plain name: letters, digits, '-', '_'
+// and '.', as cookie and parameter names are.
+func isToken(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := range len(s) {
+		if b := s[i]; !isAlnum(b) && b != '-' && b != '_' && b != '.' {
+			return false
+		}
+	}
+	return true
 }
 
 // compactSecrets sorts and deduplicates a list of secrets.
@@ -391,9 +457,9 @@ func (c *credentials) appendRequestSecrets(dst []string, req *http.Request) []st
 		return dst
 	}
 	if u.User != nil {
+		dst = appendSecretForms(dst, u.User.Username())
 		if pw, ok := u.User.Password(); ok {
 			dst = appendSecretForms(dst, pw)
-			dst = appendSecretForms(dst, url.QueryEscape(pw))
 		}
 	}
 	for _, pair := range strings.FieldsFunc(u.RawQuery, func(r rune) bool { return r == '&' || r == ';' }) {
@@ -408,14 +474,48 @@ func (c *credentials) appendRequestSecrets(dst []string, req *http.Request) []st
 	return dst
 }
 
-// redact replaces every secret of the lists in msg with "[REDACTED]".
+// redact replaces every secret of the lists in msg with "[REDACTED]",
+// wherever it appears, overlapping ones too: the upstreams' header values
+// and the caller's credentials, in every form appendSecretForms knows.
 func redact(msg string, lists ...[]string) string {
+	var hidden []bool // which bytes of msg belong to a secret
 	for _, list := range lists {
 		for _, s := range list {
-			msg = strings.ReplaceAll(msg, s, "[REDACTED]")
+			if s == "" {
+				continue
+			}
+			for off := 0; ; {
+				i := strings.Index(msg[off:], s)
+				if i < 0 {
+					break
+				}
+				if hidden == nil {
+					hidden = make([]bool, len(msg))
+				}
+				i += off
+				for j := i; j < i+len(s); j++ {
+					hidden[j] = true
+				}
+				off = i + 1
+			}
 		}
 	}
-	return msg
+	if hidden == nil {
+		return msg
+	}
+	var b strings.Builder
+	for i := 0; i < len(msg); {
+		if !hidden[i] {
+			b.WriteByte(msg[i])
+			i++
+			continue
+		}
+		b.WriteString("[REDACTED]")
+		for i < len(msg) && hidden[i] {
+			i++
+		}
+	}
+	return b.String()
 }
 
 // redact scrubs every known secret from msg: the upstreams' header values

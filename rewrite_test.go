@@ -1,6 +1,7 @@
 package failover
 
 import (
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"io"
@@ -726,6 +727,93 @@ func TestConfigCredentialNamesValidated(t *testing.T) {
 		var cerr *ConfigError
 		if !errors.As(err, &cerr) || cerr.Field != tt.field {
 			t.Errorf("%s: New returned %v, want a ConfigError naming %s", tt.name, err, tt.field)
+		}
+	}
+}
+
+// Every part of every secret is scrubbed from errors, Health and logs,
+// wherever it appears in a message: the token without its scheme, its
+// URL-escaped forms, a Basic credential's decoded password, one of
+// several comma-separated keys, a cookie's value, a query value. Base is a
+// fake here: net/http's own errors never quote a header, but a layer in
+// Base may (a proxy or a signing RoundTripper refusing what it got).
+func TestRedactsEverySecretPart(t *testing.T) {
+	basic := func(user, pass string) string {
+		return "Basic " + base64.StdEncoding.EncodeToString([]byte(user+":"+pass))
+	}
+	// The secrets, and how the fake quotes each.
+	secrets := map[string]string{
+		"sk-up/a+b=0123456789":       "token sk-up/a+b=0123456789",     // upstream a's, without "Bearer "
+		"sk-up%2Fa%2Bb%3D0123456789": "url sk-up%2Fa%2Bb%3D0123456789", // the same, URL-escaped
+		"sk-up%2Fa+b=0123456789":     "path /v1/x/sk-up%2Fa+b=0123456789",
+		"k2-bbbbbbbbbb":              "second key k2-bbbbbbbbbb",
+		"up-basic-pass-123":          "basic password up-basic-pass-123",
+		"sk-caller-0123456789":       "caller token sk-caller-0123456789",
+		"caller-xauth-0123456789":    "x-auth caller-xauth-0123456789",
+		"caller-cookie-0123456789":   "cookie caller-cookie-0123456789",
+		"caller-basic-pass99":        "proxy password caller-basic-pass99",
+		"caller-tenant-0123456789":   "tenant caller-tenant-0123456789",
+		"caller/sig+0123456789":      "sig caller/sig+0123456789",
+		"caller%2Fsig%2B0123456789":  "raw sig caller%2Fsig%2B0123456789",
+		"AIzaCALLER0123456789":       "key AIzaCALLER0123456789",
+		"caller-url-pass-99":         "url password caller-url-pass-99",
+	}
+	var quoted []string
+	for _, q := range secrets {
+		quoted = append(quoted, q)
+	}
+	slices.Sort(quoted)
+	echo := "proxy refused: " + strings.Join(quoted, "; ") + "; theme=dark"
+	base := roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		if r.Body != nil {
+			r.Body.Close()
+		}
+		return nil, errors.New(echo)
+	})
+	var logs logBuffer
+	tr := newTestTransport(t, Config{
+		Base:              base,
+		Logger:            newLogger(&logs),
+		CredentialHeaders: []string{"X-Tenant"},
+		Upstreams: []Upstream{
+			{Name: "a", BaseURL: "http://a.test/v1", Header: http.Header{
+				"Authorization": {"Bearer sk-up/a+b=0123456789"},
+				"X-Keys":        {"k1-aaaaaaaaaa, k2-bbbbbbbbbb"},
+			}},
+			{Name: "b", BaseURL: "http://b.test/v1", Header: http.Header{"Proxy-Authorization": {basic("svc", "up-basic-pass-123")}}},
+		},
+	})
+	req := httptestRequest("POST", "http://u:caller-url-pass-99@a.test/v1/chat?sig=caller%2Fsig%2B0123456789&key=AIzaCALLER0123456789&model=x", chatBody)
+	req.Header.Set("Authorization", "Bearer sk-caller-0123456789")
+	req.Header.Set("X-Auth-Token", "caller-xauth-0123456789")
+	req.Header.Set("Cookie", "theme=dark; session=caller-cookie-0123456789")
+	req.Header.Set("Proxy-Authorization", basic("user", "caller-basic-pass99"))
+	req.Header.Set("X-Tenant", "caller-tenant-0123456789")
+	_, err := tr.RoundTrip(req)
+	var ferr *Error
+	if !errors.As(err, &ferr) || len(ferr.Attempts) != 2 {
+		t.Fatalf("err = %v, want an *Error with both attempts", err)
+	}
+	texts := map[string]string{"*Error": err.Error(), "logs": logs.String()}
+	for i, a := range ferr.Attempts {
+		texts[fmt.Sprintf("Attempts[%d]", i)] = a.Error()
+	}
+	for _, h := range tr.Health() {
+		texts["Health "+h.Name+".LastError"] = h.LastError
+	}
+	for where, text := range texts {
+		var shown []string
+		for secret := range secrets {
+			if strings.Contains(text, secret) {
+				shown = append(shown, secret)
+			}
+		}
+		if len(shown) > 0 {
+			slices.Sort(shown)
+			t.Errorf("%s shows %q", where, shown)
+		}
+		if where != "logs" && (!strings.Contains(text, "proxy refused") || !strings.Contains(text, "theme=dark")) {
+			t.Errorf("%s lost the cause: %s", where, text)
 		}
 	}
 }
