@@ -26,6 +26,10 @@ type request struct {
 	addressed *upstream
 	rest      string // the request's path after the addressed base path
 	rawRest   string // the same, escaped
+	// On a redirect hop, whose the caller's credentials are; nil
+	// otherwise. (One pointer: at 128 bytes or less, request goes to a
+	// hedged attempt's goroutine without an allocation of its own.)
+	hop *hop
 
 	// With Upstream.Models: the model the caller asked for, and the
 	// body it is read from ("" when the body says none or cannot be

@@ -256,7 +256,8 @@ func (r *request) clone(ctx context.Context, up *upstream) *http.Request {
 // rewrite points out, a clone of the caller's request, at u: scheme, host,
 // base path and u's headers. Credentials the caller set go only to the
 // upstream the caller addressed (clone left the caller's credential
-// headers out for any other).
+// headers out for any other); a redirect hop's URL loses its user info and
+// the query pairs that carry them for any other.
 func (r *request) rewrite(out *http.Request, u *upstream) {
 	out.URL.Scheme = u.scheme
 	out.URL.Host = u.host
@@ -273,6 +274,10 @@ func (r *request) rewrite(out *http.Request, u *upstream) {
 		out.URL.User = nil
 		out.URL.RawQuery = r.t.creds.stripQuery(out.URL.RawQuery)
 	}
+	if r.hop != nil && u != r.hop.owner {
+		out.URL.User = nil
+		out.URL.RawQuery = r.hop.stripQuery(out.URL.RawQuery)
+	}
 	for k, v := range u.header {
 		out.Header[k] = v
 	}
@@ -281,7 +286,8 @@ func (r *request) rewrite(out *http.Request, u *upstream) {
 // keepHeader reports whether the caller's header k, with values vs, goes
 // to u: not when u's Header replaces it, in any spelling (net/http would
 // send a non-canonical key as a second header), nor, for an upstream the
-// caller did not address, when it carries a credential.
+// caller's credentials are not for, when it is a credential or, on a
+// redirect hop, carries one (a Referer with the first URL's key=).
 func (r *request) keepHeader(k string, vs []string, u *upstream) bool {
 	if _, ok := u.header[k]; ok {
 		return false
@@ -291,7 +297,10 @@ func (r *request) keepHeader(k string, vs []string, u *upstream) bool {
 			return false
 		}
 	}
-	return u == r.addressed || !r.t.creds.header(k)
+	if u == r.owner() {
+		return true
+	}
+	return !r.t.creds.header(k) && (r.hop == nil || !r.hop.carries(vs...))
 }
 
 // canonicalASCII reports, quickly, whether k is already in canonical form
@@ -445,14 +454,25 @@ func compactSecrets(s []string) []string {
 // req carries by the rule: its credential headers' values, its credential
 // query parameters' values, and its URL's user and password.
 func (c *credentials) appendRequestSecrets(dst []string, req *http.Request) []string {
-	for k, vs := range req.Header {
+	return c.appendURLSecrets(c.appendHeaderSecrets(dst, req.Header), req.URL)
+}
+
+// appendHeaderSecrets appends to dst every form of the values of h's
+// credential headers.
+func (c *credentials) appendHeaderSecrets(dst []string, h http.Header) []string {
+	for k, vs := range h {
 		if c.header(k) {
 			for _, v := range vs {
 				dst = appendSecretForms(dst, v)
 			}
 		}
 	}
-	u := req.URL
+	return dst
+}
+
+// appendURLSecrets appends to dst every form of the values of u's
+// credential query parameters, and of its user and password.
+func (c *credentials) appendURLSecrets(dst []string, u *url.URL) []string {
 	if u == nil {
 		return dst
 	}
@@ -522,9 +542,161 @@ func redact(msg string, lists ...[]string) string {
 // and the credentials of the caller's request, in every form.
 func (c *call) redact(msg string) string {
 	if c.secrets == nil {
-		c.secrets = compactSecrets(c.t.creds.appendRequestSecrets([]string{}, c.req))
+		s := c.t.creds.appendRequestSecrets([]string{}, c.req)
+		if c.hop != nil {
+			s = append(s, c.hop.secrets...)
+		}
+		c.secrets = compactSecrets(s)
 	}
 	return redact(msg, c.t.creds.upstreamSecrets, c.secrets)
+}
+
+// Redirect hops. http.Client follows a 3xx with a new request, the hop,
+// whose Response is the 3xx and whose headers it copies from the first
+// request of the chain (dropping only Authorization, Cookie and their
+// kin, and only for another domain), adding a Referer with the previous
+// URL and its query. Each hop reaches RoundTrip as a request of its own,
+// addressed to wherever the Location points: the backup's own host, a
+// third host, another upstream. The caller's credentials in it belong to
+// the upstream the first request addressed, its owner; every other
+// upstream, and a host that is no upstream, gets the hop without them:
+// without the credential headers, without the headers and query pairs
+// that carry their values (the Referer, a Location that echoed the
+// caller's key=), and without user info. The Location's own query pairs
+// pass otherwise: a presigned URL's signature is the redirecting server's
+// to hand out. A hop whose chain cannot be followed back to its first
+// request belongs to no upstream.
+
+// hop is what a redirect hop knows of the caller's credentials: the
+// upstream they belong to, the chain's first request, and every form of
+// their values, in the first request and in the hop, to find them
+// wherever the hop carries them.
+type hop struct {
+	owner   *upstream     // nil: none
+	origin  *http.Request // nil: unknown
+	secrets []string
+}
+
+// owner returns the upstream the caller's credentials belong to: the one
+// the request is addressed to, or for a redirect hop the one its chain's
+// first request was (nil: none).
+func (r *request) owner() *upstream {
+	if r.hop != nil {
+		return r.hop.owner
+	}
+	return r.addressed
+}
+
+// maxRedirects bounds the walk back along a redirect chain (http.Client
+// stops at 10).
+const maxRedirects = 100
+
+// redirected returns what req, a redirect hop, knows of the caller's
+// credentials: those of the chain's first request, and those of the hop's
+// headers, which http.Client copied from it. The hop's URL is the
+// Location's, not the caller's, unless the first request is unknown.
+func (t *Transport) redirected(req *http.Request) *hop {
+	h := &hop{origin: firstRequest(req)}
+	if h.origin != nil {
+		h.owner, _, _ = t.route(h.origin.URL)
+		h.secrets = t.creds.appendRequestSecrets(h.secrets, h.origin)
+	} else {
+		h.secrets = t.creds.appendURLSecrets(h.secrets, req.URL)
+	}
+	h.secrets = compactSecrets(t.creds.appendHeaderSecrets(h.secrets, req.Header))
+	return h
+}
+
+// firstRequest returns the first request of the redirect chain of req, a
+// hop, following each hop's Response.Request back; nil when the chain is
+// broken. A view made by this package (see view) names the first request
+// itself: its URL is where an attempt went, not where the caller sent it.
+func firstRequest(req *http.Request) *http.Request {
+	r := req
+	for range maxRedirects {
+		if r.Response == nil {
+			if r.URL == nil {
+				return nil
+			}
+			return r
+		}
+		prev := r.Response.Request
+		if prev == nil {
+			return nil
+		}
+		if m, ok := prev.Context().Value(viewKey{}).(*viewMark); ok && m.view == prev {
+			return m.origin
+		}
+		r = prev
+	}
+	return nil
+}
+
+// viewKey is the context key of a view's viewMark.
+type viewKey struct{}
+
+// viewMark is the first request of the chain of the request a view shows.
+type viewMark struct {
+	view   *http.Request // the view it was made for: a request built on its context is not
+	origin *http.Request // nil when unknown
+}
+
+// view returns what resp.Request shows of out, the attempt at an upstream
+// the request was not addressed to: out, with the caller's own headers and
+// a context that names the chain's first request, for a redirect that
+// follows the response (firstRequest).
+func (r *request) view(out *http.Request) *http.Request {
+	m := &viewMark{origin: r.req}
+	if r.hop != nil {
+		m.origin = r.hop.origin
+	}
+	v := out.WithContext(context.WithValue(out.Context(), viewKey{}, m))
+	v.Header = r.req.Header
+	m.view = v
+	return v
+}
+
+// unrouted returns what goes to Base for r, addressed to no upstream: the
+// caller's request untouched, unless it is a redirect hop whose
+// credentials belong to an upstream (or to no one knows what); then a copy
+// without them.
+func (r *request) unrouted() *http.Request {
+	if h := r.hop; h == nil || h.origin != nil && h.owner == nil {
+		return r.req
+	}
+	out := r.req.Clone(r.ctx)
+	for k, vs := range out.Header {
+		if r.t.creds.header(k) || r.hop.carries(vs...) {
+			delete(out.Header, k)
+		}
+	}
+	out.URL.User = nil
+	out.URL.RawQuery = r.hop.stripQuery(out.URL.RawQuery)
+	return out
+}
+
+// carries reports whether any of vs holds one of the caller's credentials.
+func (h *hop) carries(vs ...string) bool {
+	for _, v := range vs {
+		for _, s := range h.secrets {
+			if strings.Contains(v, s) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// stripQuery drops the pairs of a raw query that carry one of the
+// caller's credentials, escaped or not.
+func (h *hop) stripQuery(raw string) string {
+	return stripQuery(raw, func(pair string) bool {
+		if h.carries(pair) {
+			return true
+		}
+		p, err := url.QueryUnescape(pair)
+		return err == nil && h.carries(p)
+	})
 }
 
 // validHeaderName reports whether k is a valid header field name (an RFC 9110 token).

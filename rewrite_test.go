@@ -817,3 +817,292 @@ func TestRedactsEverySecretPart(t *testing.T) {
 		}
 	}
 }
+
+// hopCaller sends, through a real http.Client that follows redirects, a
+// POST to url with the caller's credentials in headers and in the query.
+func hopCaller(t *testing.T, tr http.RoundTripper, url string) *http.Response {
+	t.Helper()
+	req, err := http.NewRequest("POST", url+"?key="+callerMark+"-query&model=x", strings.NewReader(chatBody))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+callerMark+"-auth")
+	req.Header.Set("Api-Key", callerMark+"-azure")
+	req.Header.Set("X-Api-Key", callerMark+"-anthropic")
+	req.Header.Set("Cookie", "session="+callerMark+"-cookie")
+	req.Header.Set("X-Request-Id", "r-1")
+	resp, err := (&http.Client{Transport: tr}).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	readBody(t, resp)
+	return resp
+}
+
+// A redirect hop is a new request to the Transport (req.Response is set),
+// built by http.Client from the caller's first request's headers. The
+// caller's credentials reach only the upstream the caller addressed,
+// whatever the hop; an upstream's own Header reaches only that upstream.
+// Real servers, a real http.Client following the redirects.
+func TestRedirectHopsKeepCredentialsWithTheirUpstream(t *testing.T) {
+	const (
+		primaryOwn = "primary-own-secret"
+		backupOwn  = "backup-own-secret"
+	)
+	tests := []struct {
+		name string
+		// primary and backup answer each request; every server other
+		// than these two answers 200.
+		primary, backup func(s *hopServers, w http.ResponseWriter, r *http.Request)
+		// target is where the caller sends the request (the primary's
+		// base URL when empty).
+		target func(s *hopServers) string
+		// want is the server whose last request must be the hop's and
+		// what it may receive: the caller's credentials or not.
+		want       func(s *hopServers) *server
+		wantCaller bool
+	}{
+		{
+			name:    "307 from the backup to its own host",
+			primary: hopDown,
+			backup:  hopRedirect(307, func(s *hopServers) string { return s.backup.URL + "/v1/retry" }),
+			want:    func(s *hopServers) *server { return s.backup },
+		},
+		{
+			name:    "302 from the backup to a third host",
+			primary: hopDown,
+			backup:  hopRedirect(302, func(s *hopServers) string { return s.third.URL + "/landing" }),
+			want:    func(s *hopServers) *server { return s.third },
+		},
+		{
+			name:    "301 from the backup to a third host",
+			primary: hopDown,
+			backup:  hopRedirect(301, func(s *hopServers) string { return s.third.URL + "/landing" }),
+			want:    func(s *hopServers) *server { return s.third },
+		},
+		{
+			name:    "303 from the backup to a third host",
+			primary: hopDown,
+			backup:  hopRedirect(303, func(s *hopServers) string { return s.third.URL + "/landing" }),
+			want:    func(s *hopServers) *server { return s.third },
+		},
+		{
+			name:    "302 from the backup to a third host, which 302s to a fourth",
+			primary: hopDown,
+			backup:  hopRedirect(302, func(s *hopServers) string { return s.third.URL + "/hop" }),
+			want:    func(s *hopServers) *server { return s.fourth },
+		},
+		{
+			// A regional redirect: the primary sends the caller to the
+			// backup's base URL, its query (the caller's key) echoed.
+			name: "307 from the primary to the backup, echoing the query",
+			primary: func(s *hopServers, w http.ResponseWriter, r *http.Request) {
+				if r.URL.Query().Get("key") == "" {
+					hopDown(s, w, r) // the hop, failed over to the primary: it has no key
+					return
+				}
+				http.Redirect(w, r, s.backup.URL+"/v1/chat/completions?"+r.URL.RawQuery, 307)
+			},
+			backup: hopOK,
+			want:   func(s *hopServers) *server { return s.backup },
+		},
+		{
+			name: "302 from the primary to a third host, echoing the query",
+			primary: func(s *hopServers, w http.ResponseWriter, r *http.Request) {
+				http.Redirect(w, r, s.third.URL+"/callback?"+r.URL.RawQuery, 302)
+			},
+			backup: hopOK,
+			want:   func(s *hopServers) *server { return s.third },
+		},
+		{
+			// The caller addressed a host that is no upstream: its
+			// credentials are for that host alone.
+			name:    "302 from a host that is no upstream to the backup",
+			primary: hopDown,
+			backup:  hopOK,
+			target:  func(s *hopServers) string { return s.fourth.URL + "/start" },
+			want:    func(s *hopServers) *server { return s.backup },
+		},
+		{
+			// The hop's Referer is the first URL, the caller's key= in
+			// it: it must not follow the hop when it fails over.
+			name: "307 from the primary to its own host, failed over to the backup",
+			primary: func(s *hopServers, w http.ResponseWriter, r *http.Request) {
+				if r.URL.Path == "/v1/chat/completions" {
+					http.Redirect(w, r, s.primary.URL+"/v1/moved", 307)
+					return
+				}
+				hopDown(s, w, r)
+			},
+			backup: hopOK,
+			want:   func(s *hopServers) *server { return s.backup },
+		},
+		{
+			// Back where the caller sent them: the credentials follow.
+			name: "307 from the backup to the primary's host",
+			primary: func(s *hopServers, w http.ResponseWriter, r *http.Request) {
+				hopOKUnless(s, w, r, "/v1/chat/completions")
+			},
+			backup:     hopRedirect(307, func(s *hopServers) string { return s.primary.URL + "/v1/again" }),
+			want:       func(s *hopServers) *server { return s.primary },
+			wantCaller: true,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := &hopServers{}
+			s.primary = newServer(t, func(w http.ResponseWriter, r *http.Request) { tt.primary(s, w, r) })
+			s.backup = newServer(t, func(w http.ResponseWriter, r *http.Request) { tt.backup(s, w, r) })
+			s.third = newServer(t, func(w http.ResponseWriter, r *http.Request) {
+				if r.URL.Path == "/hop" {
+					http.Redirect(w, r, s.fourth.URL+"/landing", 302)
+					return
+				}
+				hopOK(s, w, r)
+			})
+			s.fourth = newServer(t, func(w http.ResponseWriter, r *http.Request) {
+				if r.URL.Path == "/start" {
+					http.Redirect(w, r, s.backup.URL+"/v1/chat/completions", 302)
+					return
+				}
+				hopOK(s, w, r)
+			})
+			tr := newTestTransport(t, Config{
+				Breaker: BreakerConfig{FailureThreshold: 100},
+				Upstreams: []Upstream{
+					{Name: "primary", BaseURL: s.primary.URL + "/v1", Header: http.Header{"X-Primary-Token": {primaryOwn}}},
+					{Name: "backup", BaseURL: s.backup.URL + "/v1", Header: http.Header{"Authorization": {"Bearer " + backupOwn}}},
+				},
+			})
+			target := s.primary.URL + "/v1/chat/completions"
+			if tt.target != nil {
+				target = tt.target(s)
+			}
+			resp := hopCaller(t, tr, target)
+			if resp.StatusCode != 200 {
+				t.Fatalf("status %d, want the 200 at the end of the redirects", resp.StatusCode)
+			}
+			want := tt.want(s)
+			reqs := want.requests()
+			if len(reqs) == 0 {
+				t.Fatal("the hop never arrived")
+			}
+			hop := reqs[len(reqs)-1]
+			if hop.Header.Get("X-Request-Id") != "r-1" {
+				t.Errorf("the hop lost the caller's X-Request-Id: %v", hop.Header)
+			}
+			if got := leaks(hop, callerMark); tt.wantCaller && len(got) < 4 {
+				t.Errorf("the hop to the addressed upstream lost the caller's credentials: %v", hop.Header)
+			} else if !tt.wantCaller && len(got) > 0 {
+				t.Errorf("the hop got the caller's credentials: %v", got)
+			}
+			// Every request any server got: an upstream's own Header
+			// only at that upstream, the caller's credentials nowhere
+			// but where the caller sent them (the primary, or the host
+			// of the target).
+			for name, srv := range map[string]*server{"primary": s.primary, "backup": s.backup, "third": s.third, "fourth": s.fourth} {
+				for _, r := range srv.requests() {
+					if srv != s.primary {
+						if got := leaks(r, primaryOwn); len(got) > 0 {
+							t.Errorf("%s got the primary's own Header: %v", name, got)
+						}
+					}
+					if srv != s.backup {
+						if got := leaks(r, backupOwn); len(got) > 0 {
+							t.Errorf("%s got the backup's own Header: %v", name, got)
+						}
+					}
+					addressed := s.primary
+					if tt.target != nil {
+						addressed = s.fourth
+					}
+					if srv != addressed {
+						if got := leaks(r, callerMark); len(got) > 0 {
+							t.Errorf("%s (%s) got the caller's credentials: %v", name, r.Path, got)
+						}
+					}
+				}
+			}
+			if want == s.backup {
+				if got := hop.Header.Get("Authorization"); got != "Bearer "+backupOwn {
+					t.Errorf("the hop to the backup got Authorization %q, want its own", got)
+				}
+			}
+		})
+	}
+}
+
+// hopServers are the servers of a redirect test: the two upstreams, and
+// two hosts that are no upstream.
+type hopServers struct{ primary, backup, third, fourth *server }
+
+func hopDown(_ *hopServers, w http.ResponseWriter, _ *http.Request) { http.Error(w, "down", 503) }
+
+func hopOK(_ *hopServers, w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok") }
+
+// hopOKUnless answers 503 at path and 200 elsewhere.
+func hopOKUnless(_ *hopServers, w http.ResponseWriter, r *http.Request, path string) {
+	if r.URL.Path == path {
+		http.Error(w, "down", 503)
+		return
+	}
+	io.WriteString(w, "ok")
+}
+
+// hopRedirect answers the request for /v1/chat/completions with a
+// redirect to where, and anything else with 200.
+func hopRedirect(code int, where func(*hopServers) string) func(*hopServers, http.ResponseWriter, *http.Request) {
+	return func(s *hopServers, w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/v1/chat/completions" {
+			http.Redirect(w, r, where(s), code)
+			return
+		}
+		io.WriteString(w, "ok")
+	}
+}
+
+// A hop whose chain cannot be followed back to its first request (here
+// its Response has no Request) belongs to no upstream: it carries none of
+// the caller's credentials anywhere, and the upstream still gets its own.
+func TestRedirectHopOfUnknownChain(t *testing.T) {
+	primary := newUpstreamServer(t, 200, "ok")
+	tr := newTestTransport(t, Config{Upstreams: []Upstream{
+		{Name: "primary", BaseURL: primary.URL + "/v1", Header: http.Header{"X-Primary-Token": {"primary-own-secret"}}},
+	}})
+	req := httptestRequest("GET", primary.URL+"/v1/models?key="+callerMark+"-query&model=x", "")
+	req.Header.Set("X-Api-Key", callerMark+"-anthropic")
+	req.Header.Set("X-Request-Id", "r-1")
+	req.Response = &http.Response{StatusCode: 307}
+	resp, err := tr.RoundTrip(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	s := primary.requests()[0]
+	if got := leaks(s, callerMark); len(got) > 0 {
+		t.Errorf("a hop of unknown origin delivered the caller's credentials: %v", got)
+	}
+	if s.Header.Get("X-Primary-Token") != "primary-own-secret" || s.Header.Get("X-Request-Id") != "r-1" || s.RawQuery != "model=x" {
+		t.Errorf("the hop lost what is not the caller's credentials: %+v", s)
+	}
+}
+
+// A Location's own query pairs are the redirecting server's to hand out:
+// a presigned URL on a host that is no upstream keeps its signature, while
+// the caller's key= (echoed beside it) and credential headers stay behind.
+func TestRedirectKeepsLocationSignature(t *testing.T) {
+	const presigned = "X-Amz-Signature=server-signature-0123456789&X-Amz-Credential=AKIDSERVER%2F20260101"
+	store := newUpstreamServer(t, 200, "file")
+	primary := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, store.URL+"/file?"+presigned+"&key="+r.URL.Query().Get("key"), 302)
+	})
+	tr := newTestTransport(t, Config{Upstreams: []Upstream{{Name: "primary", BaseURL: primary.URL + "/v1"}}})
+	hopCaller(t, tr, primary.URL+"/v1/files/f-1/content")
+	s := store.requests()[0]
+	if s.RawQuery != presigned {
+		t.Errorf("the presigned URL arrived with query %q, want %q", s.RawQuery, presigned)
+	}
+	if got := leaks(s, callerMark); len(got) > 0 {
+		t.Errorf("the host that is no upstream got the caller's credentials: %v", got)
+	}
+}

@@ -203,9 +203,9 @@ type Config struct {
 	// secret, passw, credential, signature, session, cookie, bearer, jwt,
 	// csrf or xsrf, or has sig, pw, pwd, sid or otp as a word ("X-Sig",
 	// not "X-Signal"), except Idempotency-Key. The caller's credentials
-	// reach only the upstream the caller addressed, and never appear in
-	// errors, Health or logs. Names match in any case; each must be a
-	// valid header name.
+	// reach only the upstream the caller addressed, on failover and on
+	// redirect hops alike, and never appear in errors, Health or logs.
+	// Names match in any case; each must be a valid header name.
 	CredentialHeaders []string
 
 	// CredentialParams names query parameters that carry the caller's
@@ -256,7 +256,9 @@ const (
 //     RoundTripper. Its Request is the attempt that got it (the URL it
 //     went to) with the caller's own headers, never an upstream's. Responses of discarded attempts are drained (up to
 //     64 KiB) and closed by the Transport.
-//   - A request addressed to no upstream goes to Base untouched.
+//   - A request addressed to no upstream goes to Base untouched, unless
+//     it is a redirect hop (Request.Response set) of a request whose
+//     credentials belong to an upstream: that hop goes without them.
 //
 // A Transport is safe for concurrent use by multiple goroutines. It starts
 // goroutines of its own only for opt-in features: the probe loops of
@@ -413,11 +415,15 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		return nil, errors.New("failover: nil Request.URL")
 	}
 	addressed, rest, rawRest := t.route(req.URL)
+	r := request{t: t, req: req, ctx: req.Context(), addressed: addressed, rest: rest, rawRest: rawRest}
+	if req.Response != nil {
+		r.hop = t.redirected(req)
+	}
 	if addressed == nil {
 		t.unrouted.Inc()
-		return t.base.RoundTrip(req)
+		return t.base.RoundTrip(r.unrouted())
 	}
-	c := &call{request: request{t: t, req: req, ctx: req.Context(), addressed: addressed, rest: rest, rawRest: rawRest}}
+	c := &call{request: r}
 	return c.run()
 }
 
