@@ -4,10 +4,12 @@ import (
 	"context"
 	"encoding/base64"
 	"fmt"
+	"maps"
 	"net/http"
 	"net/url"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"unicode/utf8"
 )
 
@@ -75,7 +77,8 @@ var secretSubstringsByFirst = func() (by [26][]string) {
 const minSecretLen = 8
 
 // credentials is the credential rule of one Transport and the secrets it
-// knows in advance. New builds it; nothing writes it after.
+// knows in advance. New builds it; nothing writes it after but the cache
+// of verdicts.
 type credentials struct {
 	headers map[string]bool // lower case: credentialHeaders, every Upstream.Header name, Config.CredentialHeaders
 	params  map[string]bool // lower case: credentialParams, Config.CredentialParams
@@ -83,12 +86,22 @@ type credentials struct {
 	// upstreamSecrets are every form of every Upstream.Header value,
 	// scrubbed from every error message.
 	upstreamSecrets []string
+
+	// seen holds the verdicts on the header names met so far, as
+	// spelled: SDKs send the same few on every request, and a lookup
+	// costs less than the patterns. Copied on write, never changed once
+	// stored, and at most maxSeenHeaders long, so that callers sending
+	// ever new names cannot grow it.
+	seen atomic.Pointer[map[string]bool]
 }
+
+// maxSeenHeaders bounds credentials.seen.
+const maxSeenHeaders = 256
 
 // newCredentials checks Config.CredentialHeaders and CredentialParams and
 // builds the rule, with the upstreams' Header names and values.
-func newCredentials(cfg Config, ups []*upstream) (credentials, error) {
-	c := credentials{headers: map[string]bool{}, params: map[string]bool{}}
+func newCredentials(cfg Config, ups []*upstream) (*credentials, error) {
+	c := &credentials{headers: map[string]bool{}, params: map[string]bool{}}
 	for _, h := range credentialHeaders {
 		c.headers[strings.ToLower(h)] = true
 	}
@@ -97,13 +110,13 @@ func newCredentials(cfg Config, ups []*upstream) (credentials, error) {
 	}
 	for i, h := range cfg.CredentialHeaders {
 		if !validHeaderName(h) {
-			return c, configError(fmt.Sprintf("CredentialHeaders[%d]", i), "is not a valid header name")
+			return nil, configError(fmt.Sprintf("CredentialHeaders[%d]", i), "is not a valid header name")
 		}
 		c.headers[strings.ToLower(h)] = true
 	}
 	for i, p := range cfg.CredentialParams {
 		if p == "" {
-			return c, configError(fmt.Sprintf("CredentialParams[%d]", i), "is empty")
+			return nil, configError(fmt.Sprintf("CredentialParams[%d]", i), "is empty")
 		}
 		c.params[strings.ToLower(p)] = true
 	}
@@ -120,8 +133,30 @@ func newCredentials(cfg Config, ups []*upstream) (credentials, error) {
 }
 
 // header reports whether the header named k carries a caller's
-// credentials. It does not allocate for names of up to 64 bytes.
+// credentials. It allocates only the first time it meets a name.
 func (c *credentials) header(k string) bool {
+	seen := c.seen.Load()
+	if seen != nil {
+		if v, ok := (*seen)[k]; ok {
+			return v
+		}
+	}
+	v := c.judgeHeader(k)
+	var m map[string]bool
+	if seen != nil {
+		m = *seen
+	}
+	if len(m) < maxSeenHeaders {
+		next := make(map[string]bool, len(m)+1)
+		maps.Copy(next, m)
+		next[k] = v
+		c.seen.CompareAndSwap(seen, &next) // when another name won, the next call stores this one
+	}
+	return v
+}
+
+// judgeHeader is header without the cache.
+func (c *credentials) judgeHeader(k string) bool {
 	if inLower(c.headers, k) {
 		return true
 	}

@@ -651,7 +651,9 @@ func TestCredentialRule(t *testing.T) {
 		Breaker:   BreakerConfig{FailureThreshold: 1000},
 		Upstreams: []Upstream{{Name: "primary", BaseURL: primary.URL + "/v1"}, {Name: "backup", BaseURL: backup.URL + "/v1"}},
 	})
-	for i, tt := range tests {
+	// The second pass finds each header's verdict in the Transport's
+	// cache of names.
+	for i, tt := range slices.Concat(tests, tests) {
 		value := fmt.Sprintf("%s-%d-0123456789", callerMark, i)
 		req := httptestRequest("GET", primary.URL+"/v1/models", "")
 		if tt.param {
@@ -680,6 +682,23 @@ func TestCredentialRule(t *testing.T) {
 		if p := primary.requests(); !strings.Contains(fmt.Sprint(p[len(p)-1]), value) {
 			t.Errorf("%s %s did not reach the upstream the caller addressed", kind, tt.name)
 		}
+	}
+}
+
+// The cache of header verdicts holds at most maxSeenHeaders names, and a
+// name past it is still judged.
+func TestCredentialCacheBounded(t *testing.T) {
+	c, err := newCredentials(Config{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 2 * maxSeenHeaders {
+		if c.header(fmt.Sprintf("X-Plain-%d", i)) || !c.header(fmt.Sprintf("X-Token-%d", i)) {
+			t.Fatalf("wrong verdict for name %d", i)
+		}
+	}
+	if n := len(*c.seen.Load()); n != maxSeenHeaders {
+		t.Errorf("the cache holds %d names, want %d", n, maxSeenHeaders)
 	}
 }
 

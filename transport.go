@@ -291,7 +291,7 @@ type Transport struct {
 	// creds tells which headers and query parameters carry credentials,
 	// which reach only the upstream the caller addressed, and holds the
 	// upstreams' own, scrubbed from every error message.
-	creds credentials
+	creds *credentials
 
 	unrouted *metrics.Counter
 }
