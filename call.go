@@ -26,7 +26,8 @@ type request struct {
 	addressed *upstream
 	rest      string // the request's path after the addressed base path
 	rawRest   string // the same, escaped
-	// On a redirect hop, whose the caller's credentials are; nil
+
+	// On a redirect hop, whom the caller's credentials belong to; nil
 	// otherwise. (One pointer: at 128 bytes or less, request goes to a
 	// hedged attempt's goroutine without an allocation of its own.)
 	hop *hop

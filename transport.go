@@ -257,8 +257,9 @@ const (
 //     went to) with the caller's own headers, never an upstream's. Responses of discarded attempts are drained (up to
 //     64 KiB) and closed by the Transport.
 //   - A request addressed to no upstream goes to Base untouched, unless
-//     it is a redirect hop (Request.Response set) of a request whose
-//     credentials belong to an upstream: that hop goes without them.
+//     it is a redirect hop (Request.Response set) that follows a request
+//     addressed to an upstream: that hop goes without the caller's
+//     credentials.
 //
 // A Transport is safe for concurrent use by multiple goroutines. It starts
 // goroutines of its own only for opt-in features: the probe loops of
