@@ -171,19 +171,20 @@ func (t *Transport) guardStream(ctx context.Context, resp *http.Response, err er
 
 // showRequest sets resp.Request to where the request went, with the
 // caller's own headers: the upstream's credentials stay out of SDK error
-// dumps.
+// dumps, and a redirect that follows the response finds the upstream the
+// caller addressed (see view).
 func (r *request) showRequest(resp *http.Response, a *attempt) {
 	u := a.u
-	if resp == nil || len(u.header) == 0 {
+	if resp == nil {
 		return
 	}
 	if u == r.addressed {
-		resp.Request = r.req
+		if len(u.header) > 0 || resp.Request == nil {
+			resp.Request = r.req
+		}
 		return
 	}
-	view := *a.out
-	view.Header = r.req.Header
-	resp.Request = &view
+	resp.Request = r.view(a.out)
 }
 
 // judge classifies what came back, and returns the attempt's error. An attempt canceled for a hedge that

@@ -27,6 +27,11 @@ type request struct {
 	rest      string // the request's path after the addressed base path
 	rawRest   string // the same, escaped
 
+	// On a redirect hop, whom the caller's credentials belong to; nil
+	// otherwise. (One pointer: at 128 bytes or less, request goes to a
+	// hedged attempt's goroutine without an allocation of its own.)
+	hop *hop
+
 	// With Upstream.Models: the model the caller asked for, and the
 	// body it is read from ("" when the body says none or cannot be
 	// read: the request then goes to every upstream as it is).
@@ -48,6 +53,8 @@ type call struct {
 	attempts int            // in the current round
 	fatal    int            // attempts in the current round with permanent errors
 	racing   bool           // the current round hedges: every attempt has its own context
+
+	secrets []string // the caller's credentials in every form, once an error needs them (redact)
 }
 
 func (c *call) run() (*http.Response, error) {
@@ -299,7 +306,7 @@ func (c *call) settle(a *attempt) (*http.Response, error, bool) {
 		if permanent(err) {
 			c.fatal++
 		}
-		msg := c.t.redact(err.Error(), c.req)
+		msg := c.redact(err.Error())
 		u.setLastError(msg, now)
 		c.addErrMsg(u, err, msg)
 	}
@@ -345,7 +352,7 @@ func (c *call) skip(u *upstream, a availability) {
 
 func (c *call) addErr(u *upstream, err error) {
 	if len(c.errs) < maxAttemptErrors {
-		c.addErrMsg(u, err, c.t.redact(err.Error(), c.req))
+		c.addErrMsg(u, err, c.redact(err.Error()))
 	}
 }
 

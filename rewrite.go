@@ -2,32 +2,262 @@ package failover
 
 import (
 	"context"
+	"encoding/base64"
+	"fmt"
+	"maps"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
+	"sync/atomic"
+	"unicode/utf8"
 )
 
-// defaultCredentialHeaders are the header names that carry a caller's
-// credentials, besides every name an Upstream.Header sets.
-var defaultCredentialHeaders = []string{
-	"Authorization",
-	"Proxy-Authorization",
-	"Api-Key",
-	"X-Api-Key",
-	"X-Goog-Api-Key",
-	"Cookie",
-	// Account-scoped: another provider answers 401 to a foreign org.
-	"Openai-Organization",
-	"Openai-Project",
+// The credential rule. A request header or query parameter carries the
+// caller's credentials when its name, in any case:
+//
+//   - is one of credentialHeaders or credentialParams;
+//   - is a name some Upstream.Header sets (headers only);
+//   - is in Config.CredentialHeaders or Config.CredentialParams;
+//   - contains one of secretSubstrings, or has one of secretWords as a
+//     word, unless it is one of notCredentialHeaders.
+//
+// The patterns make the rule fail closed: a gateway's new key header is a
+// credential without anyone listing it, at the price of stripping, on
+// failover, a few names that carry no secret (a pagination pageToken).
+var (
+	// credentialHeaders are the header names that no pattern catches,
+	// or that matter too much to leave to one.
+	credentialHeaders = []string{
+		"Authorization",
+		"Proxy-Authorization",
+		"Api-Key",
+		"X-Api-Key",
+		"X-Goog-Api-Key",
+		"Cookie",
+		// Account-scoped: another provider answers 401 to a foreign org.
+		"Openai-Organization",
+		"Openai-Project",
+	}
+
+	// credentialParams are query parameters that carry a caller's
+	// credentials (Gemini's key=, Azure SAS's sig=, and the usual
+	// spellings of others).
+	credentialParams = []string{"key", "api_key", "api-key", "apikey", "access_token", "sig"}
+
+	// secretSubstrings make a name a credential's wherever they appear
+	// in it: X-Amz-Security-Token, Ocp-Apim-Subscription-Key,
+	// cf-aig-authorization, Helicone-Auth, X-Goog-Signature.
+	secretSubstrings = []string{
+		"auth", "key", "token", "secret", "passw", "credential", "signature",
+		"session", "cookie", "bearer", "jwt", "csrf", "xsrf",
+	}
+
+	// secretWords make a name a credential's when they are one of its
+	// words (see hasSecretWord): too short to be safe as substrings
+	// ("sig" is in "design" and "signal").
+	secretWords = []string{"sig", "pw", "pwd", "sid", "otp"}
+
+	// notCredentialHeaders match a pattern but carry no secret.
+	notCredentialHeaders = []string{"Idempotency-Key"}
+)
+
+// secretSubstringsByFirst holds secretSubstrings by their first letter, so
+// that a name is scanned once. It is never written after init.
+var secretSubstringsByFirst = func() (by [26][]string) {
+	for _, s := range secretSubstrings {
+		by[s[0]-'a'] = append(by[s[0]-'a'], s)
+	}
+	return by
+}()
+
+// minSecretLen is the shortest secret (or part of one) that is scrubbed
+// from error messages; shorter ones (a version number) would scrub
+// innocent text.
+const minSecretLen = 8
+
+// credentials is the credential rule of one Transport and the secrets it
+// knows in advance. New builds it; nothing writes it after but the cache
+// of verdicts.
+type credentials struct {
+	headers map[string]bool // lower case: credentialHeaders, every Upstream.Header name, Config.CredentialHeaders
+	params  map[string]bool // lower case: credentialParams, Config.CredentialParams
+
+	// upstreamSecrets are every form of every Upstream.Header value,
+	// scrubbed from every error message.
+	upstreamSecrets []string
+
+	// seen holds the verdicts on the header names met so far, as
+	// spelled: SDKs send the same few on every request, and a lookup
+	// costs less than the patterns. Copied on write, never changed once
+	// stored, and at most maxSeenHeaders long, so that callers sending
+	// ever new names cannot grow it.
+	seen atomic.Pointer[map[string]bool]
 }
 
-// credentialParams are query parameters that carry a caller's credentials
-// (Gemini's key=, and the usual spellings of others).
-var credentialParams = []string{"key", "api_key", "api-key", "apikey", "access_token"}
+// maxSeenHeaders bounds credentials.seen.
+const maxSeenHeaders = 256
 
-// minSecretLen is the shortest header value that is scrubbed from error
-// messages; shorter values (a version number) would scrub innocent text.
-const minSecretLen = 8
+// newCredentials checks Config.CredentialHeaders and CredentialParams and
+// builds the rule, with the upstreams' Header names and values.
+func newCredentials(cfg Config, ups []*upstream) (*credentials, error) {
+	c := &credentials{headers: map[string]bool{}, params: map[string]bool{}}
+	for _, h := range credentialHeaders {
+		c.headers[strings.ToLower(h)] = true
+	}
+	for _, p := range credentialParams {
+		c.params[p] = true
+	}
+	for i, h := range cfg.CredentialHeaders {
+		if !validHeaderName(h) {
+			return nil, configError(fmt.Sprintf("CredentialHeaders[%d]", i), "is not a valid header name")
+		}
+		c.headers[strings.ToLower(h)] = true
+	}
+	for i, p := range cfg.CredentialParams {
+		if p == "" {
+			return nil, configError(fmt.Sprintf("CredentialParams[%d]", i), "is empty")
+		}
+		c.params[strings.ToLower(p)] = true
+	}
+	for _, u := range ups {
+		for k, vs := range u.header {
+			c.headers[strings.ToLower(k)] = true
+			for _, v := range vs {
+				c.upstreamSecrets = appendSecretForms(c.upstreamSecrets, v)
+			}
+		}
+	}
+	c.upstreamSecrets = compactSecrets(c.upstreamSecrets)
+	return c, nil
+}
+
+// header reports whether the header named k carries a caller's
+// credentials. It allocates only the first time it meets a name.
+func (c *credentials) header(k string) bool {
+	seen := c.seen.Load()
+	if seen != nil {
+		if v, ok := (*seen)[k]; ok {
+			return v
+		}
+	}
+	v := c.judgeHeader(k)
+	var m map[string]bool
+	if seen != nil {
+		m = *seen
+	}
+	if len(m) < maxSeenHeaders {
+		next := make(map[string]bool, len(m)+1)
+		maps.Copy(next, m)
+		next[k] = v
+		c.seen.CompareAndSwap(seen, &next) // when another name won, the next call stores this one
+	}
+	return v
+}
+
+// judgeHeader is header without the cache.
+func (c *credentials) judgeHeader(k string) bool {
+	if inLower(c.headers, k) {
+		return true
+	}
+	for _, n := range notCredentialHeaders {
+		if strings.EqualFold(k, n) {
+			return false
+		}
+	}
+	return looksSecret(k)
+}
+
+// param reports whether the query parameter named name (unescaped)
+// carries a caller's credentials.
+func (c *credentials) param(name string) bool {
+	return inLower(c.params, name) || looksSecret(name)
+}
+
+// inLower reports whether name, in lower case, is in set.
+func inLower(set map[string]bool, name string) bool {
+	var buf [64]byte
+	if len(name) > len(buf) {
+		return set[strings.ToLower(name)]
+	}
+	b := buf[:len(name)]
+	for i := range len(name) {
+		b[i] = lowerASCII(name[i])
+	}
+	return set[string(b)]
+}
+
+// looksSecret reports whether name contains one of secretSubstrings or
+// has one of secretWords as a word, in any case.
+func looksSecret(name string) bool {
+	for i := range len(name) {
+		c := lowerASCII(name[i])
+		if c < 'a' || c > 'z' {
+			continue
+		}
+		for _, s := range secretSubstringsByFirst[c-'a'] {
+			if hasPrefixFold(name[i:], s) {
+				return true
+			}
+		}
+	}
+	return hasSecretWord(name)
+}
+
+// hasSecretWord reports whether one of name's words is one of secretWords.
+// Words end at every byte that is no ASCII letter or digit, where a lower
+// case letter meets an upper case one, and where letters meet digits:
+// "X-Sig", "sigV4" and "pwd2" have one, "design" and "signal" none.
+func hasSecretWord(name string) bool {
+	start := -1
+	for i := 0; i <= len(name); i++ {
+		alnum := i < len(name) && isAlnum(name[i])
+		if start >= 0 && (!alnum || wordBreak(name[i-1], name[i])) {
+			w := name[start:i]
+			for _, s := range secretWords {
+				if len(w) == len(s) && hasPrefixFold(w, s) {
+					return true
+				}
+			}
+			start = -1
+		}
+		if alnum && start < 0 {
+			start = i
+		}
+	}
+	return false
+}
+
+// wordBreak reports whether a word ends between the alphanumerics a and b.
+func wordBreak(a, b byte) bool {
+	digitA, digitB := '0' <= a && a <= '9', '0' <= b && b <= '9'
+	return 'a' <= a && a <= 'z' && 'A' <= b && b <= 'Z' || digitA != digitB
+}
+
+func isAlnum(b byte) bool {
+	return 'a' <= b && b <= 'z' || 'A' <= b && b <= 'Z' || '0' <= b && b <= '9'
+}
+
+func lowerASCII(b byte) byte {
+	if 'A' <= b && b <= 'Z' {
+		return b + 'a' - 'A'
+	}
+	return b
+}
+
+// hasPrefixFold reports whether s begins with lower, a lower-case ASCII
+// string, in any case.
+func hasPrefixFold(s, lower string) bool {
+	if len(s) < len(lower) {
+		return false
+	}
+	for i := range len(lower) {
+		if lowerASCII(s[i]) != lower[i] {
+			return false
+		}
+	}
+	return true
+}
 
 // clone copies the caller's request for one attempt to up: its own URL and
 // header map, without the headers keepHeader leaves out, the value slices
@@ -53,7 +283,7 @@ func (r *request) clone(ctx context.Context, up *upstream) (*http.Request, *watc
 	}
 	h := make(http.Header, len(r.req.Header)+len(up.header))
 	for k, v := range r.req.Header {
-		if r.keepHeader(k, up) {
+		if r.keepHeader(k, v, up) {
 			h[k] = v
 		}
 	}
@@ -64,7 +294,8 @@ func (r *request) clone(ctx context.Context, up *upstream) (*http.Request, *watc
 // rewrite points out, a clone of the caller's request, at u: scheme, host,
 // base path and u's headers. Credentials the caller set go only to the
 // upstream the caller addressed (clone left the caller's credential
-// headers out for any other).
+// headers out for any other); a redirect hop's URL loses its user info and
+// the query pairs that carry them for any other.
 func (r *request) rewrite(out *http.Request, u *upstream) {
 	out.URL.Scheme = u.scheme
 	out.URL.Host = u.host
@@ -79,36 +310,35 @@ func (r *request) rewrite(out *http.Request, u *upstream) {
 			out.URL.RawPath = u.rawPath + r.rawRest
 		}
 		out.URL.User = nil
-		out.URL.RawQuery = stripQueryCredentials(out.URL.RawQuery)
+		out.URL.RawQuery = r.t.creds.stripQuery(out.URL.RawQuery)
+	}
+	if r.hop != nil && u != r.hop.owner {
+		out.URL.User = nil
+		out.URL.RawQuery = r.hop.stripQuery(out.URL.RawQuery)
 	}
 	for k, v := range u.header {
 		out.Header[k] = v
 	}
 }
 
-// keepHeader reports whether the caller's header k goes to u: not when u's
-// Header replaces it, in any spelling (net/http would send a non-canonical
-// key as a second header), nor, for an upstream the caller did not address,
-// when it carries a credential.
-func (r *request) keepHeader(k string, u *upstream) bool {
+// keepHeader reports whether the caller's header k, with values vs, goes
+// to u: not when u's Header replaces it, in any spelling (net/http would
+// send a non-canonical key as a second header), nor, for an upstream the
+// caller's credentials are not for, when it is a credential or, on a
+// redirect hop, carries one (a Referer with the first URL's key=).
+func (r *request) keepHeader(k string, vs []string, u *upstream) bool {
 	if _, ok := u.header[k]; ok {
 		return false
 	}
-	ck := k
 	if !canonicalASCII(k) {
-		ck = http.CanonicalHeaderKey(k)
-		if _, ok := u.header[ck]; ok {
+		if _, ok := u.header[http.CanonicalHeaderKey(k)]; ok {
 			return false
 		}
 	}
-	if u != r.addressed {
-		for _, name := range r.t.credHeaders {
-			if ck == name {
-				return false
-			}
-		}
+	if u == r.owner() {
+		return true
 	}
-	return true
+	return !r.t.creds.header(k) && (r.hop == nil || !r.hop.carries(vs...))
 }
 
 // canonicalASCII reports, quickly, whether k is already in canonical form
@@ -126,12 +356,18 @@ func canonicalASCII(k string) bool {
 	return true
 }
 
-// stripQueryCredentials drops the pairs of a raw query whose name is a
-// credential parameter, and keeps every other pair byte for byte, in order
-// (url.ParseQuery would drop pairs with a ';' and reorder the rest). Pairs
-// are split at '&' and at ';' alike, since some servers read ';' as a
-// separator: "a=1;key=k" loses its key either way.
-func stripQueryCredentials(raw string) string {
+// stripQuery drops the pairs of a raw query whose name is a credential
+// parameter.
+func (c *credentials) stripQuery(raw string) string {
+	return stripQuery(raw, func(pair string) bool { return c.param(queryName(pair)) })
+}
+
+// stripQuery drops the pairs of a raw query that drop reports, and keeps
+// every other pair byte for byte, in order (url.ParseQuery would drop pairs
+// with a ';' and reorder the rest). Pairs are split at '&' and at ';'
+// alike, since some servers read ';' as a separator: "a=1;key=k" loses its
+// key either way.
+func stripQuery(raw string, drop func(pair string) bool) string {
 	if raw == "" {
 		return raw
 	}
@@ -144,7 +380,7 @@ func stripQueryCredentials(raw string) string {
 		if i >= 0 {
 			pair = rest[:i]
 		}
-		if isCredentialParam(queryName(pair)) {
+		if drop(pair) {
 			changed = true
 		} else {
 			if wrote {
@@ -173,50 +409,332 @@ func queryName(pair string) string {
 	return name
 }
 
-func isCredentialParam(name string) bool {
-	for _, p := range credentialParams {
-		if strings.EqualFold(name, p) {
-			return true
+// authSchemes are the authorization schemes that appendSecretForms does not
+// take for a secret: the word that comes before one ("Bearer sk-...").
+// Schemes shorter than minSecretLen are never scrubbed anyway.
+var authSchemes = []string{"negotiate", "aws4-hmac-sha256", "sharedkey", "sharedkeylite", "privatetoken", "concealed"}
+
+// appendSecretForms appends to dst every form of the secret value v that a
+// message may quote, each at least minSecretLen long: v itself; its parts
+// (split at spaces, tabs, commas and semicolons, without quotes), except a
+// leading authorization scheme, and of a part "name=value" only the value
+// (a cookie's, a "Signature=..."'s); a Basic credential decoded, and its
+// user and password; and the query- and path-escaped form of each.
+func appendSecretForms(dst []string, v string) []string {
+	add := func(s string) {
+		if len(s) < minSecretLen {
+			return
+		}
+		dst = append(dst, s)
+		if q := url.QueryEscape(s); q != s {
+			dst = append(dst, q)
+		}
+		if p := url.PathEscape(s); p != s {
+			dst = append(dst, p)
+		}
+	}
+	add(v)
+	fields := strings.FieldsFunc(v, func(r rune) bool { return r == ' ' || r == '\t' || r == ',' || r == ';' })
+	basic := false
+	for i, f := range fields {
+		f = strings.Trim(f, `"`)
+		if i == 0 && len(fields) > 1 {
+			if strings.EqualFold(f, "basic") {
+				basic = true
+				continue
+			}
+			if slices.ContainsFunc(authSchemes, func(s string) bool { return strings.EqualFold(f, s) }) {
+				continue
+			}
+		}
+		if name, val, ok := strings.Cut(f, "="); ok && isToken(name) && strings.Trim(val, "=") != "" {
+			add(strings.Trim(val, `"`)) // a cookie's value, "Signature=..."'s
+		} else {
+			add(f)
+		}
+		if basic && i == 1 {
+			dec, err := base64.StdEncoding.DecodeString(f)
+			if err != nil {
+				dec, err = base64.RawStdEncoding.DecodeString(f)
+			}
+			if err == nil && utf8.Valid(dec) {
+				user, pass, _ := strings.Cut(string(dec), ":")
+				add(string(dec))
+				add(user)
+				add(pass)
+			}
+		}
+	}
+	return dst
+}
+
+// isToken reports whether s is a plain name: letters, digits, '-', '_'
+// and '.', as cookie and parameter names are.
+func isToken(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := range len(s) {
+		if b := s[i]; !isAlnum(b) && b != '-' && b != '_' && b != '.' {
+			return false
+		}
+	}
+	return true
+}
+
+// compactSecrets sorts and deduplicates a list of secrets.
+func compactSecrets(s []string) []string {
+	slices.Sort(s)
+	return slices.Compact(s)
+}
+
+// appendRequestSecrets appends to dst every form of the credentials that
+// req carries by the rule: its credential headers' values, its credential
+// query parameters' values, and its URL's user and password.
+func (c *credentials) appendRequestSecrets(dst []string, req *http.Request) []string {
+	return c.appendURLSecrets(c.appendHeaderSecrets(dst, req.Header), req.URL)
+}
+
+// appendHeaderSecrets appends to dst every form of the values of h's
+// credential headers.
+func (c *credentials) appendHeaderSecrets(dst []string, h http.Header) []string {
+	for k, vs := range h {
+		if c.header(k) {
+			for _, v := range vs {
+				dst = appendSecretForms(dst, v)
+			}
+		}
+	}
+	return dst
+}
+
+// appendURLSecrets appends to dst every form of the values of u's
+// credential query parameters, and of its user and password.
+func (c *credentials) appendURLSecrets(dst []string, u *url.URL) []string {
+	if u == nil {
+		return dst
+	}
+	if u.User != nil {
+		dst = appendSecretForms(dst, u.User.Username())
+		if pw, ok := u.User.Password(); ok {
+			dst = appendSecretForms(dst, pw)
+		}
+	}
+	for _, pair := range strings.FieldsFunc(u.RawQuery, func(r rune) bool { return r == '&' || r == ';' }) {
+		if c.param(queryName(pair)) {
+			_, value, _ := strings.Cut(pair, "=")
+			dst = appendSecretForms(dst, value)
+			if v, err := url.QueryUnescape(value); err == nil && v != value {
+				dst = appendSecretForms(dst, v)
+			}
+		}
+	}
+	return dst
+}
+
+// redact replaces every secret of the lists in msg with "[REDACTED]",
+// wherever it appears, overlapping ones too: the upstreams' header values
+// and the caller's credentials, in every form appendSecretForms knows.
+func redact(msg string, lists ...[]string) string {
+	var hidden []bool // which bytes of msg belong to a secret
+	for _, list := range lists {
+		for _, s := range list {
+			if s == "" {
+				continue
+			}
+			for off := 0; ; {
+				i := strings.Index(msg[off:], s)
+				if i < 0 {
+					break
+				}
+				if hidden == nil {
+					hidden = make([]bool, len(msg))
+				}
+				i += off
+				for j := i; j < i+len(s); j++ {
+					hidden[j] = true
+				}
+				off = i + 1
+			}
+		}
+	}
+	if hidden == nil {
+		return msg
+	}
+	var b strings.Builder
+	for i := 0; i < len(msg); {
+		if !hidden[i] {
+			b.WriteByte(msg[i])
+			i++
+			continue
+		}
+		b.WriteString("[REDACTED]")
+		for i < len(msg) && hidden[i] {
+			i++
+		}
+	}
+	return b.String()
+}
+
+// redact scrubs every known secret from msg: the upstreams' header values
+// and the credentials of the caller's request, in every form.
+func (c *call) redact(msg string) string {
+	if c.secrets == nil {
+		s := c.t.creds.appendRequestSecrets([]string{}, c.req)
+		if c.hop != nil {
+			s = append(s, c.hop.secrets...)
+		}
+		c.secrets = compactSecrets(s)
+	}
+	return redact(msg, c.t.creds.upstreamSecrets, c.secrets)
+}
+
+// Redirect hops. http.Client follows a 3xx with a new request, the hop,
+// whose Response is the 3xx and whose headers it copies from the first
+// request of the chain (dropping only Authorization, Cookie and their
+// kin, and only for another domain), adding a Referer with the previous
+// URL and its query. Each hop reaches RoundTrip as a request of its own,
+// addressed to wherever the Location points: the backup's own host, a
+// third host, another upstream. The caller's credentials in it belong to
+// the upstream the first request addressed, its owner; every other
+// upstream, and a host that is no upstream, gets the hop without them:
+// without the credential headers, without the headers and query pairs
+// that carry their values (the Referer, a Location that echoed the
+// caller's key=), and without user info. The Location's own query pairs
+// pass otherwise: a presigned URL's signature is the redirecting server's
+// to hand out. A hop whose chain cannot be followed back to its first
+// request belongs to no upstream.
+
+// hop is what a redirect hop knows of the caller's credentials: the
+// upstream they belong to, the chain's first request, and every form of
+// their values, in the first request and in the hop, to find them
+// wherever the hop carries them.
+type hop struct {
+	owner   *upstream     // nil: none
+	origin  *http.Request // nil: unknown
+	secrets []string
+}
+
+// owner returns the upstream the caller's credentials belong to: the one
+// the request is addressed to, or for a redirect hop the one its chain's
+// first request was (nil: none).
+func (r *request) owner() *upstream {
+	if r.hop != nil {
+		return r.hop.owner
+	}
+	return r.addressed
+}
+
+// maxRedirects bounds the walk back along a redirect chain (http.Client
+// stops at 10).
+const maxRedirects = 100
+
+// redirected returns what req, a redirect hop, knows of the caller's
+// credentials: those of the chain's first request, and those of the hop's
+// headers, which http.Client copied from it. The hop's URL is the
+// Location's, not the caller's, unless the first request is unknown.
+func (t *Transport) redirected(req *http.Request) *hop {
+	h := &hop{origin: firstRequest(req)}
+	if h.origin != nil {
+		h.owner, _, _ = t.route(h.origin.URL)
+		h.secrets = t.creds.appendRequestSecrets(h.secrets, h.origin)
+	} else {
+		h.secrets = t.creds.appendURLSecrets(h.secrets, req.URL)
+	}
+	h.secrets = compactSecrets(t.creds.appendHeaderSecrets(h.secrets, req.Header))
+	return h
+}
+
+// firstRequest returns the first request of the redirect chain of req, a
+// hop, following each hop's Response.Request back; nil when the chain is
+// broken. A view made by this package (see view) names the first request
+// itself: its URL is where an attempt went, not where the caller sent it.
+func firstRequest(req *http.Request) *http.Request {
+	r := req
+	for range maxRedirects {
+		if r.Response == nil {
+			if r.URL == nil {
+				return nil
+			}
+			return r
+		}
+		prev := r.Response.Request
+		if prev == nil {
+			return nil
+		}
+		if m, ok := prev.Context().Value(viewKey{}).(*viewMark); ok && m.view == prev {
+			return m.origin
+		}
+		r = prev
+	}
+	return nil
+}
+
+// viewKey is the context key of a view's viewMark.
+type viewKey struct{}
+
+// viewMark is the first request of the chain of the request a view shows.
+type viewMark struct {
+	view   *http.Request // the view it was made for: a request built on its context is not
+	origin *http.Request // nil when unknown
+}
+
+// view returns what resp.Request shows of out, the attempt at an upstream
+// the request was not addressed to: out, with the caller's own headers and
+// a context that names the chain's first request, for a redirect that
+// follows the response (firstRequest).
+func (r *request) view(out *http.Request) *http.Request {
+	m := &viewMark{origin: r.req}
+	if r.hop != nil {
+		m.origin = r.hop.origin
+	}
+	v := out.WithContext(context.WithValue(out.Context(), viewKey{}, m))
+	v.Header = r.req.Header
+	m.view = v
+	return v
+}
+
+// unrouted returns what goes to Base for r, addressed to no upstream: the
+// caller's request untouched, unless it is a redirect hop whose
+// credentials belong to an upstream (or to no one knows what); then a copy
+// without them.
+func (r *request) unrouted() *http.Request {
+	if h := r.hop; h == nil || h.origin != nil && h.owner == nil {
+		return r.req
+	}
+	out := r.req.Clone(r.ctx)
+	for k, vs := range out.Header {
+		if r.t.creds.header(k) || r.hop.carries(vs...) {
+			delete(out.Header, k)
+		}
+	}
+	out.URL.User = nil
+	out.URL.RawQuery = r.hop.stripQuery(out.URL.RawQuery)
+	return out
+}
+
+// carries reports whether any of vs holds one of the caller's credentials.
+func (h *hop) carries(vs ...string) bool {
+	for _, v := range vs {
+		for _, s := range h.secrets {
+			if strings.Contains(v, s) {
+				return true
+			}
 		}
 	}
 	return false
 }
 
-// redact replaces every known secret in msg: the upstreams' header values,
-// and the caller's credential header values, key= query values and URL
-// password.
-func (t *Transport) redact(msg string, req *http.Request) string {
-	scrub := func(v string) {
-		if len(v) >= minSecretLen {
-			msg = strings.ReplaceAll(msg, v, "[REDACTED]")
+// stripQuery drops the pairs of a raw query that carry one of the
+// caller's credentials, escaped or not.
+func (h *hop) stripQuery(raw string) string {
+	return stripQuery(raw, func(pair string) bool {
+		if h.carries(pair) {
+			return true
 		}
-	}
-	for _, s := range t.secrets {
-		scrub(s)
-	}
-	for _, name := range t.credHeaders {
-		for _, v := range req.Header.Values(name) {
-			scrub(v)
-		}
-	}
-	if u := req.URL; u != nil {
-		if u.User != nil {
-			if pw, ok := u.User.Password(); ok {
-				scrub(pw)
-				scrub(url.QueryEscape(pw))
-			}
-		}
-		for _, pair := range strings.FieldsFunc(u.RawQuery, func(r rune) bool { return r == '&' || r == ';' }) {
-			if isCredentialParam(queryName(pair)) {
-				_, value, _ := strings.Cut(pair, "=")
-				scrub(value)
-				if v, err := url.QueryUnescape(value); err == nil {
-					scrub(v)
-				}
-			}
-		}
-	}
-	return msg
+		p, err := url.QueryUnescape(pair)
+		return err == nil && h.carries(p)
+	})
 }
 
 // validHeaderName reports whether k is a valid header field name (an RFC 9110 token).

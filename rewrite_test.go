@@ -1,12 +1,14 @@
 package failover
 
 import (
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"net/url"
 	"reflect"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -144,15 +146,22 @@ func TestStripQueryCredentials(t *testing.T) {
 		{"z=%2F1&KEY=s&a=1&a=2", "z=%2F1&a=1&a=2"},
 		{"%6Bey=s&x=1", "x=1"}, // an escaped name is still key
 		{"api_key=s&api-key=s&apikey=s&access_token=s", ""},
-		{"keyboard=1&monkey=2", "keyboard=1&monkey=2"},
+		{"keyboard=1&monkey=2", ""}, // the rule fails closed: "key" is in both
+		{"sig=s&design=1&signal=2&sigV4=s", "design=1&signal=2"},
+		{"X-Amz-Signature=s&X-Amz-Date=d&X-Amz-Security-Token=s", "X-Amz-Date=d"},
+		{"model=x&token=s&client_secret=s&alt=sse", "model=x&alt=sse"},
 		{"key", ""},
 		{"a=1&&b=2", "a=1&&b=2"},
 		{"a=1;key=s;b=2", "a=1;b=2"}, // some servers split at ';'
 		{"key=s;b=2&c=3", "b=2&c=3"},
 	}
+	c, err := newCredentials(Config{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, tt := range tests {
-		if got := stripQueryCredentials(tt.in); got != tt.want {
-			t.Errorf("stripQueryCredentials(%q) = %q, want %q", tt.in, got, tt.want)
+		if got := c.stripQuery(tt.in); got != tt.want {
+			t.Errorf("stripQuery(%q) = %q, want %q", tt.in, got, tt.want)
 		}
 	}
 }
@@ -187,7 +196,7 @@ var fuzzCredentialHeaders = []string{
 }
 
 // fuzzCredentialParams are the query parameters that carry credentials.
-var fuzzCredentialParams = []string{"key", "api_key", "api-key", "apikey", "access_token"}
+var fuzzCredentialParams = []string{"key", "api_key", "api-key", "apikey", "access_token", "sig"}
 
 // received is a request as an upstream received it.
 type received struct {
@@ -412,16 +421,13 @@ func credentialPair(pair string) bool {
 	if n, err := url.QueryUnescape(name); err == nil {
 		name = n
 	}
-	for _, c := range fuzzCredentialParams {
-		if strings.EqualFold(name, c) {
-			return true
-		}
-	}
-	return false
+	return slices.ContainsFunc(fuzzCredentialParams, func(c string) bool { return strings.EqualFold(name, c) }) ||
+		namedLikeSecret(name)
 }
 
 // isCredentialHeader reports whether name, in any case, is a credential
-// header: a documented one or a name an upstream's Header sets.
+// header: a documented one, a name an upstream's Header sets, or one the
+// patterns catch.
 func isCredentialHeader(name string) bool {
 	for _, c := range fuzzCredentialHeaders {
 		if strings.EqualFold(name, c) {
@@ -433,7 +439,39 @@ func isCredentialHeader(name string) bool {
 			return true
 		}
 	}
+	return !strings.EqualFold(name, "Idempotency-Key") && namedLikeSecret(name)
+}
+
+// namedLikeSecret is the documented pattern rule (Config.CredentialHeaders),
+// written here apart from the package's: the name contains one of the
+// substrings, or has one of the words, in any case.
+func namedLikeSecret(name string) bool {
+	lower := strings.ToLower(name)
+	for _, s := range []string{"auth", "key", "token", "secret", "passw", "credential", "signature", "session", "cookie", "bearer", "jwt", "csrf", "xsrf"} {
+		if strings.Contains(lower, s) {
+			return true
+		}
+	}
+	spaced := name
+	for _, re := range wordBreaks {
+		spaced = re.ReplaceAllString(spaced, "$1 $2")
+	}
+	for _, w := range strings.FieldsFunc(spaced, func(r rune) bool {
+		return !('a' <= r && r <= 'z' || 'A' <= r && r <= 'Z' || '0' <= r && r <= '9')
+	}) {
+		if slices.ContainsFunc([]string{"sig", "pw", "pwd", "sid", "otp"}, func(s string) bool { return strings.EqualFold(w, s) }) {
+			return true
+		}
+	}
 	return false
+}
+
+// wordBreaks find where one word of a name ends and the next begins:
+// "sigV4", "pwd2", "2fa".
+var wordBreaks = []*regexp.Regexp{
+	regexp.MustCompile(`([a-z])([A-Z])`),
+	regexp.MustCompile(`([A-Za-z])([0-9])`),
+	regexp.MustCompile(`([0-9])([A-Za-z])`),
 }
 
 // fuzzHeaderValues returns the values of name in h under any spelling.
@@ -486,5 +524,604 @@ func TestErrorsAreRedacted(t *testing.T) {
 		if !strings.Contains(s, "proxy refused") {
 			t.Errorf("the cause was lost: %s", s)
 		}
+	}
+}
+
+// callerMark is in every value of the caller's credentials that the tests
+// below send, so that finding it proves a leak.
+const callerMark = "caller-secret"
+
+// leaks reports where in s any of secrets appears.
+func leaks(s seen, secrets ...string) []string {
+	var out []string
+	for _, secret := range secrets {
+		for k, vs := range s.Header {
+			for _, v := range vs {
+				if strings.Contains(v, secret) {
+					out = append(out, fmt.Sprintf("header %s: %q", k, v))
+				}
+			}
+		}
+		if strings.Contains(s.RawQuery, secret) {
+			out = append(out, fmt.Sprintf("query %q", s.RawQuery))
+		}
+	}
+	return out
+}
+
+// Which header and query-parameter names the Transport treats as the
+// caller's credentials, end to end: the primary answers 503, and the
+// backup, which the caller did not address, must get every name that is
+// not a credential and none that is.
+func TestCredentialRule(t *testing.T) {
+	tests := []struct {
+		param      bool // a query parameter, else a header
+		name       string
+		credential bool
+	}{
+		// The gateways and clouds of the issue, and the usual others.
+		{false, "Ocp-Apim-Subscription-Key", true},
+		{false, "X-Amz-Security-Token", true},
+		{false, "cf-aig-authorization", true},
+		{false, "Helicone-Auth", true},
+		{false, "X-Portkey-Api-Key", true},
+		{false, "X-Portkey-Virtual-Key", true},
+		{false, "X-Auth-Token", true},
+		{false, "Authorization", true},
+		{false, "Proxy-Authorization", true},
+		{false, "Api-Key", true},
+		{false, "x-api-key", true},
+		{false, "X-Goog-Api-Key", true},
+		{false, "Cookie", true},
+		{false, "Openai-Organization", true},
+		{false, "Openai-Project", true},
+		{false, "X-Access-Token", true},
+		{false, "Private-Token", true},
+		{false, "X-Vault-Token", true},
+		{false, "X-Client-Secret", true},
+		{false, "X-Password", true},
+		{false, "X-Hub-Signature-256", true},
+		{false, "X-Csrf-Token", true},
+		{false, "X-Jwt-Assertion", true},
+		{false, "Mcp-Session-Id", true},
+		{false, "X-Sig", true},
+		{false, "X-Otp", true},
+		{false, "Apikey", true},
+		{false, "X-Upstream-Credential", true},
+		{true, "key", true},
+		{true, "KEY", true},
+		{true, "api_key", true},
+		{true, "apiKey", true},
+		{true, "access_token", true},
+		{true, "token", true},
+		{true, "sig", true},
+		{true, "X-Amz-Signature", true},
+		{true, "X-Amz-Security-Token", true},
+		{true, "X-Amz-Credential", true},
+		{true, "X-Goog-Signature", true},
+		{true, "X-Goog-Credential", true},
+		{true, "password", true},
+		{true, "client_secret", true},
+		{true, "auth", true},
+		{true, "subscription-key", true},
+		{true, "sessionId", true},
+		{true, "sigV4", true},
+		{true, "pwd", true},
+
+		// What SDKs and gateways send that is no secret.
+		{false, "Content-Type", false},
+		{false, "Accept", false},
+		{false, "User-Agent", false},
+		{false, "X-Request-Id", false},
+		{false, "Openai-Beta", false},
+		{false, "Anthropic-Version", false},
+		{false, "Anthropic-Beta", false},
+		{false, "X-Stainless-Lang", false},
+		{false, "X-Stainless-Package-Version", false},
+		{false, "X-Stainless-Os", false},
+		{false, "X-Stainless-Arch", false},
+		{false, "X-Stainless-Runtime", false},
+		{false, "X-Stainless-Runtime-Version", false},
+		{false, "X-Stainless-Retry-Count", false},
+		{false, "X-Stainless-Timeout", false},
+		{false, "Idempotency-Key", false},
+		{false, "Traceparent", false},
+		{false, "X-Title", false},
+		{false, "Http-Referer", false},
+		{false, "X-Goog-Api-Client", false},
+		{false, "X-Goog-Request-Params", false},
+		{false, "Amz-Sdk-Invocation-Id", false},
+		{false, "X-Amz-Content-Sha256", false},
+		{false, "X-Design-Id", false}, // "sig" is a word, not a substring
+		{false, "X-Signal", false},
+		{true, "model", false},
+		{true, "alt", false},
+		{true, "$alt", false},
+		{true, "api-version", false},
+		{true, "stream", false},
+		{true, "limit", false},
+		{true, "after", false},
+		{true, "design", false},
+		{true, "signal", false},
+		{true, "deployment-id", false},
+	}
+	primary := newUpstreamServer(t, 503, "down")
+	backup := newUpstreamServer(t, 200, "ok")
+	tr := newTestTransport(t, Config{
+		Breaker:   BreakerConfig{FailureThreshold: 1000},
+		Upstreams: []Upstream{{Name: "primary", BaseURL: primary.URL + "/v1"}, {Name: "backup", BaseURL: backup.URL + "/v1"}},
+	})
+	// The second pass finds each header's verdict in the Transport's
+	// cache of names.
+	for i, tt := range slices.Concat(tests, tests) {
+		value := fmt.Sprintf("%s-%d-0123456789", callerMark, i)
+		req := httptestRequest("GET", primary.URL+"/v1/models", "")
+		if tt.param {
+			req.URL.RawQuery = url.Values{tt.name: {value}}.Encode()
+		} else {
+			req.Header[tt.name] = []string{value} // as spelled: some are not canonical
+		}
+		resp, err := tr.RoundTrip(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		got := backup.requests()
+		s := got[len(got)-1]
+		arrived := strings.Contains(s.RawQuery, value) || len(headerValues(s.Header, tt.name)) > 0
+		kind := "header"
+		if tt.param {
+			kind = "query parameter"
+		}
+		switch {
+		case tt.credential && arrived:
+			t.Errorf("%s %s reached an upstream the caller did not address: it is a credential", kind, tt.name)
+		case !tt.credential && !arrived:
+			t.Errorf("%s %s did not reach the backup: it is no credential", kind, tt.name)
+		}
+		if p := primary.requests(); !strings.Contains(fmt.Sprint(p[len(p)-1]), value) {
+			t.Errorf("%s %s did not reach the upstream the caller addressed", kind, tt.name)
+		}
+	}
+}
+
+// The cache of header verdicts holds at most maxSeenHeaders names, and a
+// name past it is still judged.
+func TestCredentialCacheBounded(t *testing.T) {
+	c, err := newCredentials(Config{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 2 * maxSeenHeaders {
+		if c.header(fmt.Sprintf("X-Plain-%d", i)) || !c.header(fmt.Sprintf("X-Token-%d", i)) {
+			t.Fatalf("wrong verdict for name %d", i)
+		}
+	}
+	if n := len(*c.seen.Load()); n != maxSeenHeaders {
+		t.Errorf("the cache holds %d names, want %d", n, maxSeenHeaders)
+	}
+}
+
+// Config.CredentialHeaders and CredentialParams add names to the rule:
+// the backup, which the caller did not address, gets neither.
+func TestConfigCredentialNames(t *testing.T) {
+	primary := newUpstreamServer(t, 503, "down")
+	backup := newUpstreamServer(t, 200, "ok")
+	tr := newTestTransport(t, Config{
+		CredentialHeaders: []string{"x-tenant"},
+		CredentialParams:  []string{"Tenant"},
+		Upstreams:         []Upstream{{Name: "primary", BaseURL: primary.URL + "/v1"}, {Name: "backup", BaseURL: backup.URL + "/v1"}},
+	})
+	req := httptestRequest("GET", primary.URL+"/v1/models?tenant="+callerMark+"-q&model=x", "")
+	req.Header.Set("X-Tenant", callerMark+"-h")
+	resp, err := tr.RoundTrip(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if got := leaks(backup.requests()[0], callerMark); len(got) > 0 {
+		t.Errorf("the backup got the caller's configured credentials: %v", got)
+	}
+	if got := leaks(primary.requests()[0], callerMark); len(got) != 2 {
+		t.Errorf("the primary, addressed, got %v of the caller's configured credentials, want both", got)
+	}
+	if q := backup.requests()[0].RawQuery; q != "model=x" {
+		t.Errorf("the backup got query %q, want the caller's other pairs", q)
+	}
+}
+
+func TestConfigCredentialNamesValidated(t *testing.T) {
+	ok := []Upstream{{BaseURL: "https://api.example.com/v1"}}
+	tests := []struct {
+		name  string
+		cfg   Config
+		field string
+	}{
+		{"header with a space", Config{Upstreams: ok, CredentialHeaders: []string{"X-Ok", "Bad Name"}}, "CredentialHeaders[1]"},
+		{"empty header", Config{Upstreams: ok, CredentialHeaders: []string{""}}, "CredentialHeaders[0]"},
+		{"empty param", Config{Upstreams: ok, CredentialParams: []string{"tenant", ""}}, "CredentialParams[1]"},
+	}
+	for _, tt := range tests {
+		_, err := New(tt.cfg)
+		var cerr *ConfigError
+		if !errors.As(err, &cerr) || cerr.Field != tt.field {
+			t.Errorf("%s: New returned %v, want a ConfigError naming %s", tt.name, err, tt.field)
+		}
+	}
+}
+
+// Every part of every secret is scrubbed from errors, Health and logs,
+// wherever it appears in a message: the token without its scheme, its
+// URL-escaped forms, a Basic credential's decoded password, one of
+// several comma-separated keys, a cookie's value, a query value. Base is a
+// fake here: net/http's own errors never quote a header, but a layer in
+// Base may (a proxy or a signing RoundTripper refusing what it got).
+func TestRedactsEverySecretPart(t *testing.T) {
+	basic := func(user, pass string) string {
+		return "Basic " + base64.StdEncoding.EncodeToString([]byte(user+":"+pass))
+	}
+	// The secrets, and how the fake quotes each.
+	secrets := map[string]string{
+		"sk-up/a+b=0123456789":       "token sk-up/a+b=0123456789",     // upstream a's, without "Bearer "
+		"sk-up%2Fa%2Bb%3D0123456789": "url sk-up%2Fa%2Bb%3D0123456789", // the same, URL-escaped
+		"sk-up%2Fa+b=0123456789":     "path /v1/x/sk-up%2Fa+b=0123456789",
+		"k2-bbbbbbbbbb":              "second key k2-bbbbbbbbbb",
+		"up-basic-pass-123":          "basic password up-basic-pass-123",
+		"sk-caller-0123456789":       "caller token sk-caller-0123456789",
+		"caller-xauth-0123456789":    "x-auth caller-xauth-0123456789",
+		"caller-cookie-0123456789":   "cookie caller-cookie-0123456789",
+		"caller-basic-pass99":        "proxy password caller-basic-pass99",
+		"caller-tenant-0123456789":   "tenant caller-tenant-0123456789",
+		"caller/sig+0123456789":      "sig caller/sig+0123456789",
+		"caller%2Fsig%2B0123456789":  "raw sig caller%2Fsig%2B0123456789",
+		"AIzaCALLER0123456789":       "key AIzaCALLER0123456789",
+		"caller-url-pass-99":         "url password caller-url-pass-99",
+	}
+	var quoted []string
+	for _, q := range secrets {
+		quoted = append(quoted, q)
+	}
+	slices.Sort(quoted)
+	echo := "proxy refused: " + strings.Join(quoted, "; ") + "; theme=dark"
+	base := roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		if r.Body != nil {
+			r.Body.Close()
+		}
+		return nil, errors.New(echo)
+	})
+	var logs logBuffer
+	tr := newTestTransport(t, Config{
+		Base:              base,
+		Logger:            newLogger(&logs),
+		CredentialHeaders: []string{"X-Tenant"},
+		Upstreams: []Upstream{
+			{Name: "a", BaseURL: "http://a.test/v1", Header: http.Header{
+				"Authorization": {"Bearer sk-up/a+b=0123456789"},
+				"X-Keys":        {"k1-aaaaaaaaaa, k2-bbbbbbbbbb"},
+			}},
+			{Name: "b", BaseURL: "http://b.test/v1", Header: http.Header{"Proxy-Authorization": {basic("svc", "up-basic-pass-123")}}},
+		},
+	})
+	req := httptestRequest("POST", "http://u:caller-url-pass-99@a.test/v1/chat?sig=caller%2Fsig%2B0123456789&key=AIzaCALLER0123456789&model=x", chatBody)
+	req.Header.Set("Authorization", "Bearer sk-caller-0123456789")
+	req.Header.Set("X-Auth-Token", "caller-xauth-0123456789")
+	req.Header.Set("Cookie", "theme=dark; session=caller-cookie-0123456789")
+	req.Header.Set("Proxy-Authorization", basic("user", "caller-basic-pass99"))
+	req.Header.Set("X-Tenant", "caller-tenant-0123456789")
+	_, err := tr.RoundTrip(req)
+	var ferr *Error
+	if !errors.As(err, &ferr) || len(ferr.Attempts) != 2 {
+		t.Fatalf("err = %v, want an *Error with both attempts", err)
+	}
+	texts := map[string]string{"*Error": err.Error(), "logs": logs.String()}
+	for i, a := range ferr.Attempts {
+		texts[fmt.Sprintf("Attempts[%d]", i)] = a.Error()
+	}
+	for _, h := range tr.Health() {
+		texts["Health "+h.Name+".LastError"] = h.LastError
+	}
+	for where, text := range texts {
+		var shown []string
+		for secret := range secrets {
+			if strings.Contains(text, secret) {
+				shown = append(shown, secret)
+			}
+		}
+		if len(shown) > 0 {
+			slices.Sort(shown)
+			t.Errorf("%s shows %q", where, shown)
+		}
+		if where != "logs" && (!strings.Contains(text, "proxy refused") || !strings.Contains(text, "theme=dark")) {
+			t.Errorf("%s lost the cause: %s", where, text)
+		}
+	}
+}
+
+// hopCaller sends, through a real http.Client that follows redirects, a
+// POST to url with the caller's credentials in headers and in the query.
+func hopCaller(t *testing.T, tr http.RoundTripper, url string) *http.Response {
+	t.Helper()
+	req, err := http.NewRequest("POST", url+"?key="+callerMark+"-query&model=x", strings.NewReader(chatBody))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+callerMark+"-auth")
+	req.Header.Set("Api-Key", callerMark+"-azure")
+	req.Header.Set("X-Api-Key", callerMark+"-anthropic")
+	req.Header.Set("Cookie", "session="+callerMark+"-cookie")
+	req.Header.Set("X-Request-Id", "r-1")
+	resp, err := (&http.Client{Transport: tr}).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	readBody(t, resp)
+	return resp
+}
+
+// A redirect hop is a new request to the Transport (req.Response is set),
+// built by http.Client from the caller's first request's headers. The
+// caller's credentials reach only the upstream the caller addressed,
+// whatever the hop; an upstream's own Header reaches only that upstream.
+// Real servers, a real http.Client following the redirects.
+func TestRedirectHopsKeepCredentialsWithTheirUpstream(t *testing.T) {
+	const (
+		primaryOwn = "primary-own-secret"
+		backupOwn  = "backup-own-secret"
+	)
+	tests := []struct {
+		name string
+		// primary and backup answer each request; every server other
+		// than these two answers 200.
+		primary, backup func(s *hopServers, w http.ResponseWriter, r *http.Request)
+		// target is where the caller sends the request (the primary's
+		// base URL when empty).
+		target func(s *hopServers) string
+		// want is the server whose last request must be the hop's and
+		// what it may receive: the caller's credentials or not.
+		want       func(s *hopServers) *server
+		wantCaller bool
+	}{
+		{
+			name:    "307 from the backup to its own host",
+			primary: hopDown,
+			backup:  hopRedirect(307, func(s *hopServers) string { return s.backup.URL + "/v1/retry" }),
+			want:    func(s *hopServers) *server { return s.backup },
+		},
+		{
+			name:    "302 from the backup to a third host",
+			primary: hopDown,
+			backup:  hopRedirect(302, func(s *hopServers) string { return s.third.URL + "/landing" }),
+			want:    func(s *hopServers) *server { return s.third },
+		},
+		{
+			name:    "301 from the backup to a third host",
+			primary: hopDown,
+			backup:  hopRedirect(301, func(s *hopServers) string { return s.third.URL + "/landing" }),
+			want:    func(s *hopServers) *server { return s.third },
+		},
+		{
+			name:    "303 from the backup to a third host",
+			primary: hopDown,
+			backup:  hopRedirect(303, func(s *hopServers) string { return s.third.URL + "/landing" }),
+			want:    func(s *hopServers) *server { return s.third },
+		},
+		{
+			name:    "302 from the backup to a third host, which 302s to a fourth",
+			primary: hopDown,
+			backup:  hopRedirect(302, func(s *hopServers) string { return s.third.URL + "/hop" }),
+			want:    func(s *hopServers) *server { return s.fourth },
+		},
+		{
+			// A regional redirect: the primary sends the caller to the
+			// backup's base URL, its query (the caller's key) echoed.
+			name: "307 from the primary to the backup, echoing the query",
+			primary: func(s *hopServers, w http.ResponseWriter, r *http.Request) {
+				if r.URL.Query().Get("key") == "" {
+					hopDown(s, w, r) // the hop, failed over to the primary: it has no key
+					return
+				}
+				http.Redirect(w, r, s.backup.URL+"/v1/chat/completions?"+r.URL.RawQuery, 307)
+			},
+			backup: hopOK,
+			want:   func(s *hopServers) *server { return s.backup },
+		},
+		{
+			name: "302 from the primary to a third host, echoing the query",
+			primary: func(s *hopServers, w http.ResponseWriter, r *http.Request) {
+				http.Redirect(w, r, s.third.URL+"/callback?"+r.URL.RawQuery, 302)
+			},
+			backup: hopOK,
+			want:   func(s *hopServers) *server { return s.third },
+		},
+		{
+			// The caller addressed a host that is no upstream: its
+			// credentials are for that host alone.
+			name:    "302 from a host that is no upstream to the backup",
+			primary: hopDown,
+			backup:  hopOK,
+			target:  func(s *hopServers) string { return s.fourth.URL + "/start" },
+			want:    func(s *hopServers) *server { return s.backup },
+		},
+		{
+			// The hop's Referer is the first URL, the caller's key= in
+			// it: it must not follow the hop when it fails over.
+			name: "307 from the primary to its own host, failed over to the backup",
+			primary: func(s *hopServers, w http.ResponseWriter, r *http.Request) {
+				if r.URL.Path == "/v1/chat/completions" {
+					http.Redirect(w, r, s.primary.URL+"/v1/moved", 307)
+					return
+				}
+				hopDown(s, w, r)
+			},
+			backup: hopOK,
+			want:   func(s *hopServers) *server { return s.backup },
+		},
+		{
+			// Back where the caller sent them: the credentials follow.
+			name: "307 from the backup to the primary's host",
+			primary: func(s *hopServers, w http.ResponseWriter, r *http.Request) {
+				hopOKUnless(s, w, r, "/v1/chat/completions")
+			},
+			backup:     hopRedirect(307, func(s *hopServers) string { return s.primary.URL + "/v1/again" }),
+			want:       func(s *hopServers) *server { return s.primary },
+			wantCaller: true,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := &hopServers{}
+			s.primary = newServer(t, func(w http.ResponseWriter, r *http.Request) { tt.primary(s, w, r) })
+			s.backup = newServer(t, func(w http.ResponseWriter, r *http.Request) { tt.backup(s, w, r) })
+			s.third = newServer(t, func(w http.ResponseWriter, r *http.Request) {
+				if r.URL.Path == "/hop" {
+					http.Redirect(w, r, s.fourth.URL+"/landing", 302)
+					return
+				}
+				hopOK(s, w, r)
+			})
+			s.fourth = newServer(t, func(w http.ResponseWriter, r *http.Request) {
+				if r.URL.Path == "/start" {
+					http.Redirect(w, r, s.backup.URL+"/v1/chat/completions", 302)
+					return
+				}
+				hopOK(s, w, r)
+			})
+			tr := newTestTransport(t, Config{
+				Breaker: BreakerConfig{FailureThreshold: 100},
+				Upstreams: []Upstream{
+					{Name: "primary", BaseURL: s.primary.URL + "/v1", Header: http.Header{"X-Primary-Token": {primaryOwn}}},
+					{Name: "backup", BaseURL: s.backup.URL + "/v1", Header: http.Header{"Authorization": {"Bearer " + backupOwn}}},
+				},
+			})
+			target := s.primary.URL + "/v1/chat/completions"
+			if tt.target != nil {
+				target = tt.target(s)
+			}
+			resp := hopCaller(t, tr, target)
+			if resp.StatusCode != 200 {
+				t.Fatalf("status %d, want the 200 at the end of the redirects", resp.StatusCode)
+			}
+			want := tt.want(s)
+			reqs := want.requests()
+			if len(reqs) == 0 {
+				t.Fatal("the hop never arrived")
+			}
+			hop := reqs[len(reqs)-1]
+			if hop.Header.Get("X-Request-Id") != "r-1" {
+				t.Errorf("the hop lost the caller's X-Request-Id: %v", hop.Header)
+			}
+			if got := leaks(hop, callerMark); tt.wantCaller && len(got) < 4 {
+				t.Errorf("the hop to the addressed upstream lost the caller's credentials: %v", hop.Header)
+			} else if !tt.wantCaller && len(got) > 0 {
+				t.Errorf("the hop got the caller's credentials: %v", got)
+			}
+			// Every request any server got: an upstream's own Header
+			// only at that upstream, the caller's credentials nowhere
+			// but where the caller sent them (the primary, or the host
+			// of the target).
+			for name, srv := range map[string]*server{"primary": s.primary, "backup": s.backup, "third": s.third, "fourth": s.fourth} {
+				for _, r := range srv.requests() {
+					if srv != s.primary {
+						if got := leaks(r, primaryOwn); len(got) > 0 {
+							t.Errorf("%s got the primary's own Header: %v", name, got)
+						}
+					}
+					if srv != s.backup {
+						if got := leaks(r, backupOwn); len(got) > 0 {
+							t.Errorf("%s got the backup's own Header: %v", name, got)
+						}
+					}
+					addressed := s.primary
+					if tt.target != nil {
+						addressed = s.fourth
+					}
+					if srv != addressed {
+						if got := leaks(r, callerMark); len(got) > 0 {
+							t.Errorf("%s (%s) got the caller's credentials: %v", name, r.Path, got)
+						}
+					}
+				}
+			}
+			if want == s.backup {
+				if got := hop.Header.Get("Authorization"); got != "Bearer "+backupOwn {
+					t.Errorf("the hop to the backup got Authorization %q, want its own", got)
+				}
+			}
+		})
+	}
+}
+
+// hopServers are the servers of a redirect test: the two upstreams, and
+// two hosts that are no upstream.
+type hopServers struct{ primary, backup, third, fourth *server }
+
+func hopDown(_ *hopServers, w http.ResponseWriter, _ *http.Request) { http.Error(w, "down", 503) }
+
+func hopOK(_ *hopServers, w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok") }
+
+// hopOKUnless answers 503 at path and 200 elsewhere.
+func hopOKUnless(_ *hopServers, w http.ResponseWriter, r *http.Request, path string) {
+	if r.URL.Path == path {
+		http.Error(w, "down", 503)
+		return
+	}
+	io.WriteString(w, "ok")
+}
+
+// hopRedirect answers the request for /v1/chat/completions with a
+// redirect to where, and anything else with 200.
+func hopRedirect(code int, where func(*hopServers) string) func(*hopServers, http.ResponseWriter, *http.Request) {
+	return func(s *hopServers, w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/v1/chat/completions" {
+			http.Redirect(w, r, where(s), code)
+			return
+		}
+		io.WriteString(w, "ok")
+	}
+}
+
+// A hop whose chain cannot be followed back to its first request (here
+// its Response has no Request) belongs to no upstream: it carries none of
+// the caller's credentials anywhere, and the upstream still gets its own.
+func TestRedirectHopOfUnknownChain(t *testing.T) {
+	primary := newUpstreamServer(t, 200, "ok")
+	tr := newTestTransport(t, Config{Upstreams: []Upstream{
+		{Name: "primary", BaseURL: primary.URL + "/v1", Header: http.Header{"X-Primary-Token": {"primary-own-secret"}}},
+	}})
+	req := httptestRequest("GET", primary.URL+"/v1/models?key="+callerMark+"-query&model=x", "")
+	req.Header.Set("X-Api-Key", callerMark+"-anthropic")
+	req.Header.Set("X-Request-Id", "r-1")
+	req.Response = &http.Response{StatusCode: 307}
+	resp, err := tr.RoundTrip(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	s := primary.requests()[0]
+	if got := leaks(s, callerMark); len(got) > 0 {
+		t.Errorf("a hop of unknown origin delivered the caller's credentials: %v", got)
+	}
+	if s.Header.Get("X-Primary-Token") != "primary-own-secret" || s.Header.Get("X-Request-Id") != "r-1" || s.RawQuery != "model=x" {
+		t.Errorf("the hop lost what is not the caller's credentials: %+v", s)
+	}
+}
+
+// A Location's own query pairs are the redirecting server's to hand out:
+// a presigned URL on a host that is no upstream keeps its signature, while
+// the caller's key= (echoed beside it) and credential headers stay behind.
+func TestRedirectKeepsLocationSignature(t *testing.T) {
+	const presigned = "X-Amz-Signature=server-signature-0123456789&X-Amz-Credential=AKIDSERVER%2F20260101"
+	store := newUpstreamServer(t, 200, "file")
+	primary := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, store.URL+"/file?"+presigned+"&key="+r.URL.Query().Get("key"), 302)
+	})
+	tr := newTestTransport(t, Config{Upstreams: []Upstream{{Name: "primary", BaseURL: primary.URL + "/v1"}}})
+	hopCaller(t, tr, primary.URL+"/v1/files/f-1/content")
+	s := store.requests()[0]
+	if s.RawQuery != presigned {
+		t.Errorf("the presigned URL arrived with query %q, want %q", s.RawQuery, presigned)
+	}
+	if got := leaks(s, callerMark); len(got) > 0 {
+		t.Errorf("the host that is no upstream got the caller's credentials: %v", got)
 	}
 }

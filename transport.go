@@ -201,6 +201,26 @@ type Config struct {
 	// means nothing is logged.
 	Logger *slog.Logger
 
+	// CredentialHeaders names request headers that carry the caller's
+	// credentials, besides those the Transport knows: Authorization,
+	// Proxy-Authorization, Api-Key, X-Api-Key, X-Goog-Api-Key, Cookie,
+	// Openai-Organization, Openai-Project, every name an Upstream.Header
+	// sets, and every name that contains, in any case, auth, key, token,
+	// secret, passw, credential, signature, session, cookie, bearer, jwt,
+	// csrf or xsrf, or has sig, pw, pwd, sid or otp as a word ("X-Sig",
+	// not "X-Signal"), except Idempotency-Key. The caller's credentials
+	// reach only the upstream the caller addressed, on failover and on
+	// redirect hops alike, and never appear in errors, Health or logs.
+	// Names match in any case; each must be a valid header name.
+	CredentialHeaders []string
+
+	// CredentialParams names query parameters that carry the caller's
+	// credentials, besides key, api_key, api-key, apikey, access_token,
+	// sig and every name the patterns of CredentialHeaders match
+	// (X-Amz-Signature, token, client_secret). Names match in any case,
+	// unescaped; none may be empty.
+	CredentialParams []string
+
 	// OnStateChange, when set, is called after each change of an
 	// upstream's circuit, outside every lock, on the goroutine of the
 	// request that caused it (or of Reset). It must not block. Changes
@@ -244,7 +264,10 @@ const (
 //     RoundTripper. Its Request is the attempt that got it (the URL it
 //     went to) with the caller's own headers, never an upstream's. Responses of discarded attempts are drained (up to
 //     64 KiB) and closed by the Transport.
-//   - A request addressed to no upstream goes to Base untouched.
+//   - A request addressed to no upstream goes to Base untouched, unless
+//     it is a redirect hop (Request.Response set) that follows a request
+//     addressed to an upstream: that hop goes without the caller's
+//     credentials.
 //
 // A Transport is safe for concurrent use by multiple goroutines. It starts
 // goroutines of its own only for opt-in features: the probe loops of
@@ -278,14 +301,10 @@ type Transport struct {
 	lastResortCfg      LastResortConfig
 	lastResortInFlight atomic.Int64
 
-	// credHeaders are the header names that carry credentials: the
-	// usual ones and every name any Upstream.Header sets. They reach
-	// only the upstream the caller addressed.
-	credHeaders []string
-
-	// secrets are the values of every Upstream.Header, scrubbed from
-	// every error message that Health keeps.
-	secrets []string
+	// creds tells which headers and query parameters carry credentials,
+	// which reach only the upstream the caller addressed, and holds the
+	// upstreams' own, scrubbed from every error message.
+	creds *credentials
 
 	unrouted *metrics.Counter
 }
@@ -376,10 +395,6 @@ func New(cfg Config) (*Transport, error) {
 	if cfg.Hedge != nil {
 		t.hedge = newHedger(*cfg.Hedge, t.metrics)
 	}
-	credNames := map[string]bool{}
-	for _, h := range defaultCredentialHeaders {
-		credNames[h] = true
-	}
 	names := map[string]int{}
 	for i, uc := range cfg.Upstreams {
 		u, err := newUpstream(i, uc)
@@ -390,20 +405,14 @@ func New(cfg Config) (*Transport, error) {
 			return nil, configError(fmt.Sprintf("Upstreams[%d].Name", i), fmt.Sprintf("%q is also the name of Upstreams[%d]", u.name, j))
 		}
 		names[u.name] = i
-		for k, vs := range u.header {
-			credNames[k] = true
-			for _, v := range vs {
-				if len(v) >= minSecretLen {
-					t.secrets = append(t.secrets, v)
-				}
-			}
-		}
 		t.upstreams = append(t.upstreams, u)
 		t.models = t.models || len(u.models) > 0
 	}
-	for k := range credNames {
-		t.credHeaders = append(t.credHeaders, k)
+	creds, err := newCredentials(cfg, t.upstreams)
+	if err != nil {
+		return nil, err
 	}
+	t.creds = creds
 	if cfg.Shared != nil {
 		t.fleet = newFleet(t, cfg.Shared, cmp.Or(cfg.SharedSync, defaultSharedSync))
 	}
@@ -431,11 +440,15 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		return nil, errors.New("failover: nil Request.URL")
 	}
 	addressed, rest, rawRest := t.route(req.URL)
+	r := request{t: t, req: req, ctx: req.Context(), addressed: addressed, rest: rest, rawRest: rawRest}
+	if req.Response != nil {
+		r.hop = t.redirected(req)
+	}
 	if addressed == nil {
 		t.unrouted.Inc()
-		return t.base.RoundTrip(req)
+		return t.base.RoundTrip(r.unrouted())
 	}
-	c := &call{request: request{t: t, req: req, ctx: req.Context(), addressed: addressed, rest: rest, rawRest: rawRest}}
+	c := &call{request: r}
 	return c.run()
 }
 
