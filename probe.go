@@ -117,7 +117,7 @@ func (t *Transport) probe(u *upstream) {
 	defer cancel()
 	req, err := p.cfg.Request(ctx, u.cfg)
 	if err != nil {
-		t.log(slog.LevelError, "probe request: "+err.Error(), u)
+		t.log(slog.LevelError, "probe request: "+redact(err.Error(), t.creds.upstreamSecrets), u)
 		return
 	}
 	if req.Header == nil {

@@ -1,7 +1,9 @@
 package failover
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"strings"
 	"sync/atomic"
@@ -145,4 +147,23 @@ func TestProbeConfigErrors(t *testing.T) {
 	if !errors.As(err, &cerr) || cerr.Field != "Probe.Interval" {
 		t.Fatalf("err = %v", err)
 	}
+}
+
+// The log line of a probe request that cannot be built shows no secret,
+// whatever the user's Request puts in its error.
+func TestProbeRequestErrorRedacted(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var logs logBuffer
+		const key = "sk-probe-secret-0123456789"
+		tr := newTestTransport(t, Config{Base: newFakeNet(), Logger: newLogger(&logs),
+			Upstreams: []Upstream{{Name: "a", BaseURL: "http://a.test", Header: http.Header{"Authorization": {"Bearer " + key}}}},
+			Probe: ProbeConfig{Interval: time.Second, Request: func(_ context.Context, u Upstream) (*http.Request, error) {
+				return nil, fmt.Errorf("cannot build a probe with %s", u.Header.Get("Authorization"))
+			}}})
+		time.Sleep(2 * time.Second)
+		tr.Close()
+		if !strings.Contains(logs.String(), "cannot build a probe") || strings.Contains(logs.String(), key) {
+			t.Fatalf("the probe's error is not logged, or shows the key:\n%s", logs.String())
+		}
+	})
 }
