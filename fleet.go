@@ -457,7 +457,7 @@ func (f *fleet) apply(e SharedEvent) {
 // call runs one call to the store, bounded by the period, and reports
 // whether it succeeded.
 func (f *fleet) call(ctx context.Context, fn func(context.Context) error) bool {
-	cctx, cancel := context.WithTimeout(ctx, f.every)
+	cctx, cancel := context.WithTimeout(ctx, max(f.every, minCallBound))
 	err := fn(cctx)
 	cancel()
 	if err != nil {
@@ -476,6 +476,11 @@ func (f *fleet) call(ctx context.Context, fn func(context.Context) error) bool {
 	}
 	return true
 }
+
+// minCallBound is the shortest bound on a call to the store: on a loaded
+// machine a healthy store can take a few hundred milliseconds to answer,
+// and a SharedSync as short would take that for an outage.
+const minCallBound = time.Second
 
 // Hysteresis of the store's health: local state rules after storeDownAfter
 // failed calls in a row, and a logged outage ends after storeUpAfter

@@ -48,7 +48,7 @@ import (
 // cooldown is over is probed by one process: the others skip it, as they
 // skip an upstream whose probe is in flight, until the verdict; so does the
 // one process until it has the lease, which it asks for in the background.
-// Each call is bounded by Config.SharedSync through its context: a store
+// Each call is bounded by Config.SharedSync (at least 1s) through its context: a store
 // must honour the context's deadline (see redisshared on go-redis).
 //
 // Durations are relative (how long from now), so that processes need not

@@ -173,7 +173,8 @@ type Config struct {
 
 	// SharedSync is how often the Transport reads the shared state in
 	// full, besides following its messages, and the bound on each call
-	// to it; at least 10ms. Zero means 1s.
+	// to it (never under 1s: a store that answers late on a loaded
+	// machine is not down); at least 10ms. Zero means 1s.
 	SharedSync time.Duration
 
 	// LastResort sets what a request does when every upstream it may use
