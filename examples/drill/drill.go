@@ -44,6 +44,11 @@ type options struct {
 	// it in place.
 	Status    io.Writer
 	StatusTTY bool
+
+	// Warn receives the warning that the machine was too starved for
+	// the figures to mean much, with -json (the table has it); nil
+	// means none.
+	Warn io.Writer
 }
 
 // realUpstream is a provider given with -upstream name=URL,KEY_ENV, its
@@ -383,10 +388,13 @@ func drill(ctx context.Context, o options, out io.Writer) error {
 		}
 	}
 
+	lag := startLag(start)
+	defer lag.stop()
+
 	var bg sync.WaitGroup // the status loop
 	statusDone := make(chan struct{})
 	if o.Status != nil {
-		st := &status{w: o.Status, tty: o.StatusTTY, runs: runs, phases: phases, start: start, total: o.Duration}
+		st := &status{w: o.Status, tty: o.StatusTTY, runs: runs, phases: phases, start: start, total: o.Duration, lag: lag}
 		bg.Go(func() { st.loop(statusDone) })
 	}
 
@@ -416,6 +424,7 @@ schedule:
 		}
 	}
 	reqs.Wait()
+	lag.stop()
 	close(statusDone)
 	bg.Wait()
 	if err := ctx.Err(); err != nil {
@@ -423,12 +432,16 @@ schedule:
 	}
 
 	rep := buildReport(o, phases, runs)
+	rep.Lag = lag.report(o, phases)
 	if o.Plot != "" {
 		if err := writePlot(o.Plot, o, phases, runs, rep); err != nil {
 			return err
 		}
 	}
 	if o.JSON {
+		if rep.Lag.Starved && o.Warn != nil {
+			fmt.Fprintln(o.Warn, "drill: warning:", rep.Lag.Warning)
+		}
 		enc := json.NewEncoder(out)
 		enc.SetIndent("", "  ")
 		return enc.Encode(rep)

@@ -64,6 +64,12 @@ func TestDrill(t *testing.T) {
 			t.Errorf("%s run sent %d requests, want %d", r.Name, r.Requests, want)
 		}
 	}
+	if l := rep.Lag; l == nil || l.Samples == 0 || len(l.Phases) != len(rep.Phases) || l.MaxS < l.P99S || l.P99S < l.P50S {
+		t.Errorf("lag %+v, want samples, a phase each, p50 <= p99 <= max", l)
+	}
+	if rep.CPUs < 1 || rep.GOMAXPROCS < 1 {
+		t.Errorf("cpus %d, gomaxprocs %d; want them positive", rep.CPUs, rep.GOMAXPROCS)
+	}
 	// The primary fails for 15 of the 30 thirtieths: the plain caller
 	// keeps about half, the failover caller nearly all.
 	if plain.Retention > 0.7 {
@@ -100,8 +106,8 @@ func TestDrill(t *testing.T) {
 	if fo.Hedges != nil {
 		t.Errorf("hedges %+v without -hedge", fo.Hedges)
 	}
-	if !strings.Contains(status.String(), "backup1") {
-		t.Errorf("live status never named backup1:\n%s", status.String())
+	if !strings.Contains(status.String(), "backup1") || !strings.Contains(status.String(), "scheduling lag p99") {
+		t.Errorf("live status never named backup1 or the scheduling lag:\n%s", status.String())
 	}
 }
 
@@ -309,7 +315,7 @@ func TestTablePlotListen(t *testing.T) {
 	for _, row := range []string{"detection", "false trips", "recovery", "throughput retention", "latency p99", "hedges sent / won / denied",
 		"primary", "backup1", "backup2", "503 burst", "healthy gap", "hang", "429 storm", "529 overload",
 		"hang phase", "primary's circuit at its start", "requests sent to the primary", "latency p99 in warm-up",
-		"plain client", "failover (priority)", "failover (score)", "failover (priority+hedge)"} {
+		"Machine: ", "Scheduling lag (how late", "Scheduling lag by phase", "plain client", "failover (priority)", "failover (score)", "failover (priority+hedge)"} {
 		if !strings.Contains(out.String(), row) {
 			t.Errorf("table has no %q row:\n%s", row, out.String())
 		}

@@ -98,6 +98,19 @@
 //
 // While it runs, stderr shows each upstream's state, success rate and p99,
 // redrawn in place on a terminal and as lines each second otherwise.
+//
+// The drill also measures its own machine: a goroutine sleeps 2 ms in a
+// loop and records how late each wake-up comes (the table's "Scheduling
+// lag", by phase too, and -json's "lag"), next to the Go runtime's
+// /sched/latencies:seconds, the time goroutines wait runnable. A drill
+// starved of CPU times out attempts that were answered in time, which
+// counts against the upstreams' circuits, while the plain caller's much
+// longer timeout does not notice. When the lag's p99 is above a quarter
+// of the AttemptTimeout, or any wake-up came later than the
+// AttemptTimeout itself (a stall that times out every attempt in flight),
+// the drill says that its figures mean little: a WARNING line in the
+// table, on stderr with -json, and "starved": true. See lagLimit in
+// lag.go for what the threshold rests on.
 package main
 
 import (
@@ -180,6 +193,7 @@ func main() {
 		fmt.Fprintf(os.Stderr, "drill: failing over to real providers: about %.0f requests may reach them (-rps %g, -duration %s, %d failover runs)\n",
 			0.6*o.RPS*o.Duration.Seconds()*float64(runs), o.RPS, o.Duration, runs)
 	}
+	o.Warn = os.Stderr
 	if !quiet {
 		o.Status = os.Stderr
 		o.StatusTTY = isTerminal(os.Stderr) && os.Getenv("TERM") != "dumb"
