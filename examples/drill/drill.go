@@ -38,6 +38,7 @@ type options struct {
 	Router    string        // routing policies, one failover run each: "priority,score", "all"; "" is priority
 	Fleet     int           // members of each fleet run; 0: no fleets, one Transport per run
 	Redis     string        // Redis of the sharing fleet, host:port or redis:// URL; "": start a redis-server
+	Hogs      int           // CPU hogs to run beside the drill, child processes; 0: none
 	Upstreams []realUpstream
 
 	// Status receives the live status; nil means none. StatusTTY redraws
@@ -317,6 +318,8 @@ func drill(ctx context.Context, o options, out io.Writer) error {
 		return errors.New("-hedge must not be negative")
 	case o.Plot != "" && plotFormat(o.Plot) == "":
 		return fmt.Errorf("-plot %s: want a .png or .svg file", o.Plot)
+	case o.Hogs < 0 || o.Hogs > maxHogs:
+		return fmt.Errorf("-hogs %d: want 0 to %d", o.Hogs, maxHogs)
 	}
 	if o.Model == "" {
 		o.Model = "gpt-4o-mini"
@@ -339,6 +342,13 @@ func drill(ctx context.Context, o options, out io.Writer) error {
 		specs = []runSpec{{policy: policies[0], fleet: o.Fleet}, {policy: policies[0], fleet: o.Fleet, shared: sh}}
 	}
 	phases := script(o.Duration)
+	if o.Hogs > 0 {
+		h, err := startHogs(o.Hogs)
+		if err != nil {
+			return err
+		}
+		defer h.stop()
+	}
 
 	var runs []*run
 	defer func() {

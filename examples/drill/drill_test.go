@@ -67,8 +67,8 @@ func TestDrill(t *testing.T) {
 	if l := rep.Lag; l == nil || l.Samples == 0 || len(l.Phases) != len(rep.Phases) || l.MaxS < l.P99S || l.P99S < l.P50S {
 		t.Errorf("lag %+v, want samples, a phase each, p50 <= p99 <= max", l)
 	}
-	if rep.CPUs < 1 || rep.GOMAXPROCS < 1 {
-		t.Errorf("cpus %d, gomaxprocs %d; want them positive", rep.CPUs, rep.GOMAXPROCS)
+	if rep.Hogs != 0 || rep.CPUs < 1 || rep.GOMAXPROCS < 1 {
+		t.Errorf("hogs %d, cpus %d, gomaxprocs %d; want 0 and positive", rep.Hogs, rep.CPUs, rep.GOMAXPROCS)
 	}
 	// The primary fails for 15 of the 30 thirtieths: the plain caller
 	// keeps about half, the failover caller nearly all.
@@ -315,7 +315,7 @@ func TestTablePlotListen(t *testing.T) {
 	for _, row := range []string{"detection", "false trips", "recovery", "throughput retention", "latency p99", "hedges sent / won / denied",
 		"primary", "backup1", "backup2", "503 burst", "healthy gap", "hang", "429 storm", "529 overload",
 		"hang phase", "primary's circuit at its start", "requests sent to the primary", "latency p99 in warm-up",
-		"Machine: ", "Scheduling lag (how late", "Scheduling lag by phase", "plain client", "failover (priority)", "failover (score)", "failover (priority+hedge)"} {
+		"Machine: ", "no CPU hogs", "Scheduling lag (how late", "Scheduling lag by phase", "plain client", "failover (priority)", "failover (score)", "failover (priority+hedge)"} {
 		if !strings.Contains(out.String(), row) {
 			t.Errorf("table has no %q row:\n%s", row, out.String())
 		}

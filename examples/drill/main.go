@@ -87,6 +87,14 @@
 //	                  answer PING. Without it the drill starts redis-server
 //	                  from PATH on a free loopback port, without persistence,
 //	                  and stops it at the end
+//	-hogs n           run n CPU hogs beside the drill (default 0): child
+//	                  processes, each a copy of the drill's binary spinning on
+//	                  one thread, competing for the CPUs at the OS level as
+//	                  other jobs on the machine do. The drill starts them
+//	                  before its servers and ends them when it ends, by any
+//	                  path: it kills them, and a hog whose drill died exits
+//	                  when its stdin closes. -hogs 2 on a 2-CPU machine is the
+//	                  busy machine of issue 12
 //	-quiet            no live status on stderr
 //
 // Each run adds -rps requests per second to the machine: the default drill
@@ -147,6 +155,7 @@ func (u *upstreamFlags) Set(v string) error {
 }
 
 func main() {
+	hogMain() // returns unless this process is one of a drill's -hogs
 	var (
 		o     options
 		ups   upstreamFlags
@@ -164,6 +173,7 @@ func main() {
 	flag.DurationVar(&o.Hedge, "hedge", 0, "hedge delay at provider scale: adds a run of the first -router policy with hedging (0: none)")
 	flag.IntVar(&o.Fleet, "fleet", 0, "two fleets of this many Transports, sharing state through Redis and not (0: no fleets)")
 	flag.StringVar(&o.Redis, "redis", "", "Redis of -fleet, host:port or redis:// URL (default: start redis-server from PATH)")
+	flag.IntVar(&o.Hogs, "hogs", 0, "run this many CPU hogs (child processes spinning) beside the drill, started and ended by it")
 	flag.BoolVar(&quiet, "quiet", false, "no live status on stderr")
 	flag.Parse()
 	if flag.NArg() > 0 {

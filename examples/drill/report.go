@@ -36,8 +36,10 @@ type report struct {
 	RedisStarted bool    `json:"redis_started,omitempty"`
 	SharedSyncS  float64 `json:"shared_sync_s,omitempty"`
 
-	// CPUs is what the machine has (runtime.NumCPU), GOMAXPROCS what
-	// the drill used.
+	// Hogs is -hogs: the CPU hogs that ran beside the drill, each a
+	// child process spinning on one thread. CPUs is what the machine has
+	// (runtime.NumCPU), GOMAXPROCS what the drill used.
+	Hogs       int `json:"hogs"`
 	CPUs       int `json:"cpus"`
 	GOMAXPROCS int `json:"gomaxprocs"`
 
@@ -172,6 +174,7 @@ func buildReport(o options, phases []phase, runs []*run) *report {
 		HangMultiple:     hangMultiple,
 		HangFloorS:       seconds(o.hangConfig().Floor),
 		BreakerThreshold: breakerThreshold,
+		Hogs:             o.Hogs,
 		CPUs:             runtime.NumCPU(),
 		GOMAXPROCS:       runtime.GOMAXPROCS(0),
 	}
@@ -546,11 +549,19 @@ func writeTable(out io.Writer, rep *report) error {
 	return err
 }
 
-// writeLag writes the machine's lines: its CPUs, the drill's scheduling
+// writeLag writes the machine's lines: the hogs, the drill's scheduling
 // lag, and the warning when it was starved.
 func writeLag(b *strings.Builder, rep *report) {
 	sec := func(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
-	fmt.Fprintf(b, "Machine: %d CPUs, GOMAXPROCS %d.\n", rep.CPUs, rep.GOMAXPROCS)
+	hogs := "no CPU hogs"
+	switch rep.Hogs {
+	case 0:
+	case 1:
+		hogs = "1 CPU hog (a child process spinning)"
+	default:
+		hogs = fmt.Sprintf("%d CPU hogs (child processes spinning)", rep.Hogs)
+	}
+	fmt.Fprintf(b, "Machine: %d CPUs, GOMAXPROCS %d, %s.\n", rep.CPUs, rep.GOMAXPROCS, hogs)
 	l := rep.Lag
 	if l == nil {
 		return
