@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"image"
 	_ "image/png"
 	"io"
@@ -25,10 +26,42 @@ import (
 	"github.com/failover-go/failover"
 )
 
+// timed collects the failures of the checks that hold only on a machine
+// that keeps the drill's time: on a starved one, answers read late are
+// timeouts to the Transport, circuits open on every upstream, and the
+// failover caller keeps fewer requests than the bounds want, however
+// wide, while the plain caller's long timeout hides the lag. done fails
+// the test with them, unless the drill's own lag measurement says its
+// machine was starved (lagReport.Starved): then it skips, saying why and
+// what the checks found.
+type timed struct {
+	t      *testing.T
+	failed []string
+}
+
+func (c *timed) Errorf(format string, args ...any) {
+	c.t.Helper()
+	c.failed = append(c.failed, fmt.Sprintf(format, args...))
+}
+
+func (c *timed) done(rep *report) {
+	c.t.Helper()
+	if len(c.failed) == 0 {
+		return
+	}
+	if rep.Lag != nil && rep.Lag.Starved {
+		c.t.Skipf("%s\nThe timed checks that failed:\n\t%s", rep.Lag.Warning, strings.Join(c.failed, "\n\t"))
+	}
+	for _, f := range c.failed {
+		c.t.Error(f)
+	}
+}
+
 // TestDrill runs a short drill in-process and checks what it is for: the
 // failover caller keeps far more of its requests than the plain one, and
 // the primary's circuit opened. The bounds are wide so that a loaded
-// machine passes.
+// machine passes; on one too starved to keep the drill's time, as its
+// lag measurement says, their failures are a skip (see timed).
 func TestDrill(t *testing.T) {
 	defer goleak.VerifyNone(t)
 	var out, status bytes.Buffer
@@ -51,13 +84,6 @@ func TestDrill(t *testing.T) {
 		t.Fatalf("runs %+v, want plain and failover", rep.Runs)
 	}
 	plain, fo := rep.Runs[0], rep.Runs[1]
-	// The plain run's warm-up involves no fault and no failover: when its
-	// median is far off the profile's, the machine is too starved to keep
-	// the drill's time (attempt timeouts of a few dozen milliseconds), and
-	// nothing below would say anything about the Transport.
-	if got, p50 := plain.Phases[0].P50S, rep.Upstreams[0].P50S; got > 10*p50 {
-		t.Skipf("machine too loaded for a timed drill: warm-up p50 %.3fs, profile p50 %.3fs", got, p50)
-	}
 	want := int(o.Duration.Seconds() * o.RPS)
 	for _, r := range rep.Runs {
 		if r.Requests != want {
@@ -70,25 +96,26 @@ func TestDrill(t *testing.T) {
 	if rep.Hogs != 0 || rep.CPUs < 1 || rep.GOMAXPROCS < 1 {
 		t.Errorf("hogs %d, cpus %d, gomaxprocs %d; want 0 and positive", rep.Hogs, rep.CPUs, rep.GOMAXPROCS)
 	}
+	tc := &timed{t: t}
 	// The primary fails for 15 of the 30 thirtieths: the plain caller
 	// keeps about half, the failover caller nearly all.
 	if plain.Retention > 0.7 {
 		t.Errorf("plain retention %.3f, want at most 0.7 with the primary down half the run", plain.Retention)
 	}
 	if fo.Retention < 0.85 || fo.Retention < plain.Retention+0.25 {
-		t.Errorf("failover retention %.3f, want at least 0.85 and well above plain's %.3f", fo.Retention, plain.Retention)
+		tc.Errorf("failover retention %.3f, want at least 0.85 and well above plain's %.3f", fo.Retention, plain.Retention)
 	}
 	if fo.DetectionS == nil {
-		t.Errorf("the primary's circuit never opened")
+		tc.Errorf("the primary's circuit never opened")
 	}
 	if fo.Trips == nil || *fo.Trips < 1 || len(fo.Health) == 0 || fo.Health[0].Trips < 1 {
-		t.Errorf("no trip of the primary: trips %v, health %+v", fo.Trips, fo.Health)
+		tc.Errorf("no trip of the primary: trips %v, health %+v", fo.Trips, fo.Health)
 	}
 	if plain.DetectionS != nil || plain.Trips != nil {
 		t.Errorf("plain run has breaker figures: %+v", plain)
 	}
 	if got := fo.PerUpstream[0].Attempts; got >= plain.PerUpstream[0].Attempts {
-		t.Errorf("failover sent %d attempts to the primary, plain %d: want fewer", got, plain.PerUpstream[0].Attempts)
+		tc.Errorf("failover sent %d attempts to the primary, plain %d: want fewer", got, plain.PerUpstream[0].Attempts)
 	}
 	// Every hang-phase request of the plain caller waits on the hung
 	// primary; the failover caller leaves few there, the breaker or hang
@@ -98,7 +125,7 @@ func TestDrill(t *testing.T) {
 		t.Errorf("plain sent %d hang-phase requests to the primary, want all %d", got, want)
 	}
 	if got, n := fo.HangPhase.PrimaryAttempts, fo.Phases[h].Requests; got > n/2 {
-		t.Errorf("failover sent %d of %d hang-phase requests to the hung primary, want at most half", got, n)
+		tc.Errorf("failover sent %d of %d hang-phase requests to the hung primary, want at most half", got, n)
 	}
 	if fo.HangPhase.CircuitAtStart == "" || plain.HangPhase.CircuitAtStart != "" {
 		t.Errorf("circuit at the hang's start: plain %q, failover %q; want none and a state", plain.HangPhase.CircuitAtStart, fo.HangPhase.CircuitAtStart)
@@ -109,6 +136,7 @@ func TestDrill(t *testing.T) {
 	if !strings.Contains(status.String(), "backup1") || !strings.Contains(status.String(), "scheduling lag p99") {
 		t.Errorf("live status never named backup1 or the scheduling lag:\n%s", status.String())
 	}
+	tc.done(&rep)
 }
 
 // TestRoutersHedge runs every routing policy and a hedged run side by
@@ -349,7 +377,9 @@ func requireRedisServer(t *testing.T) {
 // fleets have their columns and figures, keep nearly every request, and
 // the sharing fleet stops sending to the primary in the 503 burst after no
 // more 503s than the other. The bounds are wide so that a loaded machine
-// passes; the default drill shows the gap (50 against 5 with -fleet 10).
+// passes (on one too starved to keep the drill's time, their failures are
+// a skip: see timed); the default drill shows the gap (50 against 5 with
+// -fleet 10).
 func TestFleet(t *testing.T) {
 	requireRedisServer(t)
 	defer goleak.VerifyNone(t)
@@ -381,9 +411,6 @@ func TestFleet(t *testing.T) {
 		t.Errorf("fleet %d, redis %q (started %v), shared sync %gs; want 5, an address, started, at least %v", rep.Fleet, rep.Redis, rep.RedisStarted, rep.SharedSyncS, minSharedSync)
 	}
 	plain, off, on := rep.Runs[0], rep.Runs[1], rep.Runs[2]
-	if got, p50 := plain.Phases[0].P50S, rep.Upstreams[0].P50S; got > 10*p50 {
-		t.Skipf("machine too loaded for a timed drill: warm-up p50 %.3fs, profile p50 %.3fs", got, p50)
-	}
 	if plain.Fleet != nil || off.Fleet == nil || on.Fleet == nil {
 		t.Fatalf("fleet figures: plain %+v, off %+v, on %+v; want none, some, some", plain.Fleet, off.Fleet, on.Fleet)
 	}
@@ -392,15 +419,19 @@ func TestFleet(t *testing.T) {
 		t.Logf("%s: %s", r.Name, figures)
 	}
 	want := int(o.Duration.Seconds() * o.RPS)
+	tc := &timed{t: t}
 	for _, r := range rep.Runs[1:] {
 		if r.Requests != want {
 			t.Errorf("%s sent %d requests, want %d", r.Name, r.Requests, want)
 		}
 		if r.Retention < 0.85 {
-			t.Errorf("%s: retention %.3f, want at least 0.85", r.Name, r.Retention)
+			tc.Errorf("%s: retention %.3f, want at least 0.85 (plain %.3f)", r.Name, r.Retention, plain.Retention)
 		}
-		if r.Fleet.Members != 5 || r.Fleet.Opened < 1 || r.Health != nil {
-			t.Errorf("%s: %d members, %d circuits opened in the burst, health %v; want 5, some, none", r.Name, r.Fleet.Members, r.Fleet.Opened, r.Health)
+		if r.Fleet.Members != 5 || r.Health != nil {
+			t.Errorf("%s: %d members, health %v; want 5, none", r.Name, r.Fleet.Members, r.Health)
+		}
+		if r.Fleet.Opened < 1 {
+			tc.Errorf("%s: no circuit opened in the burst", r.Name)
 		}
 		members := map[int]bool{}
 		for _, e := range r.Events {
@@ -417,7 +448,7 @@ func TestFleet(t *testing.T) {
 		t.Errorf("sharing: off %v (errors %v), on %v (errors %v)", off.Fleet.Shared, off.Fleet.SharedErrors, on.Fleet.Shared, on.Fleet.SharedErrors)
 	}
 	if on.Fleet.FailedBeforeStop > off.Fleet.FailedBeforeStop {
-		t.Errorf("503s on the primary before the fleet stopped: %d with sharing, %d without; want no more with it", on.Fleet.FailedBeforeStop, off.Fleet.FailedBeforeStop)
+		tc.Errorf("503s on the primary before the fleet stopped: %d with sharing, %d without; want no more with it", on.Fleet.FailedBeforeStop, off.Fleet.FailedBeforeStop)
 	}
 
 	var table bytes.Buffer
@@ -433,6 +464,7 @@ func TestFleet(t *testing.T) {
 	if !strings.Contains(status.String(), "fleet, sharing on") {
 		t.Errorf("live status never named the sharing fleet:\n%s", status.String())
 	}
+	tc.done(&rep)
 }
 
 // TestFleetFlags checks the errors of -fleet and -redis, which come before
