@@ -55,6 +55,10 @@ func (c *timed) done(rep *report) {
 	for _, f := range c.failed {
 		c.t.Error(f)
 	}
+	var table strings.Builder
+	if err := writeTable(&table, rep); err == nil {
+		c.t.Logf("the drill's table:\n%s", table.String())
+	}
 }
 
 // TestDrill runs a short drill in-process and checks what it is for: the
@@ -96,11 +100,13 @@ func TestDrill(t *testing.T) {
 	if rep.Hogs != 0 || rep.CPUs < 1 || rep.GOMAXPROCS < 1 {
 		t.Errorf("hogs %d, cpus %d, gomaxprocs %d; want 0 and positive", rep.Hogs, rep.CPUs, rep.GOMAXPROCS)
 	}
+	// A stall of the drill moves the requests due in a phase into the
+	// next, the plain caller's too: what its phases saw is timed.
 	tc := &timed{t: t}
 	// The primary fails for 15 of the 30 thirtieths: the plain caller
 	// keeps about half, the failover caller nearly all.
 	if plain.Retention > 0.7 {
-		t.Errorf("plain retention %.3f, want at most 0.7 with the primary down half the run", plain.Retention)
+		tc.Errorf("plain retention %.3f, want at most 0.7 with the primary down half the run", plain.Retention)
 	}
 	if fo.Retention < 0.85 || fo.Retention < plain.Retention+0.25 {
 		tc.Errorf("failover retention %.3f, want at least 0.85 and well above plain's %.3f", fo.Retention, plain.Retention)
@@ -122,7 +128,7 @@ func TestDrill(t *testing.T) {
 	// detection turning the rest away.
 	h := phaseOf(script(o.Duration), hang)
 	if got, want := plain.HangPhase.PrimaryAttempts, plain.Phases[h].Requests; got != want {
-		t.Errorf("plain sent %d hang-phase requests to the primary, want all %d", got, want)
+		tc.Errorf("plain sent %d hang-phase requests to the primary, want all %d", got, want)
 	}
 	if got, n := fo.HangPhase.PrimaryAttempts, fo.Phases[h].Requests; got > n/2 {
 		tc.Errorf("failover sent %d of %d hang-phase requests to the hung primary, want at most half", got, n)
@@ -141,7 +147,8 @@ func TestDrill(t *testing.T) {
 
 // TestRoutersHedge runs every routing policy and a hedged run side by
 // side, and checks that each has its column, its own load and figures,
-// and that only the hedged run hedges, within its budget.
+// and that only the hedged run hedges, within its budget. The timed
+// checks are a skip on a starved machine (see timed).
 func TestRoutersHedge(t *testing.T) {
 	defer goleak.VerifyNone(t)
 	var out bytes.Buffer
@@ -170,6 +177,7 @@ func TestRoutersHedge(t *testing.T) {
 	}
 	wantRequests := int(o.Duration.Seconds() * o.RPS)
 	h := phaseOf(script(o.Duration), hang)
+	tc := &timed{t: t}
 	for i, r := range rep.Runs {
 		if r.Requests != wantRequests {
 			t.Errorf("%s sent %d requests, want %d", r.Name, r.Requests, wantRequests)
@@ -189,7 +197,7 @@ func TestRoutersHedge(t *testing.T) {
 		// circuit is closed, half when a backup is suspect on a loaded
 		// machine; none should keep sending it most of them.
 		if got, n := r.HangPhase.PrimaryAttempts, r.Phases[h].Requests; got > 3*n/4 {
-			t.Errorf("%s sent %d of %d hang-phase requests to the hung primary, want at most three quarters", r.Name, got, n)
+			tc.Errorf("%s sent %d of %d hang-phase requests to the hung primary, want at most three quarters", r.Name, got, n)
 		}
 		hedged := i == len(rep.Runs)-1
 		switch {
@@ -200,11 +208,15 @@ func TestRoutersHedge(t *testing.T) {
 		case hedged:
 			// The default budget: 10 % of the requests and a burst of 10.
 			budget := uint64(10 + r.Requests/10 + 1)
-			if r.Hedges.Sent == 0 || r.Hedges.Sent > budget || r.Hedges.Won > r.Hedges.Sent {
-				t.Errorf("%s hedges %+v; want some, at most %d sent, no more won than sent", r.Name, *r.Hedges, budget)
+			if r.Hedges.Sent > budget || r.Hedges.Won > r.Hedges.Sent {
+				t.Errorf("%s hedges %+v; want at most %d sent, no more won than sent", r.Name, *r.Hedges, budget)
+			}
+			if r.Hedges.Sent == 0 {
+				tc.Errorf("%s sent no hedge", r.Name)
 			}
 		}
 	}
+	tc.done(&rep)
 	if rep.HedgeDelayS != 0.005 {
 		t.Errorf("hedge_delay_s %g, want 0.005", rep.HedgeDelayS)
 	}

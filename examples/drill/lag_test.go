@@ -103,8 +103,10 @@ func TestLagProbe(t *testing.T) {
 	if most := int(elapsed/lagInterval) + 1; rep.Samples < 5 || rep.Samples > most {
 		t.Errorf("%d wake-ups in %s of %s sleeps, want 5 to %d", rep.Samples, elapsed, lagInterval, most)
 	}
-	if readSched() != nil && (rep.SchedP50S == nil || rep.SchedP99S == nil || *rep.SchedP99S < *rep.SchedP50S) {
-		t.Errorf("scheduler p50 %v, p99 %v; want both, in order", rep.SchedP50S, rep.SchedP99S)
+	// The runtime samples the scheduler's latencies: a few milliseconds
+	// may have none to show.
+	if p50, p99 := rep.SchedP50S, rep.SchedP99S; (p50 == nil) != (p99 == nil) || p50 != nil && *p99 < *p50 {
+		t.Errorf("scheduler p50 %v, p99 %v; want both or neither, in order", p50, p99)
 	}
 	if _, worst, n := p.recent(elapsed, time.Hour); n != rep.Samples || seconds(worst) != rep.MaxS {
 		t.Errorf("recent: %d wake-ups, worst %s; want all %d, %gs", n, worst, rep.Samples, rep.MaxS)
