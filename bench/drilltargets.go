@@ -28,13 +28,13 @@ type drill struct {
 	Hogs            int     `json:"hogs"`
 	AttemptTimeoutS float64 `json:"attempt_timeout_s"`
 	Lag             *struct {
-		P50S               float64 `json:"p50_s"`
-		P99S               float64 `json:"p99_s"`
-		MaxS               float64 `json:"max_s"`
-		Stalls             int     `json:"stalls"`
-		StalledShare       float64 `json:"stalled_share"`
-		OverAttemptTimeout int     `json:"over_attempt_timeout"`
-		Starved            bool    `json:"starved"`
+		P50S         float64 `json:"p50_s"`
+		P99S         float64 `json:"p99_s"`
+		MaxS         float64 `json:"max_s"`
+		Stalls       int     `json:"stalls"`
+		StalledShare float64 `json:"stalled_share"`
+		LongStalls   int     `json:"long_stalls"`
+		Starved      bool    `json:"starved"`
 	} `json:"lag"`
 	Runs []struct {
 		Name       string  `json:"name"`
@@ -50,7 +50,7 @@ func main() {
 		os.Exit(2)
 	}
 	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "drill\tload\thogs\tplain\tfailover (trips, false)\tlag p50/p99/worst\tstalls (of time)\tover AttemptTimeout\tstarved\tissue 12")
+	fmt.Fprintln(tw, "drill\tload\thogs\tplain\tfailover (trips, false)\tlag p50/p99/worst\tstalls (of time)\tlong stalls\tstarved\tissue 12")
 	missed, judged := 0, 0
 	for _, path := range os.Args[1:] {
 		load, d, err := read(path)
@@ -89,7 +89,7 @@ func main() {
 		l := d.Lag
 		fmt.Fprintf(tw, "%s\t%s\t%d\t%.2f %%\t%s\t%s/%s/%s\t%d (%.1f %%)\t%d\t%v\t%s\n",
 			strings.TrimSuffix(filepath.Base(path), ".json"), load, d.Hogs, 100*plain.Retention, strings.Join(fos, "; "),
-			ms(l.P50S), ms(l.P99S), ms(l.MaxS), l.Stalls, 100*l.StalledShare, l.OverAttemptTimeout, l.Starved, verdict)
+			ms(l.P50S), ms(l.P99S), ms(l.MaxS), l.Stalls, 100*l.StalledShare, l.LongStalls, l.Starved, verdict)
 	}
 	tw.Flush()
 	if judged > 0 {

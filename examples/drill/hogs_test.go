@@ -121,8 +121,8 @@ func TestDrillHogs(t *testing.T) {
 	}
 	l := rep.Lag
 	sec := func(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
-	t.Logf("%d hogs: scheduling lag p50 %s, p99 %s, worst %s, %d stalls (%s), %d over the AttemptTimeout; starved %v",
-		rep.Hogs, fmtDur(sec(l.P50S)), fmtDur(sec(l.P99S)), fmtDur(sec(l.MaxS)), l.Stalls, fmtDur(sec(l.StalledS)), l.OverAttemptTimeout, l.Starved)
+	t.Logf("%d hogs: scheduling lag p50 %s, p99 %s, worst %s, %d stalls (%s in all), %d long ones; starved %v",
+		rep.Hogs, fmtDur(sec(l.P50S)), fmtDur(sec(l.P99S)), fmtDur(sec(l.MaxS)), l.Stalls, fmtDur(sec(l.StalledS)), l.LongStalls, l.Starved)
 	plain := rep.Runs[0]
 	for _, r := range rep.Runs[1:] {
 		t.Logf("%s: retention %.2f %% (plain %.2f %%), %d trips, %d false", r.Name, 100*r.Retention, 100*plain.Retention, *r.Trips, *r.FalseTrips)

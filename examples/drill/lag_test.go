@@ -12,7 +12,8 @@ import (
 
 // TestLagReport checks the lag's figures and when the drill calls its
 // machine starved, on made-up wake-ups: at the default timescale the
-// AttemptTimeout is 138 ms, a stall is a wake-up later than 34.5 ms.
+// AttemptTimeout is 138 ms, a stall is a wake-up later than 34.5 ms, a
+// long one later than 69 ms.
 func TestLagReport(t *testing.T) {
 	o := options{Duration: 30 * time.Second, Timescale: 0.05}
 	phases := script(o.Duration)
@@ -29,26 +30,26 @@ func TestLagReport(t *testing.T) {
 		samples []lagSample
 		starved bool
 		stalls  int
-		over    int
+		long    int
 		warning []string // in the warning, when starved
 	}{
 		{"quiet", wakeups(0, 1000, 100*time.Microsecond), false, 0, 0, nil},
-		{"one short stall", append(wakeups(0, 1000, 100*time.Microsecond), lagSample{at: 6 * time.Second, late: 100 * time.Millisecond}), false, 1, 0, nil},
-		{"one stall past the AttemptTimeout", append(wakeups(0, 1000, 100*time.Microsecond), lagSample{at: 6 * time.Second, late: 300 * time.Millisecond}), true, 1, 1,
-			[]string{"outlasted the AttemptTimeout (138 ms) once, by up to 162 ms"}},
+		{"one stall", append(wakeups(0, 1000, 100*time.Microsecond), lagSample{at: 6 * time.Second, late: 50 * time.Millisecond}), false, 1, 0, nil},
+		{"one long stall", append(wakeups(0, 1000, 100*time.Microsecond), lagSample{at: 6 * time.Second, late: 100 * time.Millisecond}), true, 1, 1,
+			[]string{"stalled once for more than half the AttemptTimeout (69 ms), up to 100 ms"}},
 		{"lasting lag", append(wakeups(0, 980, 100*time.Microsecond), wakeups(12*time.Second, 20, 40*time.Millisecond)...), true, 20, 0,
 			[]string{"had a p99 of 40 ms, above a quarter of the AttemptTimeout (35 ms)"}},
 		{"both", append(wakeups(0, 900, 50*time.Millisecond), wakeups(12*time.Second, 3, 200*time.Millisecond)...), true, 903, 3,
-			[]string{"had a p99 of", ", and outlasted the AttemptTimeout (138 ms) 3 times"}},
+			[]string{"had a p99 of", ", and stalled 3 times for more than half the AttemptTimeout (69 ms), up to 200 ms"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := &lagProbe{samples: tc.samples}
 			rep := p.report(o, phases)
-			if rep.Starved != tc.starved || rep.Stalls != tc.stalls || rep.OverAttemptTimeout != tc.over {
-				t.Errorf("starved %v, %d stalls, %d over the AttemptTimeout; want %v, %d, %d", rep.Starved, rep.Stalls, rep.OverAttemptTimeout, tc.starved, tc.stalls, tc.over)
+			if rep.Starved != tc.starved || rep.Stalls != tc.stalls || rep.LongStalls != tc.long {
+				t.Errorf("starved %v, %d stalls, %d long ones; want %v, %d, %d", rep.Starved, rep.Stalls, rep.LongStalls, tc.starved, tc.stalls, tc.long)
 			}
-			if rep.Samples != len(tc.samples) || rep.StallS != 0.0345 || len(rep.Phases) != len(phases) {
-				t.Errorf("%d samples, stall %gs, %d phases; want %d, 0.0345, %d", rep.Samples, rep.StallS, len(rep.Phases), len(tc.samples), len(phases))
+			if rep.Samples != len(tc.samples) || rep.StallS != 0.0345 || rep.LongStallS != 0.069 || len(rep.Phases) != len(phases) {
+				t.Errorf("%d samples, stalls past %gs, long past %gs, %d phases; want %d, 0.0345, 0.069, %d", rep.Samples, rep.StallS, rep.LongStallS, len(rep.Phases), len(tc.samples), len(phases))
 			}
 			if (rep.Warning != "") != tc.starved {
 				t.Errorf("warning %q, starved %v", rep.Warning, rep.Starved)
@@ -76,8 +77,8 @@ func TestLagReport(t *testing.T) {
 		if i == h {
 			want = 1
 		}
-		if lp.Name != phases[i].name || lp.Stalls != want {
-			t.Errorf("phase %d: %s with %d stalls, want %s with %d", i, lp.Name, lp.Stalls, phases[i].name, want)
+		if lp.Name != phases[i].name || lp.Stalls != want || lp.LongStalls != want {
+			t.Errorf("phase %d: %s with %d stalls, %d long; want %s with %d", i, lp.Name, lp.Stalls, lp.LongStalls, phases[i].name, want)
 		}
 	}
 	if rep.Phases[h].MaxS != 1 || rep.MaxS != 1 || rep.P50S != 0 {

@@ -114,11 +114,11 @@
 // starved of CPU times out attempts that were answered in time, which
 // counts against the upstreams' circuits, while the plain caller's much
 // longer timeout does not notice. When the lag's p99 is above a quarter
-// of the AttemptTimeout, or any wake-up came later than the
-// AttemptTimeout itself (a stall that times out every attempt in flight),
-// the drill says that its figures mean little: a WARNING line in the
-// table, on stderr with -json, and "starved": true. See lagLimit in
-// lag.go for what the threshold rests on.
+// of the AttemptTimeout, or any wake-up came later than half of it (a
+// stall that times out the attempts in flight whose answers take the
+// other half), the drill says that its figures mean little: a WARNING
+// line in the table, on stderr with -json, and "starved": true. See
+// stallShare in lag.go for what the thresholds rest on.
 package main
 
 import (

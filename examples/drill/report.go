@@ -566,17 +566,17 @@ func writeLag(b *strings.Builder, rep *report) {
 	if l == nil {
 		return
 	}
-	fmt.Fprintf(b, "Scheduling lag (how late a %s sleep woke, %d times): p50 %s, p99 %s, worst %s; %s later than %s, %s in all (%s of the time), %d of them later than the AttemptTimeout.",
+	fmt.Fprintf(b, "Scheduling lag (how late a %s sleep woke, %d times): p50 %s, p99 %s, worst %s; %s later than %s, %s in all (%s of the time), %d of them later than %s.",
 		fmtDur(sec(l.IntervalS)), l.Samples, fmtDur(sec(l.P50S)), fmtDur(sec(l.P99S)), fmtDur(sec(l.MaxS)),
-		plural(l.Stalls, "stall"), fmtDur(sec(l.StallS)), fmtDur(sec(l.StalledS)), pct1(l.StalledShare), l.OverAttemptTimeout)
+		plural(l.Stalls, "stall"), fmtDur(sec(l.StallS)), fmtDur(sec(l.StalledS)), pct1(l.StalledShare), l.LongStalls, fmtDur(sec(l.LongStallS)))
 	if l.SchedP50S != nil && l.SchedP99S != nil {
 		fmt.Fprintf(b, " Goroutines runnable before running: p50 %s, p99 %s.", fmtDur(sec(*l.SchedP50S)), fmtDur(sec(*l.SchedP99S)))
 	}
 	var phases []string
 	for _, p := range l.Phases {
-		phases = append(phases, fmt.Sprintf("%s %s/%s/%d", p.Name, fmtDur(sec(p.P99S)), fmtDur(sec(p.MaxS)), p.Stalls))
+		phases = append(phases, fmt.Sprintf("%s %s/%s/%d/%d", p.Name, fmtDur(sec(p.P99S)), fmtDur(sec(p.MaxS)), p.Stalls, p.LongStalls))
 	}
-	fmt.Fprintf(b, "\nScheduling lag by phase (p99/worst/stalls): %s.\n", strings.Join(phases, ", "))
+	fmt.Fprintf(b, "\nScheduling lag by phase (p99/worst/stalls/long ones): %s.\n", strings.Join(phases, ", "))
 	if l.Starved {
 		fmt.Fprintf(b, "WARNING: %s\n", l.Warning)
 	}
