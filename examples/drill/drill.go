@@ -38,12 +38,18 @@ type options struct {
 	Router    string        // routing policies, one failover run each: "priority,score", "all"; "" is priority
 	Fleet     int           // members of each fleet run; 0: no fleets, one Transport per run
 	Redis     string        // Redis of the sharing fleet, host:port or redis:// URL; "": start a redis-server
+	Hogs      int           // CPU hogs to run beside the drill, child processes; 0: none
 	Upstreams []realUpstream
 
 	// Status receives the live status; nil means none. StatusTTY redraws
 	// it in place.
 	Status    io.Writer
 	StatusTTY bool
+
+	// Warn receives the warning that the machine was too starved for
+	// the figures to mean much, with -json (the table has it); nil
+	// means none.
+	Warn io.Writer
 }
 
 // realUpstream is a provider given with -upstream name=URL,KEY_ENV, its
@@ -312,6 +318,8 @@ func drill(ctx context.Context, o options, out io.Writer) error {
 		return errors.New("-hedge must not be negative")
 	case o.Plot != "" && plotFormat(o.Plot) == "":
 		return fmt.Errorf("-plot %s: want a .png or .svg file", o.Plot)
+	case o.Hogs < 0 || o.Hogs > maxHogs:
+		return fmt.Errorf("-hogs %d: want 0 to %d", o.Hogs, maxHogs)
 	}
 	if o.Model == "" {
 		o.Model = "gpt-4o-mini"
@@ -334,6 +342,13 @@ func drill(ctx context.Context, o options, out io.Writer) error {
 		specs = []runSpec{{policy: policies[0], fleet: o.Fleet}, {policy: policies[0], fleet: o.Fleet, shared: sh}}
 	}
 	phases := script(o.Duration)
+	if o.Hogs > 0 {
+		h, err := startHogs(o.Hogs)
+		if err != nil {
+			return err
+		}
+		defer h.stop()
+	}
 
 	var runs []*run
 	defer func() {
@@ -383,10 +398,13 @@ func drill(ctx context.Context, o options, out io.Writer) error {
 		}
 	}
 
+	lag := startLag(start)
+	defer lag.stop()
+
 	var bg sync.WaitGroup // the status loop
 	statusDone := make(chan struct{})
 	if o.Status != nil {
-		st := &status{w: o.Status, tty: o.StatusTTY, runs: runs, phases: phases, start: start, total: o.Duration}
+		st := &status{w: o.Status, tty: o.StatusTTY, runs: runs, phases: phases, start: start, total: o.Duration, lag: lag}
 		bg.Go(func() { st.loop(statusDone) })
 	}
 
@@ -416,6 +434,7 @@ schedule:
 		}
 	}
 	reqs.Wait()
+	lag.stop()
 	close(statusDone)
 	bg.Wait()
 	if err := ctx.Err(); err != nil {
@@ -423,12 +442,16 @@ schedule:
 	}
 
 	rep := buildReport(o, phases, runs)
+	rep.Lag = lag.report(o, phases)
 	if o.Plot != "" {
 		if err := writePlot(o.Plot, o, phases, runs, rep); err != nil {
 			return err
 		}
 	}
 	if o.JSON {
+		if rep.Lag.Starved && o.Warn != nil {
+			fmt.Fprintln(o.Warn, "drill: warning:", rep.Lag.Warning)
+		}
 		enc := json.NewEncoder(out)
 		enc.SetIndent("", "  ")
 		return enc.Encode(rep)

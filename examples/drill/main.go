@@ -87,6 +87,14 @@
 //	                  answer PING. Without it the drill starts redis-server
 //	                  from PATH on a free loopback port, without persistence,
 //	                  and stops it at the end
+//	-hogs n           run n CPU hogs beside the drill (default 0): child
+//	                  processes, each a copy of the drill's binary spinning on
+//	                  one thread, competing for the CPUs at the OS level as
+//	                  other jobs on the machine do. The drill starts them
+//	                  before its servers and ends them when it ends, by any
+//	                  path: it kills them, and a hog whose drill died exits
+//	                  when its stdin closes. -hogs 2 on a 2-CPU machine is the
+//	                  busy machine of issue 12
 //	-quiet            no live status on stderr
 //
 // Each run adds -rps requests per second to the machine: the default drill
@@ -98,6 +106,19 @@
 //
 // While it runs, stderr shows each upstream's state, success rate and p99,
 // redrawn in place on a terminal and as lines each second otherwise.
+//
+// The drill also measures its own machine: a goroutine sleeps 2 ms in a
+// loop and records how late each wake-up comes (the table's "Scheduling
+// lag", by phase too, and -json's "lag"), next to the Go runtime's
+// /sched/latencies:seconds, the time goroutines wait runnable. A drill
+// starved of CPU times out attempts that were answered in time, which
+// counts against the upstreams' circuits, while the plain caller's much
+// longer timeout does not notice. When the lag's p99 is above a quarter
+// of the AttemptTimeout, or any wake-up came later than half of it (a
+// stall that times out the attempts in flight whose answers take the
+// other half), the drill says that its figures mean little: a WARNING
+// line in the table, on stderr with -json, and "starved": true. See
+// stallShare in lag.go for what the thresholds rest on.
 package main
 
 import (
@@ -134,6 +155,7 @@ func (u *upstreamFlags) Set(v string) error {
 }
 
 func main() {
+	hogMain() // returns unless this process is one of a drill's -hogs
 	var (
 		o     options
 		ups   upstreamFlags
@@ -151,6 +173,7 @@ func main() {
 	flag.DurationVar(&o.Hedge, "hedge", 0, "hedge delay at provider scale: adds a run of the first -router policy with hedging (0: none)")
 	flag.IntVar(&o.Fleet, "fleet", 0, "two fleets of this many Transports, sharing state through Redis and not (0: no fleets)")
 	flag.StringVar(&o.Redis, "redis", "", "Redis of -fleet, host:port or redis:// URL (default: start redis-server from PATH)")
+	flag.IntVar(&o.Hogs, "hogs", 0, "run this many CPU hogs (child processes spinning) beside the drill, started and ended by it")
 	flag.BoolVar(&quiet, "quiet", false, "no live status on stderr")
 	flag.Parse()
 	if flag.NArg() > 0 {
@@ -180,6 +203,7 @@ func main() {
 		fmt.Fprintf(os.Stderr, "drill: failing over to real providers: about %.0f requests may reach them (-rps %g, -duration %s, %d failover runs)\n",
 			0.6*o.RPS*o.Duration.Seconds()*float64(runs), o.RPS, o.Duration, runs)
 	}
+	o.Warn = os.Stderr
 	if !quiet {
 		o.Status = os.Stderr
 		o.StatusTTY = isTerminal(os.Stderr) && os.Getenv("TERM") != "dumb"

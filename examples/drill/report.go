@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"runtime"
 	"slices"
 	"strings"
 	"text/tabwriter"
@@ -34,6 +35,17 @@ type report struct {
 	Redis        string  `json:"redis,omitempty"`
 	RedisStarted bool    `json:"redis_started,omitempty"`
 	SharedSyncS  float64 `json:"shared_sync_s,omitempty"`
+
+	// Hogs is -hogs: the CPU hogs that ran beside the drill, each a
+	// child process spinning on one thread. CPUs is what the machine has
+	// (runtime.NumCPU), GOMAXPROCS what the drill used.
+	Hogs       int `json:"hogs"`
+	CPUs       int `json:"cpus"`
+	GOMAXPROCS int `json:"gomaxprocs"`
+
+	// Lag is the drill's own scheduling lag, and whether it was too
+	// large for the figures to mean much; see lagReport.
+	Lag *lagReport `json:"lag"`
 
 	Upstreams []upstreamInfo `json:"upstreams"`
 	Phases    []phaseInfo    `json:"phases"`
@@ -162,6 +174,9 @@ func buildReport(o options, phases []phase, runs []*run) *report {
 		HangMultiple:     hangMultiple,
 		HangFloorS:       seconds(o.hangConfig().Floor),
 		BreakerThreshold: breakerThreshold,
+		Hogs:             o.Hogs,
+		CPUs:             runtime.NumCPU(),
+		GOMAXPROCS:       runtime.GOMAXPROCS(0),
 	}
 	if o.Hedge > 0 {
 		rep.HedgeDelayS = seconds(o.scaled(o.Hedge))
@@ -438,7 +453,9 @@ func writeTable(out io.Writer, rep *report) error {
 			"A member's circuit opens after %d consecutive failures of its own; sharing on (Config.Shared through %s, SharedSync %s), after about %d of the fleet's.",
 			rep.Fleet, fmtDur(sec(float64(rep.Fleet)/rep.RPS)), rep.BreakerThreshold, where, fmtDur(sec(rep.SharedSyncS)), rep.BreakerThreshold)
 	}
-	b.WriteString("\n\n")
+	b.WriteString("\n")
+	writeLag(&b, rep)
+	b.WriteString("\n")
 
 	tw := tabwriter.NewWriter(&b, 0, 0, 3, ' ', 0)
 	// row writes a row: its name, plain's cell, then each failover run's.
@@ -532,6 +549,39 @@ func writeTable(out io.Writer, rep *report) error {
 	return err
 }
 
+// writeLag writes the machine's lines: the hogs, the drill's scheduling
+// lag, and the warning when it was starved.
+func writeLag(b *strings.Builder, rep *report) {
+	sec := func(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
+	hogs := "no CPU hogs"
+	switch rep.Hogs {
+	case 0:
+	case 1:
+		hogs = "1 CPU hog (a child process spinning)"
+	default:
+		hogs = fmt.Sprintf("%d CPU hogs (child processes spinning)", rep.Hogs)
+	}
+	fmt.Fprintf(b, "Machine: %d CPUs, GOMAXPROCS %d, %s.\n", rep.CPUs, rep.GOMAXPROCS, hogs)
+	l := rep.Lag
+	if l == nil {
+		return
+	}
+	fmt.Fprintf(b, "Scheduling lag (how late a %s sleep woke, %d times): p50 %s, p99 %s, worst %s; %s later than %s, %s in all (%s of the time), %d of them later than %s.",
+		fmtDur(sec(l.IntervalS)), l.Samples, fmtDur(sec(l.P50S)), fmtDur(sec(l.P99S)), fmtDur(sec(l.MaxS)),
+		plural(l.Stalls, "stall"), fmtDur(sec(l.StallS)), fmtDur(sec(l.StalledS)), pct1(l.StalledShare), l.LongStalls, fmtDur(sec(l.LongStallS)))
+	if l.SchedP50S != nil && l.SchedP99S != nil {
+		fmt.Fprintf(b, " Goroutines runnable before running: p50 %s, p99 %s.", fmtDur(sec(*l.SchedP50S)), fmtDur(sec(*l.SchedP99S)))
+	}
+	var phases []string
+	for _, p := range l.Phases {
+		phases = append(phases, fmt.Sprintf("%s %s/%s/%d/%d", p.Name, fmtDur(sec(p.P99S)), fmtDur(sec(p.MaxS)), p.Stalls, p.LongStalls))
+	}
+	fmt.Fprintf(b, "\nScheduling lag by phase (p99/worst/stalls/long ones): %s.\n", strings.Join(phases, ", "))
+	if l.Starved {
+		fmt.Fprintf(b, "WARNING: %s\n", l.Warning)
+	}
+}
+
 // writeFleetRows writes the fleet figures with row, "n/a" in a column
 // that is not a fleet's.
 func writeFleetRows(row func(name, plainCell string, cell func(r runReport) string), rep *report) {
@@ -581,6 +631,14 @@ func writeFleetRows(row func(name, plainCell string, cell func(r runReport) stri
 		}
 		return fmt.Sprint(*f.SharedErrors)
 	}))
+}
+
+// plural returns "1 stall", "2 stalls".
+func plural(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
 }
 
 func pct1(f float64) string { return fmt.Sprintf("%.1f %%", 100*f) }

@@ -17,7 +17,8 @@ type status struct {
 	phases []phase
 	start  time.Time
 	total  time.Duration
-	drawn  int // lines of the last frame, to move back over
+	lag    *lagProbe // the drill's scheduling lag; nil: not shown
+	drawn  int       // lines of the last frame, to move back over
 }
 
 func (s *status) loop(done <-chan struct{}) {
@@ -44,6 +45,12 @@ func (s *status) draw() {
 	el := min(time.Since(s.start), s.total)
 	p := s.phases[phaseAt(s.phases, el)]
 	plain := callerStats(s.runs[0], el)
+	lag := ""
+	if s.lag != nil {
+		if p99, worst, n := s.lag.recent(el, time.Second); n > 0 {
+			lag = fmt.Sprintf("lag p99 %s, worst %s", fmtDur(p99), fmtDur(worst))
+		}
+	}
 
 	if !s.tty {
 		// A line per failover run, the first one with the time, the
@@ -54,6 +61,9 @@ func (s *status) draw() {
 				ups = append(ups, fmt.Sprintf("%s %s %.1f%% p99 %s", h.name, h.state, 100*h.success, p99(h.p99, h.window)))
 			}
 			head := fmt.Sprintf("%5.1fs %-12s | plain %s", el.Seconds(), p.name, plain.short())
+			if lag != "" {
+				head = fmt.Sprintf("%5.1fs %-12s | %s | plain %s", el.Seconds(), p.name, lag, plain.short())
+			}
 			if i > 0 {
 				head = strings.Repeat(" ", len(head))
 			}
@@ -65,8 +75,12 @@ func (s *status) draw() {
 	for _, r := range s.runs {
 		width = max(width, len(r.name))
 	}
+	first := fmt.Sprintf("drill %4.1fs/%.0fs  phase: %s (%.1fs left)", el.Seconds(), s.total.Seconds(), p.name, (p.end - el).Seconds())
+	if lag != "" {
+		first += "  scheduling " + lag + " (last 1s)"
+	}
 	lines := []string{
-		fmt.Sprintf("drill %4.1fs/%.0fs  phase: %s (%.1fs left)", el.Seconds(), s.total.Seconds(), p.name, (p.end - el).Seconds()),
+		first,
 		fmt.Sprintf("%-*s  caller %s", width, "plain", plain.long()),
 	}
 	for _, r := range s.runs[1:] {
