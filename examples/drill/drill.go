@@ -39,7 +39,9 @@ type options struct {
 	Fleet     int           // members of each fleet run; 0: no fleets, one Transport per run
 	Redis     string        // Redis of the sharing fleet, host:port or redis:// URL; "": start a redis-server
 	Hogs      int           // CPU hogs to run beside the drill, child processes; 0: none
-	Upstreams []realUpstream
+
+	NoLastResort bool // Config.LastResort.Off in every failover run
+	Upstreams    []realUpstream
 
 	// Status receives the live status; nil means none. StatusTTY redraws
 	// it in place.
@@ -593,6 +595,7 @@ func newMember(o options, r *run, i int, ups []failover.Upstream) (*member, erro
 		Hang:           o.hangConfig(),
 		Degraded:       failover.DegradedConfig{Window: o.scaled(recentWindow)},
 		AttemptTimeout: o.attemptTimeout(),
+		LastResort:     failover.LastResortConfig{Off: o.NoLastResort},
 		Metrics:        m.metrics,
 		OnStateChange:  m.events.record,
 	}

@@ -174,6 +174,7 @@ func main() {
 	flag.IntVar(&o.Fleet, "fleet", 0, "two fleets of this many Transports, sharing state through Redis and not (0: no fleets)")
 	flag.StringVar(&o.Redis, "redis", "", "Redis of -fleet, host:port or redis:// URL (default: start redis-server from PATH)")
 	flag.IntVar(&o.Hogs, "hogs", 0, "run this many CPU hogs (child processes spinning) beside the drill, started and ended by it")
+	flag.BoolVar(&o.NoLastResort, "no-last-resort", false, "turn the Transport's last resort off (Config.LastResort.Off): a request every circuit refuses fails at once")
 	flag.BoolVar(&quiet, "quiet", false, "no live status on stderr")
 	flag.Parse()
 	if flag.NArg() > 0 {
