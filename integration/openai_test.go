@@ -403,6 +403,7 @@ func TestOpenAISDKRetriesOverFailover(t *testing.T) {
 		sdkRetries       int
 		transportRetries int
 		threshold        uint // Breaker.FailureThreshold
+		lastResortOff    bool // LastResort.Off
 		primary, backup  int  // statuses
 		wantOrder        []string
 		wantStatus       int // of the *openai.Error; 0 when no upstream answered
@@ -435,10 +436,19 @@ func TestOpenAISDKRetriesOverFailover(t *testing.T) {
 			wantStatus: 503, wantMessage: "backup says 503",
 		},
 		{
-			// Both circuits open on the first SDK attempt; the retry
-			// finds no upstream to ask and gets the Transport's error.
-			name: "circuits open before the SDK retry", sdkRetries: 1, threshold: 1, primary: 503, backup: 503,
+			// Both circuits open on the first SDK attempt; without a last
+			// resort the retry finds no upstream to ask and gets the
+			// Transport's error.
+			name: "circuits open before the SDK retry", sdkRetries: 1, threshold: 1, primary: 503, backup: 503, lastResortOff: true,
 			wantOrder: []string{"primary#0", "backup#0"},
+		},
+		{
+			// With the last resort (the default), the retry goes past the
+			// circuit that opened first, the primary's, and the SDK shows
+			// its answer.
+			name: "circuits open, the last resort", sdkRetries: 1, threshold: 1, primary: 503, backup: 503,
+			wantOrder:  []string{"primary#0", "backup#0", "primary#1"},
+			wantStatus: 503, wantMessage: "primary says 503",
 		},
 	}
 	for _, tc := range tests {
@@ -451,6 +461,7 @@ func TestOpenAISDKRetriesOverFailover(t *testing.T) {
 				RetryWaitMin: time.Millisecond,
 				RetryWaitMax: 10 * time.Millisecond,
 				Breaker:      failover.BreakerConfig{FailureThreshold: tc.threshold},
+				LastResort:   failover.LastResortConfig{Off: tc.lastResortOff},
 			})
 			client := newOpenAIClient(t, tr, primary.URL+"/v1", option.WithMaxRetries(tc.sdkRetries))
 
