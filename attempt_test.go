@@ -175,3 +175,27 @@ func TestEveryUpstreamTimingOutOpensNoCircuit(t *testing.T) {
 		})
 	})
 }
+
+// A request no upstream can send (a header net/http refuses) is the
+// caller's own mistake: net/http's error as it is, not an *Error, sent to
+// no backup and counted against no upstream.
+func TestInvalidRequestErrorAsIs(t *testing.T) {
+	primary := newUpstreamServer(t, 200, "primary")
+	backup := newUpstreamServer(t, 200, "backup")
+	tr := newTestTransport(t, Config{Upstreams: []Upstream{{Name: "primary", BaseURL: primary.URL}, {Name: "backup", BaseURL: backup.URL}}})
+	req := httptestRequest("GET", primary.URL+"/v1", "")
+	req.Header.Set("X-Bad", "a\nb")
+	_, err := tr.RoundTrip(req)
+	var ferr *Error
+	if err == nil || errors.As(err, &ferr) {
+		t.Fatalf("got %v, want net/http's error as it is", err)
+	}
+	if primary.count()+backup.count() != 0 {
+		t.Fatal("a request no upstream can send reached one")
+	}
+	for _, h := range tr.Health() {
+		if h.Requests.Failed != 0 || h.State != "closed" {
+			t.Errorf("%s counted the caller's mistake: %+v", h.Name, h.Requests)
+		}
+	}
+}

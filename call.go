@@ -268,9 +268,10 @@ func (c *call) settle(a *attempt) (*http.Response, error, bool) {
 			c.discardHeld()
 			return resp, nil, true
 		}
-		// A request no upstream can send (an invalid header).
-		c.addErr(u, err)
-		return c.finishRound()
+		// A request no upstream can send (an invalid header): the
+		// caller's own error, as it is.
+		c.discardHeld()
+		return nil, err, true
 	case Canceled:
 		if a.callerFault {
 			c.discardHeld()
