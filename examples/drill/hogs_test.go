@@ -90,7 +90,7 @@ func TestHogsFlag(t *testing.T) {
 }
 
 // TestDrillHogs is issue 12's target, and not run unless
-// FAILOVER_DRILL_HOGS gives the number of hogs (2 for the issue's):
+// FAILOVER_DRILL_HOGS gives the number of hogs:
 //
 //	FAILOVER_DRILL_HOGS=2 go test ./examples/drill -run TestDrillHogs -v
 //
@@ -99,7 +99,9 @@ func TestHogsFlag(t *testing.T) {
 // many requests as the plain one, and at least 99 %, a healthy backup
 // being there all along: a resilience layer must never be worse than
 // none. The drill's lag measurement is logged, not used to skip: the
-// machine is meant to be starved.
+// machine is meant to be starved. On an otherwise quiet 2-CPU machine,
+// two hogs (the issue's) hardly starve the drill; 24 starve it as the
+// issue's other jobs did (see -hogs in main.go).
 func TestDrillHogs(t *testing.T) {
 	v := os.Getenv("FAILOVER_DRILL_HOGS")
 	if v == "" {

@@ -22,15 +22,14 @@ const lagInterval = 2 * time.Millisecond
 // stallShare of the AttemptTimeout (a lag that lasts), or when any
 // wake-up came later than longStallShare of it: a stall that long times
 // out the attempts in flight whose answers take the rest, on every
-// upstream at once, and a few of them in a row open circuits. In 30 s
-// drills beside two CPU hogs on a shared 2-CPU machine (AttemptTimeout
-// 138 ms), stalls of 110 and 115 ms in the 429 storm opened both backups'
-// circuits, a false trip each, and the failover caller kept 60 % of that
-// phase, though the p99 was 6 ms; drills whose worst wake-up was under 30
-// ms had no false trip, and those with stalls of 300 ms to 2 s lost 5 to
-// 63 % of their requests. A few drills with a stall of 70 to 210 ms had
-// no false trip all the same: the warning says the figures may be the
-// machine's, not that they are.
+// upstream at once, and a few of them in a row open circuits. In some 40
+// drills on a shared 2-CPU machine (AttemptTimeout 138 ms), quiet, beside
+// CPU hogs or other jobs, none whose worst wake-up was under 70 ms had a
+// false trip; about half of those with a worst of 70 to 210 ms had one or
+// two, losing up to 6 % of their requests (stalls of 110 and 115 ms in the
+// 429 storm opened both backups' circuits, the p99 being 6 ms); every one
+// with a worst of 290 ms or more had false trips, and lost 5 to 86 %. The
+// warning says the figures may be the machine's, not that they are.
 const (
 	stallShare     = 0.25 // a stall: a wake-up later than this of the AttemptTimeout
 	longStallShare = 0.5  // a long one: later than this of it

@@ -93,8 +93,11 @@
 //	                  other jobs on the machine do. The drill starts them
 //	                  before its servers and ends them when it ends, by any
 //	                  path: it kills them, and a hog whose drill died exits
-//	                  when its stdin closes. -hogs 2 on a 2-CPU machine is the
-//	                  busy machine of issue 12
+//	                  when its stdin closes. The scheduler shares the CPUs
+//	                  per thread and runs a thread that wakes soon, so it
+//	                  takes many: on a 2-CPU machine (Linux 6.18), 2 to 16
+//	                  hogs left the drill's worst wake-up under 50 ms, while
+//	                  20 to 24 starved it as issue 12's other jobs did
 //	-quiet            no live status on stderr
 //
 // Each run adds -rps requests per second to the machine: the default drill
