@@ -222,7 +222,7 @@ func (t *Transport) account(a *attempt, lost bool) {
 		u.latency.observe(elapsed, now) // a fast 429 or 401 says nothing of speed
 	}
 	res := circuitResult(a.o, a.err)
-	if res == circuit.Failure && errors.Is(a.err, ErrAttemptTimeout) && t.clientSuspect(u, now) {
+	if res == circuit.Failure && errors.Is(a.err, ErrAttemptTimeout) && (t.clientSuspect(u, now) || t.stalled(a)) {
 		res = circuit.Neutral // the evidence points at this process, not at u
 		u.m.heldBack.Inc()
 	}
@@ -236,6 +236,15 @@ func (t *Transport) account(a *attempt, lost bool) {
 		t.fleet.failure(u, now)
 	}
 	u.observe(a.o, elapsed, now)
+}
+
+// stalled reports whether an attempt that timed out ended late: its round
+// trip returned more than a tenth of AttemptTimeout after the deadline.
+// A canceled dial or read returns at once; one that returns late shows
+// that this process did not run (starved of CPU, a long GC, a paused VM)
+// when the deadline passed, and the answer may have been there to read.
+func (t *Transport) stalled(a *attempt) bool {
+	return a.end.Sub(a.start) > t.timeout+t.timeout/10
 }
 
 // clientSuspect reports whether an attempt at u that timed out at now says

@@ -199,3 +199,37 @@ func TestInvalidRequestErrorAsIs(t *testing.T) {
 		}
 	}
 }
+
+// An attempt whose round trip returns well after its deadline shows a
+// process that did not run when the deadline passed: its timeout is not
+// counted against the upstream, even with one upstream. One that returns
+// at the deadline counts as before.
+func TestStalledTimeoutNotCounted(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		late  time.Duration // how long after the cancel Base returns
+		trips bool
+	}{
+		{"returns at the deadline", 0, true},
+		{"returns 50ms late", 50 * time.Millisecond, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				n := newFakeNet()
+				n.handle("a.test", func(r *http.Request) (*http.Response, error) {
+					<-r.Context().Done()
+					time.Sleep(tc.late) // the process was not running
+					return nil, r.Context().Err()
+				})
+				tr := newTestTransport(t, Config{Base: n, Upstreams: []Upstream{{Name: "a", BaseURL: "http://a.test"}},
+					AttemptTimeout: 100 * time.Millisecond, Breaker: BreakerConfig{FailureThreshold: 2}, LastResort: LastResortConfig{Off: true}})
+				for range 3 {
+					get(t, tr, "http://a.test/")
+				}
+				if open := tr.Health()[0].State == "open"; open != tc.trips {
+					t.Fatalf("circuit %s after 3 timeouts, want open %v", tr.Health()[0].State, tc.trips)
+				}
+			})
+		})
+	}
+}
