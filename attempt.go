@@ -27,6 +27,7 @@ type attempt struct {
 	body       *watchedBody            // out's body, when it has one
 	cancel     context.CancelCauseFunc // nil when nothing needs to end the attempt early
 
+	sent        time.Time // when Base was called, with AttemptTimeout
 	resp        *http.Response
 	err         error
 	o           Outcome
@@ -111,9 +112,25 @@ func (a *attempt) send(r request) {
 	answered := false
 	u.live.start(a.start)
 	defer func() { u.live.end(a.end, answered) }() // even if Base panics
+	defer func() {
+		if v := recover(); v != nil {
+			// Classify, the stream guard or a hook panicked with an
+			// answer in hand: close it and end the attempt's context
+			// before the panic goes on, as a discarded answer would be.
+			if a.resp != nil {
+				a.resp.Body.Close()
+			}
+			if a.cancel != nil {
+				a.cancel(nil)
+			}
+			panic(v)
+		}
+	}()
 	resp, err := a.roundTrip(&r)
+	a.resp = resp
 	if r.t.stream != nil {
 		resp, err = r.t.guardStream(r.ctx, resp, err)
+		a.resp = resp
 	}
 	a.end = time.Now()
 	r.showRequest(resp, a)
@@ -135,7 +152,13 @@ func (a *attempt) roundTrip(r *request) (*http.Response, error) {
 		cancel := a.cancel
 		timer = time.AfterFunc(t.timeout, func() { cancel(ErrAttemptTimeout) })
 	}
+	if timer != nil {
+		a.sent = time.Now() // for stalled: the deadline is counted from here
+	}
 	resp, err := t.base.RoundTrip(a.out)
+	if resp == nil && err == nil {
+		err = errNoResponse // a Base that breaks the RoundTripper contract
+	}
 	if timer != nil && !timer.Stop() && r.ctx.Err() == nil && !a.lost.Load() {
 		// Our timeout fired, not the caller's.
 		if resp != nil {
@@ -238,13 +261,17 @@ func (t *Transport) account(a *attempt, lost bool) {
 	u.observe(a.o, elapsed, now)
 }
 
+// errNoResponse is what an attempt gets from a Base that returned neither
+// a response nor an error.
+var errNoResponse = errors.New("failover: Base returned no response and no error")
+
 // stalled reports whether an attempt that timed out ended late: its round
 // trip returned more than a tenth of AttemptTimeout after the deadline.
 // A canceled dial or read returns at once; one that returns late shows
 // that this process did not run (starved of CPU, a long GC, a paused VM)
 // when the deadline passed, and the answer may have been there to read.
 func (t *Transport) stalled(a *attempt) bool {
-	return a.end.Sub(a.start) > t.timeout+t.timeout/10
+	return a.end.Sub(a.sent) > t.timeout+t.timeout/10
 }
 
 // clientSuspect reports whether an attempt at u that timed out at now says

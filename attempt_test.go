@@ -2,6 +2,7 @@ package failover
 
 import (
 	"errors"
+	"io"
 	"net/http"
 	"strings"
 	"sync/atomic"
@@ -232,4 +233,77 @@ func TestStalledTimeoutNotCounted(t *testing.T) {
 			})
 		})
 	}
+}
+
+// closeFlag is a body that records its Close.
+type closeFlag struct {
+	io.Reader
+	closed *atomic.Bool
+}
+
+func (b closeFlag) Close() error { b.closed.Store(true); return nil }
+
+// A Classifier that panics with an answer in hand leaves no body open: the
+// panic reaches the caller, and the answer is closed, as a discarded one
+// would be.
+func TestClassifyPanicClosesAnswer(t *testing.T) {
+	var closed atomic.Bool
+	tr := newTestTransport(t, Config{
+		Upstreams: []Upstream{{Name: "a", BaseURL: "http://a.test"}, {Name: "b", BaseURL: "http://b.test"}},
+		Base: roundTripFunc(func(r *http.Request) (*http.Response, error) {
+			return &http.Response{StatusCode: 200, Header: http.Header{}, Body: closeFlag{strings.NewReader("x"), &closed}, Request: r}, nil
+		}),
+		Classify: func(*http.Response, error) Outcome { panic("classifier") },
+	})
+	func() {
+		defer func() {
+			if recover() == nil {
+				t.Error("the classifier's panic did not reach the caller")
+			}
+		}()
+		tr.RoundTrip(httptestRequest("GET", "http://a.test/v1", ""))
+	}()
+	if !closed.Load() {
+		t.Fatal("the answer the classifier panicked on was left open")
+	}
+}
+
+// A Base that breaks the RoundTripper contract (no response, no error)
+// gets an error, not a nil dereference.
+func TestBaseWithoutResponseOrError(t *testing.T) {
+	for _, timeout := range []time.Duration{0, time.Second} {
+		tr := newTestTransport(t, Config{AttemptTimeout: timeout,
+			Upstreams: []Upstream{{Name: "a", BaseURL: "http://a.test"}},
+			Base:      roundTripFunc(func(*http.Request) (*http.Response, error) { return nil, nil }),
+		})
+		resp, err := tr.RoundTrip(httptestRequest("GET", "http://a.test/v1", ""))
+		if resp != nil || !errors.Is(err, errNoResponse) {
+			t.Fatalf("AttemptTimeout %v: got %v, %v; want an error saying Base returned nothing", timeout, resp, err)
+		}
+	}
+}
+
+// A slow GetBody before the round trip is not a stall: the hung upstream
+// still opens its circuit, as the deadline is counted from when Base was
+// called, not from when the attempt was launched (GetBody runs between).
+func TestSlowGetBodyIsNoStall(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := newFakeNet()
+		n.status("a.test", 503, "down")
+		n.handle("b.test", func(r *http.Request) (*http.Response, error) {
+			<-r.Context().Done()
+			return nil, r.Context().Err()
+		})
+		tr := newTestTransport(t, twoUpstreams(n, Config{AttemptTimeout: time.Second,
+			Breaker: BreakerConfig{FailureThreshold: 2}, LastResort: LastResortConfig{Off: true}}))
+		for range 2 {
+			req := httptestRequest("POST", "http://a.test/v1", chatBody)
+			getBody := req.GetBody
+			req.GetBody = func() (io.ReadCloser, error) { time.Sleep(300 * time.Millisecond); return getBody() }
+			tr.RoundTrip(req) // a's 503, then b with the body from GetBody
+		}
+		if s := tr.Health()[1].State; s != "open" {
+			t.Fatalf("a hung upstream behind a slow GetBody is %s after 2 timeouts, want open", s)
+		}
+	})
 }

@@ -218,7 +218,8 @@ func (c *call) launch(ctx context.Context, a *attempt, u *upstream, mode launchM
 		c.skip(u, av)
 		return skipped
 	}
-	sent := false
+	sent, spent := false, false
+	h := c.t.hedge
 	defer func() {
 		if sent {
 			return
@@ -226,11 +227,16 @@ func (c *call) launch(ctx context.Context, a *attempt, u *upstream, mode launchM
 		if mode == lastResort {
 			c.t.lastResortDone()
 		}
+		if spent {
+			h.refund()
+		}
 		u.circuit.Done(p, circuit.Neutral, now) // hands the permit back unused
 	}()
-	h := c.t.hedge
-	if mode == hedge && (p.Probe() || !h.spend()) {
-		return declined
+	if mode == hedge {
+		if p.Probe() || !h.spend() {
+			return declined
+		}
+		spent = true
 	}
 	if !c.body.canSend() {
 		c.addErr(u, ErrBodyNotReplayable)
@@ -240,8 +246,7 @@ func (c *call) launch(ctx context.Context, a *attempt, u *upstream, mode launchM
 	if err := c.prepare(ctx, a, c.racing || c.t.timeout > 0); err != nil {
 		c.addErr(u, err)
 		if mode == hedge {
-			h.refund()
-			return dropped // the attempts in flight may still answer
+			return dropped // the attempts in flight may still answer (the deferred refund gives the hedge back)
 		}
 		return over
 	}
