@@ -245,18 +245,21 @@ func (t *Transport) account(a *attempt, lost bool) {
 		u.latency.observe(elapsed, now) // a fast 429 or 401 says nothing of speed
 	}
 	res := circuitResult(a.o, a.err)
-	if res == circuit.Failure && errors.Is(a.err, ErrAttemptTimeout) && (t.clientSuspect(u, now) || t.stalled(a)) {
+	timedOut := errors.Is(a.err, ErrAttemptTimeout)
+	if timedOut {
+		u.timedOut.Store(int64(mono.Of(now)))
+	}
+	if res == circuit.Failure && timedOut && (t.stalled(a) || t.othersTimedOut(u, now)) {
 		res = circuit.Neutral // the evidence points at this process, not at u
 		u.m.heldBack.Inc()
 	}
 	if a.lastResort {
 		u.circuit.Probed(res, now) // it went past the circuit: a probe's verdict
-		u.observe(a.o, elapsed, now)
-		return
-	}
-	u.circuit.Done(a.p, res, now)
-	if res == circuit.Failure && t.fleet != nil {
-		t.fleet.failure(u, now)
+	} else {
+		u.circuit.Done(a.p, res, now)
+		if res == circuit.Failure && t.fleet != nil {
+			t.fleet.failure(u, now)
+		}
 	}
 	u.observe(a.o, elapsed, now)
 }
@@ -274,21 +277,20 @@ func (t *Transport) stalled(a *attempt) bool {
 	return a.end.Sub(a.sent) > t.timeout+t.timeout/10
 }
 
-// clientSuspect reports whether an attempt at u that timed out at now says
-// more of this process than of u: every other upstream timed out too
+// othersTimedOut reports whether an attempt at u that timed out at now
+// says more of this process than of u: every other upstream timed out too
 // within the last two AttemptTimeouts. Providers rarely all hang at once;
 // a starved client (CPU, GC, a paused VM) makes all of them look hung, and
 // opening every circuit then fails every request at once, which is worse
 // than no failover at all. One upstream that hangs alone still opens its
 // circuit, as the others answer in time. With one upstream there is no
-// other to compare with: its timeouts count.
-func (t *Transport) clientSuspect(u *upstream, now time.Time) bool {
-	m := mono.Of(now)
-	u.timedOut.Store(int64(m))
+// other to compare with: its timeouts count (unless stalled says
+// otherwise).
+func (t *Transport) othersTimedOut(u *upstream, now time.Time) bool {
 	if len(t.upstreams) < 2 {
 		return false
 	}
-	since := m.Add(-2 * t.timeout)
+	since := mono.Of(now).Add(-2 * t.timeout)
 	for _, v := range t.upstreams {
 		if v != u && mono.Time(v.timedOut.Load()) < since {
 			return false
