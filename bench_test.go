@@ -17,6 +17,7 @@ import (
 	"github.com/hashicorp/go-retryablehttp"
 
 	"github.com/failover-go/failover"
+	"github.com/failover-go/failover/failovertest"
 )
 
 // The benchmarks of the hot path, side by side with what users would pick
@@ -353,7 +354,7 @@ func BenchmarkFailover(b *testing.B) {
 	backup := newBenchServer(b, http.StatusOK, benchReply)
 	limited := newBenchServer(b, http.StatusTooManyRequests, benchRateLimited, "Retry-After", "1")
 	limitedEach := newBenchServer(b, http.StatusTooManyRequests, benchRateLimited, "Retry-After-Ms", "0")
-	refused := failover.ClosedURL(b)
+	refused := failovertest.ClosedURL(b)
 
 	backupUp := failover.Upstream{Name: "backup", BaseURL: backup.URL + "/v1", Header: http.Header{"Authorization": {benchBackupAuth}}}
 	primary := func(base string) failover.Upstream {

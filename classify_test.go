@@ -20,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/failover-go/failover/failovertest"
 	"go.uber.org/goleak"
 )
 
@@ -405,7 +406,7 @@ func runFault(t *testing.T, tc faultCase, withBackup bool) {
 		mode = "with backup"
 	}
 	var primary *faultServer
-	primaryURL := closedURL(t)
+	primaryURL := failovertest.ClosedURL(t)
 	if tc.fault != nil {
 		primary = newFaultServer(t, nil)
 		primary.fault = tc.fault(primary)

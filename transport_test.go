@@ -25,6 +25,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/failover-go/failover/failovertest"
 	"go.uber.org/goleak"
 )
 
@@ -148,7 +149,7 @@ func TestEveryUpstreamUnavailable(t *testing.T) {
 
 func TestLastResponseWinsOverLaterError(t *testing.T) {
 	primary := newUpstreamServer(t, 503, "primary down")
-	tr := newTestTransport(t, Config{Upstreams: []Upstream{{BaseURL: primary.URL}, {BaseURL: closedURL(t)}}})
+	tr := newTestTransport(t, Config{Upstreams: []Upstream{{BaseURL: primary.URL}, {BaseURL: failovertest.ClosedURL(t)}}})
 	resp := mustGet(t, tr, primary.URL+"/v1/models")
 	if resp.StatusCode != 503 || readBody(t, resp) != "primary down" {
 		t.Fatalf("got %d, want the primary's 503 (an upstream answered)", resp.StatusCode)
@@ -157,7 +158,7 @@ func TestLastResponseWinsOverLaterError(t *testing.T) {
 
 func TestNoUpstreamAnswered(t *testing.T) {
 	const key = "sk-caller-secret-xyz"
-	a, b := closedURL(t), closedURL(t)
+	a, b := failovertest.ClosedURL(t), failovertest.ClosedURL(t)
 	tr := newTestTransport(t, Config{Upstreams: []Upstream{
 		{Name: "a", BaseURL: a, Header: http.Header{"Authorization": {"Bearer sk-config-secret-123"}}},
 		{Name: "b", BaseURL: b},

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -523,5 +524,18 @@ func TestWithFailover(t *testing.T) {
 	h := tr.Health()
 	if h[0].Requests.Failed != 1 || h[0].Requests.Success != 1 || h[1].Requests.Success != 1 {
 		t.Errorf("got primary %+v and backup %+v, want one failure and one success at the primary, one success at the backup", h[0].Requests, h[1].Requests)
+	}
+}
+
+// ClosedURL refuses connections for as long as the test runs.
+func TestClosedURL(t *testing.T) {
+	u := failovertest.ClosedURL(t)
+	resp, err := http.Get(u)
+	if err == nil {
+		resp.Body.Close()
+		t.Fatalf("GET %s answered %d, want a refused connection", u, resp.StatusCode)
+	}
+	if !errors.Is(err, syscall.ECONNREFUSED) {
+		t.Fatalf("GET %s: %v, want ECONNREFUSED", u, err)
 	}
 }

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/failover-go/failover"
+	"github.com/failover-go/failover/failovertest"
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 )
@@ -249,7 +250,7 @@ func TestOpenAIFailoverCredentials(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			var log requestLog
-			primaryBase := closedURL(t) + "/v1"
+			primaryBase := failovertest.ClosedURL(t) + "/v1"
 			if tc.primary != nil {
 				primaryBase = fakeUpstream(t, &log, "primary", tc.primary).URL + "/v1"
 			}
