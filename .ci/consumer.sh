@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# CI: proves the module boundary. A throwaway consumer module in a temporary
-# directory, with the workspace off, imports only the root package and
-# openai-go, pinned at v3.8.1; it requires github.com/failover-go/failover
-# through a replace to this checkout (or to the directory given as $1). After
+# CI: proves the module boundary. A throwaway consumer module (go 1.25.0,
+# built with whatever Go GOTOOLCHAIN names) in a temporary directory, with
+# the workspace off, imports only the root package and openai-go, pinned
+# at v3.8.1; it requires github.com/failover-go/failover through a replace
+# to this checkout (or to the directory given as $1). After
 # go mod tidy and go build, it fails unless its build list holds none of the
 # nested modules' dependencies (gonum/plot, go-redis, go-openai, go-vcr) and
 # openai-go is still v3.8.1. It prints the size of the consumer's build list
@@ -18,7 +19,7 @@ export GOWORK=off
 cat >"$dir/go.mod" <<MOD
 module example.com/consumer
 
-go 1.26.0
+go 1.25.0
 
 require (
 	github.com/failover-go/failover v0.0.0-00010101000000-000000000000
