@@ -55,6 +55,16 @@ type call struct {
 	racing   bool           // the current round hedges: every attempt has its own context
 
 	secrets []string // the caller's credentials in every form, once an error needs them (redact)
+
+	// How the request went, for its outcome (outcome) and its Trace.
+	trace       *Trace     // from the request's context; nil without one
+	start       time.Time  // when RoundTrip began
+	roundNo     int32      // the current round, for the Trace
+	sent        int32      // attempts sent: the last one's number
+	passed      int32      // upstreams passed over (skip) for another reason than the model
+	answer      attemptRef // the attempt whose answer RoundTrip returns
+	heldBy      attemptRef // the attempt whose answer is held
+	callerFault bool       // the request ended on the caller's own error
 }
 
 func (c *call) run() (*http.Response, error) {
@@ -70,7 +80,7 @@ func (c *call) run() (*http.Response, error) {
 	}
 	ctx := c.ctx
 	var waited time.Duration
-	for round := 0; ; {
+	for round := 0; ; c.roundNo++ {
 		c.attempts, c.fatal = 0, 0
 		errsBefore := len(c.errs)
 		if resp, err, done := c.round(ctx); done {
@@ -117,6 +127,19 @@ func (c *call) run() (*http.Response, error) {
 			return nil, err
 		}
 		waited += wait
+	}
+}
+
+// ended is RoundTrip's last step: it tells the request's outcome to the
+// metrics and the Trace.
+func (c *call) ended(resp *http.Response, err error) {
+	o := c.outcome(resp, err)
+	if c.trace != nil && c.trace.Done != nil {
+		d := TraceDone{Outcome: o, Attempts: int(c.sent), Err: err, Duration: time.Since(c.start)}
+		if resp != nil {
+			d.Upstream, d.Attempt, d.StatusCode = c.answer.u.name, int(c.answer.n), resp.StatusCode
+		}
+		c.trace.Done(d)
 	}
 }
 
@@ -257,6 +280,11 @@ func (c *call) launch(ctx context.Context, a *attempt, u *upstream, mode launchM
 		u.m.lastResort.Inc()
 	}
 	sent = true
+	c.sent++
+	a.n = int(c.sent)
+	if c.trace != nil && c.trace.AttemptStart != nil {
+		c.trace.AttemptStart(c.traceAttempt(a))
+	}
 	return ready
 }
 
@@ -264,22 +292,27 @@ func (c *call) launch(ctx context.Context, a *attempt, u *upstream, mode launchM
 // request is over; otherwise it keeps the response or the error for later.
 func (c *call) settle(a *attempt) (*http.Response, error, bool) {
 	u, resp, err, now := a.u, a.resp, a.err, a.end
+	if c.trace != nil && c.trace.AttemptDone != nil {
+		c.traceDone(a)
+	}
 	switch a.o {
 	case Success, Rejected:
+		c.discardHeld()
 		if err == nil {
 			if a.o == Success {
 				u.noteHeadroom(resp.Header, now, c.t.rate)
 			}
-			c.discardHeld()
+			c.answer = a.ref()
 			return resp, nil, true
 		}
 		// A request no upstream can send (an invalid header): the
 		// caller's own error, as it is.
-		c.discardHeld()
+		c.callerFault = true
 		return nil, err, true
 	case Canceled:
 		if a.callerFault {
 			c.discardHeld()
+			c.callerFault = true
 			return nil, err, true // the caller's own error, as it is
 		}
 		if cerr := c.ctx.Err(); cerr != nil {
@@ -292,6 +325,7 @@ func (c *call) settle(a *attempt) (*http.Response, error, bool) {
 		// A custom classifier said stop while the caller waits on.
 		if resp != nil {
 			c.discardHeld()
+			c.answer = a.ref()
 			return resp, nil, true
 		}
 		c.addErr(u, err)
@@ -307,7 +341,7 @@ func (c *call) settle(a *attempt) (*http.Response, error, bool) {
 	}
 	if resp != nil {
 		u.setLastError(statusText(resp.StatusCode), now)
-		c.hold(resp)
+		c.hold(resp, a)
 	} else {
 		if permanent(err) {
 			c.fatal++
@@ -349,10 +383,18 @@ func (r attemptRec) attemptError() *AttemptError {
 // skip records that u was not tried, and why.
 func (c *call) skip(u *upstream, a availability) {
 	u.m.skipped[a.reason].Inc()
+	if c.trace != nil && c.trace.Skipped != nil {
+		ts := TraceSkip{Upstream: u.name, Round: int(c.roundNo), Reason: a.reason}
+		if a.known {
+			ts.RetryAfter = a.wait
+		}
+		c.trace.Skipped(ts)
+	}
 	if a.reason == ReasonModelNotServed {
 		c.addErr(u, ErrModelNotServed)
 		return
 	}
+	c.passed++
 	c.record(attemptRec{u: u, cause: a.err(), retryAfter: a.wait})
 }
 
@@ -378,6 +420,7 @@ func (c *call) finish() (*http.Response, error) {
 	if c.held != nil {
 		resp := c.held
 		c.held = nil
+		c.answer = c.heldBy
 		return resp, nil
 	}
 	e := &Error{Attempts: make([]*AttemptError, len(c.errs))}
@@ -396,9 +439,9 @@ func (c *call) finishRound() (*http.Response, error, bool) {
 	return resp, err, true
 }
 
-func (c *call) hold(resp *http.Response) {
+func (c *call) hold(resp *http.Response, a *attempt) {
 	c.discardHeld()
-	c.held = resp
+	c.held, c.heldBy = resp, a.ref()
 }
 
 // bufferHeld reads the held answer's body into memory (at most maxDrain

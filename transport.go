@@ -474,8 +474,10 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if r.addressed == nil {
 		return t.roundTripUnrouted(r)
 	}
-	c := &call{request: r}
-	return c.run()
+	c := &call{request: r, trace: ContextTrace(r.ctx), start: time.Now()}
+	resp, err := c.run()
+	c.ended(resp, err)
+	return resp, err
 }
 
 // newRecent gives u the caches of its recent figures, one per distinct

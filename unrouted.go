@@ -170,15 +170,29 @@ func (t *Transport) roundTripUnrouted(r request) (*http.Response, error) {
 				slog.String("why", t.whyUnrouted(req.URL)), slog.Any("base_urls", t.baseURLs()))
 		}
 	}
+	var resp *http.Response
+	var err error
+	start := time.Now()
 	if t.unroutedPolicy == UnroutedPass {
-		return t.base.RoundTrip(req)
+		resp, err = t.base.RoundTrip(req)
+	} else {
+		closeBody(req)
+		addr := key
+		if req.URL.Opaque == "" && req.URL.Host != "" {
+			addr += req.URL.EscapedPath()
+		}
+		err = &UnroutedError{URL: addr, Why: t.whyUnrouted(req.URL), BaseURLs: t.baseURLs()}
 	}
-	closeBody(req)
-	addr := key
-	if req.URL.Opaque == "" && req.URL.Host != "" {
-		addr += req.URL.EscapedPath()
+	if tr := ContextTrace(r.ctx); tr != nil && tr.Done != nil {
+		d := TraceDone{Outcome: RequestUnrouted, Duration: time.Since(start)}
+		if resp != nil {
+			d.StatusCode = resp.StatusCode
+		} else {
+			d.Err = err // Base's own, as the caller gets it, or the refusal
+		}
+		tr.Done(d)
 	}
-	return nil, &UnroutedError{URL: addr, Why: t.whyUnrouted(req.URL), BaseURLs: t.baseURLs()}
+	return resp, err
 }
 
 // unroutedKey returns u's scheme and host, lowercased, as UnroutedHosts
