@@ -1,5 +1,5 @@
 // Package integration holds no code: its tests put a failover.Transport
-// under the real SDKs (openai-go, go-openai) and a go-vcr recorder, as
+// under the real SDKs (openai-go, go-openai), otelhttp and a go-vcr recorder, as
 // users do.
 //
 // It is a module of its own (github.com/failover-go/failover/integration),
