@@ -58,7 +58,7 @@ type call struct {
 
 	// How the request went, for its outcome (outcome) and its Trace.
 	trace       *Trace     // from the request's context; nil without one
-	start       time.Time  // when RoundTrip began
+	start       time.Time  // when the first round began
 	roundNo     int32      // the current round, for the Trace
 	sent        int32      // attempts sent: the last one's number
 	passed      int32      // upstreams passed over (skip) for another reason than the model
@@ -135,7 +135,10 @@ func (c *call) run() (*http.Response, error) {
 func (c *call) ended(resp *http.Response, err error) {
 	o := c.outcome(resp, err)
 	if c.trace != nil && c.trace.Done != nil {
-		d := TraceDone{Outcome: o, Attempts: int(c.sent), Err: err, Duration: time.Since(c.start)}
+		d := TraceDone{Outcome: o, Attempts: int(c.sent), Err: err}
+		if !c.start.IsZero() {
+			d.Duration = time.Since(c.start)
+		}
 		if resp != nil {
 			d.Upstream, d.Attempt, d.StatusCode = c.answer.u.name, int(c.answer.n), resp.StatusCode
 		}
@@ -161,6 +164,9 @@ func (c *call) backoff(round int, now time.Time) time.Duration {
 func (c *call) round(ctx context.Context) (*http.Response, error, bool) {
 	var buf [8]*upstream
 	now := time.Now()
+	if c.start.IsZero() {
+		c.start = now // the body's init before is the caller's time
+	}
 	order := c.t.order(buf[:0], c.model, now)
 	if c.t.hedge != nil && c.body.replayable && len(c.t.upstreams) > 1 {
 		return c.race(ctx, order)

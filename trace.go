@@ -105,7 +105,9 @@ type TraceDone struct {
 	// Err is what RoundTrip returns as its error.
 	Err error
 
-	// Duration is the time RoundTrip took.
+	// Duration is the time from the request's first attempt (or skip)
+	// to RoundTrip's return: buffering a body without GetBody comes
+	// before it. 0 when the request ended before that.
 	Duration time.Duration
 }
 

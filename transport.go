@@ -474,7 +474,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if r.addressed == nil {
 		return t.roundTripUnrouted(r)
 	}
-	c := &call{request: r, trace: ContextTrace(r.ctx), start: time.Now()}
+	c := &call{request: r, trace: ContextTrace(r.ctx)}
 	resp, err := c.run()
 	c.ended(resp, err)
 	return resp, err
