@@ -266,11 +266,12 @@ func ExampleHedgeConfig() {
 //
 // A 429 cools its key down for the Retry-After it names (30s here), so the
 // requests after it go straight to another key. A 401 or 403 (a revoked
-// key) opens no circuit and cools nothing down, so that one caller's bad
-// key cannot shut out the others: the next key answers, but the revoked
-// key is tried first again on the next request, costing a round trip each
-// time, and Config.Logger logs "upstream rejected its credentials". Take
-// such a key out of the pool.
+// key) opens no circuit and cools nothing down, since the key refused may
+// be a caller's own, which must not shut the upstream out for every
+// caller: the next key answers, but the revoked key is tried first again
+// on the next request, costing a round trip each time, and Config.Logger
+// logs "upstream rejected its credentials". Take such a key out of the
+// pool.
 func Example_keyPool() {
 	provider := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		key := strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ")
