@@ -80,10 +80,12 @@ func Example_openai() {
 // failover.Transport: with both upstreams failing, one call makes
 // (1+MaxRetries) × 2 attempts, 6 by default, and waits between them
 // (0.5s, then 1s, or the last answer's retry-after-ms or Retry-After).
-// The SDK's waits know nothing of the upstreams: it retries at once a
-// Transport error that says every upstream is cooling down for another
-// 20s (ErrRateLimited), and waits out a Retry-After of one upstream while
-// another could answer.
+// The SDK's waits know nothing of the upstreams: it waits out the
+// Retry-After of the last answer (the backup's 429, say, while the
+// primary only failed a 503), and when every upstream is cooling down the
+// Transport fails the request at once with ErrRateLimited, which the SDK
+// takes for a connection error and retries after its 0.5s and 1s, long
+// before any cooldown is over.
 //
 // Give the retries to one layer. option.WithMaxRetries(0) leaves them to
 // the Transport: one pass over the upstreams, and Config.Retries more
