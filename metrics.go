@@ -63,8 +63,8 @@ const (
 // unless README.md's Observability list is the one [readmeMetrics] makes
 // from it. Adding a family is a const, a row and its registration.
 var families = [numFamilies]family{
-	famAttempts:         {"failover_requests_total", "counter", []string{"upstream", "outcome"}, "Attempts sent to the upstream, by outcome (success, rejected, auth_failed, rate_limited, failed, canceled); a request makes one attempt or more."},
-	famAttemptDuration:  {"failover_request_duration_seconds", "histogram", []string{"upstream"}, "Time from the start of an attempt at the upstream to its response headers or its failure; canceled attempts are not observed."},
+	famAttempts:         {"failover_attempts_total", "counter", []string{"upstream", "outcome"}, "Attempts sent to the upstream, by outcome (success, rejected, auth_failed, rate_limited, failed, canceled); a request makes one attempt or more."},
+	famAttemptDuration:  {"failover_attempt_duration_seconds", "histogram", []string{"upstream"}, "Time from the start of an attempt at the upstream to its response headers or its failure; canceled attempts are not observed."},
 	famSkipped:          {"failover_skipped_total", "counter", []string{"upstream", "reason"}, "Requests that did not try the upstream, by reason (rate_limited, model_not_served, circuit_open, probe_in_flight, probe_elsewhere)."},
 	famBreakerState:     {"failover_breaker_state", "gauge", []string{"upstream"}, "State of the upstream's circuit: 0 closed, 1 open, 2 half-open."},
 	famBreakerTrips:     {"failover_breaker_trips_total", "counter", []string{"upstream"}, "Times the upstream's circuit opened from closed."},
@@ -238,8 +238,8 @@ func metricNameEnd(line []byte) int {
 // upstreamMetrics are the metric handles of one upstream, resolved once in
 // New so that the request path only increments.
 type upstreamMetrics struct {
-	requests   [len(outcomeNames)]*metrics.Counter // attempts, by outcome
-	duration   *metrics.PrometheusHistogram        // attempt time to response headers
+	attempts   [len(outcomeNames)]*metrics.Counter
+	duration   *metrics.PrometheusHistogram // attempt time to response headers
 	trips      *metrics.Counter
 	heldBack   *metrics.Counter            // attempt timeouts not counted: every upstream was timing out
 	lastResort *metrics.Counter            // requests sent past the circuit (LastResortConfig)
@@ -257,8 +257,8 @@ func (t *Transport) initMetrics() {
 	s := t.metrics
 	t.unrouted = s.GetOrCreateCounter(famUnrouted.series())
 	for _, u := range t.upstreams {
-		for o := range u.m.requests {
-			u.m.requests[o] = s.GetOrCreateCounter(famAttempts.series(u.name, Outcome(o).String()))
+		for o := range u.m.attempts {
+			u.m.attempts[o] = s.GetOrCreateCounter(famAttempts.series(u.name, Outcome(o).String()))
 		}
 		for o := range u.m.probes {
 			u.m.probes[o] = s.GetOrCreateCounter(famProbes.series(u.name, Outcome(o).String()))
