@@ -59,9 +59,10 @@ const (
 // families is every metric family the Transport registers, and the only
 // list of them: registrations name their series through
 // [familyID.series], [Transport.WritePrometheus] writes each family's
-// # HELP and # TYPE lines from its row, and TestREADMEMetrics fails
-// unless README.md's Observability list is the one [readmeMetrics] makes
-// from it. Adding a family is a const, a row and its registration.
+// # HELP and # TYPE lines from its row, and README.md's list of metrics is
+// made from it (TestREADMEMetrics fails until
+// "go test -run TestREADMEMetrics -update-readme" has rewritten it).
+// Adding a family is a const, a row and its registration.
 var families = [numFamilies]family{
 	famAttempts:         {"failover_attempts_total", "counter", []string{"upstream", "outcome"}, "Attempts sent to the upstream, by outcome (success, rejected, auth_failed, rate_limited, failed, canceled); a request makes one attempt or more."},
 	famAttemptDuration:  {"failover_attempt_duration_seconds", "histogram", []string{"upstream"}, "Time from the start of an attempt at the upstream to its response headers or its failure; canceled attempts are not observed."},

@@ -2,6 +2,8 @@ package failover
 
 import (
 	"bytes"
+	"flag"
+	"os"
 	"regexp"
 	"slices"
 	"strings"
@@ -201,5 +203,81 @@ func TestWriteExposition(t *testing.T) {
 	writeExposition(&b, []byte(in))
 	if b.String() != want {
 		t.Errorf("got\n%s\nwant\n%s", b.String(), want)
+	}
+}
+
+var updateREADME = flag.Bool("update-readme", false, "rewrite README.md's list of metrics from the table")
+
+// The markers around README.md's list of metrics.
+const (
+	readmeBegin = "<!-- metrics: made from metrics.go's families; go test -run TestREADMEMetrics -update-readme rewrites it -->\n"
+	readmeEnd   = "<!-- end of metrics -->\n"
+)
+
+// readmeMetrics is README.md's list of metrics, made from the table: a
+// row per family with its labels, type and help text.
+func readmeMetrics() string {
+	var b strings.Builder
+	b.WriteString("| Metric | Type | Meaning |\n| --- | --- | --- |\n")
+	for _, f := range families {
+		name := f.name
+		if len(f.labels) > 0 {
+			name += "{" + strings.Join(f.labels, ",") + "}"
+		}
+		b.WriteString("| `" + name + "` | " + f.typ + " | " + f.help + " |\n")
+	}
+	return b.String()
+}
+
+// TestREADMEMetrics checks that README.md lists every family of the table
+// with its labels, type and help text (go test -run TestREADMEMetrics
+// -update-readme writes the list), and that wherever README.md names a
+// failover_ metric, it is one of the table's, a histogram's _bucket, _sum
+// or _count included, with the family's labels when it gives labels.
+func TestREADMEMetrics(t *testing.T) {
+	raw, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	readme := string(raw)
+	before, rest, ok := strings.Cut(readme, readmeBegin)
+	list, after, ok2 := strings.Cut(rest, readmeEnd)
+	if !ok || !ok2 {
+		t.Fatalf("README.md has no list of metrics between\n%s and\n%s", readmeBegin, readmeEnd)
+	}
+	if want := readmeMetrics(); list != want {
+		if *updateREADME {
+			if err := os.WriteFile("README.md", []byte(before+readmeBegin+want+readmeEnd+after), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("README.md: the list of metrics rewritten")
+		} else {
+			t.Errorf("README.md's list of metrics is not the table's (go test -run TestREADMEMetrics -update-readme rewrites it); want:\n%s", want)
+		}
+	}
+
+	byName := map[string]*family{}
+	for i := range families {
+		byName[families[i].name] = &families[i]
+	}
+	// A failover_ name not after "=" (impl=failover_2up, a benchmark's) or
+	// a letter, with its labels when braces follow.
+	mention := regexp.MustCompile(`(^|[^=\w/-])(failover_\w+)(\{[^}]*\})?`)
+	for _, m := range mention.FindAllStringSubmatch(readme, -1) {
+		name, labels := m[2], m[3]
+		f := byName[name]
+		if f == nil {
+			for _, sfx := range []string{"_bucket", "_sum", "_count"} {
+				if h := byName[strings.TrimSuffix(name, sfx)]; h != nil && h.typ == "histogram" && strings.HasSuffix(name, sfx) {
+					f = h
+				}
+			}
+		}
+		switch {
+		case f == nil:
+			t.Errorf("README.md names %s, which is no metric of the table", name)
+		case labels != "" && !strings.Contains(labels, "=") && labels != "{"+strings.Join(f.labels, ",")+"}":
+			t.Errorf("README.md names %s%s; its labels are {%s}", name, labels, strings.Join(f.labels, ","))
+		}
 	}
 }
