@@ -319,7 +319,7 @@ func circuitResult(o Outcome, err error) circuit.Result {
 // percentile.
 func (u *upstream) observe(o Outcome, d time.Duration, now time.Time) {
 	u.window.add(o, d, now)
-	u.m.requests[o].Inc()
+	u.m.attempts[o].Inc()
 	if o != Canceled && d >= 0 {
 		u.m.duration.Update(d.Seconds())
 	}

@@ -526,3 +526,43 @@ func TestDecisionPathMemory(t *testing.T) {
 type roundTripper func(*http.Request) (*http.Response, error)
 
 func (f roundTripper) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// BenchmarkWritePrometheus is a /metrics scrape of a Transport with
+// upstreams=N upstreams (and Config.Hedge), each of which has answered one
+// request, the first after failing over from the last: the series of every
+// family the Transport registers up front, a failover pair, and histograms
+// with an observation each.
+func BenchmarkWritePrometheus(b *testing.B) {
+	for _, n := range []int{1, 64} {
+		b.Run(fmt.Sprintf("upstreams=%d", n), func(b *testing.B) {
+			cfg := failover.Config{
+				Base: roundTripper(func(r *http.Request) (*http.Response, error) {
+					code := http.StatusOK
+					if r.URL.Host == fmt.Sprintf("u%d.example", n-1) && n > 1 {
+						code = http.StatusServiceUnavailable
+					}
+					return &http.Response{StatusCode: code, Header: http.Header{"Content-Type": benchJSON}, Body: http.NoBody, Request: r}, nil
+				}),
+				Hedge: &failover.HedgeConfig{Delay: time.Minute},
+			}
+			for i := range n {
+				cfg.Upstreams = append(cfg.Upstreams, failover.Upstream{Name: fmt.Sprintf("u%d", i), BaseURL: fmt.Sprintf("https://u%d.example/v1", i)})
+			}
+			tr := newBenchTransport(b, cfg)
+			for i := range n {
+				resp, err := tr.RoundTrip(newChatRequest(context.Background(), fmt.Sprintf("https://u%d.example/v1/chat/completions", i)))
+				if err != nil {
+					b.Fatal(err)
+				}
+				resp.Body.Close()
+			}
+			var out strings.Builder
+			tr.WritePrometheus(&out)
+			b.ReportAllocs()
+			for b.Loop() {
+				tr.WritePrometheus(io.Discard)
+			}
+			b.ReportMetric(float64(strings.Count(out.String(), "\n")), "lines")
+		})
+	}
+}

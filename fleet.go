@@ -135,14 +135,14 @@ func newFleet(t *Transport, s Shared, every time.Duration) *fleet {
 		queue:    make(chan SharedEvent, sharedQueue),
 		failures: make(chan SharedEvent, sharedQueue),
 		leases:   make(chan *upstream, len(t.upstreams)),
-		errors:   t.metrics.GetOrCreateCounter("failover_shared_errors_total"),
-		dropped:  t.metrics.GetOrCreateCounter("failover_shared_dropped_total"),
+		errors:   t.metrics.GetOrCreateCounter(famSharedErrors.series()),
+		dropped:  t.metrics.GetOrCreateCounter(famSharedDropped.series()),
 
-		published: t.metrics.GetOrCreateCounter(`failover_shared_events_total{direction="out"}`),
-		received:  t.metrics.GetOrCreateCounter(`failover_shared_events_total{direction="in"}`),
-		adopted:   t.metrics.GetOrCreateCounter(`failover_shared_applied_total`),
+		published: t.metrics.GetOrCreateCounter(famSharedEvents.series("out")),
+		received:  t.metrics.GetOrCreateCounter(famSharedEvents.series("in")),
+		adopted:   t.metrics.GetOrCreateCounter(famSharedApplied.series()),
 	}
-	t.metrics.GetOrCreateGauge("failover_shared_up", func() float64 {
+	t.metrics.GetOrCreateGauge(famSharedUp.series(), func() float64 {
 		return boolMetric(f.started.Load() && !f.down.Load() && !f.stopped.Load())
 	})
 	for _, u := range t.upstreams {

@@ -47,14 +47,14 @@ func TestHealthJSONAndMetrics(t *testing.T) {
 	tr.WritePrometheus(&m)
 	out := m.String()
 	for _, want := range []string{
-		`failover_requests_total{upstream="a",outcome="failed"} 5`,
-		`failover_requests_total{upstream="b",outcome="success"} 6`,
+		`failover_attempts_total{upstream="a",outcome="failed"} 5`,
+		`failover_attempts_total{upstream="b",outcome="success"} 6`,
 		`failover_breaker_state{upstream="a"} 1`,
 		`failover_breaker_state{upstream="b"} 0`,
 		`failover_breaker_trips_total{upstream="a"} 1`,
 		`failover_failovers_total{from="a",to="b"} 5`,
 		`failover_skipped_total{upstream="a",reason="circuit_open"} 1`,
-		`failover_request_duration_seconds_count{upstream="b"} 6`,
+		`failover_attempt_duration_seconds_count{upstream="b"} 6`,
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("metrics lack %s", want)

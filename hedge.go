@@ -151,9 +151,9 @@ func newHedger(c HedgeConfig, s *metrics.Set) *hedger {
 	h := &hedger{
 		HedgeConfig: c,
 		deposit:     int64(c.Percent / 100 * hedgeUnit),
-		sent:        s.GetOrCreateCounter("failover_hedges_total"),
-		won:         s.GetOrCreateCounter("failover_hedge_wins_total"),
-		denied:      s.GetOrCreateCounter("failover_hedges_denied_total"),
+		sent:        s.GetOrCreateCounter(famHedges.series()),
+		won:         s.GetOrCreateCounter(famHedgeWins.series()),
+		denied:      s.GetOrCreateCounter(famHedgesDenied.series()),
 	}
 	h.tokens.Store(hedgeBurst * hedgeUnit)
 	return h

@@ -1,6 +1,8 @@
 package failover
 
 import (
+	"bytes"
+	"io"
 	"strings"
 	"sync"
 	"time"
@@ -8,15 +10,237 @@ import (
 	"github.com/VictoriaMetrics/metrics"
 )
 
-// latencyBuckets are the upper bounds, in seconds, of the request duration
+// latencyBuckets are the upper bounds, in seconds, of the attempt duration
 // histogram: from a fast cache hit to a long completion.
 var latencyBuckets = []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120}
+
+// A family is one metric family that the Transport registers: a row of
+// [families].
+type family struct {
+	name   string
+	typ    string   // Prometheus type: "counter", "gauge" or "histogram"
+	labels []string // label names, in the order series takes their values
+	help   string   // the # HELP text: one line, no backslash
+}
+
+// familyID names a row of [families].
+type familyID int
+
+// The metric families, in the order of the README's list.
+const (
+	famAttempts familyID = iota
+	famAttemptDuration
+	famSkipped
+	famBreakerState
+	famBreakerTrips
+	famHeldBack
+	famLastResort
+	famCooldown
+	famCooldowns
+	famFailovers
+	famProbes
+	famHeadroomRequests
+	famHeadroomTokens
+	famInFlight
+	famDegraded
+	famSuspect
+	famUnrouted
+	famHedges
+	famHedgeWins
+	famHedgesDenied
+	famSharedUp
+	famSharedErrors
+	famSharedDropped
+	famSharedEvents
+	famSharedApplied
+	numFamilies
+)
+
+// families is every metric family the Transport registers, and the only
+// list of them: registrations name their series through
+// [familyID.series], [Transport.WritePrometheus] writes each family's
+// # HELP and # TYPE lines from its row, and README.md's list of metrics is
+// made from it (TestREADMEMetrics fails until
+// "go test -run TestREADMEMetrics -update-readme" has rewritten it).
+// Adding a family is a const, a row and its registration.
+var families = [numFamilies]family{
+	famAttempts:         {"failover_attempts_total", "counter", []string{"upstream", "outcome"}, "Attempts sent to the upstream, by outcome (success, rejected, auth_failed, rate_limited, failed, canceled); a request makes one attempt or more."},
+	famAttemptDuration:  {"failover_attempt_duration_seconds", "histogram", []string{"upstream"}, "Time from the start of an attempt at the upstream to its response headers or its failure; canceled attempts are not observed."},
+	famSkipped:          {"failover_skipped_total", "counter", []string{"upstream", "reason"}, "Requests that did not try the upstream, by reason (rate_limited, model_not_served, circuit_open, probe_in_flight, probe_elsewhere)."},
+	famBreakerState:     {"failover_breaker_state", "gauge", []string{"upstream"}, "State of the upstream's circuit: 0 closed, 1 open, 2 half-open."},
+	famBreakerTrips:     {"failover_breaker_trips_total", "counter", []string{"upstream"}, "Times the upstream's circuit opened from closed."},
+	famHeldBack:         {"failover_timeouts_held_back_total", "counter", []string{"upstream"}, "Attempt timeouts not counted against the upstream's circuit: every upstream was timing out at once, or the round trip returned late."},
+	famLastResort:       {"failover_last_resort_total", "counter", []string{"upstream"}, "Requests sent to the upstream past its open circuit, every other upstream refusing them (LastResortConfig)."},
+	famCooldown:         {"failover_cooldown_seconds", "gauge", []string{"upstream"}, "Seconds left of the upstream's cooldown after a 429; 0 when it is not cooling down."},
+	famCooldowns:        {"failover_cooldowns_total", "counter", []string{"upstream", "reason"}, "Cooldowns of the upstream started, by reason (rate_limited, quota_exhausted)."},
+	famFailovers:        {"failover_failovers_total", "counter", []string{"from", "to"}, "Attempts that moved on from one upstream to another; a pair's series appears at its first."},
+	famProbes:           {"failover_probes_total", "counter", []string{"upstream", "outcome"}, "Active health probes of the upstream (ProbeConfig), by outcome."},
+	famHeadroomRequests: {"failover_headroom_requests", "gauge", []string{"upstream"}, "Requests the upstream last reported left in its rate limit; -1 when unknown."},
+	famHeadroomTokens:   {"failover_headroom_tokens", "gauge", []string{"upstream"}, "Tokens the upstream last reported left in its rate limit; -1 when unknown."},
+	famInFlight:         {"failover_in_flight", "gauge", []string{"upstream"}, "Attempts waiting on the upstream now."},
+	famDegraded:         {"failover_degraded", "gauge", []string{"upstream"}, "1 while the upstream is degraded (DegradedConfig), else 0."},
+	famSuspect:          {"failover_suspect", "gauge", []string{"upstream"}, "1 while the upstream is suspected of hanging (HangConfig), else 0."},
+	famUnrouted:         {"failover_unrouted_requests_total", "counter", nil, "Requests whose URL lies under no upstream's BaseURL."},
+	famHedges:           {"failover_hedges_total", "counter", nil, "Hedges sent (Config.Hedge)."},
+	famHedgeWins:        {"failover_hedge_wins_total", "counter", nil, "Hedges whose answer was the one returned (Config.Hedge)."},
+	famHedgesDenied:     {"failover_hedges_denied_total", "counter", nil, "Hedges not sent because the hedge budget was spent (Config.Hedge)."},
+	famSharedUp:         {"failover_shared_up", "gauge", nil, "1 while the shared state answers (Config.Shared), else 0."},
+	famSharedErrors:     {"failover_shared_errors_total", "counter", nil, "Calls to the shared state that failed (Config.Shared)."},
+	famSharedDropped:    {"failover_shared_dropped_total", "counter", nil, "Events not published because the queue to the shared state was full (Config.Shared)."},
+	famSharedEvents:     {"failover_shared_events_total", "counter", []string{"direction"}, "Events published to the fleet (direction out) and received from it (in) (Config.Shared)."},
+	famSharedApplied:    {"failover_shared_applied_total", "counter", nil, "Events of the fleet that changed this process's state (Config.Shared)."},
+}
+
+// series returns the name of the family's series with the given label
+// values, one per label of its row, in that order. It panics when their
+// number is not the row's: a registration that disagrees with the table.
+func (id familyID) series(values ...string) string {
+	f := &families[id]
+	if len(values) != len(f.labels) {
+		panic("failover: " + f.name + " has labels " + strings.Join(f.labels, ",") + ", given " + strings.Join(values, ","))
+	}
+	if len(values) == 0 {
+		return f.name
+	}
+	var b strings.Builder
+	b.WriteString(f.name)
+	for i, l := range f.labels {
+		if i == 0 {
+			b.WriteByte('{')
+		} else {
+			b.WriteByte(',')
+		}
+		b.WriteString(l)
+		b.WriteString(`="`)
+		b.WriteString(labelValue(values[i]))
+		b.WriteByte('"')
+	}
+	b.WriteByte('}')
+	return b.String()
+}
+
+// exposition is what [Transport.WritePrometheus] needs of [families],
+// made once: each family's # HELP and # TYPE lines, and the family of
+// each name a sample line or a comment of the Set may start with (a
+// histogram's name and its _bucket, _sum and _count).
+var exposition = func() (e struct {
+	meta   [numFamilies][]byte
+	byName map[string]familyID
+}) {
+	e.byName = map[string]familyID{}
+	for id, f := range families {
+		e.meta[id] = []byte("# HELP " + f.name + " " + f.help + "\n# TYPE " + f.name + " " + f.typ + "\n")
+		e.byName[f.name] = familyID(id)
+		if f.typ == "histogram" {
+			for _, s := range []string{"_bucket", "_sum", "_count"} {
+				e.byName[f.name+s] = familyID(id)
+			}
+		}
+	}
+	return e
+}()
+
+// WritePrometheus writes the Transport's metrics in the Prometheus text
+// format, for a /metrics handler:
+//
+//	mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, r *http.Request) {
+//		w.Header().Set("Content-Type", "text/plain; version=0.0.4")
+//		t.WritePrometheus(w)
+//	})
+//
+// Each family the Transport registered is written with its # HELP and
+// # TYPE lines, once it has a series (failover_failovers_total has none
+// before the first failover). Series of [Config.Metrics] that are not the
+// Transport's are written as the Set writes them.
+//
+// To expose the metrics in a prometheus/client_golang registry instead,
+// register a Collector whose Collect parses WritePrometheus's output with
+// github.com/prometheus/common/expfmt's TextParser and sends each metric
+// of each family as a prometheus.Metric; the integration module's
+// Example (PrometheusCollector) is one to copy, and
+// go.opentelemetry.io/contrib/bridges/prometheus carries such a
+// registry on to an OpenTelemetry MeterProvider.
+func (t *Transport) WritePrometheus(w io.Writer) {
+	var b bytes.Buffer
+	t.metrics.WritePrometheus(&b)
+	writeExposition(w, b.Bytes())
+}
+
+// writeExposition writes out, a Set's exposition, to w with the # HELP and
+// # TYPE lines of each of [families] before the family's first sample
+// line. The Set groups a family's series together; comment lines that
+// name one of families (the Set's own metadata, when
+// metrics.ExposeMetadata is on in the process) are dropped in favour of
+// these. It looks at each line once and at the map only when a line's
+// name is not the one before, and writes w once per family it adds lines
+// to, with the Set's lines between in one piece.
+func writeExposition(w io.Writer, out []byte) {
+	var written [numFamilies]bool
+	var prev []byte // the name of the last sample line
+	done := 0       // out[:done] is written
+	for at, next := 0, 0; at < len(out); at = next {
+		line := out[at:]
+		if n := bytes.IndexByte(line, '\n'); n >= 0 {
+			line = line[:n]
+		}
+		next = at + len(line) + 1
+		switch {
+		case len(line) > 0 && line[0] == '#':
+			if _, ours := exposition.byName[string(commentName(line))]; ours {
+				w.Write(out[done:at])
+				done = min(next, len(out))
+			}
+		case sameName(line, prev):
+		default:
+			prev = line[:metricNameEnd(line)]
+			if id, ours := exposition.byName[string(prev)]; ours && !written[id] {
+				written[id] = true
+				w.Write(out[done:at])
+				done = at
+				w.Write(exposition.meta[id])
+			}
+		}
+	}
+	w.Write(out[done:])
+}
+
+// commentName returns the metric name of a "# HELP name ..." or
+// "# TYPE name ..." line, or nil for another comment.
+func commentName(line []byte) []byte {
+	rest, ok := bytes.CutPrefix(line, []byte("# HELP "))
+	if !ok {
+		if rest, ok = bytes.CutPrefix(line, []byte("# TYPE ")); !ok {
+			return nil
+		}
+	}
+	if n := bytes.IndexByte(rest, ' '); n >= 0 {
+		rest = rest[:n]
+	}
+	return rest
+}
+
+// sameName reports whether the sample line starts with the metric name
+// name, as most lines start with the name of the line before.
+func sameName(line, name []byte) bool {
+	return len(name) > 0 && len(line) > len(name) && (line[len(name)] == '{' || line[len(name)] == ' ') && bytes.Equal(line[:len(name)], name)
+}
+
+// metricNameEnd returns the length of the metric name that line starts
+// with: up to its labels or its value.
+func metricNameEnd(line []byte) int {
+	for i, c := range line {
+		if c == '{' || c == ' ' {
+			return i
+		}
+	}
+	return len(line)
+}
 
 // upstreamMetrics are the metric handles of one upstream, resolved once in
 // New so that the request path only increments.
 type upstreamMetrics struct {
-	requests   [len(outcomeNames)]*metrics.Counter
-	duration   *metrics.PrometheusHistogram
+	attempts   [len(outcomeNames)]*metrics.Counter
+	duration   *metrics.PrometheusHistogram // attempt time to response headers
 	trips      *metrics.Counter
 	heldBack   *metrics.Counter            // attempt timeouts not counted: every upstream was timing out
 	lastResort *metrics.Counter            // requests sent past the circuit (LastResortConfig)
@@ -26,71 +250,40 @@ type upstreamMetrics struct {
 	probes     [len(outcomeNames)]*metrics.Counter
 }
 
-// initMetrics registers the Transport's metrics:
-//
-//	failover_requests_total{upstream,outcome}       attempts by outcome
-//	failover_request_duration_seconds{upstream}     time to response headers
-//	failover_skipped_total{upstream,reason}         requests that skipped it, by Reason ("rate_limited", "circuit_open", "probe_in_flight", ...)
-//	failover_breaker_state{upstream}                0 closed, 1 open, 2 half-open
-//	failover_breaker_trips_total{upstream}          closed-to-open transitions
-//	failover_timeouts_held_back_total{upstream}     attempt timeouts not counted: every upstream was timing out at once
-//	failover_last_resort_total{upstream}            requests sent past an open circuit, every other being refused (LastResortConfig)
-//	failover_cooldown_seconds{upstream}             cooldown left
-//	failover_cooldowns_total{upstream,reason}       cooldowns started
-//	failover_failovers_total{from,to}               attempts that moved on (a pair appears at its first)
-//	failover_probes_total{upstream,outcome}         active probes (ProbeConfig)
-//	failover_headroom_requests{upstream}            remaining requests the provider last reported (-1: unknown)
-//	failover_headroom_tokens{upstream}              remaining tokens the provider last reported (-1: unknown)
-//	failover_in_flight{upstream}                    attempts waiting on it
-//	failover_degraded{upstream}                     1 when degraded (DegradedConfig)
-//	failover_suspect{upstream}                      1 when suspected of hanging (HangConfig)
-//	failover_unrouted_requests_total                requests addressed to no upstream
-//
-// With Config.Hedge:
-//
-//	failover_hedges_total                           hedges sent
-//	failover_hedge_wins_total                       hedges whose answer was returned
-//	failover_hedges_denied_total                    hedges the budget refused
-//
-// With Config.Shared:
-//
-//	failover_shared_up                              1 while the shared state answers
-//	failover_shared_errors_total                    failed calls to the shared state
-//	failover_shared_dropped_total                   events dropped: the queue to it was full
-//	failover_shared_events_total{direction}         events published ("out") and received ("in")
-//	failover_shared_applied_total                   fleet events that changed this process's state
+// initMetrics registers the Transport's metrics of every upstream, and
+// failover_unrouted_requests_total; [families] says what each is. Those of
+// Config.Hedge and Config.Shared are registered by newHedger and newFleet,
+// and failover_failovers_total's by countFailover.
 func (t *Transport) initMetrics() {
 	s := t.metrics
-	t.unrouted = s.GetOrCreateCounter("failover_unrouted_requests_total")
+	t.unrouted = s.GetOrCreateCounter(famUnrouted.series())
 	for _, u := range t.upstreams {
-		l := `upstream="` + labelValue(u.name) + `"`
-		for o := range u.m.requests {
-			u.m.requests[o] = s.GetOrCreateCounter(`failover_requests_total{` + l + `,outcome="` + Outcome(o).String() + `"}`)
+		for o := range u.m.attempts {
+			u.m.attempts[o] = s.GetOrCreateCounter(famAttempts.series(u.name, Outcome(o).String()))
 		}
 		for o := range u.m.probes {
-			u.m.probes[o] = s.GetOrCreateCounter(`failover_probes_total{` + l + `,outcome="` + Outcome(o).String() + `"}`)
+			u.m.probes[o] = s.GetOrCreateCounter(famProbes.series(u.name, Outcome(o).String()))
 		}
-		u.m.duration = s.GetOrCreatePrometheusHistogramExt(`failover_request_duration_seconds{`+l+`}`, latencyBuckets)
-		u.m.trips = s.GetOrCreateCounter(`failover_breaker_trips_total{` + l + `}`)
-		u.m.heldBack = s.GetOrCreateCounter(`failover_timeouts_held_back_total{` + l + `}`)
-		u.m.lastResort = s.GetOrCreateCounter(`failover_last_resort_total{` + l + `}`)
+		u.m.duration = s.GetOrCreatePrometheusHistogramExt(famAttemptDuration.series(u.name), latencyBuckets)
+		u.m.trips = s.GetOrCreateCounter(famBreakerTrips.series(u.name))
+		u.m.heldBack = s.GetOrCreateCounter(famHeldBack.series(u.name))
+		u.m.lastResort = s.GetOrCreateCounter(famLastResort.series(u.name))
 		u.m.skipped = map[Reason]*metrics.Counter{}
 		for _, r := range skipReasons {
-			u.m.skipped[r] = s.GetOrCreateCounter(`failover_skipped_total{` + l + `,reason="` + string(r) + `"}`)
+			u.m.skipped[r] = s.GetOrCreateCounter(famSkipped.series(u.name, string(r)))
 		}
 		u.m.cooldowns = map[CooldownReason]*metrics.Counter{}
 		for _, r := range []CooldownReason{CooldownRateLimited, CooldownQuotaExhausted} {
-			u.m.cooldowns[r] = s.GetOrCreateCounter(`failover_cooldowns_total{` + l + `,reason="` + string(r) + `"}`)
+			u.m.cooldowns[r] = s.GetOrCreateCounter(famCooldowns.series(u.name, string(r)))
 		}
-		s.GetOrCreateGauge(`failover_breaker_state{`+l+`}`, func() float64 { return float64(u.circuit.Status(time.Now())) })
+		s.GetOrCreateGauge(famBreakerState.series(u.name), func() float64 { return float64(u.circuit.Status(time.Now())) })
 		cd := &u.cd
-		s.GetOrCreateGauge(`failover_cooldown_seconds{`+l+`}`, func() float64 { return cd.remaining(time.Now()).Seconds() })
-		s.GetOrCreateGauge(`failover_headroom_requests{`+l+`}`, func() float64 { return headroomMetric(u, false) })
-		s.GetOrCreateGauge(`failover_headroom_tokens{`+l+`}`, func() float64 { return headroomMetric(u, true) })
-		s.GetOrCreateGauge(`failover_in_flight{`+l+`}`, func() float64 { return float64(u.live.inflight.Load()) })
-		s.GetOrCreateGauge(`failover_degraded{`+l+`}`, func() float64 { return boolMetric(t.isDegraded(u, time.Now())) })
-		s.GetOrCreateGauge(`failover_suspect{`+l+`}`, func() float64 { return boolMetric(t.suspect(u, time.Now())) })
-
+		s.GetOrCreateGauge(famCooldown.series(u.name), func() float64 { return cd.remaining(time.Now()).Seconds() })
+		s.GetOrCreateGauge(famHeadroomRequests.series(u.name), func() float64 { return headroomMetric(u, false) })
+		s.GetOrCreateGauge(famHeadroomTokens.series(u.name), func() float64 { return headroomMetric(u, true) })
+		s.GetOrCreateGauge(famInFlight.series(u.name), func() float64 { return float64(u.live.inflight.Load()) })
+		s.GetOrCreateGauge(famDegraded.series(u.name), func() float64 { return boolMetric(t.isDegraded(u, time.Now())) })
+		s.GetOrCreateGauge(famSuspect.series(u.name), func() float64 { return boolMetric(t.suspect(u, time.Now())) })
 	}
 }
 
@@ -102,7 +295,7 @@ func (t *Transport) countFailover(from, to *upstream) {
 		c.(*metrics.Counter).Inc()
 		return
 	}
-	c := t.metrics.GetOrCreateCounter(`failover_failovers_total{from="` + labelValue(from.name) + `",to="` + labelValue(to.name) + `"}`)
+	c := t.metrics.GetOrCreateCounter(famFailovers.series(from.name, to.name))
 	from.m.failovers.Store(to, c)
 	c.Inc()
 }

@@ -58,7 +58,6 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"sync/atomic"
@@ -517,10 +516,6 @@ func (t *Transport) Reset(name string) error {
 	}
 	return fmt.Errorf("failover: no upstream named %q", name)
 }
-
-// WritePrometheus writes the Transport's metrics in Prometheus text format,
-// for a /metrics handler.
-func (t *Transport) WritePrometheus(w io.Writer) { t.metrics.WritePrometheus(w) }
 
 // Close stops the probe loops and the fleet's goroutines and waits for them
 // to end, and closes the idle connections of the http.Transport that New

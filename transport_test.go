@@ -773,7 +773,7 @@ func TestSoak(t *testing.T) {
 	var metered uint64
 	sc := bufio.NewScanner(strings.NewReader(m.String()))
 	for sc.Scan() {
-		if line := sc.Text(); strings.HasPrefix(line, "failover_requests_total{") {
+		if line := sc.Text(); strings.HasPrefix(line, "failover_attempts_total{") {
 			n, _ := strconv.ParseUint(line[strings.LastIndexByte(line, ' ')+1:], 10, 64)
 			metered += n
 		}

@@ -6,10 +6,11 @@
 # to this checkout (or to the directory given as $1). After
 # go mod tidy and go build, it fails unless its build list holds none of the
 # nested modules' dependencies (gonum/plot, go-redis, go-openai,
-# anthropic-sdk-go, go-vcr) and openai-go is still v3.8.1. It prints the
-# size of the consumer's build list and go.sum; before the nested modules
-# (b8130f4), the same consumer had 72 modules and 70 go.sum lines, and
-# openai-go moved to v3.98.0.
+# anthropic-sdk-go, go-vcr, OpenTelemetry, the Prometheus client and its
+# parser) and openai-go is still v3.8.1. It prints the size of the
+# consumer's build list and go.sum; before the nested modules (b8130f4),
+# the same consumer had 72 modules and 70 go.sum lines, and openai-go
+# moved to v3.98.0.
 set -euo pipefail
 
 repo=$(cd "${1:-$(dirname "$0")/..}" && pwd)
@@ -58,7 +59,7 @@ modules=$(go list -m all)
 echo "consumer: $(echo "$modules" | wc -l) modules in go list -m all, $(wc -l <go.sum) lines in go.sum"
 
 failed=0
-for m in gonum.org/v1/plot github.com/redis/go-redis github.com/sashabaranov/go-openai github.com/anthropics/anthropic-sdk-go gopkg.in/dnaeon/go-vcr; do
+for m in gonum.org/v1/plot github.com/redis/go-redis github.com/sashabaranov/go-openai github.com/anthropics/anthropic-sdk-go gopkg.in/dnaeon/go-vcr go.opentelemetry.io/ github.com/prometheus/; do
   if found=$(echo "$modules" | grep -F "$m"); then
     echo "consumer: the build list has $found, which only a nested module needs"
     failed=1
@@ -73,4 +74,4 @@ if [ "$failed" -ne 0 ]; then
   echo "consumer: FAIL: a user of the root package gets what only the nested modules need"
   exit 1
 fi
-echo "consumer: ok (openai-go still $openai; no plot, go-redis, go-openai, anthropic-sdk-go or go-vcr)"
+echo "consumer: ok (openai-go still $openai; no plot, go-redis, go-openai, anthropic-sdk-go, go-vcr, OpenTelemetry or prometheus)"

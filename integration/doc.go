@@ -1,6 +1,8 @@
 // Package integration holds no code: its tests and Examples put a
 // failover.Transport under the real SDKs (openai-go, anthropic-sdk-go,
-// go-openai), otelhttp and a go-vcr recorder, as users do.
+// go-openai), otelhttp and a go-vcr recorder, as users do, and read its
+// metrics with Prometheus's own parser and linter (prometheus/common's
+// expfmt, client_golang's promlint) and through a client_golang registry.
 //
 // The Examples are the place to start: Example_openai and
 // Example_openaiRetries show openai-go's option.WithHTTPClient and why its
@@ -12,8 +14,9 @@
 // otelhttp's span through a failover.Trace.
 //
 // It is a module of its own (github.com/failover-go/failover/integration),
-// so that those SDKs and go-vcr are dependencies of these tests only, never
-// of a build that imports github.com/failover-go/failover. Its tests run
+// so that those SDKs, go-vcr and the Prometheus client are dependencies of
+// these tests only, never of a build that imports
+// github.com/failover-go/failover. Its tests run
 // from the repository's root, through the go.work there:
 //
 //	go test -race ./integration/...

@@ -1,0 +1,334 @@
+package integration_test
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"regexp"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+
+	"github.com/failover-go/failover"
+)
+
+// These tests read the Transport's exposition as a Prometheus server
+// does, with expfmt's TextParser, and lint it as promtool check metrics
+// does, with promlint: every family needs its # HELP and # TYPE, and its
+// name must follow Prometheus's conventions.
+
+// parseAndLint parses an exposition in the Prometheus text format and
+// lints it, failing t on any problem, and returns its families by name.
+func parseAndLint(t *testing.T, exposition []byte) map[string]*dto.MetricFamily {
+	t.Helper()
+	p := expfmt.NewTextParser(model.LegacyValidation)
+	mfs, err := p.TextToMetricFamilies(bytes.NewReader(exposition))
+	if err != nil {
+		t.Fatalf("expfmt: %v\n%s", err, exposition)
+	}
+	var all []*dto.MetricFamily
+	for _, mf := range mfs {
+		all = append(all, mf)
+		if mf.GetHelp() == "" || mf.GetType() == dto.MetricType_UNTYPED {
+			t.Errorf("%s: help %q, type %s", mf.GetName(), mf.GetHelp(), mf.GetType())
+		}
+	}
+	problems, err := promlint.NewWithMetricFamilies(all).Lint()
+	if err != nil {
+		t.Fatalf("promlint: %v", err)
+	}
+	for _, p := range problems {
+		t.Errorf("promlint: %s: %s", p.Metric, p.Text)
+	}
+	return mfs
+}
+
+// readmeFamily is a row of README.md's list of metrics.
+type readmeFamily struct {
+	name, typ string
+	labels    []string
+}
+
+// readmeFamilies returns README.md's list of metrics, which the root
+// package's TestREADMEMetrics keeps equal to the families the Transport
+// registers.
+func readmeFamilies(t *testing.T) []readmeFamily {
+	t.Helper()
+	readme, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	row := regexp.MustCompile("(?m)^\\| `(failover_\\w+)(?:\\{([\\w,]*)\\})?` \\| (\\w+) \\|")
+	var out []readmeFamily
+	for _, m := range row.FindAllSubmatch(readme, -1) {
+		f := readmeFamily{name: string(m[1]), typ: string(m[3])}
+		if len(m[2]) > 0 {
+			f.labels = strings.Split(string(m[2]), ",")
+		}
+		out = append(out, f)
+	}
+	if len(out) < 20 {
+		t.Fatalf("README.md lists %d metrics; its list is gone or its format changed", len(out))
+	}
+	return out
+}
+
+// localShared is a Shared for one process: it tells each event it is
+// published to its subscribers, stores nothing and grants every probe
+// lease.
+type localShared struct {
+	mu   sync.Mutex
+	subs map[int]func(failover.SharedEvent)
+	next int
+}
+
+func (s *localShared) Publish(ctx context.Context, e failover.SharedEvent) error {
+	s.mu.Lock()
+	subs := make([]func(failover.SharedEvent), 0, len(s.subs))
+	for _, d := range s.subs {
+		subs = append(subs, d)
+	}
+	s.mu.Unlock()
+	for _, deliver := range subs {
+		deliver(e)
+	}
+	return nil
+}
+
+func (s *localShared) Load(ctx context.Context, upstreams []string) ([]failover.SharedEvent, error) {
+	return nil, nil
+}
+
+func (s *localShared) Subscribe(ctx context.Context, deliver func(failover.SharedEvent)) error {
+	s.mu.Lock()
+	if s.subs == nil {
+		s.subs = map[int]func(failover.SharedEvent){}
+	}
+	id := s.next
+	s.next++
+	s.subs[id] = deliver
+	s.mu.Unlock()
+	<-ctx.Done()
+	s.mu.Lock()
+	delete(s.subs, id)
+	s.mu.Unlock()
+	return ctx.Err()
+}
+
+func (s *localShared) AcquireProbe(ctx context.Context, upstream, member string, ttl time.Duration) (bool, error) {
+	return true, nil
+}
+
+// scripted is an upstream whose answer to a chat request the test sets
+// as it goes (answer); it answers probes (GET /v1/models) with a 401,
+// which counts in failover_probes_total and leaves its circuit alone,
+// and closes probed at the first.
+type scripted struct {
+	*httptest.Server
+	answer atomic.Pointer[http.HandlerFunc]
+	probed chan struct{}
+	once   sync.Once
+}
+
+func newScripted(t *testing.T) *scripted {
+	t.Helper()
+	s := &scripted{probed: make(chan struct{})}
+	s.set(status(http.StatusOK))
+	s.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		if r.Method == http.MethodGet && r.URL.Path == "/v1/models" {
+			s.once.Do(func() { close(s.probed) })
+			w.WriteHeader(http.StatusUnauthorized)
+			return
+		}
+		(*s.answer.Load())(w, r)
+	}))
+	t.Cleanup(s.Close)
+	return s
+}
+
+func (s *scripted) set(h http.HandlerFunc) { s.answer.Store(&h) }
+
+// status answers code, with header pairs kv.
+func status(code int, kv ...string) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		for i := 0; i+1 < len(kv); i += 2 {
+			w.Header().Set(kv[i], kv[i+1])
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(code)
+		io.WriteString(w, `{"id":"chatcmpl-test","object":"chat.completion","choices":[]}`)
+	}
+}
+
+// hang answers nothing until the client gives up.
+func hang(w http.ResponseWriter, r *http.Request) { <-r.Context().Done() }
+
+// TestPrometheusExposition drives a Transport with Hedge, Probe and Shared
+// through a hedge, failovers, circuits that open, a cooldown, the last
+// resort and probes, then parses and lints its exposition: no problem,
+// and every family of README.md's list present with its type and labels.
+func TestPrometheusExposition(t *testing.T) {
+	a, b, c := newScripted(t), newScripted(t), newScripted(t)
+	tr, err := failover.New(failover.Config{
+		Upstreams: []failover.Upstream{
+			{Name: "a", BaseURL: a.URL + "/v1"},
+			{Name: "b", BaseURL: b.URL + "/v1"},
+			{Name: "c", BaseURL: c.URL + "/v1"},
+		},
+		Breaker: failover.BreakerConfig{FailureThreshold: 2, Cooldown: time.Hour},
+		Hedge:   &failover.HedgeConfig{Delay: 50 * time.Millisecond},
+		Probe:   failover.ProbeConfig{Interval: 100 * time.Millisecond},
+		Shared:  &localShared{},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tr.Close() })
+	client := &http.Client{Transport: tr}
+	ctx := testContext(t)
+	send := func() int {
+		t.Helper()
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, a.URL+"/v1/chat/completions", strings.NewReader(`{"model":"gpt-test","messages":[]}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			return 0
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	// until sends requests until the named upstream's circuit is open.
+	until := func(name string) {
+		t.Helper()
+		for range 20 {
+			send()
+			for _, h := range tr.Health() {
+				if h.Name == name && h.State == "open" {
+					return
+				}
+			}
+		}
+		t.Fatalf("%s's circuit did not open in 20 requests", name)
+	}
+
+	// a hangs: the hedge to b answers.
+	a.set(hang)
+	if code := send(); code != http.StatusOK {
+		t.Fatalf("hedged request: %d", code)
+	}
+	// a fails: the requests fail over to b until a's circuit opens.
+	a.set(status(http.StatusServiceUnavailable))
+	until("a")
+	// b rate-limits: it cools down, and the request fails over to c.
+	b.set(status(http.StatusTooManyRequests, "Retry-After", "60"))
+	send()
+	// c fails until its circuit opens: then every upstream refuses, and
+	// the last resort goes to a, the first to open.
+	c.set(status(http.StatusServiceUnavailable))
+	until("c")
+	a.set(status(http.StatusOK))
+	if code := send(); code != http.StatusOK {
+		t.Fatalf("last resort: %d", code)
+	}
+	for _, s := range []*scripted{a, b, c} {
+		select {
+		case <-s.probed:
+		case <-ctx.Done():
+			t.Fatal("an upstream was never probed")
+		}
+	}
+
+	var out bytes.Buffer
+	tr.WritePrometheus(&out)
+	mfs := parseAndLint(t, out.Bytes())
+	for _, f := range readmeFamilies(t) {
+		mf := mfs[f.name]
+		if mf == nil {
+			t.Errorf("%s: not in the exposition", f.name)
+			continue
+		}
+		if got := strings.ToLower(mf.GetType().String()); got != f.typ {
+			t.Errorf("%s: type %s, README.md says %s", f.name, got, f.typ)
+		}
+		for _, m := range mf.GetMetric() {
+			var labels []string
+			for _, l := range m.GetLabel() {
+				labels = append(labels, l.GetName())
+			}
+			if !slices.Equal(labels, f.labels) {
+				t.Errorf("%s: labels %v, README.md says %v", f.name, labels, f.labels)
+				break
+			}
+		}
+	}
+	// What the traffic above made happen, as the metrics count it.
+	for _, s := range []struct {
+		family string
+		labels map[string]string
+	}{
+		{"failover_hedges_total", nil},
+		{"failover_hedge_wins_total", nil},
+		{"failover_failovers_total", map[string]string{"from": "a", "to": "b"}},
+		{"failover_failovers_total", map[string]string{"from": "b", "to": "c"}},
+		{"failover_breaker_trips_total", map[string]string{"upstream": "a"}},
+		{"failover_breaker_trips_total", map[string]string{"upstream": "c"}},
+		{"failover_skipped_total", map[string]string{"upstream": "a", "reason": "circuit_open"}},
+		{"failover_skipped_total", map[string]string{"upstream": "b", "reason": "rate_limited"}},
+		{"failover_cooldowns_total", map[string]string{"upstream": "b", "reason": "rate_limited"}},
+		{"failover_cooldown_seconds", map[string]string{"upstream": "b"}},
+		{"failover_last_resort_total", map[string]string{"upstream": "a"}},
+		{"failover_probes_total", map[string]string{"upstream": "c", "outcome": "auth_failed"}},
+		{"failover_attempts_total", map[string]string{"upstream": "a", "outcome": "failed"}},
+		{"failover_attempt_duration_seconds", map[string]string{"upstream": "b"}},
+		{"failover_shared_events_total", map[string]string{"direction": "out"}},
+	} {
+		if v := value(mfs[s.family], s.labels); v <= 0 {
+			t.Errorf("%s%v = %v, want more than 0", s.family, s.labels, v)
+		}
+	}
+}
+
+// value returns the value of the series of mf with labels (a histogram's
+// count); -1 when there is none.
+func value(mf *dto.MetricFamily, labels map[string]string) float64 {
+	for _, m := range mf.GetMetric() {
+		got := map[string]string{}
+		for _, l := range m.GetLabel() {
+			got[l.GetName()] = l.GetValue()
+		}
+		if len(got) != len(labels) {
+			continue
+		}
+		match := true
+		for k, v := range labels {
+			match = match && got[k] == v
+		}
+		if !match {
+			continue
+		}
+		switch {
+		case m.Counter != nil:
+			return m.Counter.GetValue()
+		case m.Gauge != nil:
+			return m.Gauge.GetValue()
+		case m.Histogram != nil:
+			return float64(m.Histogram.GetSampleCount())
+		}
+	}
+	return -1
+}
