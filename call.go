@@ -2,11 +2,13 @@ package failover
 
 import (
 	"context"
+	"io"
 	"log/slog"
 	"net/http"
 	"strconv"
 	"time"
 
+	"github.com/VictoriaMetrics/metrics"
 	"github.com/hashicorp/go-retryablehttp"
 
 	"github.com/failover-go/failover/internal/circuit"
@@ -132,18 +134,47 @@ func (c *call) run() (*http.Response, error) {
 
 // ended is RoundTrip's last step: it tells the request's outcome to the
 // metrics and the Trace.
+//
+// A streamed answer's body is wrapped to measure its time to first byte.
 func (c *call) ended(resp *http.Response, err error) {
 	o := c.outcome(resp, err)
+	var took time.Duration
+	if !c.start.IsZero() {
+		took = time.Since(c.start)
+	}
+	var u *upstream
+	if resp != nil && o != reqCanceled {
+		u = c.answer.u
+	}
+	c.t.reqs.count(u, o, took)
+	if u != nil && resp.Body != nil && resp.Body != http.NoBody && isEventStream(resp.Header.Get("Content-Type")) {
+		resp.Body = &firstByteBody{ReadCloser: resp.Body, start: c.start, hist: u.m.firstByte}
+	}
 	if c.trace != nil && c.trace.Done != nil {
-		d := TraceDone{Outcome: o, Attempts: int(c.sent), Err: err}
-		if !c.start.IsZero() {
-			d.Duration = time.Since(c.start)
-		}
+		d := TraceDone{Outcome: requestOutcomes[o], Attempts: int(c.sent), Err: err, Duration: took}
 		if resp != nil {
 			d.Upstream, d.Attempt, d.StatusCode = c.answer.u.name, int(c.answer.n), resp.StatusCode
 		}
 		c.trace.Done(d)
 	}
+}
+
+// firstByteBody is a streamed answer's body, which observes the time from
+// the request's start to the first byte the caller reads.
+type firstByteBody struct {
+	io.ReadCloser
+	start time.Time
+	hist  *metrics.PrometheusHistogram
+	seen  bool
+}
+
+func (b *firstByteBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if n > 0 && !b.seen {
+		b.seen = true
+		b.hist.Update(time.Since(b.start).Seconds())
+	}
+	return n, err
 }
 
 // backoff is the wait before round+1: a held 429's or 503's Retry-After

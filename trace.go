@@ -148,9 +148,27 @@ const (
 	RequestUnrouted RequestOutcome = "unrouted"
 )
 
-// requestOutcomes are the outcomes failover_requests_total counts, indexed
-// by outcomeIndex.
-var requestOutcomes = [...]RequestOutcome{RequestAnswered, RequestFailedOver, RequestHedged, RequestFailed, RequestUnavailable, RequestCanceled}
+// requestOutcome indexes requestOutcomes: the outcomes of a routed
+// request, as outcome computes them and the metrics count them.
+type requestOutcome int
+
+const (
+	reqAnswered requestOutcome = iota
+	reqFailedOver
+	reqHedged
+	reqFailed // the last with an upstream's answer, possibly
+	reqUnavailable
+	reqCanceled
+)
+
+var requestOutcomes = [...]RequestOutcome{
+	reqAnswered:    RequestAnswered,
+	reqFailedOver:  RequestFailedOver,
+	reqHedged:      RequestHedged,
+	reqFailed:      RequestFailed,
+	reqUnavailable: RequestUnavailable,
+	reqCanceled:    RequestCanceled,
+}
 
 type traceKey struct{}
 
@@ -208,27 +226,27 @@ func (a *attempt) ref() attemptRef {
 
 // outcome is how the request ended for its caller, given what RoundTrip
 // returns: the one judgment behind Trace.Done and failover_requests_total.
-func (c *call) outcome(resp *http.Response, err error) RequestOutcome {
+func (c *call) outcome(resp *http.Response, err error) requestOutcome {
 	switch {
 	case resp != nil:
 		a := c.answer
 		switch {
 		case a.o == Canceled:
-			return RequestCanceled
+			return reqCanceled
 		case a.o != Success && a.o != Rejected:
-			return RequestFailed
+			return reqFailed
 		case a.hedge:
-			return RequestHedged
+			return reqHedged
 		case a.n > 1 || c.passed > 0:
-			return RequestFailedOver
+			return reqFailedOver
 		}
-		return RequestAnswered
+		return reqAnswered
 	case c.callerFault || c.ctx.Err() != nil:
-		return RequestCanceled
+		return reqCanceled
 	case c.sent == 0:
-		return RequestUnavailable
+		return reqUnavailable
 	}
-	return RequestFailed
+	return reqFailed
 }
 
 // traceAttempt describes a for the hooks.

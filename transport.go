@@ -324,6 +324,8 @@ type Transport struct {
 	// upstreams' own, scrubbed from every error message.
 	creds *credentials
 
+	reqs requestMetrics
+
 	unroutedPolicy UnroutedPolicy
 	unroutedHosts  unroutedHosts
 	unrouted       *metrics.Counter
