@@ -61,6 +61,7 @@ type call struct {
 	// How the request went, for its outcome (outcome) and its Trace.
 	trace       *Trace     // from the request's context; nil without one
 	start       time.Time  // when the first round began
+	lastEnd     time.Time  // when the last attempt the call took ended
 	roundNo     int32      // the current round, for the Trace
 	sent        int32      // attempts sent: the last one's number
 	passed      int32      // upstreams passed over (skip) for another reason than the model
@@ -139,16 +140,24 @@ func (c *call) run() (*http.Response, error) {
 func (c *call) ended(resp *http.Response, err error) {
 	o := c.outcome(resp, err)
 	var took time.Duration
-	if !c.start.IsZero() {
-		took = time.Since(c.start)
+	switch {
+	case c.start.IsZero():
+	case o == reqCanceled || o == reqUnavailable || c.lastEnd.IsZero():
+		took = time.Since(c.start) // the request may have ended in a wait
+	default:
+		took = c.lastEnd.Sub(c.start) // nothing comes after the last attempt's end but finishing
 	}
 	var u *upstream
 	if resp != nil && o != reqCanceled {
 		u = c.answer.u
 	}
 	c.t.reqs.count(u, o, took)
-	if u != nil && resp.Body != nil && resp.Body != http.NoBody && isEventStream(resp.Header.Get("Content-Type")) {
-		resp.Body = &firstByteBody{ReadCloser: resp.Body, start: c.start, hist: u.m.firstByte}
+	if u != nil {
+		// (A first look at the first byte spares isEventStream's work on
+		// the JSON answers most requests get.)
+		if ct := resp.Header["Content-Type"]; len(ct) > 0 && ct[0] != "" && ct[0][0]|0x20 == 't' && isEventStream(ct[0]) && resp.Body != nil && resp.Body != http.NoBody {
+			resp.Body = &firstByteBody{ReadCloser: resp.Body, start: c.start, hist: u.m.firstByte}
+		}
 	}
 	if c.trace != nil && c.trace.Done != nil {
 		d := TraceDone{Outcome: requestOutcomes[o], Attempts: int(c.sent), Err: err, Duration: took}
@@ -329,6 +338,7 @@ func (c *call) launch(ctx context.Context, a *attempt, u *upstream, mode launchM
 // request is over; otherwise it keeps the response or the error for later.
 func (c *call) settle(a *attempt) (*http.Response, error, bool) {
 	u, resp, err, now := a.u, a.resp, a.err, a.end
+	c.lastEnd = now
 	if c.trace != nil && c.trace.AttemptDone != nil {
 		c.traceDone(a)
 	}

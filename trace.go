@@ -3,6 +3,7 @@ package failover
 import (
 	"context"
 	"net/http"
+	"sync/atomic"
 	"time"
 )
 
@@ -22,7 +23,8 @@ import (
 // scrubbed as [Error] is.
 //
 // A request addressed to no upstream calls only Done, with
-// [RequestUnrouted]. A request without a Trace pays one context lookup.
+// [RequestUnrouted]. A request without a Trace pays one context lookup,
+// and none at all in a process that never called WithTrace.
 type Trace struct {
 	// Skipped is called for each upstream the request passed over
 	// without sending it anything, with the reason the admission
@@ -172,6 +174,10 @@ var requestOutcomes = [...]RequestOutcome{
 
 type traceKey struct{}
 
+// tracing is set by the first WithTrace of the process: until then no
+// context carries a Trace, and RoundTrip does not look for one.
+var tracing atomic.Bool
+
 // WithTrace returns a copy of ctx that carries t: a request made with it
 // calls t's hooks. When ctx already carries a Trace, both are called, t's
 // hooks first, as httptrace composes them.
@@ -182,7 +188,17 @@ func WithTrace(ctx context.Context, t *Trace) context.Context {
 	if old := ContextTrace(ctx); old != nil {
 		t = t.compose(old)
 	}
+	tracing.Store(true)
 	return context.WithValue(ctx, traceKey{}, t)
+}
+
+// requestTrace is ContextTrace for RoundTrip: nothing to look up until a
+// Trace exists.
+func requestTrace(ctx context.Context) *Trace {
+	if !tracing.Load() {
+		return nil
+	}
+	return ContextTrace(ctx)
 }
 
 // ContextTrace returns the Trace that ctx carries, or nil.

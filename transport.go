@@ -475,7 +475,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if r.addressed == nil {
 		return t.roundTripUnrouted(r)
 	}
-	c := &call{request: r, trace: ContextTrace(r.ctx)}
+	c := &call{request: r, trace: requestTrace(r.ctx)}
 	resp, err := c.run()
 	c.ended(resp, err)
 	return resp, err

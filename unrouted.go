@@ -183,7 +183,7 @@ func (t *Transport) roundTripUnrouted(r request) (*http.Response, error) {
 		}
 		err = &UnroutedError{URL: addr, Why: t.whyUnrouted(req.URL), BaseURLs: t.baseURLs()}
 	}
-	if tr := ContextTrace(r.ctx); tr != nil && tr.Done != nil {
+	if tr := requestTrace(r.ctx); tr != nil && tr.Done != nil {
 		d := TraceDone{Outcome: RequestUnrouted, Duration: time.Since(start)}
 		if resp != nil {
 			d.StatusCode = resp.StatusCode
