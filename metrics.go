@@ -159,7 +159,9 @@ var exposition = func() (e struct {
 // a const metric (prometheus.NewConstMetric, NewConstHistogram); the
 // registry then serves the Transport's families, help texts and types
 // included, beside its own. The repository's integration module has one to
-// copy, in its example_test.go (Example_clientGolang).
+// copy, in its example_test.go (Example_clientGolang). A program on
+// OpenTelemetry metrics gives a Reader of its MeterProvider the producer of
+// package github.com/failover-go/failover/otel.
 func (t *Transport) WritePrometheus(w io.Writer) {
 	var b bytes.Buffer
 	t.metrics.WritePrometheus(&b)

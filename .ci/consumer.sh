@@ -5,7 +5,7 @@
 # through a replace to this checkout (or to the directory given as $1). After
 # go mod tidy and go build, it fails unless its build list holds none of the
 # nested modules' dependencies (gonum/plot, go-redis, go-openai, go-vcr,
-# the Prometheus client and its parser) and
+# the Prometheus client and its parser, OpenTelemetry) and
 # openai-go is still v3.8.1. It prints the size of the consumer's build list
 # and go.sum; before the nested modules (b8130f4), the same consumer had 72
 # modules and 70 go.sum lines, and openai-go moved to v3.98.0.
@@ -57,7 +57,7 @@ modules=$(go list -m all)
 echo "consumer: $(echo "$modules" | wc -l) modules in go list -m all, $(wc -l <go.sum) lines in go.sum"
 
 failed=0
-for m in gonum.org/v1/plot github.com/redis/go-redis github.com/sashabaranov/go-openai gopkg.in/dnaeon/go-vcr github.com/prometheus/; do
+for m in gonum.org/v1/plot github.com/redis/go-redis github.com/sashabaranov/go-openai gopkg.in/dnaeon/go-vcr github.com/prometheus/ go.opentelemetry.io/; do
   if found=$(echo "$modules" | grep -F "$m"); then
     echo "consumer: the build list has $found, which only a nested module needs"
     failed=1
@@ -72,4 +72,4 @@ if [ "$failed" -ne 0 ]; then
   echo "consumer: FAIL: a user of the root package gets what only the nested modules need"
   exit 1
 fi
-echo "consumer: ok (openai-go still $openai; no plot, go-redis, go-openai, go-vcr or prometheus)"
+echo "consumer: ok (openai-go still $openai; no plot, go-redis, go-openai, go-vcr, prometheus or opentelemetry)"
