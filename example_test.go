@@ -131,7 +131,8 @@ func ExampleNewBreaker() {
 	// Output: closed
 }
 
-// The metrics are in Prometheus text format.
+// The metrics are in Prometheus text format, each family with its help
+// text and type.
 func ExampleTransport_WritePrometheus() {
 	t, err := failover.New(failover.Config{Upstreams: []failover.Upstream{{Name: "openai", BaseURL: "https://api.openai.com/v1"}}})
 	if err != nil {
@@ -141,11 +142,14 @@ func ExampleTransport_WritePrometheus() {
 	var b strings.Builder
 	t.WritePrometheus(&b)
 	for _, line := range strings.Split(b.String(), "\n") {
-		if strings.HasPrefix(line, "failover_breaker_state") {
+		if strings.Contains(line, "failover_breaker_state") {
 			fmt.Println(line)
 		}
 	}
-	// Output: failover_breaker_state{upstream="openai"} 0
+	// Output:
+	// # HELP failover_breaker_state State of the upstream's circuit: 0 closed, 1 open, 2 half-open.
+	// # TYPE failover_breaker_state gauge
+	// failover_breaker_state{upstream="openai"} 0
 }
 
 // RetryAfter reads every form providers use.

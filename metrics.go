@@ -159,13 +159,15 @@ var exposition = func() (e struct {
 // before the first failover). Series of [Config.Metrics] that are not the
 // Transport's are written as the Set writes them.
 //
-// To expose the metrics in a prometheus/client_golang registry instead,
-// register a Collector whose Collect parses WritePrometheus's output with
-// github.com/prometheus/common/expfmt's TextParser and sends each metric
-// of each family as a prometheus.Metric; the integration module's
-// Example (PrometheusCollector) is one to copy, and
-// go.opentelemetry.io/contrib/bridges/prometheus carries such a
-// registry on to an OpenTelemetry MeterProvider.
+// A program whose /metrics is a prometheus/client_golang registry instead
+// registers a prometheus.Collector whose Collect parses this output with
+// github.com/prometheus/common/expfmt's TextParser and sends each series as
+// a const metric (prometheus.NewConstMetric, NewConstHistogram); the
+// registry then serves the Transport's families, help texts and types
+// included, beside its own. The repository's integration module has one to
+// copy, in its example_test.go (Example_clientGolang). A program on
+// OpenTelemetry metrics gives a Reader of its MeterProvider the producer of
+// package github.com/failover-go/failover/otel.
 func (t *Transport) WritePrometheus(w io.Writer) {
 	var b bytes.Buffer
 	t.metrics.WritePrometheus(&b)

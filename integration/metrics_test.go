@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
@@ -175,11 +177,11 @@ func status(code int, kv ...string) http.HandlerFunc {
 // hang answers nothing until the client gives up.
 func hang(w http.ResponseWriter, r *http.Request) { <-r.Context().Done() }
 
-// TestPrometheusExposition drives a Transport with Hedge, Probe and Shared
+// driven returns a Transport with Hedge, Probe and Shared that has been
 // through a hedge, failovers, circuits that open, a cooldown, the last
-// resort and probes, then parses and lints its exposition: no problem,
-// and every family of README.md's list present with its type and labels.
-func TestPrometheusExposition(t *testing.T) {
+// resort and probes.
+func driven(t *testing.T) *failover.Transport {
+	t.Helper()
 	a, b, c := newScripted(t), newScripted(t), newScripted(t)
 	tr, err := failover.New(failover.Config{
 		Upstreams: []failover.Upstream{
@@ -253,6 +255,14 @@ func TestPrometheusExposition(t *testing.T) {
 		}
 	}
 
+	return tr
+}
+
+// TestPrometheusExposition parses and lints the exposition of a driven
+// Transport: no problem, every family of README.md's list present with its
+// type and labels, and the traffic counted.
+func TestPrometheusExposition(t *testing.T) {
+	tr := driven(t)
 	var out bytes.Buffer
 	tr.WritePrometheus(&out)
 	mfs := parseAndLint(t, out.Bytes())
@@ -331,4 +341,59 @@ func value(mf *dto.MetricFamily, labels map[string]string) float64 {
 		}
 	}
 	return -1
+}
+
+// TestClientGolangCollector registers the Example's transportCollector of
+// a driven Transport in a pedantic client_golang registry, beside a
+// program's own counter: the registry gathers every family and series of
+// the exposition, with the same counts, and lints clean.
+func TestClientGolangCollector(t *testing.T) {
+	tr := driven(t)
+	tr.Close() // no probe nor fleet call moves a counter between the two reads
+	reg := prometheus.NewPedanticRegistry()
+	own := prometheus.NewCounter(prometheus.CounterOpts{Name: "app_jobs_total", Help: "Jobs done."})
+	reg.MustRegister(transportCollector{tr}, own)
+	problems, err := testutil.GatherAndLint(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range problems {
+		t.Errorf("promlint: %s: %s", p.Metric, p.Text)
+	}
+	gathered, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	tr.WritePrometheus(&out)
+	want := parseAndLint(t, out.Bytes())
+	if len(gathered) != len(want)+1 {
+		t.Errorf("the registry gathered %d families, want the exposition's %d and app_jobs_total", len(gathered), len(want))
+	}
+	for _, mf := range gathered {
+		w := want[mf.GetName()]
+		if mf.GetName() == "app_jobs_total" {
+			continue
+		}
+		if w == nil || mf.GetHelp() != w.GetHelp() || mf.GetType() != w.GetType() || len(mf.GetMetric()) != len(w.GetMetric()) {
+			t.Errorf("%s: %s %s, %d series; the exposition has %v", mf.GetName(), mf.GetType(), mf.GetHelp(), len(mf.GetMetric()), w)
+			continue
+		}
+		if mf.GetType() == dto.MetricType_GAUGE {
+			continue // a cooldown left moves between the two reads
+		}
+		for _, m := range mf.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			got := m.GetCounter().GetValue()
+			if h := m.GetHistogram(); h != nil {
+				got = float64(h.GetSampleCount())
+			}
+			if v := value(w, labels); got != v {
+				t.Errorf("%s%v = %v, the exposition says %v", mf.GetName(), labels, got, v)
+			}
+		}
+	}
 }

@@ -52,6 +52,11 @@ type options struct {
 	// the figures to mean much, with -json (the table has it); nil
 	// means none.
 	Warn io.Writer
+
+	// Scrape, when not nil, is called with the base URL of -listen's
+	// server ("http://127.0.0.1:PORT") when the drill is over, before
+	// the server stops: a test reads /metrics after all the traffic.
+	Scrape func(base string)
 }
 
 // realUpstream is a provider given with -upstream name=URL,KEY_ENV, its
@@ -369,11 +374,16 @@ func drill(ctx context.Context, o options, out io.Writer) error {
 
 	stopListen := func() {}
 	if o.Listen != "" {
-		stop, err := serveMetrics(o.Listen, runs[1:])
+		stop, addr, err := serveMetrics(o.Listen, runs[1:])
 		if err != nil {
 			return err
 		}
-		stopListen = stop
+		stopListen = func() {
+			if o.Scrape != nil {
+				o.Scrape("http://" + addr)
+			}
+			stop()
+		}
 	}
 	defer stopListen()
 
@@ -666,11 +676,11 @@ func requestBody(model string, stream bool) []byte {
 }
 
 // serveMetrics serves metricsMux(runs) on addr until the returned function
-// is called.
-func serveMetrics(addr string, runs []*run) (stop func(), err error) {
+// is called, and returns the address it listens on (addr's port may be 0).
+func serveMetrics(addr string, runs []*run) (stop func(), listening string, err error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
-		return nil, fmt.Errorf("-listen: %v", err)
+		return nil, "", fmt.Errorf("-listen: %v", err)
 	}
 	mux := metricsMux(runs)
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
@@ -686,7 +696,7 @@ func serveMetrics(addr string, runs []*run) (stop func(), err error) {
 			srv.Close()
 		}
 		<-served
-	}, nil
+	}, ln.Addr().String(), nil
 }
 
 // metricsMux serves /metrics (Prometheus text) and /health (Health() as

@@ -342,15 +342,26 @@ func TestMetricsMux(t *testing.T) {
 }
 
 // TestTablePlotListen checks that the table names every row and column of
-// the report, that -plot writes a PNG with a panel per failover run, and
-// that -listen's server ends with the drill.
+// the report, that -plot writes a PNG with a panel per failover run, that
+// -listen's /metrics of each run parses and lints clean after the drill's
+// traffic (what promtool check metrics would say), and that its server
+// ends with the drill.
 func TestTablePlotListen(t *testing.T) {
 	defer goleak.VerifyNone(t)
 	var out bytes.Buffer
 	png := filepath.Join(t.TempDir(), "drill.png")
-	o := options{Duration: time.Second, RPS: 50, Timescale: 0.02, Plot: png, Listen: "127.0.0.1:0", Router: "priority,score", Hedge: 700 * time.Millisecond}
+	var families map[string]bool
+	o := options{Duration: time.Second, RPS: 50, Timescale: 0.02, Plot: png, Listen: "127.0.0.1:0", Router: "priority,score", Hedge: 700 * time.Millisecond,
+		Scrape: func(base string) {
+			families = scrapeAndLint(t, base, "/metrics", "/metrics/priority", "/metrics/score", "/metrics/priority+hedge")
+		}}
 	if err := drill(context.Background(), o, &out); err != nil {
 		t.Fatalf("drill: %v", err)
+	}
+	for _, f := range []string{"failover_attempts_total", "failover_attempt_duration_seconds", "failover_failovers_total", "failover_breaker_trips_total", "failover_hedges_total"} {
+		if !families[f] {
+			t.Errorf("-listen's /metrics has no %s: %v", f, families)
+		}
 	}
 	for _, row := range []string{"detection", "false trips", "recovery", "throughput retention", "latency p99", "hedges sent / won / denied",
 		"primary", "backup1", "backup2", "503 burst", "healthy gap", "hang", "429 storm", "529 overload",
@@ -404,9 +415,17 @@ func TestFleet(t *testing.T) {
 		JSON:      true,
 		Status:    &status,
 		StatusTTY: true,
+		Listen:    "127.0.0.1:0",
+	}
+	var families map[string]bool
+	o.Scrape = func(base string) {
+		families = scrapeAndLint(t, base, "/metrics/fleet/0", "/metrics/fleet+shared", "/metrics/fleet+shared/4")
 	}
 	if err := drill(context.Background(), o, &out); err != nil {
 		t.Fatalf("drill: %v", err)
+	}
+	if !families["failover_shared_up"] || !families["failover_shared_events_total"] {
+		t.Errorf("-listen's /metrics of the sharing fleet has no failover_shared_ families: %v", families)
 	}
 	var rep report
 	if err := json.Unmarshal(out.Bytes(), &rep); err != nil {
