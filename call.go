@@ -162,7 +162,10 @@ func (c *call) ended(resp *http.Response, err error) {
 	if c.trace != nil && c.trace.Done != nil {
 		d := TraceDone{Outcome: requestOutcomes[o], Attempts: int(c.sent), Err: err, Duration: took}
 		if resp != nil {
-			d.Upstream, d.Attempt, d.StatusCode = c.answer.u.name, int(c.answer.n), resp.StatusCode
+			d.StatusCode = resp.StatusCode
+			if a := c.answer; a.u != nil {
+				d.Upstream, d.Attempt = a.u.name, int(a.n)
+			}
 		}
 		c.trace.Done(d)
 	}
