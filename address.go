@@ -109,6 +109,22 @@ func (t *Transport) route(u *url.URL) (up *upstream, rest, rawRest string) {
 	return up, u.Path[len(up.path):], raw[len(up.rawPath):]
 }
 
+// address is route for a request the caller sent (not a redirect hop),
+// with Config.Unrouted's fallback: under UnroutedFirst, a URL that route
+// matches to no upstream is addressed to the first when its path lies
+// under that upstream's base path.
+func (t *Transport) address(u *url.URL) (up *upstream, rest, rawRest string) {
+	up, rest, rawRest = t.route(u)
+	if up != nil || t.unroutedPolicy != UnroutedFirst || u.Opaque != "" || u.Host == "" || hasDotSegment(u.Path) {
+		return up, rest, rawRest
+	}
+	first, raw := t.upstreams[0], u.EscapedPath()
+	if !underBase(u.Path, first.path) || !underBase(raw, first.rawPath) {
+		return nil, "", ""
+	}
+	return first, u.Path[len(first.path):], raw[len(first.rawPath):]
+}
+
 // underBase reports whether path is base or lies under it.
 func underBase(path, base string) bool {
 	return strings.HasPrefix(path, base) && (len(path) == len(base) || path[len(base)] == '/')

@@ -19,6 +19,7 @@ import (
 // the attempt and its own copy of the request.
 type attempt struct {
 	u          *upstream
+	n          int // its number in the request, from 1
 	p          circuit.Permit
 	start      time.Time
 	hedge      bool // sent as a hedge, beside an attempt still in flight

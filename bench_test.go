@@ -9,6 +9,7 @@ import (
 	"os"
 	"runtime"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -270,6 +271,12 @@ func (cannedBase) RoundTrip(r *http.Request) (*http.Response, error) {
 // cannedWorker sends one request, built once per worker, through rt again
 // and again (a Transport never changes the caller's request).
 func cannedWorker(rt http.RoundTripper, url string) func() func() error {
+	return cannedWorkerTraced(rt, url, nil)
+}
+
+// cannedWorkerTraced is cannedWorker with trace attached to every request
+// (none when nil).
+func cannedWorkerTraced(rt http.RoundTripper, url string, trace *failover.Trace) func() func() error {
 	return func() func() error {
 		resp := &http.Response{
 			Status:     "200 OK",
@@ -279,7 +286,7 @@ func cannedWorker(rt http.RoundTripper, url string) func() func() error {
 			ProtoMinor: 1,
 			Header:     http.Header{"Content-Type": benchJSON},
 		}
-		req := newChatRequest(context.WithValue(context.Background(), cannedKey{}, resp), url)
+		req := newChatRequest(failover.WithTrace(context.WithValue(context.Background(), cannedKey{}, resp), trace), url)
 		return func() error {
 			r, err := rt.RoundTrip(req)
 			if err != nil {
@@ -335,6 +342,21 @@ func BenchmarkDecision(b *testing.B) {
 			})
 		})
 	}
+	// A request that carries a Trace with every hook set, each doing
+	// nothing: what the hooks cost (impl=failover is the same request
+	// without one).
+	b.Run("impl=failover_traced", func(b *testing.B) {
+		benchModes(b, func(b *testing.B) (func() func() error, func() error) {
+			var n atomic.Int64
+			trace := &failover.Trace{
+				Skipped:      func(failover.TraceSkip) { n.Add(1) },
+				AttemptStart: func(failover.TraceAttempt) { n.Add(1) },
+				AttemptDone:  func(failover.TraceAttemptDone) { n.Add(1) },
+				Done:         func(failover.TraceDone) { n.Add(1) },
+			}
+			return cannedWorkerTraced(newBenchTransport(b, decisionConfig(1)), url, trace), nil
+		})
+	})
 }
 
 // BenchmarkFailover is what failing over costs, against case=direct, the

@@ -2,11 +2,13 @@ package failover
 
 import (
 	"context"
+	"io"
 	"log/slog"
 	"net/http"
 	"strconv"
 	"time"
 
+	"github.com/VictoriaMetrics/metrics"
 	"github.com/hashicorp/go-retryablehttp"
 
 	"github.com/failover-go/failover/internal/circuit"
@@ -55,6 +57,17 @@ type call struct {
 	racing   bool           // the current round hedges: every attempt has its own context
 
 	secrets []string // the caller's credentials in every form, once an error needs them (redact)
+
+	// How the request went, for its outcome (outcome) and its Trace.
+	trace       *Trace     // from the request's context; nil without one
+	start       time.Time  // when the first round began
+	lastEnd     time.Time  // when the last attempt the call took ended
+	roundNo     int32      // the current round, for the Trace
+	sent        int32      // attempts sent: the last one's number
+	passed      int32      // upstreams passed over (skip) for another reason than the model
+	answer      attemptRef // the attempt whose answer RoundTrip returns
+	heldBy      attemptRef // the attempt whose answer is held
+	callerFault bool       // the request ended on the caller's own error
 }
 
 func (c *call) run() (*http.Response, error) {
@@ -70,7 +83,7 @@ func (c *call) run() (*http.Response, error) {
 	}
 	ctx := c.ctx
 	var waited time.Duration
-	for round := 0; ; {
+	for round := 0; ; c.roundNo++ {
 		c.attempts, c.fatal = 0, 0
 		errsBefore := len(c.errs)
 		if resp, err, done := c.round(ctx); done {
@@ -120,6 +133,59 @@ func (c *call) run() (*http.Response, error) {
 	}
 }
 
+// ended is RoundTrip's last step: it tells the request's outcome to the
+// metrics and the Trace.
+//
+// A streamed answer's body is wrapped to measure its time to first byte.
+func (c *call) ended(resp *http.Response, err error) {
+	o := c.outcome(resp, err)
+	var took time.Duration
+	switch {
+	case c.start.IsZero():
+	case o == reqCanceled || o == reqUnavailable || c.lastEnd.IsZero():
+		took = time.Since(c.start) // the request may have ended in a wait
+	default:
+		took = c.lastEnd.Sub(c.start) // nothing comes after the last attempt's end but finishing
+	}
+	var u *upstream
+	if resp != nil && o != reqCanceled {
+		u = c.answer.u
+	}
+	c.t.reqs.count(u, o, took)
+	if u != nil {
+		// (A first look at the first byte spares isEventStream's work on
+		// the JSON answers most requests get.)
+		if ct := resp.Header["Content-Type"]; len(ct) > 0 && ct[0] != "" && ct[0][0]|0x20 == 't' && isEventStream(ct[0]) && resp.Body != nil && resp.Body != http.NoBody {
+			resp.Body = &firstByteBody{ReadCloser: resp.Body, start: c.start, hist: u.m.firstByte}
+		}
+	}
+	if c.trace != nil && c.trace.Done != nil {
+		d := TraceDone{Outcome: requestOutcomes[o], Attempts: int(c.sent), Err: err, Duration: took}
+		if resp != nil {
+			d.Upstream, d.Attempt, d.StatusCode = c.answer.u.name, int(c.answer.n), resp.StatusCode
+		}
+		c.trace.Done(d)
+	}
+}
+
+// firstByteBody is a streamed answer's body, which observes the time from
+// the request's start to the first byte the caller reads.
+type firstByteBody struct {
+	io.ReadCloser
+	start time.Time
+	hist  *metrics.PrometheusHistogram
+	seen  bool
+}
+
+func (b *firstByteBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if n > 0 && !b.seen {
+		b.seen = true
+		b.hist.Update(time.Since(b.start).Seconds())
+	}
+	return n, err
+}
+
 // backoff is the wait before round+1: a held 429's or 503's Retry-After
 // (RetryAfter reads it, saturating; go-retryablehttp's DefaultBackoff
 // would multiply a huge value past int64), else DefaultBackoff's
@@ -138,6 +204,9 @@ func (c *call) backoff(round int, now time.Time) time.Duration {
 func (c *call) round(ctx context.Context) (*http.Response, error, bool) {
 	var buf [8]*upstream
 	now := time.Now()
+	if c.start.IsZero() {
+		c.start = now // the body's init before is the caller's time
+	}
 	order := c.t.order(buf[:0], c.model, now)
 	if c.t.hedge != nil && c.body.replayable && len(c.t.upstreams) > 1 {
 		return c.race(ctx, order)
@@ -257,6 +326,11 @@ func (c *call) launch(ctx context.Context, a *attempt, u *upstream, mode launchM
 		u.m.lastResort.Inc()
 	}
 	sent = true
+	c.sent++
+	a.n = int(c.sent)
+	if c.trace != nil && c.trace.AttemptStart != nil {
+		c.trace.AttemptStart(c.traceAttempt(a))
+	}
 	return ready
 }
 
@@ -264,22 +338,28 @@ func (c *call) launch(ctx context.Context, a *attempt, u *upstream, mode launchM
 // request is over; otherwise it keeps the response or the error for later.
 func (c *call) settle(a *attempt) (*http.Response, error, bool) {
 	u, resp, err, now := a.u, a.resp, a.err, a.end
+	c.lastEnd = now
+	if c.trace != nil && c.trace.AttemptDone != nil {
+		c.traceDone(a)
+	}
 	switch a.o {
 	case Success, Rejected:
+		c.discardHeld()
 		if err == nil {
 			if a.o == Success {
 				u.noteHeadroom(resp.Header, now, c.t.rate)
 			}
-			c.discardHeld()
+			c.answer = a.ref()
 			return resp, nil, true
 		}
 		// A request no upstream can send (an invalid header): the
 		// caller's own error, as it is.
-		c.discardHeld()
+		c.callerFault = true
 		return nil, err, true
 	case Canceled:
 		if a.callerFault {
 			c.discardHeld()
+			c.callerFault = true
 			return nil, err, true // the caller's own error, as it is
 		}
 		if cerr := c.ctx.Err(); cerr != nil {
@@ -292,6 +372,7 @@ func (c *call) settle(a *attempt) (*http.Response, error, bool) {
 		// A custom classifier said stop while the caller waits on.
 		if resp != nil {
 			c.discardHeld()
+			c.answer = a.ref()
 			return resp, nil, true
 		}
 		c.addErr(u, err)
@@ -307,7 +388,7 @@ func (c *call) settle(a *attempt) (*http.Response, error, bool) {
 	}
 	if resp != nil {
 		u.setLastError(statusText(resp.StatusCode), now)
-		c.hold(resp)
+		c.hold(resp, a)
 	} else {
 		if permanent(err) {
 			c.fatal++
@@ -349,10 +430,18 @@ func (r attemptRec) attemptError() *AttemptError {
 // skip records that u was not tried, and why.
 func (c *call) skip(u *upstream, a availability) {
 	u.m.skipped[a.reason].Inc()
+	if c.trace != nil && c.trace.Skipped != nil {
+		ts := TraceSkip{Upstream: u.name, Round: int(c.roundNo), Reason: a.reason}
+		if a.known {
+			ts.RetryAfter = a.wait
+		}
+		c.trace.Skipped(ts)
+	}
 	if a.reason == ReasonModelNotServed {
 		c.addErr(u, ErrModelNotServed)
 		return
 	}
+	c.passed++
 	c.record(attemptRec{u: u, cause: a.err(), retryAfter: a.wait})
 }
 
@@ -378,6 +467,7 @@ func (c *call) finish() (*http.Response, error) {
 	if c.held != nil {
 		resp := c.held
 		c.held = nil
+		c.answer = c.heldBy
 		return resp, nil
 	}
 	e := &Error{Attempts: make([]*AttemptError, len(c.errs))}
@@ -396,9 +486,9 @@ func (c *call) finishRound() (*http.Response, error, bool) {
 	return resp, err, true
 }
 
-func (c *call) hold(resp *http.Response) {
+func (c *call) hold(resp *http.Response, a *attempt) {
 	c.discardHeld()
-	c.held = resp
+	c.held, c.heldBy = resp, a.ref()
 }
 
 // bufferHeld reads the held answer's body into memory (at most maxDrain

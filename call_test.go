@@ -3,7 +3,9 @@ package failover
 import (
 	"context"
 	"errors"
+	"io"
 	"net/http"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -118,4 +120,99 @@ func TestRetryRounds(t *testing.T) {
 		}
 		resp.Body.Close()
 	})
+}
+
+// failover_requests_total counts requests as their callers saw them: whose
+// answer, and how the request went; failover_request_duration_seconds
+// times each, by the same outcome.
+func TestRequestsMetric(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := newFakeNet()
+		tr := newTestTransport(t, twoUpstreams(n, Config{Breaker: BreakerConfig{FailureThreshold: 100}, LastResort: LastResortConfig{Off: true}}))
+		send := func(ctx context.Context) {
+			t.Helper()
+			resp, err := tr.RoundTrip(httptestRequest("GET", "http://a.test/v1/models", "").WithContext(ctx))
+			if resp != nil {
+				readBody(t, resp)
+			} else if err == nil {
+				t.Fatal("no response and no error")
+			}
+		}
+		bg := context.Background()
+		n.status("a.test", 200, "a")
+		send(bg) // answered by a
+		n.handle("a.test", func(*http.Request) (*http.Response, error) {
+			time.Sleep(3 * time.Second)
+			return respond(503, "down"), nil
+		})
+		n.status("b.test", 200, "b")
+		send(bg) // failed over to b, after 3s
+		n.status("b.test", 503, "down too")
+		send(bg) // failed: the caller gets b's 503
+		n.status("a.test", 429, "slow", "Retry-After", "60")
+		n.status("b.test", 429, "slow", "Retry-After", "60")
+		send(bg) // failed: b's 429; both cool down
+		send(bg) // unavailable: nothing is sent
+		ctx, cancel := context.WithCancel(bg)
+		cancel()
+		send(ctx) // canceled
+
+		for series, want := range map[string]float64{
+			`failover_requests_total{upstream="a",outcome="answered"}`:     1,
+			`failover_requests_total{upstream="b",outcome="failed_over"}`:  1,
+			`failover_requests_total{upstream="b",outcome="failed"}`:       2,
+			`failover_requests_total{upstream="",outcome="unavailable"}`:   1,
+			`failover_requests_total{upstream="",outcome="canceled"}`:      1,
+			`failover_requests_total{upstream="",outcome="failed"}`:        0,
+			`failover_requests_total{upstream="a",outcome="failed_over"}`:  0,
+			`failover_request_duration_seconds_count{outcome="answered"}`:  1,
+			`failover_request_duration_seconds_sum{outcome="failed_over"}`: 3,
+			`failover_request_duration_seconds_count{outcome="failed"}`:    2,
+			`failover_request_duration_seconds_sum{outcome="failed"}`:      3,
+			`failover_attempts_total{upstream="a",outcome="failed"}`:       2,
+		} {
+			if got := metricValue(t, tr, series); got != want {
+				t.Errorf("%s = %v, want %v", series, got, want)
+			}
+		}
+	})
+}
+
+// failover_stream_first_byte_seconds times a stream from the request's
+// start to the first byte its caller reads.
+func TestStreamFirstByteMetric(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := newFakeNet()
+		n.handle("a.test", func(*http.Request) (*http.Response, error) {
+			time.Sleep(time.Second) // to headers
+			r := respond(200, "", "Content-Type", "text/event-stream")
+			r.Body = io.NopCloser(io.MultiReader(slowReader{2 * time.Second}, strings.NewReader("data: {}\n\ndata: [DONE]\n\n")))
+			return r, nil
+		})
+		tr := newTestTransport(t, twoUpstreams(n, Config{}))
+		resp, err := tr.RoundTrip(httptestRequest("POST", "http://a.test/v1/chat/completions", `{"stream":true}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := readBody(t, resp); !strings.HasSuffix(got, "[DONE]\n\n") {
+			t.Fatalf("body %q", got)
+		}
+		for series, want := range map[string]float64{
+			`failover_stream_first_byte_seconds_count{upstream="a"}`:    1,
+			`failover_stream_first_byte_seconds_sum{upstream="a"}`:      3,
+			`failover_request_duration_seconds_sum{outcome="answered"}`: 1,
+		} {
+			if got := metricValue(t, tr, series); got != want {
+				t.Errorf("%s = %v, want %v", series, got, want)
+			}
+		}
+	})
+}
+
+// slowReader waits d, then reports the end of its (empty) content.
+type slowReader struct{ d time.Duration }
+
+func (r slowReader) Read([]byte) (int, error) {
+	time.Sleep(r.d)
+	return 0, io.EOF
 }

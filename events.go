@@ -40,3 +40,12 @@ func (t *Transport) log(level slog.Level, msg string, u *upstream, attrs ...slog
 	attrs = append(attrs, slog.String("upstream", u.name))
 	t.logger.LogAttrs(context.Background(), level, "failover: "+msg, attrs...)
 }
+
+// logf writes one record about no upstream in particular, when a Logger is
+// set.
+func (t *Transport) logf(level slog.Level, msg string, attrs ...slog.Attr) {
+	if t.logger == nil || !t.logger.Enabled(context.Background(), level) {
+		return
+	}
+	t.logger.LogAttrs(context.Background(), level, "failover: "+msg, attrs...)
+}

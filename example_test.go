@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/failover-go/failover"
@@ -258,4 +259,231 @@ func ExampleHedgeConfig() {
 	// failover_hedge_wins_total 1
 	// failover_hedges_denied_total 0
 	// failover_hedges_total 1
+}
+
+// A pool of keys on one provider: several Upstreams with the same BaseURL
+// and a key each in Header. This works, and is the way to spread one
+// provider's traffic over several keys or accounts: a request addressed to
+// that BaseURL goes to the first key that may take it, and a key the
+// provider refuses sends the request on to the next key at once, as a
+// failing provider would.
+//
+// A 429 cools its key down for the Retry-After it names (30s here), so the
+// requests after it go straight to another key. A 401 or 403 (a revoked
+// key) opens no circuit and cools nothing down, since the key refused may
+// be a caller's own, which must not shut the upstream out for every
+// caller: the next key answers, but the revoked key is tried first again
+// on the next request, costing a round trip each time, and Config.Logger
+// logs "upstream rejected its credentials". Take such a key out of the
+// pool.
+func Example_keyPool() {
+	provider := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		key := strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ")
+		status := http.StatusOK
+		switch key {
+		case "sk-a": // out of requests for this minute
+			status = http.StatusTooManyRequests
+			w.Header().Set("Retry-After", "30")
+		case "sk-b": // revoked
+			status = http.StatusUnauthorized
+		}
+		fmt.Printf("  %s: %d\n", key, status)
+		w.WriteHeader(status)
+		if status == http.StatusOK {
+			io.WriteString(w, `{"choices":[{"message":{"content":"hello"}}]}`)
+		}
+	}))
+	defer provider.Close()
+
+	base := provider.URL + "/v1" // one provider: the same BaseURL for every key
+	t, err := failover.New(failover.Config{Upstreams: []failover.Upstream{
+		{Name: "key-a", BaseURL: base, Header: http.Header{"Authorization": {"Bearer sk-a"}}},
+		{Name: "key-b", BaseURL: base, Header: http.Header{"Authorization": {"Bearer sk-b"}}},
+		{Name: "key-c", BaseURL: base, Header: http.Header{"Authorization": {"Bearer sk-c"}}},
+	}})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer t.Close()
+	client := &http.Client{Transport: t}
+
+	for i := 1; i <= 2; i++ {
+		fmt.Printf("request %d\n", i)
+		resp, err := client.Post(base+"/chat/completions", "application/json", strings.NewReader(`{"model":"m"}`))
+		if err != nil {
+			log.Fatal(err)
+		}
+		resp.Body.Close()
+		fmt.Println("  answer:", resp.StatusCode)
+	}
+	for _, h := range t.Health() {
+		fmt.Printf("%s: available %v, rate limited %d, auth failed %d\n", h.Name, h.Available, h.Requests.RateLimited, h.Requests.AuthFailed)
+	}
+	// Output:
+	// request 1
+	//   sk-a: 429
+	//   sk-b: 401
+	//   sk-c: 200
+	//   answer: 200
+	// request 2
+	//   sk-b: 401
+	//   sk-c: 200
+	//   answer: 200
+	// key-a: available false, rate limited 1, auth failed 0
+	// key-b: available true, rate limited 0, auth failed 2
+	// key-c: available true, rate limited 0, auth failed 0
+}
+
+// Weighted spreads the requests over the upstreams in proportion to their
+// Weight, here three to one, by smooth weighted round robin: the order
+// repeats every four requests and never sends two in a row to the lighter
+// upstream. Without a Router, all eight would go to the first upstream.
+// Failover still applies to each request: an upstream that fails passes
+// its request on to the next.
+func ExampleWeighted() {
+	answer := func(name string) *httptest.Server {
+		return httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			io.WriteString(w, name)
+		}))
+	}
+	big, small := answer("big"), answer("small")
+	defer big.Close()
+	defer small.Close()
+
+	t, err := failover.New(failover.Config{
+		Router: &failover.Weighted{},
+		Upstreams: []failover.Upstream{
+			{Name: "big", BaseURL: big.URL, Weight: 3},
+			{Name: "small", BaseURL: small.URL, Weight: 1},
+		},
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer t.Close()
+	client := &http.Client{Transport: t}
+	var served []string
+	for range 8 {
+		resp, err := client.Get(big.URL + "/models")
+		if err != nil {
+			log.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		served = append(served, string(body))
+	}
+	fmt.Println(strings.Join(served, " "))
+	// Output: big big small big big big small big
+}
+
+// Models renames the request's model for each upstream, so that a request
+// for gpt-4o can fall back to another provider's model. Only the top-level
+// "model" changes; the rest of the body goes byte for byte. An upstream
+// whose map serves neither the model nor "*" is skipped: the Claude-only
+// upstream below never sees the request (its server would print it).
+func ExampleUpstream_models() {
+	server := func(name string, status int) *httptest.Server {
+		return httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			body, _ := io.ReadAll(r.Body)
+			fmt.Printf("%s got %s\n", name, body)
+			w.WriteHeader(status)
+		}))
+	}
+	openai := server("openai", http.StatusServiceUnavailable)
+	defer openai.Close()
+	claude := server("claude", http.StatusOK)
+	defer claude.Close()
+	gemini := server("gemini", http.StatusOK)
+	defer gemini.Close()
+
+	t, err := failover.New(failover.Config{Upstreams: []failover.Upstream{
+		{Name: "openai", BaseURL: openai.URL + "/v1"}, // no Models: every model as it is
+		{Name: "claude", BaseURL: claude.URL + "/v1", Models: map[string]string{"claude-sonnet-4-5": "claude-sonnet-4-5"}},
+		{Name: "gemini", BaseURL: gemini.URL + "/v1beta/openai", Models: map[string]string{"gpt-4o": "gemini-2.5-flash", "*": "*"}},
+	}})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer t.Close()
+	resp, err := (&http.Client{Transport: t}).Post(openai.URL+"/v1/chat/completions", "application/json",
+		strings.NewReader(`{"model": "gpt-4o", "messages": [{"role": "user", "content": "hi", "model": "not this one"}]}`))
+	if err != nil {
+		log.Fatal(err)
+	}
+	resp.Body.Close()
+	fmt.Println(resp.StatusCode, "from", resp.Request.URL.Path)
+	// Output:
+	// openai got {"model": "gpt-4o", "messages": [{"role": "user", "content": "hi", "model": "not this one"}]}
+	// gemini got {"model": "gemini-2.5-flash", "messages": [{"role": "user", "content": "hi", "model": "not this one"}]}
+	// 200 from /v1beta/openai/chat/completions
+}
+
+// Active probes find a provider that went down before a request does, and
+// one that came back before its circuit's Cooldown ends. Here the primary
+// is down from the start: its probes (GET {BaseURL}/models every 100ms)
+// open its circuit, so the first request goes straight to the backup
+// without waiting on the primary. Then the primary recovers: the next
+// probe that succeeds half-opens its circuit, an hour before the Cooldown
+// would have, and the next request probes it for real and closes it.
+func ExampleProbeConfig() {
+	var down atomic.Bool
+	down.Store(true)
+	primary := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if down.Load() {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			return
+		}
+		if r.URL.Path != "/v1/models" {
+			fmt.Println("primary got", r.Method, r.URL.Path)
+		}
+		io.WriteString(w, "primary")
+	}))
+	defer primary.Close()
+	backup := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, "backup")
+	}))
+	defer backup.Close()
+
+	t, err := failover.New(failover.Config{
+		Upstreams: []failover.Upstream{{Name: "primary", BaseURL: primary.URL + "/v1"}, {Name: "backup", BaseURL: backup.URL + "/v1"}},
+		Probe:     failover.ProbeConfig{Interval: 100 * time.Millisecond},
+		Breaker:   failover.BreakerConfig{FailureThreshold: 2, Cooldown: time.Hour},
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer t.Close() // stops the probes
+	client := &http.Client{Transport: t}
+	ask := func() {
+		resp, err := client.Post(primary.URL+"/v1/chat/completions", "application/json", strings.NewReader(`{"model":"m"}`))
+		if err != nil {
+			log.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		fmt.Println("answered by", string(body))
+	}
+	// waitFor polls Health until the primary's circuit is in state.
+	waitFor := func(state string) {
+		for deadline := time.Now().Add(time.Minute); t.Health()[0].State != state; time.Sleep(10 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				log.Fatalf("the primary's circuit is %s, not %s", t.Health()[0].State, state)
+			}
+		}
+		fmt.Println("primary:", state)
+	}
+
+	waitFor("open")
+	ask()
+	down.Store(false)
+	waitFor("half-open")
+	ask()
+	fmt.Println("primary:", t.Health()[0].State)
+	// Output:
+	// primary: open
+	// answered by backup
+	// primary: half-open
+	// primary got POST /v1/chat/completions
+	// answered by primary
+	// primary: closed
 }

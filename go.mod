@@ -1,6 +1,6 @@
 module github.com/failover-go/failover
 
-go 1.26.0
+go 1.25.0
 
 require (
 	github.com/VictoriaMetrics/metrics v1.45.0

@@ -474,6 +474,11 @@ type fuzzBase struct {
 // URLs that New accepts on their own (each is checked to be one that can be
 // an upstream), and returns them; nil when it accepts none.
 func fuzzTransport(t *testing.T, rt http.RoundTripper, raws ...string) (*Transport, []fuzzBase, []string) {
+	return fuzzTransportWith(t, rt, UnroutedPass, raws...)
+}
+
+// fuzzTransportWith is fuzzTransport with Config.Unrouted set to policy.
+func fuzzTransportWith(t *testing.T, rt http.RoundTripper, policy UnroutedPolicy, raws ...string) (*Transport, []fuzzBase, []string) {
 	var ups []Upstream
 	var accepted []string
 	for _, r := range raws {
@@ -490,7 +495,7 @@ func fuzzTransport(t *testing.T, rt http.RoundTripper, raws ...string) (*Transpo
 	if len(ups) == 0 {
 		return nil, nil, nil
 	}
-	tr, err := New(Config{Upstreams: ups, Base: rt})
+	tr, err := New(Config{Upstreams: ups, Base: rt, Unrouted: policy})
 	if err != nil {
 		t.Fatalf("New refused base URLs %q that it accepts one by one: %v", accepted, err)
 	}
@@ -573,6 +578,16 @@ func wantRoute(u *url.URL, bases []fuzzBase) int {
 		return -1
 	}
 	return best
+}
+
+// wantFirst is the upstream (0 or -1) that UnroutedFirst addresses u to,
+// u being addressed to none: the first, when u's path lies under its base
+// path.
+func wantFirst(u *url.URL, first fuzzBase) int {
+	if u.Opaque != "" || u.Host == "" || dotSegments(u.Path) || !pathUnder(u.Path, first.path) || !pathUnder(u.EscapedPath(), first.rawPath) {
+		return -1
+	}
+	return 0
 }
 
 // authority is host without the scheme's default port or an empty port.

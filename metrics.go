@@ -28,7 +28,10 @@ type familyID int
 
 // The metric families, in the order of the README's list.
 const (
-	famAttempts familyID = iota
+	famRequests familyID = iota
+	famRequestDuration
+	famFirstByte
+	famAttempts
 	famAttemptDuration
 	famSkipped
 	famBreakerState
@@ -64,6 +67,9 @@ const (
 // "go test -run TestREADMEMetrics -update-readme" has rewritten it).
 // Adding a family is a const, a row and its registration.
 var families = [numFamilies]family{
+	famRequests:         {"failover_requests_total", "counter", []string{"upstream", "outcome"}, "Requests as their callers saw them, by outcome (answered, failed_over, hedged, failed, unavailable, canceled) and the upstream whose answer the caller got (empty when the caller got an error)."},
+	famRequestDuration:  {"failover_request_duration_seconds", "histogram", []string{"outcome"}, "Time from a request's first attempt to the answer's headers or the error the caller got, failovers and waits included, by outcome."},
+	famFirstByte:        {"failover_stream_first_byte_seconds", "histogram", []string{"upstream"}, "Time from a streamed request's (text/event-stream) first attempt to the first byte of the answer's body that the caller read, by the upstream that answered."},
 	famAttempts:         {"failover_attempts_total", "counter", []string{"upstream", "outcome"}, "Attempts sent to the upstream, by outcome (success, rejected, auth_failed, rate_limited, failed, canceled); a request makes one attempt or more."},
 	famAttemptDuration:  {"failover_attempt_duration_seconds", "histogram", []string{"upstream"}, "Time from the start of an attempt at the upstream to its response headers or its failure; canceled attempts are not observed."},
 	famSkipped:          {"failover_skipped_total", "counter", []string{"upstream", "reason"}, "Requests that did not try the upstream, by reason (rate_limited, model_not_served, circuit_open, probe_in_flight, probe_elsewhere)."},
@@ -250,6 +256,30 @@ type upstreamMetrics struct {
 	cooldowns  map[CooldownReason]*metrics.Counter
 	failovers  sync.Map // *upstream failed over to → *metrics.Counter, made on first use
 	probes     [len(outcomeNames)]*metrics.Counter
+
+	// Requests this upstream answered, by the outcome of the request
+	// (answered, failed_over, hedged, failed), and its streams' time to
+	// first byte.
+	requests  [reqFailed + 1]*metrics.Counter
+	firstByte *metrics.PrometheusHistogram
+}
+
+// requestMetrics are the Transport's caller-level handles: requests the
+// caller got no upstream's answer for, and durations by outcome.
+type requestMetrics struct {
+	none     [len(requestOutcomes)]*metrics.Counter // by request outcome, upstream=""
+	duration [len(requestOutcomes)]*metrics.PrometheusHistogram
+}
+
+// count records a request's end: its outcome o, the upstream that
+// answered (nil when none) and how long it took.
+func (m *requestMetrics) count(u *upstream, o requestOutcome, d time.Duration) {
+	if u != nil && o <= reqFailed {
+		u.m.requests[o].Inc()
+	} else {
+		m.none[o].Inc()
+	}
+	m.duration[o].Update(d.Seconds())
 }
 
 // initMetrics registers the Transport's metrics of every upstream, and
@@ -259,7 +289,17 @@ type upstreamMetrics struct {
 func (t *Transport) initMetrics() {
 	s := t.metrics
 	t.unrouted = s.GetOrCreateCounter(famUnrouted.series())
+	for o, name := range requestOutcomes {
+		if requestOutcome(o) != reqAnswered && requestOutcome(o) != reqFailedOver && requestOutcome(o) != reqHedged {
+			t.reqs.none[o] = s.GetOrCreateCounter(famRequests.series("", string(name)))
+		}
+		t.reqs.duration[o] = s.GetOrCreatePrometheusHistogramExt(famRequestDuration.series(string(name)), latencyBuckets)
+	}
 	for _, u := range t.upstreams {
+		for o := range u.m.requests {
+			u.m.requests[o] = s.GetOrCreateCounter(famRequests.series(u.name, string(requestOutcomes[o])))
+		}
+		u.m.firstByte = s.GetOrCreatePrometheusHistogramExt(famFirstByte.series(u.name), latencyBuckets)
 		for o := range u.m.attempts {
 			u.m.attempts[o] = s.GetOrCreateCounter(famAttempts.series(u.name, Outcome(o).String()))
 		}

@@ -636,7 +636,7 @@ const maxRedirects = 100
 func (t *Transport) redirected(req *http.Request) *hop {
 	h := &hop{origin: firstRequest(req)}
 	if h.origin != nil {
-		h.owner, _, _ = t.route(h.origin.URL)
+		h.owner, _, _ = t.address(h.origin.URL)
 		h.secrets = t.creds.appendRequestSecrets(h.secrets, h.origin)
 	} else {
 		h.secrets = t.creds.appendURLSecrets(h.secrets, req.URL)

@@ -245,7 +245,10 @@ const fuzzRequestBody = `{"model":"m","messages":[{"role":"user","content":"hi"}
 // its own Header for the names it sets, and none of the caller's
 // credentials (header values, key= parameters, user info) unless the caller
 // addressed it; never another upstream's key. A request addressed to no
-// upstream goes to Base untouched.
+// upstream goes to Base untouched (UnroutedPass), to the first upstream as
+// if addressed to it when its path lies under that base path
+// (UnroutedFirst), or nowhere, with an ErrUnrouted that holds none of its
+// credentials (UnroutedRefuse, and UnroutedFirst otherwise).
 func FuzzRewrite(f *testing.F) {
 	addRouteSeeds(f, true)
 	f.Fuzz(func(t *testing.T, b0, b1, b2, target string, mode uint16, header string) {
@@ -254,7 +257,8 @@ func FuzzRewrite(f *testing.F) {
 			return
 		}
 		n := &recordingNet{}
-		tr, bases, accepted := fuzzTransport(t, n, b0, b1, b2)
+		policy := UnroutedPolicy(mode >> 12 % 3)
+		tr, bases, accepted := fuzzTransportWith(t, n, policy, b0, b1, b2)
 		if tr == nil {
 			return
 		}
@@ -287,11 +291,26 @@ func FuzzRewrite(f *testing.F) {
 			}
 		}
 		want := wantRoute(req.URL, bases)
-		in := fmt.Sprintf("request %q (header %q) against bases %q, addressed to %d", req.URL, header, accepted, want)
+		if want < 0 && policy == UnroutedFirst {
+			want = wantFirst(req.URL, bases[0])
+		}
+		in := fmt.Sprintf("request %q (header %q) against bases %q, Unrouted %v, addressed to %d", req.URL, header, accepted, policy, want)
 		callerURL := *req.URL
 		callerHeader := req.Header.Clone()
 
 		resp, err := tr.RoundTrip(req)
+		if want < 0 && policy != UnroutedPass {
+			if !errors.Is(err, ErrUnrouted) || resp != nil {
+				t.Fatalf("%s: got %v, %v; want the ErrUnrouted refusal", in, resp, err)
+			}
+			if strings.Contains(err.Error(), callerMarker) {
+				t.Fatalf("%s: the refusal carries a credential: %v", in, err)
+			}
+			if len(n.got) != 0 {
+				t.Fatalf("%s: refused, yet Base got %d requests", in, len(n.got))
+			}
+			return
+		}
 		if err != nil {
 			t.Fatalf("%s: RoundTrip: %v", in, err)
 		}
@@ -987,7 +1006,8 @@ func TestRedirectHopsKeepCredentialsWithTheirUpstream(t *testing.T) {
 				hopOK(s, w, r)
 			})
 			tr := newTestTransport(t, Config{
-				Breaker: BreakerConfig{FailureThreshold: 100},
+				Breaker:  BreakerConfig{FailureThreshold: 100},
+				Unrouted: UnroutedPass, // one case starts at a host that is no upstream
 				Upstreams: []Upstream{
 					{Name: "primary", BaseURL: s.primary.URL + "/v1", Header: http.Header{"X-Primary-Token": {primaryOwn}}},
 					{Name: "backup", BaseURL: s.backup.URL + "/v1", Header: http.Header{"Authorization": {"Bearer " + backupOwn}}},

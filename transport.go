@@ -6,13 +6,22 @@
 //	}})
 //	client := &http.Client{Transport: t} // hand it to any SDK
 //
-// A [Transport] is an http.RoundTripper. A request addressed to any upstream's
-// BaseURL goes to the first upstream, in the configured order, whose circuit
-// is closed and which is not cooling down after a 429; when that attempt
-// fails, the next one is tried with the same body. The request is rewritten
-// for each upstream (scheme, host, base path, and the upstream's own
-// headers); the caller's credentials reach only the upstream the caller
-// addressed.
+// A [Transport] is an http.RoundTripper. The rule: a request is routed when
+// its URL lies under an upstream's BaseURL (the same scheme, host and port,
+// and a path under the base path). A routed request goes to the first
+// upstream, in the configured order, whose circuit is closed and which is
+// not cooling down after a 429; when that attempt fails, the next one is
+// tried with the same body. The request is rewritten for each upstream
+// (scheme, host, base path, and the upstream's own headers); the caller's
+// credentials reach only the upstream the caller addressed.
+//
+// So aim the SDK at an upstream's BaseURL, spelled the same way. An SDK
+// aimed at "http://localhost:8080/v1" while the upstream says
+// "http://127.0.0.1:8080/v1" addresses no upstream: by default RoundTrip
+// refuses such a request with an [*UnroutedError] that lists the
+// BaseURLs, and [Config.Unrouted] can pass it through or send it to the
+// first upstream instead. Each unrouted host is logged once and listed by
+// [Transport.UnroutedHosts].
 //
 // Each attempt is classified ([Classifier], [DefaultClassifier]):
 //
@@ -103,6 +112,14 @@ type Upstream struct {
 type Config struct {
 	// Upstreams are tried in this order. At least one is required.
 	Upstreams []Upstream
+
+	// Unrouted says what happens to a request whose URL lies under no
+	// Upstream.BaseURL, such as one to "http://localhost:8080/v1" when
+	// the upstream says "http://127.0.0.1:8080/v1". The zero value,
+	// UnroutedRefuse, fails it with an error naming the BaseURLs;
+	// UnroutedPass sends it on untouched, without failover;
+	// UnroutedFirst sends it to the first upstream. See [UnroutedPolicy].
+	Unrouted UnroutedPolicy
 
 	// Base sends every attempt. Nil means a clone of
 	// http.DefaultTransport. A recording, tracing or authenticating
@@ -257,17 +274,18 @@ const (
 //     first) and closed, even on errors.
 //   - RoundTrip returns an error only when no upstream produced a
 //     response; the error is an [*Error], or the context's error when the
-//     caller's context ended, or the Base RoundTripper's error for a
-//     request addressed to no upstream. When any upstream answered, the
+//     caller's context ended, or for a request addressed to no upstream an
+//     [*UnroutedError] or the Base RoundTripper's error. When any upstream answered, the
 //     latest answer is returned with a nil error, whatever its status.
 //   - The caller must close the returned response's body, as with any
 //     RoundTripper. Its Request is the attempt that got it (the URL it
 //     went to) with the caller's own headers, never an upstream's. Responses of discarded attempts are drained (up to
 //     64 KiB) and closed by the Transport.
-//   - A request addressed to no upstream goes to Base untouched, unless
-//     it is a redirect hop (Request.Response set) that follows a request
-//     addressed to an upstream: that hop goes without the caller's
-//     credentials.
+//   - A request addressed to no upstream is refused with an
+//     [*UnroutedError], or goes to Base untouched, or to the first
+//     upstream, as [Config.Unrouted] says. A redirect hop (Request.Response
+//     set) addressed to no upstream goes to Base, and without the caller's
+//     credentials when it follows a request addressed to an upstream.
 //
 // A Transport is safe for concurrent use by multiple goroutines. It starts
 // goroutines of its own only for opt-in features: the probe loops of
@@ -306,7 +324,11 @@ type Transport struct {
 	// upstreams' own, scrubbed from every error message.
 	creds *credentials
 
-	unrouted *metrics.Counter
+	reqs requestMetrics
+
+	unroutedPolicy UnroutedPolicy
+	unroutedHosts  unroutedHosts
+	unrouted       *metrics.Counter
 }
 
 // New returns a Transport for cfg, or an error naming the field of cfg that
@@ -358,6 +380,8 @@ func New(cfg Config) (*Transport, error) {
 		return nil, configError("SharedSync", "must not be negative")
 	case cfg.SharedSync > 0 && cfg.SharedSync < minSharedSync:
 		return nil, configError("SharedSync", "must be at least 10ms")
+	case cfg.Unrouted < UnroutedRefuse || cfg.Unrouted > UnroutedFirst:
+		return nil, configError("Unrouted", "must be UnroutedRefuse, UnroutedPass or UnroutedFirst")
 	}
 	t := &Transport{
 		base:     cfg.Base,
@@ -375,8 +399,9 @@ func New(cfg Config) (*Transport, error) {
 		metrics:  cfg.Metrics,
 		logger:   cfg.Logger,
 
-		onStateChange: cfg.OnStateChange,
-		lastResortCfg: cfg.LastResort,
+		onStateChange:  cfg.OnStateChange,
+		lastResortCfg:  cfg.LastResort,
+		unroutedPolicy: cfg.Unrouted,
 	}
 	t.lastResortCfg.MaxInFlight = cmp.Or(t.lastResortCfg.MaxInFlight, defaultLastResortInFlight)
 	if t.waitMin > t.waitMax {
@@ -439,17 +464,21 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		closeBody(req)
 		return nil, errors.New("failover: nil Request.URL")
 	}
-	addressed, rest, rawRest := t.route(req.URL)
-	r := request{t: t, req: req, ctx: req.Context(), addressed: addressed, rest: rest, rawRest: rawRest}
+	var r request
 	if req.Response != nil {
+		r.addressed, r.rest, r.rawRest = t.route(req.URL)
 		r.hop = t.redirected(req)
+	} else {
+		r.addressed, r.rest, r.rawRest = t.address(req.URL)
 	}
-	if addressed == nil {
-		t.unrouted.Inc()
-		return t.base.RoundTrip(r.unrouted())
+	r.t, r.req, r.ctx = t, req, req.Context()
+	if r.addressed == nil {
+		return t.roundTripUnrouted(r)
 	}
-	c := &call{request: r}
-	return c.run()
+	c := &call{request: r, trace: requestTrace(r.ctx)}
+	resp, err := c.run()
+	c.ended(resp, err)
+	return resp, err
 }
 
 // newRecent gives u the caches of its recent figures, one per distinct

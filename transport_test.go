@@ -234,7 +234,7 @@ func TestCallerCancellation(t *testing.T) {
 func TestUnroutedRequestPassesThrough(t *testing.T) {
 	other := newUpstreamServer(t, 200, "other")
 	primary := newUpstreamServer(t, 200, "primary")
-	tr := newTestTransport(t, Config{Upstreams: []Upstream{
+	tr := newTestTransport(t, Config{Unrouted: UnroutedPass, Upstreams: []Upstream{
 		{BaseURL: primary.URL + "/v1", Header: http.Header{"Authorization": {"Bearer upstream-key-1234"}}},
 	}})
 	for _, u := range []string{
@@ -898,6 +898,7 @@ func fuzzConfig(r *fuzzReader, base http.RoundTripper) Config {
 		Degraded:       DegradedConfig{Latency: r.duration(), SuccessRate: r.float(), Window: r.duration(), MinSamples: r.int()},
 		AttemptTimeout: r.duration(),
 		MaxBodyBuffer:  r.int64(),
+		Unrouted:       UnroutedPolicy(r.int()),
 	}
 	if r.bool() {
 		cfg.Probe = ProbeConfig{Interval: r.duration(), Timeout: r.duration()}

@@ -39,8 +39,9 @@
 //	-rps n            requests per second of each run (default 200)
 //	-timescale f      factor on every latency, timeout and cooldown (default 0.05)
 //	-json             write the figures as JSON to stdout instead of the table
-//	-plot file        draw success rate, p99 and requests per upstream over time
-//	                  to file, PNG or SVG by its extension
+//	-plot file        draw success rate, p99 (of successes, failures marked
+//	                  apart) and requests per upstream over time to file, PNG
+//	                  or SVG by its extension
 //	-listen addr      serve /metrics (Prometheus text) and /health (Health() as
 //	                  JSON) of the first failover Transport during the drill,
 //	                  e.g. :9090, and /metrics/RUN and /health/RUN of each, RUN

@@ -1,0 +1,173 @@
+package integration_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"net/http"
+	"net/http/httptest"
+
+	"github.com/anthropics/anthropic-sdk-go/v2"
+	"github.com/anthropics/anthropic-sdk-go/v2/option"
+	"github.com/failover-go/failover"
+)
+
+// anthropic-sdk-go over a failover.Transport. Two things differ from
+// openai-go:
+//
+//   - Anthropic reads the key from the X-Api-Key header, so that is what
+//     each Upstream.Header sets. Here the keys live in the Transport only,
+//     and the SDK has none: option.WithoutEnvironmentDefaults also keeps
+//     it from reading ANTHROPIC_API_KEY and ANTHROPIC_BASE_URL. A key
+//     given to the SDK instead (option.WithAPIKey) reaches only the
+//     upstream the SDK is aimed at.
+//   - The SDK's base URL has no /v1: its paths begin with v1/. Give
+//     option.WithBaseURL and every Upstream.BaseURL the provider's root
+//     (https://api.anthropic.com) or the gateway's prefix, never with
+//     /v1, so that the path after the base (/v1/messages) is the same for
+//     every upstream.
+//
+// The primary is overloaded (529 overloaded_error) and the backup answers.
+// anthropic-sdk-go retries 529 and 5xx twice by default, each retry a pass
+// over every upstream; option.WithMaxRetries(0) leaves retries to the
+// Transport, as for openai-go (see Example_openaiRetries).
+func Example_anthropic() {
+	primary := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Println("primary got", r.Method, r.URL.Path, "with x-api-key", r.Header.Get("X-Api-Key"))
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(529)
+		io.WriteString(w, `{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}`)
+	}))
+	defer primary.Close()
+	backup := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Println("backup got", r.Method, r.URL.Path, "with x-api-key", r.Header.Get("X-Api-Key"))
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, `{"id":"msg_1","type":"message","role":"assistant","model":"claude-sonnet-4-5",`+
+			`"content":[{"type":"text","text":"Hello from the backup."}],"stop_reason":"end_turn","stop_sequence":null,`+
+			`"usage":{"input_tokens":10,"output_tokens":6}}`)
+	}))
+	defer backup.Close()
+
+	t, err := failover.New(failover.Config{Upstreams: []failover.Upstream{
+		{Name: "anthropic", BaseURL: primary.URL, Header: http.Header{"X-Api-Key": {"sk-ant-primary"}}},
+		{Name: "gateway", BaseURL: backup.URL + "/anthropic", Header: http.Header{"X-Api-Key": {"sk-ant-backup"}}},
+	}})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer t.Close()
+
+	client := anthropic.NewClient(
+		option.WithoutEnvironmentDefaults(),
+		option.WithHTTPClient(&http.Client{Transport: t}),
+		option.WithBaseURL(primary.URL), // no /v1
+		option.WithMaxRetries(0),
+	)
+	msg, err := client.Messages.New(context.Background(), anthropic.MessageNewParams{
+		Model:     anthropic.ModelClaudeSonnet4_5,
+		MaxTokens: 100,
+		Messages:  []anthropic.MessageParam{anthropic.NewUserMessage(anthropic.NewTextBlock("Say hello."))},
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(msg.Content[0].Text)
+	// Output:
+	// primary got POST /v1/messages with x-api-key sk-ant-primary
+	// backup got POST /anthropic/v1/messages with x-api-key sk-ant-backup
+	// Hello from the backup.
+}
+
+// Anthropic may answer a streamed request with a 200 whose stream begins
+// with an error event, overloaded_error, before any text. The status
+// says success, so without a StreamGuard the Transport hands the stream
+// to the SDK, whose stream then fails with that error, and nothing fails
+// over. With Config.StreamGuard the Transport holds the stream back until
+// its first content event: the error event comes first, so the primary's
+// stream is dropped, counted as the primary's failure, and the request
+// goes to the backup, whose stream the SDK reads from its start. Once
+// content has reached the caller, a stream is never switched.
+func Example_anthropicStreamGuard() {
+	primary := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Println("primary got", r.Method, r.URL.Path)
+		w.Header().Set("Content-Type", "text/event-stream")
+		io.WriteString(w, "event: message_start\n"+
+			`data: {"type":"message_start","message":{"id":"msg_1","type":"message","role":"assistant","model":"claude-sonnet-4-5","content":[],"stop_reason":null,"stop_sequence":null,"usage":{"input_tokens":10,"output_tokens":1}}}`+"\n\n"+
+			"event: error\n"+
+			`data: {"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}`+"\n\n")
+	}))
+	defer primary.Close()
+	backup := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Println("backup got", r.Method, r.URL.Path)
+		w.Header().Set("Content-Type", "text/event-stream")
+		for _, ev := range [][2]string{
+			{"message_start", `{"type":"message_start","message":{"id":"msg_2","type":"message","role":"assistant","model":"claude-sonnet-4-5","content":[],"stop_reason":null,"stop_sequence":null,"usage":{"input_tokens":10,"output_tokens":1}}}`},
+			{"content_block_start", `{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}`},
+			{"content_block_delta", `{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Hello"}}`},
+			{"content_block_delta", `{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":" from the backup."}}`},
+			{"content_block_stop", `{"type":"content_block_stop","index":0}`},
+			{"message_delta", `{"type":"message_delta","delta":{"stop_reason":"end_turn","stop_sequence":null},"usage":{"output_tokens":6}}`},
+			{"message_stop", `{"type":"message_stop"}`},
+		} {
+			fmt.Fprintf(w, "event: %s\ndata: %s\n\n", ev[0], ev[1])
+		}
+	}))
+	defer backup.Close()
+
+	stream := func(guard *failover.StreamGuard) (string, error) {
+		t, err := failover.New(failover.Config{
+			Upstreams: []failover.Upstream{
+				{Name: "anthropic", BaseURL: primary.URL, Header: http.Header{"X-Api-Key": {"sk-ant-primary"}}},
+				{Name: "backup", BaseURL: backup.URL, Header: http.Header{"X-Api-Key": {"sk-ant-backup"}}},
+			},
+			StreamGuard: guard,
+		})
+		if err != nil {
+			log.Fatal(err)
+		}
+		defer t.Close()
+		client := anthropic.NewClient(
+			option.WithoutEnvironmentDefaults(),
+			option.WithHTTPClient(&http.Client{Transport: t}),
+			option.WithBaseURL(primary.URL),
+			option.WithMaxRetries(0),
+		)
+		s := client.Messages.NewStreaming(context.Background(), anthropic.MessageNewParams{
+			Model:     anthropic.ModelClaudeSonnet4_5,
+			MaxTokens: 100,
+			Messages:  []anthropic.MessageParam{anthropic.NewUserMessage(anthropic.NewTextBlock("Say hello."))},
+		})
+		defer s.Close()
+		var msg anthropic.Message
+		for s.Next() {
+			if err := msg.Accumulate(s.Current()); err != nil {
+				return "", err
+			}
+		}
+		if err := s.Err(); err != nil {
+			return "", err
+		}
+		return msg.Content[0].Text, nil
+	}
+
+	_, err := stream(nil)
+	var apiErr *anthropic.Error
+	if !errors.As(err, &apiErr) {
+		log.Fatalf("got %v, want the primary's overloaded_error", err)
+	}
+	fmt.Printf("without StreamGuard: the SDK's stream fails with %s, status %d\n", apiErr.Type(), apiErr.StatusCode)
+
+	text, err := stream(&failover.StreamGuard{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("with StreamGuard:", text)
+	// Output:
+	// primary got POST /v1/messages
+	// without StreamGuard: the SDK's stream fails with overloaded_error, status 200
+	// primary got POST /v1/messages
+	// backup got POST /v1/messages
+	// with StreamGuard: Hello from the backup.
+}

@@ -1,0 +1,294 @@
+package failover
+
+import (
+	"context"
+	"net/http"
+	"sync/atomic"
+	"time"
+)
+
+// Trace is a set of hooks that follow one request through the Transport,
+// in the manner of net/http/httptrace: attach it to the request's context
+// with [WithTrace], and each hook that is set is called as the request
+// goes. It tells a caller what the response alone cannot: which upstreams
+// were passed over and why, which were tried, how each attempt ended, and
+// whose answer the caller got.
+//
+// Every hook is called on the goroutine that called RoundTrip, in the
+// order the events were decided, and before RoundTrip returns; with
+// [Config.Hedge], an attempt's AttemptDone comes when the call takes its
+// result, which may be after a later attempt's AttemptStart. Hooks must
+// not block: the request waits on them. None of their arguments holds a
+// credential: upstreams are named by Upstream.Name, and errors are
+// scrubbed as [Error] is.
+//
+// A request addressed to no upstream calls only Done, with
+// [RequestUnrouted]. A request without a Trace pays one context lookup,
+// and none at all in a process that never called WithTrace.
+type Trace struct {
+	// Skipped is called for each upstream the request passed over
+	// without sending it anything, with the reason the admission
+	// decision gave (the same reasons [UpstreamHealth.Unavailable] and
+	// failover_skipped_total show).
+	Skipped func(TraceSkip)
+
+	// AttemptStart is called when an attempt is about to be sent.
+	AttemptStart func(TraceAttempt)
+
+	// AttemptDone is called when an attempt has ended: response headers
+	// came, or an error, or the request ended without needing it.
+	AttemptDone func(TraceAttemptDone)
+
+	// Done is called once, when RoundTrip is about to return: whose
+	// answer the caller gets, or why none.
+	Done func(TraceDone)
+}
+
+// TraceSkip is an upstream passed over, as [Trace.Skipped] receives it.
+type TraceSkip struct {
+	Upstream   string        // the upstream's Name
+	Round      int           // the request's round: 0, then one more for each of Config.Retries and each wait
+	Reason     Reason        // why: rate_limited, circuit_open, probe_in_flight, probe_elsewhere, model_not_served
+	RetryAfter time.Duration // when it takes requests again; 0 when unknown
+}
+
+// TraceAttempt is an attempt, as [Trace.AttemptStart] receives it.
+type TraceAttempt struct {
+	Upstream   string // the upstream's Name
+	Attempt    int    // 1 for the request's first attempt, 2 for the next, ...
+	Round      int    // as in TraceSkip
+	Hedge      bool   // sent beside a slower attempt still in flight (Config.Hedge)
+	LastResort bool   // sent past an open circuit, every upstream refusing (Config.LastResort)
+}
+
+// TraceAttemptDone is an attempt that ended, as [Trace.AttemptDone]
+// receives it.
+type TraceAttemptDone struct {
+	TraceAttempt
+
+	// Outcome is how the classifier judged the attempt (Canceled for an
+	// abandoned one).
+	Outcome Outcome
+
+	// StatusCode is the response's status; 0 when none came.
+	StatusCode int
+
+	// Err is the attempt's error, an [*AttemptError] whose message is
+	// scrubbed of every credential; nil when a response came.
+	Err error
+
+	// Duration is the time from the attempt's start to its response
+	// headers or its error; for an abandoned attempt, to its abandonment.
+	Duration time.Duration
+
+	// Abandoned says that the request ended while the attempt was in
+	// flight (a hedge or the attempt beside it answered first): it was
+	// canceled, and its answer, if one comes, is drained and closed.
+	Abandoned bool
+}
+
+// TraceDone is how a request ended, as [Trace.Done] receives it.
+type TraceDone struct {
+	// Outcome is how the request ended for its caller.
+	Outcome RequestOutcome
+
+	// Upstream names the upstream whose answer the caller gets, and
+	// Attempt which attempt brought it; "" and 0 when RoundTrip returns
+	// an error.
+	Upstream string
+	Attempt  int
+
+	// Attempts is how many attempts were sent, abandoned ones included.
+	Attempts int
+
+	// StatusCode is the answer's status; 0 with an error.
+	StatusCode int
+
+	// Err is what RoundTrip returns as its error.
+	Err error
+
+	// Duration is the time from the request's first attempt (or skip)
+	// to RoundTrip's return: buffering a body without GetBody comes
+	// before it. 0 when the request ended before that.
+	Duration time.Duration
+}
+
+// RequestOutcome is how a request ended for its caller, as [Trace.Done]
+// and the failover_requests_total metric name it.
+type RequestOutcome string
+
+// Request outcomes.
+const (
+	// RequestAnswered: the first upstream the request tried served it
+	// (a 2xx or 3xx, or the caller's own 4xx), nothing passed over
+	// before it.
+	RequestAnswered RequestOutcome = "answered"
+
+	// RequestFailedOver: an upstream served it after others before it
+	// failed or were passed over.
+	RequestFailedOver RequestOutcome = "failed_over"
+
+	// RequestHedged: a hedge's answer served it (Config.Hedge).
+	RequestHedged RequestOutcome = "hedged"
+
+	// RequestFailed: no upstream served it. The caller gets the last
+	// upstream's failure (a 5xx, 429, 401, ...) or an [*Error].
+	RequestFailed RequestOutcome = "failed"
+
+	// RequestUnavailable: every upstream was passed over, nothing was
+	// sent; the caller gets an [*Error] matching ErrCircuitOpen,
+	// ErrRateLimited or ErrModelNotServed.
+	RequestUnavailable RequestOutcome = "unavailable"
+
+	// RequestCanceled: the caller's context ended, or its own request
+	// could not be sent (its body failed to read, an invalid header).
+	RequestCanceled RequestOutcome = "canceled"
+
+	// RequestUnrouted: the request was addressed to no upstream
+	// (Config.Unrouted); only Trace.Done says so, the metric is
+	// failover_unrouted_requests_total.
+	RequestUnrouted RequestOutcome = "unrouted"
+)
+
+// requestOutcome indexes requestOutcomes: the outcomes of a routed
+// request, as outcome computes them and the metrics count them.
+type requestOutcome int
+
+const (
+	reqAnswered requestOutcome = iota
+	reqFailedOver
+	reqHedged
+	reqFailed // the last with an upstream's answer, possibly
+	reqUnavailable
+	reqCanceled
+)
+
+var requestOutcomes = [...]RequestOutcome{
+	reqAnswered:    RequestAnswered,
+	reqFailedOver:  RequestFailedOver,
+	reqHedged:      RequestHedged,
+	reqFailed:      RequestFailed,
+	reqUnavailable: RequestUnavailable,
+	reqCanceled:    RequestCanceled,
+}
+
+type traceKey struct{}
+
+// tracing is set by the first WithTrace of the process: until then no
+// context carries a Trace, and RoundTrip does not look for one.
+var tracing atomic.Bool
+
+// WithTrace returns a copy of ctx that carries t: a request made with it
+// calls t's hooks. When ctx already carries a Trace, both are called, t's
+// hooks first, as httptrace composes them.
+func WithTrace(ctx context.Context, t *Trace) context.Context {
+	if t == nil {
+		return ctx
+	}
+	if old := ContextTrace(ctx); old != nil {
+		t = t.compose(old)
+	}
+	tracing.Store(true)
+	return context.WithValue(ctx, traceKey{}, t)
+}
+
+// requestTrace is ContextTrace for RoundTrip: nothing to look up until a
+// Trace exists.
+func requestTrace(ctx context.Context) *Trace {
+	if !tracing.Load() {
+		return nil
+	}
+	return ContextTrace(ctx)
+}
+
+// ContextTrace returns the Trace that ctx carries, or nil.
+func ContextTrace(ctx context.Context) *Trace {
+	t, _ := ctx.Value(traceKey{}).(*Trace)
+	return t
+}
+
+// compose returns a Trace whose hooks call t's, then old's.
+func (t *Trace) compose(old *Trace) *Trace {
+	return &Trace{
+		Skipped:      both(t.Skipped, old.Skipped),
+		AttemptStart: both(t.AttemptStart, old.AttemptStart),
+		AttemptDone:  both(t.AttemptDone, old.AttemptDone),
+		Done:         both(t.Done, old.Done),
+	}
+}
+
+func both[T any](f, g func(T)) func(T) {
+	switch {
+	case f == nil:
+		return g
+	case g == nil:
+		return f
+	}
+	return func(v T) { f(v); g(v) }
+}
+
+// attemptRef is what a call keeps of the attempt whose answer it returns
+// or holds.
+type attemptRef struct {
+	u     *upstream
+	o     Outcome
+	n     int32 // the attempt's number in the request, from 1
+	hedge bool
+}
+
+func (a *attempt) ref() attemptRef {
+	return attemptRef{u: a.u, n: int32(a.n), o: a.o, hedge: a.hedge}
+}
+
+// outcome is how the request ended for its caller, given what RoundTrip
+// returns: the one judgment behind Trace.Done and failover_requests_total.
+func (c *call) outcome(resp *http.Response, err error) requestOutcome {
+	switch {
+	case resp != nil:
+		a := c.answer
+		switch {
+		case a.o == Canceled:
+			return reqCanceled
+		case a.o != Success && a.o != Rejected:
+			return reqFailed
+		case a.hedge:
+			return reqHedged
+		case a.n > 1 || c.passed > 0:
+			return reqFailedOver
+		}
+		return reqAnswered
+	case c.callerFault || c.ctx.Err() != nil:
+		return reqCanceled
+	case c.sent == 0:
+		return reqUnavailable
+	}
+	return reqFailed
+}
+
+// traceAttempt describes a for the hooks.
+func (c *call) traceAttempt(a *attempt) TraceAttempt {
+	return TraceAttempt{Upstream: a.u.name, Attempt: a.n, Round: int(c.roundNo), Hedge: a.hedge, LastResort: a.lastResort}
+}
+
+// traceDone calls AttemptDone for a, which the call has taken.
+func (c *call) traceDone(a *attempt) {
+	d := TraceAttemptDone{TraceAttempt: c.traceAttempt(a), Outcome: a.o, Duration: a.end.Sub(a.start)}
+	if a.resp != nil {
+		d.StatusCode = a.resp.StatusCode
+	}
+	if a.err != nil {
+		d.Err = &AttemptError{Upstream: a.u.name, Err: a.err, msg: c.redact(a.err.Error())}
+	}
+	c.trace.AttemptDone(d)
+}
+
+// traceAbandoned calls AttemptDone for each attempt still in flight when
+// a hedged round ends.
+func (c *call) traceAbandoned(flying []*attempt, now time.Time) {
+	if c.trace == nil || c.trace.AttemptDone == nil {
+		return
+	}
+	for _, a := range flying {
+		c.trace.AttemptDone(TraceAttemptDone{TraceAttempt: c.traceAttempt(a), Outcome: Canceled, Duration: now.Sub(a.start), Abandoned: true})
+	}
+}

@@ -1,0 +1,260 @@
+package failover
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+)
+
+// recordTrace is a Trace that writes each event as one line, and keeps the
+// arguments for closer checks.
+type recordTrace struct {
+	lines []string
+	args  []any
+	done  TraceDone
+}
+
+func (r *recordTrace) trace() *Trace {
+	return &Trace{
+		Skipped: func(s TraceSkip) {
+			r.lines = append(r.lines, fmt.Sprintf("skip %s %s", s.Upstream, s.Reason))
+			r.args = append(r.args, s)
+		},
+		AttemptStart: func(a TraceAttempt) {
+			r.lines = append(r.lines, fmt.Sprintf("start %d %s hedge=%v", a.Attempt, a.Upstream, a.Hedge))
+			r.args = append(r.args, a)
+		},
+		AttemptDone: func(d TraceAttemptDone) {
+			r.lines = append(r.lines, fmt.Sprintf("done %d %s %v %d abandoned=%v", d.Attempt, d.Upstream, d.Outcome, d.StatusCode, d.Abandoned))
+			r.args = append(r.args, d)
+		},
+		Done: func(d TraceDone) {
+			r.lines = append(r.lines, fmt.Sprintf("end %s %s #%d of %d %d", d.Outcome, d.Upstream, d.Attempt, d.Attempts, d.StatusCode))
+			r.args = append(r.args, d)
+			r.done = d
+		},
+	}
+}
+
+func (r *recordTrace) check(t *testing.T, want ...string) {
+	t.Helper()
+	if got := strings.Join(r.lines, "\n"); got != strings.Join(want, "\n") {
+		t.Errorf("trace:\n%s\nwant:\n%s", got, strings.Join(want, "\n"))
+	}
+}
+
+func traced(req *http.Request, r *recordTrace) *http.Request {
+	return req.WithContext(WithTrace(req.Context(), r.trace()))
+}
+
+// A request that fails over: each attempt, its outcome, and whose answer
+// the caller got.
+func TestTraceFailover(t *testing.T) {
+	primary := newUpstreamServer(t, 503, "down")
+	backup := newUpstreamServer(t, 200, "up")
+	tr := newTestTransport(t, Config{Upstreams: []Upstream{
+		{Name: "primary", BaseURL: primary.URL + "/v1"},
+		{Name: "backup", BaseURL: backup.URL + "/v1"},
+	}})
+	var r recordTrace
+	resp, err := tr.RoundTrip(traced(httptestRequest("POST", primary.URL+"/v1/chat/completions", chatBody), &r))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	r.check(t,
+		"start 1 primary hedge=false",
+		"done 1 primary failed 503 abandoned=false",
+		"start 2 backup hedge=false",
+		"done 2 backup success 200 abandoned=false",
+		"end failed_over backup #2 of 2 200")
+	if r.done.Duration <= 0 || r.done.Err != nil {
+		t.Errorf("Done = %+v, want a duration and no error", r.done)
+	}
+	for _, a := range r.args {
+		if d, ok := a.(TraceAttemptDone); ok && (d.Duration <= 0 || d.Err != nil) {
+			t.Errorf("AttemptDone = %+v, want a duration and no error", d)
+		}
+	}
+
+	// With the primary healthy again, the first attempt answers.
+	var r2 recordTrace
+	tr2 := newTestTransport(t, Config{Upstreams: []Upstream{{Name: "backup", BaseURL: backup.URL + "/v1"}}})
+	resp, err = tr2.RoundTrip(traced(httptestRequest("GET", backup.URL+"/v1/models", ""), &r2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	r2.check(t, "start 1 backup hedge=false", "done 1 backup success 200 abandoned=false", "end answered backup #1 of 1 200")
+}
+
+// Upstreams passed over say why, with the admission decision's reasons,
+// and a request nothing was sent for is unavailable.
+func TestTraceSkipped(t *testing.T) {
+	n := newFakeNet()
+	n.status("a.test", 503, "down")
+	n.status("b.test", 429, "slow down", "Retry-After", "30")
+	tr := newTestTransport(t, twoUpstreams(n, Config{Breaker: BreakerConfig{FailureThreshold: 1}, LastResort: LastResortConfig{Off: true}}))
+	get := func(r *recordTrace) error {
+		resp, err := tr.RoundTrip(traced(httptestRequest("GET", "http://a.test/v1/models", ""), r))
+		if resp != nil {
+			resp.Body.Close()
+		}
+		return err
+	}
+	var r1 recordTrace
+	if err := get(&r1); err != nil {
+		t.Fatal(err)
+	}
+	r1.check(t,
+		"start 1 a hedge=false",
+		"done 1 a failed 503 abandoned=false",
+		"start 2 b hedge=false",
+		"done 2 b rate_limited 429 abandoned=false",
+		"end failed b #2 of 2 429")
+
+	var r2 recordTrace
+	err := get(&r2)
+	if !errors.Is(err, ErrCircuitOpen) || !errors.Is(err, ErrRateLimited) {
+		t.Fatalf("err = %v, want both upstreams unavailable", err)
+	}
+	r2.check(t, "skip a circuit_open", "skip b rate_limited", "end unavailable  #0 of 0 0")
+	for _, a := range r2.args[:2] {
+		if s := a.(TraceSkip); s.RetryAfter <= 0 {
+			t.Errorf("%+v: no RetryAfter", s)
+		}
+	}
+	if r2.done.Err != err {
+		t.Errorf("Done.Err = %v, want RoundTrip's %v", r2.done.Err, err)
+	}
+}
+
+// A hedge that wins: its start says so, the attempt it beat is abandoned,
+// and the request is hedged.
+func TestTraceHedge(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := newFakeNet()
+		n.handle("a.test", slowly(time.Second, "a", new(atomic.Int32)))
+		n.handle("b.test", slowly(10*time.Millisecond, "b", new(atomic.Int32)))
+		tr := newTestTransport(t, twoUpstreams(n, Config{Hedge: &HedgeConfig{Delay: 50 * time.Millisecond}}))
+		var r recordTrace
+		resp, err := tr.RoundTrip(traced(httptestRequest("POST", "http://a.test/v1/chat/completions", chatBody), &r))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		synctest.Wait()
+		r.check(t,
+			"start 1 a hedge=false",
+			"start 2 b hedge=true",
+			"done 2 b success 200 abandoned=false",
+			"done 1 a canceled 0 abandoned=true",
+			"end hedged b #2 of 2 200")
+		for _, a := range r.args {
+			if d, ok := a.(TraceAttemptDone); ok && d.Abandoned && d.Duration != 60*time.Millisecond {
+				t.Errorf("the abandoned attempt's Duration = %v, want 60ms", d.Duration)
+			}
+		}
+	})
+}
+
+// The caller's cancellation, and a request addressed to no upstream.
+func TestTraceCanceledAndUnrouted(t *testing.T) {
+	n := newFakeNet()
+	n.status("a.test", 200, "ok")
+	tr := newTestTransport(t, twoUpstreams(n, Config{}))
+	ctx, cancel := context.WithCancel(context.Background())
+	n.handle("a.test", func(r *http.Request) (*http.Response, error) {
+		cancel()
+		return nil, r.Context().Err()
+	})
+	var r recordTrace
+	_, err := tr.RoundTrip(traced(httptestRequest("GET", "http://a.test/v1/models", "").WithContext(ctx), &r))
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("err = %v", err)
+	}
+	r.check(t, "start 1 a hedge=false", "done 1 a canceled 0 abandoned=false", "end canceled  #0 of 1 0")
+
+	var u recordTrace
+	_, err = tr.RoundTrip(traced(httptestRequest("GET", "http://c.test/v1/models", ""), &u))
+	u.check(t, "end unrouted  #0 of 0 0")
+	if !errors.Is(u.done.Err, ErrUnrouted) || u.done.Err != err {
+		t.Errorf("Done.Err = %v, want the refusal RoundTrip returned", u.done.Err)
+	}
+}
+
+// No credential, the caller's or an upstream's, reaches any hook, even
+// when Base's errors quote them.
+func TestTraceCarriesNoCredential(t *testing.T) {
+	const callerKey, callerQuery, ownKey = "sk-caller-zqzq", "q-secret-zqzq", "sk-upstream-zqzq"
+	n := newFakeNet()
+	n.handle("a.test", func(r *http.Request) (*http.Response, error) {
+		return nil, fmt.Errorf("dial %s with %q: refused", r.URL, r.Header.Get("Authorization"))
+	})
+	n.handle("b.test", func(r *http.Request) (*http.Response, error) {
+		return nil, fmt.Errorf("reset by %s (%s)", r.URL, r.Header.Get("X-Api-Key"))
+	})
+	tr := newTestTransport(t, Config{Base: n, LastResort: LastResortConfig{Off: true}, Upstreams: []Upstream{
+		{Name: "a", BaseURL: "http://a.test/v1"},
+		{Name: "b", BaseURL: "http://b.test/v1", Header: http.Header{"X-Api-Key": {ownKey}}},
+	}})
+	var r recordTrace
+	req := httptestRequest("POST", "http://a.test/v1/chat/completions?key="+callerQuery, chatBody)
+	req.Header.Set("Authorization", "Bearer "+callerKey)
+	_, err := tr.RoundTrip(traced(req, &r))
+	if err == nil {
+		t.Fatal("no error")
+	}
+	if len(r.args) != 5 {
+		t.Fatalf("trace: %q", r.lines)
+	}
+	// The errors came back with every secret in them: the hooks got them scrubbed.
+	if !strings.Contains(fmt.Sprint(n.requests("a.test")), callerKey) {
+		t.Fatal("the test is broken: the caller's key never reached the primary")
+	}
+	for _, a := range r.args {
+		s := fmt.Sprintf("%+v", a)
+		if d, ok := a.(TraceAttemptDone); ok && d.Err != nil {
+			s += d.Err.Error()
+			var ae *AttemptError
+			if !errors.As(d.Err, &ae) || ae.Upstream != d.Upstream {
+				t.Errorf("AttemptDone.Err = %#v, want an *AttemptError of %s", d.Err, d.Upstream)
+			}
+		}
+		if d, ok := a.(TraceDone); ok && d.Err != nil {
+			s += d.Err.Error()
+		}
+		for _, secret := range []string{callerKey, callerQuery, ownKey} {
+			if strings.Contains(s, secret) {
+				t.Errorf("a hook got %q: %s", secret, s)
+			}
+		}
+	}
+}
+
+// Two Traces on one context are both called, the newer first.
+func TestTraceCompose(t *testing.T) {
+	n := newFakeNet()
+	n.status("a.test", 200, "ok")
+	tr := newTestTransport(t, twoUpstreams(n, Config{}))
+	var order []string
+	ctx := WithTrace(context.Background(), &Trace{Done: func(TraceDone) { order = append(order, "outer") }})
+	ctx = WithTrace(ctx, &Trace{Done: func(TraceDone) { order = append(order, "inner") }, AttemptStart: func(TraceAttempt) { order = append(order, "start") }})
+	if WithTrace(ctx, nil) != ctx {
+		t.Error("WithTrace(ctx, nil) made a new context")
+	}
+	resp, err := tr.RoundTrip(httptestRequest("GET", "http://a.test/v1/models", "").WithContext(ctx))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if got := strings.Join(order, ","); got != "start,inner,outer" {
+		t.Errorf("hooks ran %s, want start,inner,outer", got)
+	}
+}
