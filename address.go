@@ -110,12 +110,13 @@ func (t *Transport) route(u *url.URL) (up *upstream, rest, rawRest string) {
 }
 
 // address is route for a request the caller sent (not a redirect hop),
-// with Config.Unrouted's fallback: under UnroutedFirst, a URL that route
-// matches to no upstream is addressed to the first when its path lies
-// under that upstream's base path.
+// with Config.Unrouted's fallback: under UnroutedFirst, a URL whose scheme
+// and host no upstream has is addressed to the first when its path lies
+// under that upstream's base path. (A URL on an upstream's own host is
+// that upstream's business: its credentials must not go to the first.)
 func (t *Transport) address(u *url.URL) (up *upstream, rest, rawRest string) {
 	up, rest, rawRest = t.route(u)
-	if up != nil || t.unroutedPolicy != UnroutedFirst || u.Opaque != "" || u.Host == "" || hasDotSegment(u.Path) {
+	if up != nil || t.unroutedPolicy != UnroutedFirst || u.Opaque != "" || u.Host == "" || hasDotSegment(u.Path) || t.hostOfUpstream(u) {
 		return up, rest, rawRest
 	}
 	first, raw := t.upstreams[0], u.EscapedPath()
@@ -123,6 +124,16 @@ func (t *Transport) address(u *url.URL) (up *upstream, rest, rawRest string) {
 		return nil, "", ""
 	}
 	return first, u.Path[len(first.path):], raw[len(first.rawPath):]
+}
+
+// hostOfUpstream reports whether some upstream has u's scheme and host.
+func (t *Transport) hostOfUpstream(u *url.URL) bool {
+	for _, c := range t.upstreams {
+		if strings.EqualFold(u.Scheme, c.scheme) && c.sameHost(c.scheme, u.Host) {
+			return true
+		}
+	}
+	return false
 }
 
 // underBase reports whether path is base or lies under it.

@@ -68,6 +68,7 @@ type call struct {
 	answer      attemptRef // the attempt whose answer RoundTrip returns
 	heldBy      attemptRef // the attempt whose answer is held
 	callerFault bool       // the request ended on the caller's own error
+	slept       bool       // the request waited between rounds
 }
 
 func (c *call) run() (*http.Response, error) {
@@ -125,6 +126,7 @@ func (c *call) run() (*http.Response, error) {
 			return c.finish()
 		}
 		c.bufferHeld()
+		c.slept = true
 		if err := sleep(ctx, wait); err != nil {
 			c.discardHeld()
 			return nil, err
@@ -142,13 +144,13 @@ func (c *call) ended(resp *http.Response, err error) {
 	var took time.Duration
 	switch {
 	case c.start.IsZero():
-	case o == reqCanceled || o == reqUnavailable || c.lastEnd.IsZero():
-		took = time.Since(c.start) // the request may have ended in a wait
+	case c.slept || o == reqCanceled || o == reqUnavailable || c.lastEnd.IsZero():
+		took = time.Since(c.start) // the request waited, or may have ended in a wait
 	default:
 		took = c.lastEnd.Sub(c.start) // nothing comes after the last attempt's end but finishing
 	}
 	var u *upstream
-	if resp != nil && o != reqCanceled {
+	if resp != nil {
 		u = c.answer.u
 	}
 	c.t.reqs.count(u, o, took)
@@ -160,15 +162,31 @@ func (c *call) ended(resp *http.Response, err error) {
 		}
 	}
 	if c.trace != nil && c.trace.Done != nil {
-		d := TraceDone{Outcome: requestOutcomes[o], Attempts: int(c.sent), Err: err, Duration: took}
+		d := TraceDone{Outcome: requestOutcomes[o], Attempts: int(c.sent), Err: c.t.scrub(err, c.req, c.hop), Duration: took}
 		if resp != nil {
 			d.StatusCode = resp.StatusCode
 			if a := c.answer; a.u != nil {
 				d.Upstream, d.Attempt = a.u.name, int(a.n)
 			}
 		}
-		c.trace.Done(d)
+		c.callHook(resp, func() { c.trace.Done(d) })
 	}
+}
+
+// callHook calls f, one of the Trace's hooks. When it panics, the answers
+// the call has in hand (resp and the held one) are closed before the panic
+// goes on, as a discarded answer would be.
+func (c *call) callHook(resp *http.Response, f func()) {
+	defer func() {
+		if v := recover(); v != nil {
+			if resp != nil {
+				resp.Body.Close()
+			}
+			c.discardHeld()
+			panic(v)
+		}
+	}()
+	f()
 }
 
 // firstByteBody is a streamed answer's body, which observes the time from
@@ -287,7 +305,7 @@ func (c *call) launch(ctx context.Context, a *attempt, u *upstream, mode launchM
 			return skipped // the last resort's bound: the circuit's refusal stands
 		}
 	} else if av := c.t.admit(u, c.model, now, &p); av.reason != "" {
-		c.skip(u, av)
+		c.skip(u, av, mode != hedge)
 		return skipped
 	}
 	sent, spent := false, false
@@ -328,12 +346,14 @@ func (c *call) launch(ctx context.Context, a *attempt, u *upstream, mode launchM
 	case lastResort:
 		u.m.lastResort.Inc()
 	}
-	sent = true
 	c.sent++
 	a.n = int(c.sent)
 	if c.trace != nil && c.trace.AttemptStart != nil {
-		c.trace.AttemptStart(c.traceAttempt(a))
+		// Before sent: a hook that panics leaves the permit, the last
+		// resort's slot and the hedge budget to the deferred hand-back.
+		c.callHook(nil, func() { c.trace.AttemptStart(c.traceAttempt(a)) })
 	}
+	sent = true
 	return ready
 }
 
@@ -343,7 +363,7 @@ func (c *call) settle(a *attempt) (*http.Response, error, bool) {
 	u, resp, err, now := a.u, a.resp, a.err, a.end
 	c.lastEnd = now
 	if c.trace != nil && c.trace.AttemptDone != nil {
-		c.traceDone(a)
+		c.callHook(resp, func() { c.traceDone(a) })
 	}
 	switch a.o {
 	case Success, Rejected:
@@ -430,21 +450,25 @@ func (r attemptRec) attemptError() *AttemptError {
 	return &AttemptError{Upstream: r.u.name, Err: r.err, msg: r.msg}
 }
 
-// skip records that u was not tried, and why.
-func (c *call) skip(u *upstream, a availability) {
+// skip records that u was not tried, and why. passedOver says whether the
+// request's first choice was passed over (not so for a hedge's: the
+// attempt it hedges is in flight).
+func (c *call) skip(u *upstream, a availability, passedOver bool) {
 	u.m.skipped[a.reason].Inc()
 	if c.trace != nil && c.trace.Skipped != nil {
 		ts := TraceSkip{Upstream: u.name, Round: int(c.roundNo), Reason: a.reason}
 		if a.known {
 			ts.RetryAfter = a.wait
 		}
-		c.trace.Skipped(ts)
+		c.callHook(nil, func() { c.trace.Skipped(ts) })
 	}
 	if a.reason == ReasonModelNotServed {
 		c.addErr(u, ErrModelNotServed)
 		return
 	}
-	c.passed++
+	if passedOver {
+		c.passed++
+	}
 	c.record(attemptRec{u: u, cause: a.err(), retryAfter: a.wait})
 }
 

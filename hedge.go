@@ -242,10 +242,8 @@ func (c *call) race(ctx context.Context, order []*upstream) (*http.Response, err
 	left := len(order)
 	// However the round ends, even by a panic, the attempts still in
 	// flight are canceled and closed.
-	defer func() {
-		c.traceAbandoned(flying, time.Now())
-		c.t.abandon(flying, results)
-	}()
+	defer func() { c.t.abandon(flying, results) }()
+	defer func() { c.traceAbandoned(flying, time.Now()) }() // first; a hook's panic still leaves abandon to run
 
 	// next launches the next upstream in order that takes the request.
 	// It reports whether it did, and whether the request is over. A

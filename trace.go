@@ -104,7 +104,9 @@ type TraceDone struct {
 	// StatusCode is the answer's status; 0 with an error.
 	StatusCode int
 
-	// Err is what RoundTrip returns as its error.
+	// Err is what RoundTrip returns as its error; when that is Base's
+	// own and its message quotes a credential, an error that says the
+	// same without it and unwraps to Base's.
 	Err error
 
 	// Duration is the time from the request's first attempt (or skip)
@@ -132,7 +134,8 @@ const (
 	RequestHedged RequestOutcome = "hedged"
 
 	// RequestFailed: no upstream served it. The caller gets the last
-	// upstream's failure (a 5xx, 429, 401, ...) or an [*Error].
+	// upstream's failure (a 5xx, 429, 401, ..., or an answer a custom
+	// Classifier judged Canceled) or an [*Error].
 	RequestFailed RequestOutcome = "failed"
 
 	// RequestUnavailable: every upstream was passed over, nothing was
@@ -141,7 +144,8 @@ const (
 	RequestUnavailable RequestOutcome = "unavailable"
 
 	// RequestCanceled: the caller's context ended, or its own request
-	// could not be sent (its body failed to read, an invalid header).
+	// could not be sent (its body failed to read, an invalid header); the
+	// caller gets an error.
 	RequestCanceled RequestOutcome = "canceled"
 
 	// RequestUnrouted: the request was addressed to no upstream
@@ -247,10 +251,8 @@ func (c *call) outcome(resp *http.Response, err error) requestOutcome {
 	case resp != nil:
 		a := c.answer
 		switch {
-		case a.o == Canceled:
-			return reqCanceled
 		case a.o != Success && a.o != Rejected:
-			return reqFailed
+			return reqFailed // a failure held for want of better, or one a Classifier said to stop at
 		case a.hedge:
 			return reqHedged
 		case a.n > 1 || c.passed > 0:
@@ -281,6 +283,35 @@ func (c *call) traceDone(a *attempt) {
 	}
 	c.trace.AttemptDone(d)
 }
+
+// scrub returns err for a hook: as it is when it is one of this package's
+// (already scrubbed) or its message holds no credential of req's, of its
+// redirect chain's (hop) or of an upstream's; else an error whose message
+// is scrubbed and which unwraps to err.
+func (t *Transport) scrub(err error, req *http.Request, h *hop) error {
+	switch err.(type) {
+	case nil, *Error, *UnroutedError:
+		return err
+	}
+	secrets := t.creds.appendRequestSecrets([]string{}, req)
+	if h != nil {
+		secrets = append(secrets, h.secrets...)
+	}
+	msg := err.Error()
+	if scrubbed := redact(msg, t.creds.upstreamSecrets, compactSecrets(secrets)); scrubbed != msg {
+		return &scrubbedError{err: err, msg: scrubbed}
+	}
+	return err
+}
+
+// scrubbedError is an error with its message scrubbed of credentials.
+type scrubbedError struct {
+	err error
+	msg string
+}
+
+func (e *scrubbedError) Error() string { return e.msg }
+func (e *scrubbedError) Unwrap() error { return e.err }
 
 // traceAbandoned calls AttemptDone for each attempt still in flight when
 // a hedged round ends.

@@ -1,9 +1,11 @@
 package failover
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"strings"
 	"sync/atomic"
@@ -257,4 +259,260 @@ func TestTraceCompose(t *testing.T) {
 	if got := strings.Join(order, ","); got != "start,inner,outer" {
 		t.Errorf("hooks ran %s, want start,inner,outer", got)
 	}
+}
+
+// swallowPanic runs f and reports whether it panicked.
+func swallowPanic(f func()) (panicked bool) {
+	defer func() {
+		if recover() != nil {
+			panicked = true
+		}
+	}()
+	f()
+	return false
+}
+
+// A panicking AttemptStart hook runs after launch took the last resort's
+// slot and the circuit's permit, before send, which gives them back: launch
+// hands them back itself, and the next request gets its last resort.
+func TestTraceAttemptStartPanicKeepsLastResortSlot(t *testing.T) {
+	n := newFakeNet()
+	n.status("a.test", 200, "ok")
+	tr := newTestTransport(t, Config{Base: n, LastResort: LastResortConfig{MaxInFlight: 1},
+		Upstreams: []Upstream{{Name: "a", BaseURL: "http://a.test"}}})
+	tr.upstreams[0].circuit.Trip(time.Now())
+	ctx := WithTrace(context.Background(), &Trace{AttemptStart: func(TraceAttempt) { panic("hook") }})
+	if !swallowPanic(func() { tr.RoundTrip(httptestRequest("GET", "http://a.test/x", "").WithContext(ctx)) }) {
+		t.Fatal("the hook did not panic")
+	}
+	if got := tr.lastResortInFlight.Load(); got != 0 {
+		t.Errorf("last-resort slots in flight after the request = %d, want 0", got)
+	}
+	if code, err := get(t, tr, "http://a.test/x"); code != 200 {
+		t.Errorf("the next request, untraced: %d %v; want the last resort's 200", code, err)
+	}
+}
+
+// The same for the half-open probe: a panicking AttemptStart does not keep
+// the probe gate (every request would be refused, probe_in_flight, for a
+// Cooldown).
+func TestTraceAttemptStartPanicFreesProbe(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := newFakeNet()
+		n.status("a.test", 200, "ok")
+		tr := newTestTransport(t, Config{Base: n, Breaker: BreakerConfig{Cooldown: time.Minute},
+			Upstreams: []Upstream{{Name: "a", BaseURL: "http://a.test"}}})
+		tr.upstreams[0].circuit.Trip(time.Now())
+		time.Sleep(time.Minute + time.Second) // half-open: the next request probes
+		ctx := WithTrace(context.Background(), &Trace{AttemptStart: func(TraceAttempt) { panic("hook") }})
+		swallowPanic(func() { tr.RoundTrip(httptestRequest("GET", "http://a.test/x", "").WithContext(ctx)) })
+		if code, err := get(t, tr, "http://a.test/x"); code != 200 {
+			t.Errorf("the next request: %d %v; want the probe's 200 (the panicked probe was never sent)", code, err)
+		}
+	})
+}
+
+// A panicking AttemptDone for an abandoned hedge attempt still leaves
+// abandon to cancel the attempt in flight, which would otherwise hold a
+// goroutine and a connection until the upstream answered, and leave that
+// answer undrained.
+func TestTraceAbandonedHookPanicEndsAttempt(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := newFakeNet()
+		var canceled atomic.Int32
+		n.handle("a.test", slowly(time.Hour, "a", &canceled))
+		n.status("b.test", 200, "b")
+		tr := newTestTransport(t, twoUpstreams(n, Config{Hedge: &HedgeConfig{Delay: 10 * time.Millisecond, Percent: 100}}))
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel() // frees the leaked attempt at the end
+		ctx = WithTrace(ctx, &Trace{AttemptDone: func(d TraceAttemptDone) {
+			if d.Abandoned {
+				panic("hook")
+			}
+		}})
+		if !swallowPanic(func() { tr.RoundTrip(httptestRequest("POST", "http://a.test/v1/chat", chatBody).WithContext(ctx)) }) {
+			t.Fatal("the hook did not panic")
+		}
+		time.Sleep(time.Second)
+		synctest.Wait()
+		if canceled.Load() != 1 {
+			t.Errorf("the abandoned attempt to a was not canceled after the hook's panic (it would run for the hour)")
+		}
+	})
+}
+
+// A panicking AttemptDone (plain round) or Done closes the answer in hand,
+// as send does when Classify panics: its connection is given back.
+func TestTraceHookPanicClosesAnswer(t *testing.T) {
+	for _, hook := range []string{"AttemptDone", "Done"} {
+		t.Run(hook, func(t *testing.T) {
+			body := &closeCounter{Reader: strings.NewReader("ok")}
+			base := roundTripFunc(func(r *http.Request) (*http.Response, error) {
+				resp := respond(200, "")
+				resp.Body = body
+				return resp, nil
+			})
+			tr := newTestTransport(t, Config{Base: base, Upstreams: []Upstream{{Name: "a", BaseURL: "http://a.test"}}})
+			var tc Trace
+			if hook == "Done" {
+				tc.Done = func(TraceDone) { panic("hook") }
+			} else {
+				tc.AttemptDone = func(TraceAttemptDone) { panic("hook") }
+			}
+			ctx := WithTrace(context.Background(), &tc)
+			if !swallowPanic(func() { tr.RoundTrip(httptestRequest("GET", "http://a.test/x", "").WithContext(ctx)) }) {
+				t.Fatal("the hook did not panic")
+			}
+			if body.closed == 0 {
+				t.Errorf("%s panicked: the answer's body was never closed", hook)
+			}
+		})
+	}
+}
+
+// The first upstream answers in the request's first attempt; a hedge that
+// found the second upstream cooling down passed nothing over before it:
+// the request is answered, not failed_over.
+func TestTraceHedgeSkipIsNotFailover(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := newFakeNet()
+		n.handle("a.test", slowly(50*time.Millisecond, "a", new(atomic.Int32)))
+		n.status("b.test", 200, "b")
+		tr := newTestTransport(t, twoUpstreams(n, Config{Hedge: &HedgeConfig{Delay: 10 * time.Millisecond, Percent: 100}}))
+		tr.coolDown(tr.upstreams[1], respond(429, "", "Retry-After", "30"), time.Now())
+		var r recordTrace
+		resp, err := tr.RoundTrip(traced(httptestRequest("POST", "http://a.test/v1/chat", chatBody), &r))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if r.done.Outcome != RequestAnswered || r.done.Upstream != "a" || r.done.Attempt != 1 {
+			t.Errorf("Done = %+v (trace %q); want answered by a's attempt 1: nothing before it was passed over", r.done, r.lines)
+		}
+		if m := scrapeMetrics(tr); !strings.Contains(m, `failover_requests_total{upstream="a",outcome="answered"} 1`) {
+			t.Errorf("metrics:\n%s\nwant a's request counted answered", seriesLines(m, "failover_requests_total"))
+		}
+	})
+}
+
+// A custom Classifier that returns Canceled for a response while the
+// caller's context is alive: the caller gets that answer with a nil
+// error, so the request is failed (not served) under the upstream that
+// answered, in the metric as in Done.
+func TestTraceClassifierCanceledWithResponse(t *testing.T) {
+	n := newFakeNet()
+	n.status("a.test", 499, "client closed")
+	n.status("b.test", 200, "b")
+	tr := newTestTransport(t, twoUpstreams(n, Config{Classify: func(resp *http.Response, err error) Outcome {
+		if resp != nil && resp.StatusCode == 499 {
+			return Canceled
+		}
+		return DefaultClassifier(resp, err)
+	}}))
+	var r recordTrace
+	resp, err := tr.RoundTrip(traced(httptestRequest("GET", "http://a.test/x", ""), &r))
+	if err != nil || resp.StatusCode != 499 {
+		t.Fatalf("got %v %v, want a's 499", resp, err)
+	}
+	resp.Body.Close()
+	if r.done.Outcome == RequestCanceled {
+		t.Errorf("Done.Outcome = canceled for an answer the caller got with a live context (Done = %+v)", r.done)
+	}
+	m := scrapeMetrics(tr)
+	if !strings.Contains(m, `failover_requests_total{upstream="a",`) || strings.Contains(m, `failover_requests_total{upstream="",outcome="canceled"} 1`) {
+		t.Errorf("metrics:\n%s\nwant the request under upstream=\"a\", whose answer the caller got", seriesLines(m, "failover_requests_total"))
+	}
+}
+
+// A held answer returned after a wait between rounds: Duration (and
+// failover_request_duration_seconds) include the wait the caller sat
+// through, not only the time to the held attempt's end.
+func TestTraceDurationIncludesWait(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := newFakeNet()
+		n.status("a.test", 503, "down")
+		tr := newTestTransport(t, Config{Base: n, Retries: 1, RetryWaitMin: time.Second, RetryWaitMax: time.Second,
+			Upstreams: []Upstream{{Name: "a", BaseURL: "http://a.test"}}})
+		calls := 0
+		req := httptestRequest("POST", "http://a.test/x", "{}")
+		req.GetBody = func() (io.ReadCloser, error) {
+			calls++
+			return nil, errors.New("gone")
+		}
+		req.Body = io.NopCloser(bytes.NewReader([]byte("{}")))
+		var r recordTrace
+		start := time.Now()
+		resp, err := tr.RoundTrip(traced(req, &r))
+		took := time.Since(start)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if took < time.Second || calls == 0 {
+			t.Fatalf("the test is broken: RoundTrip took %v, GetBody called %d times", took, calls)
+		}
+		if r.done.Duration < took {
+			t.Errorf("Done.Duration = %v, but RoundTrip took %v (Done = %+v)", r.done.Duration, took, r.done)
+		}
+	})
+}
+
+// UnroutedFirst leaves alone a request to another upstream's own host
+// whose path lies outside that upstream's base path but under the first's:
+// Done's Err is scrubbed on the paths that return Base's own error:
+// UnroutedPass, and a routed request that no upstream can send (Rejected
+// with an error), as AttemptDone's is.
+func TestTraceDoneErrCarriesNoCredential(t *testing.T) {
+	const key = "sk-caller-qwqw"
+	t.Run("pass", func(t *testing.T) {
+		base := roundTripFunc(func(r *http.Request) (*http.Response, error) {
+			return nil, fmt.Errorf("proxy refused %s", r.URL)
+		})
+		tr := newTestTransport(t, Config{Base: base, Unrouted: UnroutedPass, Upstreams: []Upstream{{Name: "a", BaseURL: "http://a.test/v1"}}})
+		var r recordTrace
+		tr.RoundTrip(traced(httptestRequest("GET", "http://c.test/v1/x?key="+key, ""), &r))
+		if r.done.Err != nil && strings.Contains(r.done.Err.Error(), key) {
+			t.Errorf("Done.Err = %q holds the caller's key", r.done.Err)
+		}
+	})
+	t.Run("rejected", func(t *testing.T) {
+		base := roundTripFunc(func(r *http.Request) (*http.Response, error) {
+			return nil, fmt.Errorf("net/http: invalid header field value %q for key Authorization", r.Header.Get("Authorization"))
+		})
+		tr := newTestTransport(t, Config{Base: base, Upstreams: []Upstream{{Name: "a", BaseURL: "http://a.test/v1"}}})
+		var r recordTrace
+		req := httptestRequest("GET", "http://a.test/v1/x", "")
+		req.Header.Set("Authorization", "Bearer "+key)
+		_, err := tr.RoundTrip(traced(req, &r))
+		if err == nil {
+			t.Fatal("no error")
+		}
+		for _, a := range r.args {
+			if d, ok := a.(TraceAttemptDone); ok && d.Err != nil && strings.Contains(d.Err.Error(), key) {
+				t.Errorf("AttemptDone.Err holds the key: %q", d.Err)
+			}
+		}
+		if r.done.Err != nil && strings.Contains(r.done.Err.Error(), key) {
+			t.Errorf("Done.Err = %q holds the caller's key (AttemptDone's was scrubbed)", r.done.Err)
+		}
+	})
+}
+
+// A redirect hop to a host no upstream has is a RoundTrip of its own with
+// scrapeMetrics returns tr's exposition.
+func scrapeMetrics(tr *Transport) string {
+	var b bytes.Buffer
+	tr.WritePrometheus(&b)
+	return b.String()
+}
+
+// seriesLines returns the sample lines of exposition s that contain sub.
+func seriesLines(s, sub string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, sub) && !strings.HasPrefix(l, "#") {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
 }

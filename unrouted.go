@@ -43,9 +43,10 @@ const (
 	// talks to hosts other than the upstreams.
 	UnroutedPass
 
-	// UnroutedFirst treats the request as addressed to the first
-	// upstream, when its path lies under that upstream's base path (it
-	// is refused otherwise): it is rewritten to that upstream's scheme
+	// UnroutedFirst treats a request to a scheme and host that no
+	// upstream has as addressed to the first upstream, when its path
+	// lies under that upstream's base path (it is refused otherwise, and
+	// so is a request to an upstream's own host outside its base path): it is rewritten to that upstream's scheme
 	// and host and fails over like any other, and the caller's
 	// credentials belong to that first upstream. Choose it only when
 	// every host your clients address means that upstream.
@@ -158,8 +159,11 @@ func (t *Transport) UnroutedHosts() []UnroutedHost {
 func (t *Transport) roundTripUnrouted(r request) (*http.Response, error) {
 	t.unrouted.Inc()
 	req := r.req
+	start := time.Now()
 	if req.Response != nil {
-		return t.base.RoundTrip(r.unrouted())
+		resp, err := t.base.RoundTrip(r.unrouted())
+		t.traceUnrouted(r, resp, err, start)
+		return resp, err
 	}
 	key := unroutedKey(req.URL)
 	if first, full := t.unroutedHosts.note(key, time.Now()); first {
@@ -172,7 +176,6 @@ func (t *Transport) roundTripUnrouted(r request) (*http.Response, error) {
 	}
 	var resp *http.Response
 	var err error
-	start := time.Now()
 	if t.unroutedPolicy == UnroutedPass {
 		resp, err = t.base.RoundTrip(req)
 	} else {
@@ -183,16 +186,31 @@ func (t *Transport) roundTripUnrouted(r request) (*http.Response, error) {
 		}
 		err = &UnroutedError{URL: addr, Why: t.whyUnrouted(req.URL), BaseURLs: t.baseURLs()}
 	}
-	if tr := requestTrace(r.ctx); tr != nil && tr.Done != nil {
-		d := TraceDone{Outcome: RequestUnrouted, Duration: time.Since(start)}
-		if resp != nil {
-			d.StatusCode = resp.StatusCode
-		} else {
-			d.Err = err // Base's own, as the caller gets it, or the refusal
-		}
-		tr.Done(d)
-	}
+	t.traceUnrouted(r, resp, err, start)
 	return resp, err
+}
+
+// traceUnrouted calls the Trace's Done, if any, for an unrouted request.
+func (t *Transport) traceUnrouted(r request, resp *http.Response, err error, start time.Time) {
+	tr := requestTrace(r.ctx)
+	if tr == nil || tr.Done == nil {
+		return
+	}
+	d := TraceDone{Outcome: RequestUnrouted, Duration: time.Since(start)}
+	if resp != nil {
+		d.StatusCode = resp.StatusCode
+	} else {
+		d.Err = t.scrub(err, r.req, r.hop) // Base's own, as the caller gets it, or the refusal
+	}
+	defer func() {
+		if v := recover(); v != nil && resp != nil {
+			resp.Body.Close()
+			panic(v)
+		} else if v != nil {
+			panic(v)
+		}
+	}()
+	tr.Done(d)
 }
 
 // unroutedKey returns u's scheme and host, lowercased, as UnroutedHosts
@@ -217,19 +235,13 @@ func (t *Transport) whyUnrouted(u *url.URL) string {
 	if hasDotSegment(u.Path) {
 		return `has a "." or ".." path segment`
 	}
-	if t.unroutedPolicy == UnroutedFirst {
+	switch {
+	case t.hostOfUpstream(u):
+		return "lies under no upstream's base path on its host"
+	case t.unroutedPolicy == UnroutedFirst:
 		return "lies outside the first upstream's base path"
 	}
-	var hostOK bool
-	for _, c := range t.upstreams {
-		if strings.EqualFold(u.Scheme, c.scheme) && c.sameHost(c.scheme, u.Host) {
-			hostOK = true
-		}
-	}
-	if !hostOK {
-		return "has a scheme and host no upstream has"
-	}
-	return "lies under no upstream's base path on its host"
+	return "has a scheme and host no upstream has"
 }
 
 // baseURLs returns the upstreams' BaseURLs, as Health shows them.

@@ -1,6 +1,7 @@
 package failover
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -278,4 +279,49 @@ func ExampleUnroutedPolicy() {
 	// true
 	// Get "http://localhost:8080/v1/models": failover: request addressed to no upstream: http://localhost:8080/v1/models has a scheme and host no upstream has; the upstreams' BaseURLs are http://127.0.0.1:8080/v1, https://api.openai.com/v1 (see Config.Unrouted)
 	// http://localhost:8080 1
+}
+
+// the credentials the caller meant for b.test must not go to a.test.
+func TestUnroutedFirstSparesOtherUpstreamsHost(t *testing.T) {
+	n := newFakeNet()
+	n.status("a.test", 200, "a")
+	n.status("b.test", 200, "b")
+	tr := newTestTransport(t, Config{Base: n, Unrouted: UnroutedFirst, Upstreams: []Upstream{
+		{Name: "a", BaseURL: "http://a.test/v1"},
+		{Name: "b", BaseURL: "http://b.test/v1beta"},
+	}})
+	req := httptestRequest("GET", "http://b.test/v1/models", "")
+	req.Header.Set("Authorization", "Bearer b-key")
+	resp, err := tr.RoundTrip(req)
+	if err == nil {
+		resp.Body.Close()
+	}
+	for _, s := range n.requests("a.test") {
+		if strings.Contains(s.Header.Get("Authorization"), "b-key") {
+			t.Errorf("a.test got the key the caller sent to b.test (a configured upstream's host): %+v", s)
+		}
+	}
+}
+
+// the caller's Trace on its context: its Done is called too.
+func TestUnroutedHopCallsDone(t *testing.T) {
+	n := newFakeNet()
+	n.handle("a.test", func(r *http.Request) (*http.Response, error) {
+		return respond(302, "", "Location", "http://elsewhere.test/files/1"), nil
+	})
+	n.status("elsewhere.test", 200, "elsewhere")
+	tr := newTestTransport(t, Config{Base: n, Upstreams: []Upstream{{Name: "a", BaseURL: "http://a.test/v1"}}})
+	var dones int
+	ctx := WithTrace(context.Background(), &Trace{Done: func(TraceDone) { dones++ }})
+	resp, err := do(t, tr, httptestRequest("GET", "http://a.test/v1/files/1", "").WithContext(ctx))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if n.count("elsewhere.test") != 1 {
+		t.Fatal("the test is broken: the hop did not reach elsewhere.test")
+	}
+	if dones != 2 {
+		t.Errorf("Done called %d times for 2 RoundTrips (the upstream's, then the hop's)", dones)
+	}
 }
