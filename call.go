@@ -8,7 +8,6 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/VictoriaMetrics/metrics"
 	"github.com/hashicorp/go-retryablehttp"
 
 	"github.com/failover-go/failover/internal/circuit"
@@ -158,7 +157,7 @@ func (c *call) ended(resp *http.Response, err error) {
 		// (A first look at the first byte spares isEventStream's work on
 		// the JSON answers most requests get.)
 		if ct := resp.Header["Content-Type"]; len(ct) > 0 && ct[0] != "" && ct[0][0]|0x20 == 't' && isEventStream(ct[0]) && resp.Body != nil && resp.Body != http.NoBody {
-			resp.Body = &firstByteBody{ReadCloser: resp.Body, start: c.start, hist: u.m.firstByte}
+			resp.Body = &firstByteBody{ReadCloser: resp.Body, start: c.start, hist: &u.m.firstByte}
 		}
 	}
 	if c.trace != nil && c.trace.Done != nil {
@@ -194,7 +193,7 @@ func (c *call) callHook(resp *http.Response, f func()) {
 type firstByteBody struct {
 	io.ReadCloser
 	start time.Time
-	hist  *metrics.PrometheusHistogram
+	hist  *lazyHistogram
 	seen  bool
 }
 
@@ -202,7 +201,7 @@ func (b *firstByteBody) Read(p []byte) (int, error) {
 	n, err := b.ReadCloser.Read(p)
 	if n > 0 && !b.seen {
 		b.seen = true
-		b.hist.Update(time.Since(b.start).Seconds())
+		b.hist.update(time.Since(b.start).Seconds())
 	}
 	return n, err
 }

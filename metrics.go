@@ -5,6 +5,7 @@ import (
 	"io"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/VictoriaMetrics/metrics"
@@ -261,14 +262,36 @@ type upstreamMetrics struct {
 	// (answered, failed_over, hedged, failed), and its streams' time to
 	// first byte.
 	requests  [reqFailed + 1]*metrics.Counter
-	firstByte *metrics.PrometheusHistogram
+	firstByte lazyHistogram
+}
+
+// lazyHistogram is a histogram series made on its first observation. A
+// histogram writes 17 lines to every scrape, and some may never be
+// observed: the first byte of an upstream that never streams, an outcome
+// that never occurs.
+type lazyHistogram struct {
+	h    atomic.Pointer[metrics.PrometheusHistogram]
+	set  *metrics.Set
+	name string
+}
+
+func (l *lazyHistogram) init(s *metrics.Set, name string) { l.set, l.name = s, name }
+
+// update observes v, making the series first if need be.
+func (l *lazyHistogram) update(v float64) {
+	h := l.h.Load()
+	if h == nil {
+		h = l.set.GetOrCreatePrometheusHistogramExt(l.name, latencyBuckets) // the Set's own lock makes one
+		l.h.Store(h)
+	}
+	h.Update(v)
 }
 
 // requestMetrics are the Transport's caller-level handles: requests the
 // caller got no upstream's answer for, and durations by outcome.
 type requestMetrics struct {
 	none     [len(requestOutcomes)]*metrics.Counter // by request outcome, upstream=""
-	duration [len(requestOutcomes)]*metrics.PrometheusHistogram
+	duration [len(requestOutcomes)]lazyHistogram
 }
 
 // count records a request's end: its outcome o, the upstream that
@@ -279,7 +302,7 @@ func (m *requestMetrics) count(u *upstream, o requestOutcome, d time.Duration) {
 	} else {
 		m.none[o].Inc()
 	}
-	m.duration[o].Update(d.Seconds())
+	m.duration[o].update(d.Seconds())
 }
 
 // initMetrics registers the Transport's metrics of every upstream, and
@@ -293,13 +316,13 @@ func (t *Transport) initMetrics() {
 		if requestOutcome(o) != reqAnswered && requestOutcome(o) != reqFailedOver && requestOutcome(o) != reqHedged {
 			t.reqs.none[o] = s.GetOrCreateCounter(famRequests.series("", string(name)))
 		}
-		t.reqs.duration[o] = s.GetOrCreatePrometheusHistogramExt(famRequestDuration.series(string(name)), latencyBuckets)
+		t.reqs.duration[o].init(s, famRequestDuration.series(string(name)))
 	}
 	for _, u := range t.upstreams {
 		for o := range u.m.requests {
 			u.m.requests[o] = s.GetOrCreateCounter(famRequests.series(u.name, string(requestOutcomes[o])))
 		}
-		u.m.firstByte = s.GetOrCreatePrometheusHistogramExt(famFirstByte.series(u.name), latencyBuckets)
+		u.m.firstByte.init(s, famFirstByte.series(u.name))
 		for o := range u.m.attempts {
 			u.m.attempts[o] = s.GetOrCreateCounter(famAttempts.series(u.name, Outcome(o).String()))
 		}

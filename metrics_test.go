@@ -113,10 +113,11 @@ func exposed(t *testing.T, tr *Transport) (out string, present map[string]bool) 
 }
 
 // TestWritePrometheusMetadata drives a Transport with Hedge and Shared
-// until every family has samples: before the first failover,
-// failover_failovers_total is not written at all, metadata included;
-// after it, every family of the table is, each with its # HELP and
-// # TYPE.
+// until every family has samples: before the first failover and the first
+// stream, failover_failovers_total and failover_stream_first_byte_seconds
+// are not written at all, metadata included (nor the duration of an
+// outcome that has not occurred); after them, every family of the table
+// is, each with its # HELP and # TYPE.
 func TestWritePrometheusMetadata(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		n := newFakeNet()
@@ -127,10 +128,17 @@ func TestWritePrometheusMetadata(t *testing.T) {
 		get(t, tr, "http://a.test/")
 		synctest.Wait()
 		out, present := exposed(t, tr)
-		if present["failover_failovers_total"] || strings.Contains(out, "failover_failovers_total") {
-			t.Errorf("failover_failovers_total written before any failover:\n%s", grepLines(out, "failover_failovers_total"))
+		for _, lazy := range []string{"failover_failovers_total", "failover_stream_first_byte_seconds"} {
+			if present[lazy] || strings.Contains(out, lazy) {
+				t.Errorf("%s written before its first use:\n%s", lazy, grepLines(out, lazy))
+			}
+		}
+		if strings.Contains(grepLines(out, "failover_request_duration"), `outcome="failed_over"`) {
+			t.Errorf("the duration of failed_over requests written before there was one:\n%s", grepLines(out, "failover_request_duration"))
 		}
 
+		n.status("a.test", 200, "data: {}\n\n", "Content-Type", "text/event-stream")
+		readBody(t, mustGet(t, tr, "http://a.test/"))
 		n.status("a.test", 503, "down")
 		get(t, tr, "http://a.test/")
 		synctest.Wait()

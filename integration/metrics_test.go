@@ -228,6 +228,14 @@ func driven(t *testing.T) *failover.Transport {
 		t.Fatalf("%s's circuit did not open in 20 requests", name)
 	}
 
+	// a streams: the first byte its caller reads is timed.
+	a.set(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		io.WriteString(w, "data: {}\n\ndata: [DONE]\n\n")
+	})
+	if code := send(); code != http.StatusOK {
+		t.Fatalf("stream: %d", code)
+	}
 	// a hangs: the hedge to b answers.
 	a.set(hang)
 	if code := send(); code != http.StatusOK {
@@ -254,8 +262,33 @@ func driven(t *testing.T) *failover.Transport {
 			t.Fatal("an upstream was never probed")
 		}
 	}
+	// The upstream's server has seen a probe; its verdict is counted when
+	// the prober has read the answer, a moment later.
+	for _, name := range []string{"a", "b", "c"} {
+		series := `failover_probes_total{upstream="` + name + `",outcome="auth_failed"} `
+		for !probeCounted(tr, series) {
+			select {
+			case <-ctx.Done():
+				t.Fatalf("%s's probe was never counted", name)
+			case <-time.After(5 * time.Millisecond):
+			}
+		}
+	}
 
 	return tr
+}
+
+// probeCounted reports whether tr's exposition has series (a sample
+// line's name and labels, and a space) at a value other than 0.
+func probeCounted(tr *failover.Transport, series string) bool {
+	var b strings.Builder
+	tr.WritePrometheus(&b)
+	for line := range strings.Lines(b.String()) {
+		if v, ok := strings.CutPrefix(line, series); ok {
+			return strings.TrimSpace(v) != "0"
+		}
+	}
+	return false
 }
 
 // TestPrometheusExposition parses and lints the exposition of a driven
