@@ -137,7 +137,9 @@ func (c *call) run() (*http.Response, error) {
 // ended is RoundTrip's last step: it tells the request's outcome to the
 // metrics and the Trace.
 //
-// A streamed answer's body is wrapped to measure its time to first byte.
+// A streamed answer's body is wrapped to measure its time to first byte,
+// and a metered one's to read its usage (usageBody, which times a stream's
+// first byte too).
 func (c *call) ended(resp *http.Response, err error) {
 	o := c.outcome(resp, err)
 	var took time.Duration
@@ -153,7 +155,7 @@ func (c *call) ended(resp *http.Response, err error) {
 		u = c.answer.u
 	}
 	c.t.reqs.count(u, o, took)
-	if u != nil {
+	if u != nil && !(c.meters() && c.meter(resp, u)) {
 		// (A first look at the first byte spares isEventStream's work on
 		// the JSON answers most requests get.)
 		if ct := resp.Header["Content-Type"]; len(ct) > 0 && ct[0] != "" && ct[0][0]|0x20 == 't' && isEventStream(ct[0]) && resp.Body != nil && resp.Body != http.NoBody {

@@ -100,6 +100,10 @@ type UpstreamHealth struct {
 	// when it happened; zero when none failed.
 	LastError   string
 	LastErrorAt time.Time
+
+	// Usage is the tokens and cost of the upstream's metered answers
+	// (Config.MeterUsage) since the Transport was made.
+	Usage UsageTotals
 }
 
 // Health returns a snapshot of every upstream, in the configured order.
@@ -158,6 +162,7 @@ func (t *Transport) health(u *upstream, now time.Time) UpstreamHealth {
 	if le := w.last.Load(); le != nil {
 		h.LastError, h.LastErrorAt = le.msg, le.at
 	}
+	h.Usage = u.usage.snapshot()
 	return h
 }
 
@@ -199,11 +204,13 @@ func (h UpstreamHealth) MarshalJSON() ([]byte, error) {
 		Latency         latency        `json:"latency_seconds"`
 		LastError       string         `json:"last_error,omitempty"`
 		LastErrorAt     *time.Time     `json:"last_error_at,omitempty"`
+		Usage           usageJSON      `json:"usage"`
 	}{
 		h.Name, h.BaseURL, h.State, since, h.Available, h.Unavailable, h.Demoted, h.Degraded, h.Suspect, h.InFlight, h.Headroom.json(), h.OutOfHeadroom, h.OpenFor.Seconds(), h.Cooldown.Seconds(), h.CooldownReason,
 		h.Trips, h.BreakerFailures, h.Requests, h.Window, h.SuccessRate,
 		latency{h.P50.Seconds(), h.P95.Seconds(), h.P99.Seconds()},
 		h.LastError, lastAt,
+		h.Usage.json(),
 	})
 }
 

@@ -32,6 +32,9 @@ const (
 	famRequests familyID = iota
 	famRequestDuration
 	famFirstByte
+	famTokens
+	famCost
+	famUsageUnreported
 	famAttempts
 	famAttemptDuration
 	famSkipped
@@ -71,6 +74,9 @@ var families = [numFamilies]family{
 	famRequests:         {"failover_requests_total", "counter", []string{"upstream", "outcome"}, "Requests as their callers saw them, by outcome (answered, failed_over, hedged, failed, unavailable, canceled) and the upstream whose answer the caller got (empty when the caller got an error)."},
 	famRequestDuration:  {"failover_request_duration_seconds", "histogram", []string{"outcome"}, "Time from a request's first attempt to the answer's headers or the error the caller got, failovers and waits included, by outcome."},
 	famFirstByte:        {"failover_stream_first_byte_seconds", "histogram", []string{"upstream"}, "Time from a streamed request's (text/event-stream) first attempt to the first byte of the answer's body that the caller read, by the upstream that answered."},
+	famTokens:           {"failover_tokens_total", "counter", []string{"upstream", "model", "kind"}, "Tokens that the answers of the upstream reported using (Config.MeterUsage), by model (at most 64 per upstream, then other) and kind: input, output, and the parts of input read from (cached) and written to (cache_write) the prompt cache."},
+	famCost:             {"failover_cost_total", "counter", []string{"upstream", "model"}, "Cost of the answers of the upstream, their input and output tokens priced at its Upstream.Cost, by model as in failover_tokens_total."},
+	famUsageUnreported:  {"failover_usage_unreported_total", "counter", []string{"upstream"}, "Streamed answers of the upstream (text/event-stream) read to their end without reporting their usage, such as OpenAI streams without stream_options.include_usage."},
 	famAttempts:         {"failover_attempts_total", "counter", []string{"upstream", "outcome"}, "Attempts sent to the upstream, by outcome (success, rejected, auth_failed, rate_limited, failed, canceled); a request makes one attempt or more."},
 	famAttemptDuration:  {"failover_attempt_duration_seconds", "histogram", []string{"upstream"}, "Time from the start of an attempt at the upstream to its response headers or its failure; canceled attempts are not observed."},
 	famSkipped:          {"failover_skipped_total", "counter", []string{"upstream", "reason"}, "Requests that did not try the upstream, by reason (rate_limited, model_not_served, circuit_open, probe_in_flight, probe_elsewhere)."},

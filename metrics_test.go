@@ -112,23 +112,24 @@ func exposed(t *testing.T, tr *Transport) (out string, present map[string]bool) 
 	return out, present
 }
 
-// TestWritePrometheusMetadata drives a Transport with Hedge and Shared
-// until every family has samples: before the first failover and the first
-// stream, failover_failovers_total and failover_stream_first_byte_seconds
-// are not written at all, metadata included (nor the duration of an
-// outcome that has not occurred); after them, every family of the table
-// is, each with its # HELP and # TYPE.
+// TestWritePrometheusMetadata drives a Transport with Hedge, Shared and
+// MeterUsage until every family has samples: before the first failover,
+// the first stream and the first usage, failover_failovers_total,
+// failover_stream_first_byte_seconds and the usage families are not
+// written at all, metadata included (nor the duration of an outcome that
+// has not occurred); after them, every family of the table is, each with
+// its # HELP and # TYPE.
 func TestWritePrometheusMetadata(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		n := newFakeNet()
 		n.status("a.test", 200, "ok")
 		n.status("b.test", 200, "ok")
-		tr := newTestTransport(t, twoUpstreams(n, Config{Hedge: &HedgeConfig{Delay: time.Minute}, Shared: newMemShared()}))
+		tr := newTestTransport(t, twoUpstreams(n, Config{Hedge: &HedgeConfig{Delay: time.Minute}, Shared: newMemShared(), MeterUsage: true}))
 		t.Cleanup(func() { tr.Close() })
 		get(t, tr, "http://a.test/")
 		synctest.Wait()
 		out, present := exposed(t, tr)
-		for _, lazy := range []string{"failover_failovers_total", "failover_stream_first_byte_seconds"} {
+		for _, lazy := range []string{"failover_failovers_total", "failover_stream_first_byte_seconds", "failover_tokens_total", "failover_cost_total", "failover_usage_unreported_total"} {
 			if present[lazy] || strings.Contains(out, lazy) {
 				t.Errorf("%s written before its first use:\n%s", lazy, grepLines(out, lazy))
 			}
@@ -138,6 +139,8 @@ func TestWritePrometheusMetadata(t *testing.T) {
 		}
 
 		n.status("a.test", 200, "data: {}\n\n", "Content-Type", "text/event-stream")
+		readBody(t, mustGet(t, tr, "http://a.test/")) // a stream without usage
+		n.status("a.test", 200, `{"usage":{"prompt_tokens":2,"completion_tokens":1}}`, "Content-Type", "application/json")
 		readBody(t, mustGet(t, tr, "http://a.test/"))
 		n.status("a.test", 503, "down")
 		get(t, tr, "http://a.test/")

@@ -14,8 +14,8 @@ import (
 // were passed over and why, which were tried, how each attempt ended, and
 // whose answer the caller got.
 //
-// Every hook is called on the goroutine that called RoundTrip, in the
-// order the events were decided, and before RoundTrip returns; with
+// Every hook but Usage is called on the goroutine that called RoundTrip,
+// in the order the events were decided, and before RoundTrip returns; with
 // [Config.Hedge], an attempt's AttemptDone comes when the call takes its
 // result, which may be after a later attempt's AttemptStart. Hooks must
 // not block: the request waits on them. None of their arguments holds a
@@ -42,6 +42,13 @@ type Trace struct {
 	// Done is called once, when RoundTrip is about to return: whose
 	// answer the caller gets, or why none.
 	Done func(TraceDone)
+
+	// Usage is called with the answer's usage and cost (see [Usage]),
+	// when the answer reports it: unlike the other hooks, once its body
+	// has been read to its end or closed, on the goroutine that did so,
+	// usually after RoundTrip has returned. It meters the request's
+	// answer even when Config.MeterUsage is off.
+	Usage func(Usage)
 }
 
 // TraceSkip is an upstream passed over, as [Trace.Skipped] receives it.
@@ -218,6 +225,7 @@ func (t *Trace) compose(old *Trace) *Trace {
 		AttemptStart: both(t.AttemptStart, old.AttemptStart),
 		AttemptDone:  both(t.AttemptDone, old.AttemptDone),
 		Done:         both(t.Done, old.Done),
+		Usage:        both(t.Usage, old.Usage),
 	}
 }
 

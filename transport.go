@@ -244,6 +244,22 @@ type Config struct {
 	// made at nearly the same moment by different goroutines may arrive
 	// out of order: order them by At.
 	OnStateChange func(StateChange)
+
+	// MeterUsage reads the token usage that each answer reports as its
+	// caller reads the body (see [Usage]), and counts it per upstream and
+	// model in the metrics (failover_tokens_total, failover_cost_total),
+	// in UpstreamHealth.Usage and in what Score ranks by. It is on as
+	// well when OnUsage is set or any Upstream has a Cost. Off, only the
+	// requests whose Trace has a Usage hook are metered, and answers pay
+	// nothing for it.
+	MeterUsage bool
+
+	// OnUsage, when set, is called with the usage and cost of each
+	// answer that reports its usage, once the answer's body has been read
+	// to its end or closed: on the goroutine that read or closed it,
+	// usually after RoundTrip has returned, and never more than once per
+	// answer. It must not block: the reader waits on it.
+	OnUsage func(Usage)
 }
 
 // StateChange is a change of an upstream's circuit, as
@@ -326,6 +342,8 @@ type Transport struct {
 
 	reqs requestMetrics
 
+	usage usageConfig // what is done with the answers' usage
+
 	unroutedPolicy UnroutedPolicy
 	unroutedHosts  unroutedHosts
 	unrouted       *metrics.Counter
@@ -402,6 +420,7 @@ func New(cfg Config) (*Transport, error) {
 		onStateChange:  cfg.OnStateChange,
 		lastResortCfg:  cfg.LastResort,
 		unroutedPolicy: cfg.Unrouted,
+		usage:          newUsageConfig(cfg),
 	}
 	t.lastResortCfg.MaxInFlight = cmp.Or(t.lastResortCfg.MaxInFlight, defaultLastResortInFlight)
 	if t.waitMin > t.waitMax {

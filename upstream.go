@@ -36,6 +36,7 @@ type upstream struct {
 	headroom headroomState
 	fleet    fleetState // with Config.Shared
 	m        upstreamMetrics
+	usage    usageState
 
 	// The recent figures of each feature's window: Degraded's (which the
 	// routers read too), Hang's and Hedge's. Features with the same

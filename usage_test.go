@@ -1,0 +1,766 @@
+package failover_test
+
+import (
+	"bytes"
+	"compress/gzip"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"testing/iotest"
+
+	"github.com/failover-go/failover"
+)
+
+// usageServer answers every request with status, Content-Type ct and the
+// body's pieces, each flushed apart, as a provider streams.
+func usageServer(t testing.TB, status int, ct string, pieces ...string) *httptest.Server {
+	t.Helper()
+	s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", ct)
+		w.WriteHeader(status)
+		for _, p := range pieces {
+			if _, err := io.WriteString(w, p); err != nil {
+				return
+			}
+			w.(http.Flusher).Flush()
+		}
+	}))
+	t.Cleanup(s.Close)
+	return s
+}
+
+// usageLog collects what OnUsage and Trace.Usage receive.
+type usageLog struct {
+	mu  sync.Mutex
+	got []failover.Usage
+}
+
+func (l *usageLog) add(u failover.Usage) {
+	l.mu.Lock()
+	l.got = append(l.got, u)
+	l.mu.Unlock()
+}
+
+func (l *usageLog) all() []failover.Usage {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.got)
+}
+
+// sse makes a stream's pieces: each event a piece, ending in a blank line.
+func sse(events ...string) []string {
+	out := make([]string, len(events))
+	for i, e := range events {
+		out[i] = e + "\n\n"
+	}
+	return out
+}
+
+// The providers' answers, as their documentation and the recordings in
+// ../shared/recordings show them.
+var (
+	// OpenAI chat completion, pretty-printed as OpenAI sends it.
+	openAIChat = `{
+  "id": "chatcmpl-B9MHDbslfkBeAs8l4bebGdFOJ6PeG",
+  "object": "chat.completion",
+  "created": 1741570283,
+  "model": "gpt-4o-2024-08-06",
+  "choices": [
+    {
+      "index": 0,
+      "message": {
+        "role": "assistant",
+        "content": "The \"usage\": {\"prompt_tokens\": 999} of a JSON body is...",
+        "refusal": null,
+        "annotations": []
+      },
+      "logprobs": null,
+      "finish_reason": "stop"
+    }
+  ],
+  "usage": {
+    "prompt_tokens": 1117,
+    "completion_tokens": 46,
+    "total_tokens": 1163,
+    "prompt_tokens_details": {
+      "cached_tokens": 1024,
+      "audio_tokens": 0
+    },
+    "completion_tokens_details": {
+      "reasoning_tokens": 0,
+      "audio_tokens": 0,
+      "accepted_prediction_tokens": 0,
+      "rejected_prediction_tokens": 0
+    }
+  },
+  "service_tier": "default",
+  "system_fingerprint": "fp_fc9f1d7035"
+}
+`
+	// OpenAI chat stream with stream_options.include_usage: every chunk
+	// has "usage": null, and one more chunk with no choices has it.
+	openAIStream = sse(
+		`data: {"id":"chatcmpl-1","object":"chat.completion.chunk","created":1,"model":"gpt-4o-mini-2024-07-18","service_tier":"default","system_fingerprint":"fp_1","choices":[{"index":0,"delta":{"role":"assistant","content":"","refusal":null},"logprobs":null,"finish_reason":null}],"usage":null,"obfuscation":"7PrXJpDCa"}`,
+		`data: {"id":"chatcmpl-1","object":"chat.completion.chunk","created":1,"model":"gpt-4o-mini-2024-07-18","service_tier":"default","system_fingerprint":"fp_1","choices":[{"index":0,"delta":{"content":"Hello"},"logprobs":null,"finish_reason":null}],"usage":null,"obfuscation":"B0AJ"}`,
+		`data: {"id":"chatcmpl-1","object":"chat.completion.chunk","created":1,"model":"gpt-4o-mini-2024-07-18","service_tier":"default","system_fingerprint":"fp_1","choices":[{"index":0,"delta":{},"logprobs":null,"finish_reason":"stop"}],"usage":null,"obfuscation":"Gx"}`,
+		`data: {"id":"chatcmpl-1","object":"chat.completion.chunk","created":1,"model":"gpt-4o-mini-2024-07-18","service_tier":"default","system_fingerprint":"fp_1","choices":[],"usage":{"prompt_tokens":14,"completion_tokens":13,"total_tokens":27,"prompt_tokens_details":{"cached_tokens":0,"audio_tokens":0},"completion_tokens_details":{"reasoning_tokens":0,"audio_tokens":0,"accepted_prediction_tokens":0,"rejected_prediction_tokens":0}},"obfuscation":"KmpuvjDPc"}`,
+		`data: [DONE]`,
+	)
+	// The same stream without include_usage: nothing to report.
+	openAIStreamNoUsage = sse(
+		`data: {"id":"chatcmpl-1","object":"chat.completion.chunk","created":1,"model":"gpt-4o-mini-2024-07-18","choices":[{"index":0,"delta":{"role":"assistant","content":"Hi"},"finish_reason":null}]}`,
+		`data: {"id":"chatcmpl-1","object":"chat.completion.chunk","created":1,"model":"gpt-4o-mini-2024-07-18","choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}`,
+		`data: [DONE]`,
+	)
+	// OpenAI Responses API: usage after the echoed tools (one of whose
+	// parameters is named usage) and before the metadata (one of whose
+	// keys is).
+	openAIResponse = `{"id":"resp_67ccd2bed1ec8190b14f964abc0542670bb6a6b452d3795b","object":"response","created_at":1741476542,"status":"completed","error":null,"incomplete_details":null,"instructions":null,"max_output_tokens":null,"model":"gpt-4.1-2025-04-14","output":[{"type":"message","id":"msg_67ccd2bf17f0819081ff3bb2cf6508e60bb6a6b452d3795b","status":"completed","role":"assistant","content":[{"type":"output_text","text":"In a peaceful grove beneath a silver moon...","annotations":[]}]}],"parallel_tool_calls":true,"previous_response_id":null,"reasoning":{"effort":null,"summary":null},"store":true,"temperature":1.0,"text":{"format":{"type":"text"}},"tool_choice":"auto","tools":[{"type":"function","name":"bill","parameters":{"type":"object","properties":{"usage":{"type":"object","properties":{"input_tokens":{"type":"integer"}}}}}}],"top_p":1.0,"truncation":"disabled","usage":{"input_tokens":36,"input_tokens_details":{"cached_tokens":4},"output_tokens":87,"output_tokens_details":{"reasoning_tokens":0},"total_tokens":123},"user":null,"metadata":{"usage":"tenant-a"}}`
+	// The Responses API streamed: the usage comes in response.completed.
+	openAIResponseStream = sse(
+		"event: response.created\n"+`data: {"type":"response.created","sequence_number":0,"response":{"id":"resp_1","object":"response","created_at":1741290958,"status":"in_progress","model":"gpt-4.1-2025-04-14","output":[],"usage":null,"metadata":{}}}`,
+		"event: response.output_text.delta\n"+`data: {"type":"response.output_text.delta","sequence_number":4,"item_id":"msg_1","output_index":0,"content_index":0,"delta":"Hi"}`,
+		"event: response.completed\n"+`data: {"type":"response.completed","sequence_number":9,"response":{"id":"resp_1","object":"response","created_at":1741290958,"status":"completed","model":"gpt-4.1-2025-04-14","output":[{"type":"message","id":"msg_1","status":"completed","role":"assistant","content":[{"type":"output_text","text":"Hi","annotations":[]}]}],"usage":{"input_tokens":37,"input_tokens_details":{"cached_tokens":0},"output_tokens":11,"output_tokens_details":{"reasoning_tokens":0},"total_tokens":48},"metadata":{}}}`,
+	)
+	openAIEmbedding = `{"object":"list","data":[{"object":"embedding","index":0,"embedding":[-0.006929283,-0.005336422,0.00047350125,-2.3541756e-05]}],"model":"text-embedding-3-small","usage":{"prompt_tokens":8,"total_tokens":8}}`
+	// DeepSeek: OpenAI's shape, its cache hits counted apart.
+	deepSeekChat = `{"id":"1","object":"chat.completion","created":1,"model":"deepseek-chat","choices":[{"index":0,"message":{"role":"assistant","content":"Hi"},"finish_reason":"stop"}],"usage":{"prompt_tokens":120,"completion_tokens":9,"total_tokens":129,"prompt_cache_hit_tokens":64,"prompt_cache_miss_tokens":56},"system_fingerprint":"fp_1"}`
+	// Anthropic's messages: input_tokens leaves out the cache.
+	anthropicMessage = `{"id":"msg_01XFDUDYJgAACzvnptvVoYEL","type":"message","role":"assistant","model":"claude-sonnet-4-5-20250929","content":[{"type":"text","text":"Hello!"}],"stop_reason":"end_turn","stop_sequence":null,"usage":{"input_tokens":13,"cache_creation_input_tokens":200,"cache_read_input_tokens":1000,"cache_creation":{"ephemeral_5m_input_tokens":200,"ephemeral_1h_input_tokens":0},"output_tokens":35,"service_tier":"standard"}}`
+	// Anthropic's stream: message_start has the input, message_delta the
+	// running total of the output.
+	anthropicStream = sse(
+		"event: message_start\n"+`data: {"type":"message_start","message":{"id":"msg_1","type":"message","role":"assistant","model":"claude-sonnet-4-5-20250929","content":[],"stop_reason":null,"stop_sequence":null,"usage":{"input_tokens":25,"cache_creation_input_tokens":50,"cache_read_input_tokens":100,"cache_creation":{"ephemeral_5m_input_tokens":50,"ephemeral_1h_input_tokens":0},"output_tokens":1,"service_tier":"standard"}}}`,
+		"event: content_block_start\n"+`data: {"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}`,
+		"event: ping\n"+`data: {"type": "ping"}`,
+		"event: content_block_delta\n"+`data: {"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Hello"}}`,
+		"event: content_block_stop\n"+`data: {"type":"content_block_stop","index":0}`,
+		"event: message_delta\n"+`data: {"type":"message_delta","delta":{"stop_reason":"end_turn","stop_sequence":null},"usage":{"output_tokens":40}}`,
+		"event: message_stop\n"+`data: {"type":"message_stop"}`,
+	)
+	// An Anthropic-compatible gateway that says 0 input tokens at the
+	// start and the count in message_delta.
+	anthropicGatewayStream = sse(
+		"event: message_start\n"+`data: {"type":"message_start","message":{"id":"gen-1","type":"message","role":"assistant","model":"anthropic/claude-3.5-haiku","content":[],"usage":{"input_tokens":0,"output_tokens":0}}}`,
+		"event: content_block_delta\n"+`data: {"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Hi"}}`,
+		"event: message_delta\n"+`data: {"type":"message_delta","delta":{"stop_reason":"max_tokens"},"usage":{"input_tokens":9,"output_tokens":4}}`,
+		"event: message_stop\n"+`data: {"type":"message_stop"}`,
+	)
+	// Gemini generateContent, pretty-printed, with a cache and thoughts.
+	geminiContent = `{
+  "candidates": [
+    {
+      "content": {
+        "parts": [
+          {
+            "text": "Hello."
+          }
+        ],
+        "role": "model"
+      },
+      "finishReason": "STOP",
+      "index": 0
+    }
+  ],
+  "usageMetadata": {
+    "promptTokenCount": 1200,
+    "candidatesTokenCount": 9,
+    "totalTokenCount": 1311,
+    "cachedContentTokenCount": 1000,
+    "promptTokensDetails": [
+      {
+        "modality": "TEXT",
+        "tokenCount": 1200
+      }
+    ],
+    "thoughtsTokenCount": 102
+  },
+  "modelVersion": "gemini-2.5-flash",
+  "responseId": "pCJlaK2tDd6jz7IPm4i1uAE"
+}
+`
+	// Gemini streamGenerateContent?alt=sse: CRLF lines, every chunk with
+	// the running usage.
+	geminiStream = []string{
+		"data: {\"candidates\": [{\"content\": {\"parts\": [{\"text\": \"Hel\"}],\"role\": \"model\"},\"index\": 0}],\"usageMetadata\": {\"promptTokenCount\": 9,\"totalTokenCount\": 9,\"promptTokensDetails\": [{\"modality\": \"TEXT\",\"tokenCount\": 9}]},\"modelVersion\": \"gemini-2.0-flash\",\"responseId\": \"a\"}\r\n\r\n",
+		"data: {\"candidates\": [{\"content\": {\"parts\": [{\"text\": \"lo\"}],\"role\": \"model\"},\"finishReason\": \"STOP\",\"index\": 0}],\"usageMetadata\": {\"promptTokenCount\": 8,\"candidatesTokenCount\": 578,\"toolUsePromptTokenCount\": 2,\"totalTokenCount\": 588,\"promptTokensDetails\": [{\"modality\": \"TEXT\",\"tokenCount\": 8}],\"candidatesTokensDetails\": [{\"modality\": \"TEXT\",\"tokenCount\": 578}]},\"modelVersion\": \"gemini-2.0-flash\",\"responseId\": \"a\"}\r\n\r\n",
+	}
+	// Gemini streamGenerateContent without alt=sse: a JSON array, written
+	// as it goes.
+	geminiArray = []string{
+		"[{\n  \"candidates\": [\n    {\n      \"content\": {\n        \"parts\": [\n          {\n            \"text\": \"Hi\"\n          }\n        ],\n        \"role\": \"model\"\n      },\n      \"index\": 0\n    }\n  ],\n  \"usageMetadata\": {\n    \"promptTokenCount\": 20,\n    \"totalTokenCount\": 20\n  },\n  \"modelVersion\": \"gemini-1.5-flash\"\n}\n",
+		",\r\n{\n  \"candidates\": [\n    {\n      \"content\": {\n        \"parts\": [\n          {\n            \"text\": \" there\"\n          }\n        ],\n        \"role\": \"model\"\n      },\n      \"finishReason\": \"STOP\",\n      \"index\": 0\n    }\n  ],\n  \"usageMetadata\": {\n    \"promptTokenCount\": 17,\n    \"candidatesTokenCount\": 6,\n    \"totalTokenCount\": 23\n  },\n  \"modelVersion\": \"gemini-1.5-flash\"\n}\n]",
+	}
+)
+
+// usageCase is an answer and the usage the Transport must read from it.
+type usageCase struct {
+	name   string
+	ct     string
+	pieces []string
+	want   failover.Usage // Upstream "a" and Cost are filled in
+	none   bool           // the answer reports no usage
+}
+
+var usageCases = []usageCase{
+	{name: "openai chat", ct: "application/json", pieces: []string{openAIChat},
+		want: failover.Usage{Model: "gpt-4o-2024-08-06", Tokens: failover.Tokens{Input: 1117, Output: 46, Cached: 1024}}},
+	{name: "openai stream include_usage", ct: "text/event-stream; charset=utf-8", pieces: openAIStream,
+		want: failover.Usage{Model: "gpt-4o-mini-2024-07-18", Tokens: failover.Tokens{Input: 14, Output: 13}}},
+	{name: "openai stream without usage", ct: "text/event-stream", pieces: openAIStreamNoUsage, none: true},
+	{name: "openai responses", ct: "application/json", pieces: []string{openAIResponse},
+		want: failover.Usage{Model: "gpt-4.1-2025-04-14", Tokens: failover.Tokens{Input: 36, Output: 87, Cached: 4}}},
+	{name: "openai responses stream", ct: "text/event-stream; charset=utf-8", pieces: openAIResponseStream,
+		want: failover.Usage{Model: "gpt-4.1-2025-04-14", Tokens: failover.Tokens{Input: 37, Output: 11}}},
+	{name: "openai embeddings", ct: "application/json", pieces: []string{openAIEmbedding},
+		want: failover.Usage{Model: "text-embedding-3-small", Tokens: failover.Tokens{Input: 8}}},
+	{name: "deepseek cache hits", ct: "application/json", pieces: []string{deepSeekChat},
+		want: failover.Usage{Model: "deepseek-chat", Tokens: failover.Tokens{Input: 120, Output: 9, Cached: 64}}},
+	{name: "anthropic message", ct: "application/json", pieces: []string{anthropicMessage},
+		want: failover.Usage{Model: "claude-sonnet-4-5-20250929", Tokens: failover.Tokens{Input: 1213, Output: 35, Cached: 1000, CacheWrite: 200}}},
+	{name: "anthropic stream", ct: "text/event-stream; charset=utf-8", pieces: anthropicStream,
+		want: failover.Usage{Model: "claude-sonnet-4-5-20250929", Tokens: failover.Tokens{Input: 175, Output: 40, Cached: 100, CacheWrite: 50}}},
+	{name: "anthropic gateway stream", ct: "text/event-stream", pieces: anthropicGatewayStream,
+		want: failover.Usage{Model: "anthropic/claude-3.5-haiku", Tokens: failover.Tokens{Input: 9, Output: 4}}},
+	{name: "gemini generateContent", ct: "application/json; charset=UTF-8", pieces: []string{geminiContent},
+		want: failover.Usage{Model: "gemini-2.5-flash", Tokens: failover.Tokens{Input: 1200, Output: 111, Cached: 1000}}},
+	{name: "gemini sse", ct: "text/event-stream", pieces: geminiStream,
+		want: failover.Usage{Model: "gemini-2.0-flash", Tokens: failover.Tokens{Input: 10, Output: 578}}},
+	{name: "gemini json array", ct: "application/json; charset=UTF-8", pieces: geminiArray,
+		want: failover.Usage{Model: "gemini-1.5-flash", Tokens: failover.Tokens{Input: 17, Output: 6}}},
+	{name: "json without usage", ct: "application/json", pieces: []string{`{"object":"list","data":[{"id":"gpt-4o","object":"model"}]}`}, none: true},
+}
+
+// readModes are the ways a caller reads a body: at once, and a byte at a
+// time, which splits every token and escape of the answer.
+var readModes = []struct {
+	name string
+	read func(io.Reader) ([]byte, error)
+}{
+	{"ReadAll", io.ReadAll},
+	{"OneByte", func(r io.Reader) ([]byte, error) { return io.ReadAll(iotest.OneByteReader(r)) }},
+}
+
+// TestUsageShapes reads each provider's answer through a metered
+// Transport, whole and a byte at a time: the caller gets the body as it
+// was sent, OnUsage and the Trace's Usage hook the usage and cost once,
+// and Health and the metrics count them.
+func TestUsageShapes(t *testing.T) {
+	price := failover.Cost{Input: 2, Output: 8}
+	for _, tc := range usageCases {
+		for _, mode := range readModes {
+			t.Run(tc.name+"/"+mode.name, func(t *testing.T) {
+				srv := usageServer(t, http.StatusOK, tc.ct, tc.pieces...)
+				var onUsage, traced usageLog
+				tr, err := failover.New(failover.Config{
+					Upstreams: []failover.Upstream{{Name: "a", BaseURL: srv.URL + "/v1", Cost: price}},
+					OnUsage:   onUsage.add,
+				})
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer tr.Close()
+				ctx := failover.WithTrace(context.Background(), &failover.Trace{Usage: traced.add})
+				req, _ := http.NewRequestWithContext(ctx, http.MethodPost, srv.URL+"/v1/chat/completions", strings.NewReader(`{"model":"m"}`))
+				resp, err := tr.RoundTrip(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				body, err := mode.read(resp.Body)
+				resp.Body.Close()
+				if err != nil {
+					t.Fatal(err)
+				}
+				if want := strings.Join(tc.pieces, ""); string(body) != want {
+					t.Fatalf("the caller got\n%q\nwant\n%q", body, want)
+				}
+				want := tc.want
+				want.Upstream, want.Cost = "a", float64(want.Input*2+want.Output*8)/1e6
+				for _, l := range []struct {
+					name string
+					log  *usageLog
+				}{{"OnUsage", &onUsage}, {"Trace.Usage", &traced}} {
+					got := l.log.all()
+					switch {
+					case tc.none && len(got) != 0:
+						t.Errorf("%s got %+v, want no call", l.name, got)
+					case !tc.none && (len(got) != 1 || got[0] != want):
+						t.Errorf("%s got %+v, want once %+v", l.name, got, want)
+					}
+				}
+				h := tr.Health()[0].Usage
+				wantH := failover.UsageTotals{Answers: 1, Tokens: want.Tokens, Cost: want.Cost}
+				if tc.none {
+					wantH = failover.UsageTotals{}
+					if strings.HasPrefix(tc.ct, "text/event-stream") {
+						wantH.Unreported = 1
+					}
+				}
+				if h != wantH {
+					t.Errorf("Health().Usage = %+v, want %+v", h, wantH)
+				}
+				var exp strings.Builder
+				tr.WritePrometheus(&exp)
+				if !tc.none {
+					for _, s := range []string{
+						fmt.Sprintf(`failover_tokens_total{upstream="a",model=%q,kind="input"} %d`, want.Model, want.Input),
+						fmt.Sprintf(`failover_tokens_total{upstream="a",model=%q,kind="output"} %d`, want.Model, want.Output),
+						fmt.Sprintf(`failover_cost_total{upstream="a",model=%q} %g`, want.Model, want.Cost),
+					} {
+						if !strings.Contains(exp.String(), s+"\n") {
+							t.Errorf("the metrics lack %s:\n%s", s, grep(exp.String(), "usage", "tokens", "cost"))
+						}
+					}
+				} else if strings.Contains(exp.String(), "failover_tokens_total") {
+					t.Errorf("tokens counted for an answer without usage:\n%s", grep(exp.String(), "tokens"))
+				}
+			})
+		}
+	}
+}
+
+// grep returns the lines of s that contain any of words.
+func grep(s string, words ...string) string {
+	var b strings.Builder
+	for line := range strings.Lines(s) {
+		for _, w := range words {
+			if strings.Contains(line, w) {
+				b.WriteString(line)
+				break
+			}
+		}
+	}
+	return b.String()
+}
+
+// recordedUsage is what a full parse of a recorded body says its usage is:
+// the oracle that the Transport's reading of the bytes as they come is
+// checked against. It merges each usage report of the body (the members
+// "usage" and "usageMetadata" of each top-level object, of each element of
+// a top-level array, and of their "response" and "message" objects), each
+// figure's last report counting, and brings the figures to Tokens by the
+// providers' rules.
+func recordedUsage(t *testing.T, ct string, body []byte) (failover.Tokens, string, bool) {
+	t.Helper()
+	var docs []any
+	if strings.HasPrefix(ct, "text/event-stream") {
+		for _, ev := range strings.Split(strings.ReplaceAll(string(body), "\r\n", "\n"), "\n\n") {
+			var data []string
+			for line := range strings.Lines(ev) {
+				if v, ok := strings.CutPrefix(strings.TrimRight(line, "\n"), "data:"); ok {
+					data = append(data, strings.TrimPrefix(v, " "))
+				}
+			}
+			var doc any
+			if json.Unmarshal([]byte(strings.Join(data, "\n")), &doc) == nil {
+				docs = append(docs, doc)
+			}
+		}
+	} else {
+		var doc any
+		if err := json.Unmarshal(body, &doc); err != nil {
+			t.Fatalf("a %s body that is not JSON: %v", ct, err)
+		}
+		if a, ok := doc.([]any); ok {
+			docs = a
+		} else {
+			docs = []any{doc}
+		}
+	}
+	fields := map[string]float64{}
+	model := ""
+	take := func(o map[string]any, top bool) {
+		for _, k := range []string{"usage", "usageMetadata"} {
+			if k == "usageMetadata" && !top {
+				continue
+			}
+			u, _ := o[k].(map[string]any)
+			for f, v := range u {
+				if n, ok := v.(float64); ok {
+					fields[f] = n
+				}
+				if d, ok := v.(map[string]any); ok {
+					if n, ok := d["cached_tokens"].(float64); ok {
+						fields[f+".cached_tokens"] = n
+					}
+				}
+			}
+		}
+		for _, k := range []string{"model", "modelVersion"} {
+			if k == "modelVersion" && !top {
+				continue
+			}
+			if m, ok := o[k].(string); ok && model == "" {
+				model = m
+			}
+		}
+	}
+	for _, d := range docs {
+		o, ok := d.(map[string]any)
+		if !ok {
+			continue
+		}
+		take(o, true)
+		for _, k := range []string{"response", "message"} {
+			if n, ok := o[k].(map[string]any); ok {
+				take(n, false)
+			}
+		}
+	}
+	if len(fields) == 0 {
+		return failover.Tokens{}, model, false
+	}
+	f := func(names ...string) (float64, bool) {
+		sum, any := 0.0, false
+		for _, n := range names {
+			if v, ok := fields[n]; ok {
+				sum, any = sum+v, true
+			}
+		}
+		return sum, any
+	}
+	first := func(groups ...[]string) int64 {
+		for _, g := range groups {
+			if v, ok := f(g...); ok {
+				return int64(v)
+			}
+		}
+		return 0
+	}
+	tk := failover.Tokens{
+		Input:  first([]string{"prompt_tokens"}, []string{"promptTokenCount", "toolUsePromptTokenCount"}, []string{"input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens"}),
+		Output: first([]string{"completion_tokens"}, []string{"candidatesTokenCount", "thoughtsTokenCount"}, []string{"output_tokens"}),
+		Cached: first([]string{"prompt_tokens_details.cached_tokens"}, []string{"prompt_cache_hit_tokens"}, []string{"cachedContentTokenCount"},
+			[]string{"input_tokens_details.cached_tokens"}, []string{"cache_read_input_tokens"}),
+		CacheWrite: first([]string{"cache_creation_input_tokens"}),
+	}
+	return tk, model, true
+}
+
+// TestUsageRecordings replays every recorded 2xx JSON and SSE answer of
+// ../shared/recordings through a metered Transport, read a byte at a time:
+// the usage it reports is the full parse's, and the figures of a few
+// recordings are checked by hand.
+func TestUsageRecordings(t *testing.T) {
+	exchanges, _ := loadRecordings(t)
+	byHand := map[string]failover.Usage{
+		"llms_openai_internal_openaiclient_testdata_TestClient_CreateChatCompletionStream/0": {Model: "gpt-3.5-turbo-0125", Tokens: failover.Tokens{Input: 14, Output: 13}},
+		"llms_anthropic_internal_anthropicclient_testdata_TestClient_CreateMessageStream/0":  {Tokens: failover.Tokens{Input: 15, Output: 13}},
+		"llms_googleai_testdata_TestGoogleAIWithStreaming/0":                                 {Tokens: failover.Tokens{Input: 8, Output: 578}},
+		"llms_anthropic_internal_anthropicclient_testdata_TestClient_CreateMessage/0":        {Tokens: failover.Tokens{Input: 13, Output: 35}},
+		"tools_perplexity_testdata_TestPerplexityTool/0":                                     {Tokens: failover.Tokens{Input: 12, Output: 125}},
+	}
+	metered, reported, checked := 0, 0, 0
+	for i := range exchanges {
+		ex := &exchanges[i]
+		ct := ex.resp.Header.Get("Content-Type")
+		if ex.resp.StatusCode/100 != 2 || !strings.HasPrefix(ct, "application/json") && !strings.HasPrefix(ct, "text/event-stream") {
+			continue
+		}
+		metered++
+		t.Run(ex.name, func(t *testing.T) {
+			srv := newRecordingServer(t, ex)
+			var log usageLog
+			tr, err := failover.New(failover.Config{Upstreams: []failover.Upstream{{Name: "a", BaseURL: srv.URL}}, OnUsage: log.add})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer tr.Close()
+			req, _ := http.NewRequest(ex.req.Method, srv.URL+ex.req.URL.RequestURI(), bytes.NewReader(ex.reqBody))
+			resp, err := tr.RoundTrip(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, err := io.ReadAll(iotest.OneByteReader(resp.Body))
+			resp.Body.Close()
+			if err != nil || !bytes.Equal(body, ex.respBody) {
+				t.Fatalf("the caller got %d bytes (%v), want the recorded %d", len(body), err, len(ex.respBody))
+			}
+			wantTokens, wantModel, ok := recordedUsage(t, ct, ex.respBody)
+			got := log.all()
+			if !ok {
+				if len(got) != 0 {
+					t.Errorf("reported %+v for a body without usage", got)
+				}
+				return
+			}
+			want := failover.Usage{Upstream: "a", Model: wantModel, Tokens: wantTokens}
+			if len(got) != 1 || got[0] != want {
+				t.Fatalf("reported %+v, want once %+v", got, want)
+			}
+			reported++
+			if h, ok := byHand[ex.name]; ok {
+				checked++
+				if got[0].Tokens != h.Tokens || h.Model != "" && got[0].Model != h.Model {
+					t.Errorf("reported %+v, want %+v", got[0], h)
+				}
+			}
+		})
+	}
+	if checked != len(byHand) {
+		t.Errorf("checked %d recordings by hand, want %d", checked, len(byHand))
+	}
+	t.Logf("%d recorded answers metered, %d of them reported usage", metered, reported)
+}
+
+// usageTransport returns a Transport over srv's one upstream "a" with
+// cfg's other settings, and a function that sends a request through it
+// and reads the whole answer.
+func usageTransport(t *testing.T, srv *httptest.Server, cfg failover.Config) (*failover.Transport, func(ctx context.Context, body string) *http.Response) {
+	t.Helper()
+	if cfg.Upstreams == nil {
+		cfg.Upstreams = []failover.Upstream{{Name: "a", BaseURL: srv.URL + "/v1"}}
+	}
+	tr, err := failover.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tr.Close() })
+	return tr, func(ctx context.Context, body string) *http.Response {
+		t.Helper()
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, srv.URL+"/v1/chat/completions", strings.NewReader(body))
+		resp, err := tr.RoundTrip(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp
+	}
+}
+
+// TestUsageWhen checks when answers are metered: with MeterUsage, OnUsage
+// or a Cost, and for one request whose Trace has a Usage hook; never a
+// non-2xx answer, a body the caller asked to get compressed, or a type
+// other than JSON and SSE.
+func TestUsageWhen(t *testing.T) {
+	chat := usageServer(t, http.StatusOK, "application/json", openAIChat)
+	t.Run("off", func(t *testing.T) {
+		tr, send := usageTransport(t, chat, failover.Config{})
+		send(context.Background(), "{}")
+		if h := tr.Health()[0].Usage; h != (failover.UsageTotals{}) {
+			t.Errorf("metered with metering off: %+v", h)
+		}
+		var log usageLog
+		send(failover.WithTrace(context.Background(), &failover.Trace{Usage: log.add}), "{}")
+		if got := log.all(); len(got) != 1 || got[0].Input != 1117 {
+			t.Errorf("the Trace's Usage hook got %+v, want the answer's usage", got)
+		}
+		if h := tr.Health()[0].Usage; h.Answers != 1 {
+			t.Errorf("Health counts %d answers, want the traced one", h.Answers)
+		}
+	})
+	for _, cfg := range []struct {
+		name string
+		cfg  failover.Config
+	}{
+		{"MeterUsage", failover.Config{MeterUsage: true}},
+		{"OnUsage", failover.Config{OnUsage: func(failover.Usage) {}}},
+		{"Cost", failover.Config{Upstreams: []failover.Upstream{{Name: "a", BaseURL: chat.URL + "/v1", Cost: failover.Cost{Output: 1}}}}},
+	} {
+		t.Run(cfg.name, func(t *testing.T) {
+			tr, send := usageTransport(t, chat, cfg.cfg)
+			send(context.Background(), "{}")
+			if h := tr.Health()[0].Usage; h.Answers != 1 || h.Output != 46 {
+				t.Errorf("Health().Usage = %+v, want the answer's", h)
+			}
+		})
+	}
+	for _, tc := range []struct {
+		name string
+		srv  *httptest.Server
+	}{
+		{"400", usageServer(t, http.StatusBadRequest, "application/json", openAIChat)},
+		{"text/plain", usageServer(t, http.StatusOK, "text/plain", openAIChat)},
+		{"x-ndjson", usageServer(t, http.StatusOK, "application/x-ndjson", openAIChat)},
+		{"gzip", httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "application/json")
+			w.Header().Set("Content-Encoding", "gzip")
+			zw := gzip.NewWriter(w)
+			io.WriteString(zw, openAIChat)
+			zw.Close()
+		}))},
+	} {
+		t.Run("not "+tc.name, func(t *testing.T) {
+			defer tc.srv.Close()
+			var log usageLog
+			tr, _ := usageTransport(t, tc.srv, failover.Config{OnUsage: log.add})
+			req, _ := http.NewRequest(http.MethodPost, tc.srv.URL+"/v1/chat/completions", strings.NewReader("{}"))
+			req.Header.Set("Accept-Encoding", "gzip") // the caller's own: the body stays compressed
+			resp, err := tr.RoundTrip(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if got := log.all(); len(got) != 0 {
+				t.Errorf("metered: %+v", got)
+			}
+		})
+	}
+}
+
+// TestUsageModel checks the model an answer is counted under: the
+// answer's own, else the one the request asked the upstream for (with
+// Upstream.Models), and past 64 models of an upstream, "other" in the
+// metrics while the callback still names each.
+func TestUsageModel(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var req struct{ Model string }
+		json.NewDecoder(r.Body).Decode(&req)
+		w.Header().Set("Content-Type", "application/json")
+		if strings.HasPrefix(req.Model, "anon") {
+			io.WriteString(w, `{"usage":{"prompt_tokens":3,"completion_tokens":1}}`) // names no model
+			return
+		}
+		fmt.Fprintf(w, `{"model":%q,"usage":{"prompt_tokens":3,"completion_tokens":1}}`, req.Model+"-2025")
+	}))
+	defer srv.Close()
+	var log usageLog
+	tr, send := usageTransport(t, srv, failover.Config{
+		Upstreams: []failover.Upstream{{Name: "a", BaseURL: srv.URL + "/v1", Models: map[string]string{"anon": "anon-mapped", "*": "*"}}},
+		OnUsage:   log.add,
+	})
+	send(context.Background(), `{"model":"anon"}`)
+	for i := range 70 {
+		send(context.Background(), fmt.Sprintf(`{"model":"m%d"}`, i))
+	}
+	got := log.all()
+	if len(got) != 71 || got[0].Model != "anon-mapped" || got[1].Model != "m0-2025" || got[70].Model != "m69-2025" {
+		t.Fatalf("models reported: %v ... (%d)", got[:2], len(got))
+	}
+	var exp strings.Builder
+	tr.WritePrometheus(&exp)
+	series := map[string]bool{}
+	for line := range strings.Lines(exp.String()) {
+		if rest, ok := strings.CutPrefix(line, `failover_cost_total{upstream="a",model="`); ok {
+			series[rest[:strings.IndexByte(rest, '"')]] = true
+		}
+	}
+	if len(series) != 65 || !series["anon-mapped"] || !series["m62-2025"] || series["m63-2025"] || !series["other"] {
+		t.Errorf("%d models in the metrics, want 64 and other: %v", len(series), series)
+	}
+	if !strings.Contains(exp.String(), `failover_tokens_total{upstream="a",model="other",kind="input"} 21`+"\n") {
+		t.Errorf("other does not count the 7 answers past the 64th:\n%s", grep(exp.String(), `model="other"`))
+	}
+}
+
+// TestUsageClosedEarly checks that a stream closed before its end
+// reports what it said by then (Anthropic's message_start: the input),
+// once, and that a body closed while another goroutine reads it is safe.
+func TestUsageClosedEarly(t *testing.T) {
+	release := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		io.WriteString(w, anthropicStream[0])
+		w.(http.Flusher).Flush()
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+	}))
+	defer srv.Close()
+	defer close(release)
+	var log usageLog
+	tr, err := failover.New(failover.Config{Upstreams: []failover.Upstream{{Name: "a", BaseURL: srv.URL}}, OnUsage: log.add})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Close()
+	req, _ := http.NewRequest(http.MethodPost, srv.URL+"/v1/messages", strings.NewReader("{}"))
+	resp, err := tr.RoundTrip(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, len(anthropicStream[0]))
+	if _, err := io.ReadFull(resp.Body, buf); err != nil {
+		t.Fatal(err)
+	}
+	read := make(chan error)
+	go func() {
+		_, err := resp.Body.Read(make([]byte, 1024)) // blocks until Close
+		read <- err
+	}()
+	resp.Body.Close()
+	if err := <-read; err == nil {
+		t.Error("a Read on a closed body did not fail")
+	}
+	resp.Body.Close()
+	want := failover.Usage{Upstream: "a", Model: "claude-sonnet-4-5-20250929", Tokens: failover.Tokens{Input: 175, Output: 1, Cached: 100, CacheWrite: 50}}
+	if got := log.all(); len(got) != 1 || got[0] != want {
+		t.Errorf("reported %+v, want once %+v", got, want)
+	}
+	if h := tr.Health()[0].Usage; h.Unreported != 0 {
+		t.Errorf("a stream closed early counted as unreported: %+v", h)
+	}
+}
+
+// TestUsageBounded checks that a usage object larger than the meter
+// keeps (4 KiB) is skipped whole rather than kept or misread, and that
+// what follows is still read.
+func TestUsageBounded(t *testing.T) {
+	pad := strings.Repeat(`"x":1,`, 1000)
+	var log usageLog
+	srv := usageServer(t, http.StatusOK, "text/event-stream", sse(
+		`data: {"usage":{`+pad+`"prompt_tokens":999,"completion_tokens":999}}`,
+		`data: {"model":"m","usage":{"prompt_tokens":5,"completion_tokens":6}}`,
+	)...)
+	_, send := usageTransport(t, srv, failover.Config{OnUsage: log.add})
+	send(context.Background(), "{}")
+	if got := log.all(); len(got) != 1 || got[0].Input != 5 || got[0].Output != 6 || got[0].Model != "m" {
+		t.Errorf("reported %+v, want the second event's usage", got)
+	}
+}
+
+// TestUsageFirstByte checks that a metered stream's first byte is still
+// timed (the meter does what firstByteBody does, in one wrapper).
+func TestUsageFirstByte(t *testing.T) {
+	srv := usageServer(t, http.StatusOK, "text/event-stream", openAIStream...)
+	tr, send := usageTransport(t, srv, failover.Config{MeterUsage: true})
+	send(context.Background(), "{}")
+	var exp strings.Builder
+	tr.WritePrometheus(&exp)
+	if !strings.Contains(exp.String(), `failover_stream_first_byte_seconds_count{upstream="a"} 1`+"\n") {
+		t.Errorf("the first byte was not timed:\n%s", grep(exp.String(), "first_byte_seconds_count"))
+	}
+}
+
+// TestUsageNoCredential checks that what the callbacks and Health get
+// holds none of the keys of the request and the upstream.
+func TestUsageNoCredential(t *testing.T) {
+	const callerKey, upstreamKey = "sk-caller-0123456789abcdef", "sk-upstream-0123456789abcdef"
+	srv := usageServer(t, http.StatusOK, "text/event-stream", openAIStream...)
+	var log usageLog
+	tr, err := failover.New(failover.Config{
+		Upstreams: []failover.Upstream{
+			{Name: "a", BaseURL: srv.URL + "/v1", Header: http.Header{"Authorization": {"Bearer " + upstreamKey}}, Cost: failover.Cost{Input: 1}},
+		},
+		OnUsage: log.add,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Close()
+	ctx := failover.WithTrace(context.Background(), &failover.Trace{Usage: log.add})
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, srv.URL+"/v1/chat/completions?key="+callerKey, strings.NewReader("{}"))
+	req.Header.Set("Authorization", "Bearer "+callerKey)
+	resp, err := tr.RoundTrip(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	h, _ := json.Marshal(tr.Health())
+	all := fmt.Sprintf("%+v %s", log.all(), h)
+	if len(log.all()) != 2 || strings.Contains(all, callerKey) || strings.Contains(all, upstreamKey) {
+		t.Errorf("got %s", all)
+	}
+}
