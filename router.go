@@ -42,6 +42,14 @@ type Candidate struct {
 	// Cost is the upstream's price (Upstream.Cost), for [Score].
 	Cost Cost
 
+	// RequestCost is a moving average of what the upstream's answers
+	// cost, each answer weighing a tenth: their reported usage priced at
+	// Cost (see [Usage]). InputTokens and OutputTokens are the same
+	// averages of their tokens. All three are zero until an answer of the
+	// upstream has reported its usage (Config.MeterUsage).
+	RequestCost               float64
+	InputTokens, OutputTokens float64
+
 	// InFlight is the number of attempts sent to the upstream whose
 	// response headers or error have not arrived yet: the span that
 	// Latency measures.
@@ -418,9 +426,15 @@ func (LeastLatency) Order(dst []int, cands []Candidate) []int {
 //	      + Success × SuccessRate
 //	      + Cost × (1 − cost/maxCost)
 //
-// where cost is the candidate's Cost.Input+Cost.Output and maxCost the
-// largest among the candidates (the cost term is the whole weight Cost
-// when every cost is zero). An Open candidate scores −1. With the default
+// where cost is what a request costs at the candidate and maxCost the
+// largest such cost among the candidates (the cost term is the whole
+// weight Cost when every cost is zero). Once answers have reported their
+// usage (Config.MeterUsage), cost is the candidate's observed RequestCost,
+// and for a candidate that has observed none yet its Cost priced at the
+// mean InputTokens and OutputTokens of those that have: what a request
+// costs, not only the price, so that a model that needs more tokens for
+// the same requests ranks as dearer. Until then, cost is the candidate's
+// Cost.Input+Cost.Output. An Open candidate scores −1. With the default
 // weights a free upstream that answers instantly and never fails scores 1;
 // one with a P50 of 500 ms, a 99 % success rate and the highest price
 // scores 0.4 × 0.75 + 0.4 × 0.99 = 0.696.
@@ -460,9 +474,9 @@ func (s Score) withDefaults() Score {
 	return s
 }
 
-// score returns c's score, for s with its defaults and the candidates'
-// largest cost maxCost.
-func (s Score) score(c *Candidate, maxCost float64) float64 {
+// score returns c's score, for s with its defaults, c's cost (see
+// costBasis) and the candidates' largest cost maxCost.
+func (s Score) score(c *Candidate, cost, maxCost float64) float64 {
 	if c.State == Open {
 		return -1
 	}
@@ -474,19 +488,64 @@ func (s Score) score(c *Candidate, maxCost float64) float64 {
 	case success > 1:
 		success = 1
 	}
-	cost := 1.0
+	cheap := 1.0
 	if maxCost > 0 {
-		cost = 1 - c.Cost.total()/maxCost
+		cheap = 1 - cost/maxCost
 	}
-	return s.Latency*latency + s.Success*success + s.Cost*cost
+	return s.Latency*latency + s.Success*success + s.Cost*cheap
+}
+
+// costBasis is what Score compares the candidates' costs by: the price,
+// or once usage has been observed, the cost of a request.
+type costBasis struct {
+	observed      int     // candidates whose answers reported usage
+	input, output float64 // their mean tokens per answer
+}
+
+func newCostBasis(cands []Candidate) costBasis {
+	var b costBasis
+	for i := range cands {
+		if c := &cands[i]; observedUsage(c) {
+			b.observed++
+			b.input += c.InputTokens
+			b.output += c.OutputTokens
+		}
+	}
+	if b.observed > 0 {
+		b.input /= float64(b.observed)
+		b.output /= float64(b.observed)
+	}
+	return b
+}
+
+// observedUsage reports whether c's answers have reported usage.
+func observedUsage(c *Candidate) bool {
+	return c.InputTokens > 0 && !math.IsInf(c.InputTokens, 1) || c.OutputTokens > 0 && !math.IsInf(c.OutputTokens, 1)
+}
+
+// cost is what Score takes c's cost for: its price until some candidate
+// observed usage; then its RequestCost, or its price at the others' mean
+// tokens per answer when it observed none.
+func (b costBasis) cost(c *Candidate) float64 {
+	switch {
+	case b.observed == 0:
+		return c.Cost.total()
+	case observedUsage(c):
+		if !(c.RequestCost > 0) || math.IsInf(c.RequestCost, 1) {
+			return 0
+		}
+		return c.RequestCost
+	}
+	return (b.input*max(c.Cost.Input, 0) + b.output*max(c.Cost.Output, 0)) / 1e6
 }
 
 // Order implements [Router].
 func (s Score) Order(dst []int, cands []Candidate) []int {
 	s = s.withDefaults()
+	basis := newCostBasis(cands)
 	var maxCost float64
 	for i := range cands {
-		maxCost = max(maxCost, cands[i].Cost.total())
+		maxCost = max(maxCost, basis.cost(&cands[i]))
 	}
 	start := len(dst)
 	dst = appendPositions(dst, len(cands))
@@ -496,7 +555,7 @@ func (s Score) Order(dst []int, cands []Candidate) []int {
 		if c := cmp.Compare(routeGroup(ca), routeGroup(cb)); c != 0 {
 			return c
 		}
-		return cmp.Or(cmp.Compare(s.score(cb, maxCost), s.score(ca, maxCost)), cmp.Compare(ca.Index, cb.Index), cmp.Compare(a, b))
+		return cmp.Or(cmp.Compare(s.score(cb, basis.cost(cb), maxCost), s.score(ca, basis.cost(ca), maxCost)), cmp.Compare(ca.Index, cb.Index), cmp.Compare(a, b))
 	})
 	spareRecovering(seg, cands)
 	toIndexes(seg, cands)

@@ -328,7 +328,7 @@ func TestScoreValues(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := tc.c
-			got := tc.s.withDefaults().score(&c, tc.maxCost)
+			got := tc.s.withDefaults().score(&c, c.Cost.total(), tc.maxCost)
 			if math.Abs(got-tc.want) > 1e-12 {
 				t.Errorf("got %v, want %v", got, tc.want)
 			}

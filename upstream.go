@@ -307,6 +307,7 @@ func (t *Transport) candidate(i int, u *upstream, model string, now time.Time) C
 		Unavailable: t.admit(u, model, now, nil).reason,
 		Demoted:     t.demotion(u, now),
 	}
+	c.RequestCost, c.InputTokens, c.OutputTokens = u.usage.averages()
 	if c.Unavailable != "" {
 		c.State, c.Recovering = Open, false
 	}

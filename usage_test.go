@@ -764,3 +764,72 @@ func TestUsageNoCredential(t *testing.T) {
 		t.Errorf("got %s", all)
 	}
 }
+
+// TestScoreObservedCost checks that Score ranks by what a request costs
+// once usage is observed, not only by the price: b's price is twice a's,
+// but a's answers take ten times the tokens.
+func TestScoreObservedCost(t *testing.T) {
+	a := failover.Candidate{Index: 0, SuccessRate: 1, Cost: failover.Cost{Input: 1, Output: 4}}
+	b := failover.Candidate{Index: 1, SuccessRate: 1, Cost: failover.Cost{Input: 2, Output: 8}}
+	order := func(cands ...failover.Candidate) []int { return failover.Score{}.Order(nil, cands) }
+	if got := order(a, b); !slices.Equal(got, []int{0, 1}) {
+		t.Fatalf("by price: %v, want a first", got)
+	}
+	a.InputTokens, a.OutputTokens, a.RequestCost = 10_000, 4_000, (10_000*1+4_000*4)/1e6
+	if got := order(a, b); !slices.Equal(got, []int{0, 1}) {
+		t.Errorf("a observed, b priced at a's tokens: %v, want a first", got)
+	}
+	b.InputTokens, b.OutputTokens, b.RequestCost = 1_000, 400, (1_000*2+400*8)/1e6
+	if got := order(a, b); !slices.Equal(got, []int{1, 0}) {
+		t.Errorf("both observed: %v, want b, the cheaper per request, first", got)
+	}
+}
+
+// TestScoreObservedCostTransport checks the same through a Transport: a
+// and b have one price, a's answers report ten times b's tokens, and
+// Score, which tried a first while nothing was observed, tries b first
+// once each has answered. (Upstream.Models steers the first requests:
+// only b serves "small", only a "large". The latency term is left out:
+// loopback latencies would decide the ties.)
+func TestScoreObservedCostTransport(t *testing.T) {
+	answer := func(in, out int) *httptest.Server {
+		return usageServer(t, http.StatusOK, "application/json", fmt.Sprintf(`{"usage":{"prompt_tokens":%d,"completion_tokens":%d}}`, in, out))
+	}
+	a, b := answer(10_000, 4_000), answer(1_000, 400)
+	price := failover.Cost{Input: 1, Output: 4}
+	var order []string
+	tr, err := failover.New(failover.Config{
+		Router: failover.Score{Success: 0.5, Cost: 0.5},
+		Upstreams: []failover.Upstream{
+			{Name: "a", BaseURL: a.URL + "/v1", Cost: price, Models: map[string]string{"large": "large", "both": "both"}},
+			{Name: "b", BaseURL: b.URL + "/v1", Cost: price, Models: map[string]string{"small": "small", "both": "both"}},
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Close()
+	send := func(model string) string {
+		t.Helper()
+		var got string
+		ctx := failover.WithTrace(context.Background(), &failover.Trace{Done: func(d failover.TraceDone) { got = d.Upstream }})
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, a.URL+"/v1/chat/completions", strings.NewReader(`{"model":"`+model+`"}`))
+		resp, err := tr.RoundTrip(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return got
+	}
+	order = append(order, send("both"))  // nothing observed: a, by Index
+	order = append(order, send("large")) // a's usage
+	order = append(order, send("small")) // b's
+	order = append(order, send("both"))  // b costs a tenth per request
+	if !slices.Equal(order, []string{"a", "a", "b", "b"}) {
+		t.Errorf("answered by %v, want a a b b", order)
+	}
+	if h := tr.Health(); h[0].Usage.Cost != 2*(10_000+4*4_000)/1e6 || h[1].Usage.Cost != 2*(1_000+4*400)/1e6 {
+		t.Errorf("spend a %g, b %g", h[0].Usage.Cost, h[1].Usage.Cost)
+	}
+}
