@@ -170,23 +170,24 @@ func status(code int, kv ...string) http.HandlerFunc {
 		}
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(code)
-		io.WriteString(w, `{"id":"chatcmpl-test","object":"chat.completion","choices":[]}`)
+		io.WriteString(w, `{"id":"chatcmpl-test","object":"chat.completion","model":"gpt-test","choices":[],"usage":{"prompt_tokens":3,"completion_tokens":2}}`)
 	}
 }
 
 // hang answers nothing until the client gives up.
 func hang(w http.ResponseWriter, r *http.Request) { <-r.Context().Done() }
 
-// driven returns a Transport with Hedge, Probe and Shared that has been
-// through a hedge, failovers, circuits that open, a cooldown, the last
-// resort and probes.
+// driven returns a Transport with Hedge, Probe, Shared and priced
+// upstreams (usage metering) that has been through a hedge, failovers,
+// circuits that open, a cooldown, the last resort, probes, answers that
+// report their usage and a stream that does not.
 func driven(t *testing.T) *failover.Transport {
 	t.Helper()
 	a, b, c := newScripted(t), newScripted(t), newScripted(t)
 	tr, err := failover.New(failover.Config{
 		Upstreams: []failover.Upstream{
-			{Name: "a", BaseURL: a.URL + "/v1"},
-			{Name: "b", BaseURL: b.URL + "/v1"},
+			{Name: "a", BaseURL: a.URL + "/v1", Cost: failover.Cost{Input: 2.5, Output: 10}},
+			{Name: "b", BaseURL: b.URL + "/v1", Cost: failover.Cost{Input: 0.3, Output: 2.5}},
 			{Name: "c", BaseURL: c.URL + "/v1"},
 		},
 		Breaker: failover.BreakerConfig{FailureThreshold: 2, Cooldown: time.Hour},
@@ -228,7 +229,8 @@ func driven(t *testing.T) *failover.Transport {
 		t.Fatalf("%s's circuit did not open in 20 requests", name)
 	}
 
-	// a streams: the first byte its caller reads is timed.
+	// a streams: the first byte its caller reads is timed, and the
+	// stream reports no usage.
 	a.set(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/event-stream")
 		io.WriteString(w, "data: {}\n\ndata: [DONE]\n\n")
@@ -339,6 +341,9 @@ func TestPrometheusExposition(t *testing.T) {
 		{"failover_attempts_total", map[string]string{"upstream": "a", "outcome": "failed"}},
 		{"failover_attempt_duration_seconds", map[string]string{"upstream": "b"}},
 		{"failover_shared_events_total", map[string]string{"direction": "out"}},
+		{"failover_tokens_total", map[string]string{"upstream": "b", "model": "gpt-test", "kind": "input"}},
+		{"failover_cost_total", map[string]string{"upstream": "a", "model": "gpt-test"}},
+		{"failover_usage_unreported_total", map[string]string{"upstream": "a"}},
 	} {
 		if v := value(mfs[s.family], s.labels); v <= 0 {
 			t.Errorf("%s%v = %v, want more than 0", s.family, s.labels, v)
