@@ -8,8 +8,10 @@ package failover
 
 import (
 	"bytes"
+	"encoding/binary"
 	"io"
 	"math"
+	"math/bits"
 	"net/http"
 	"strings"
 	"sync"
@@ -259,6 +261,9 @@ func (b *usageBody) Close() error {
 // report records the usage the body reported, once it is done; eof says
 // that it was read to its end.
 func (b *usageBody) report(eof bool) {
+	if b.sse {
+		b.lines.release(&b.scan) // the end of the stream ends its last event
+	}
 	tk, ok := b.scan.raw.tokens()
 	if !ok {
 		if eof && b.sse {
@@ -588,10 +593,7 @@ func (s *usageScanner) scan(p []byte) {
 			continue
 		}
 		if !s.watched {
-			for i < len(p) && !jsonStructural[p[i]] {
-				i++
-			}
-			if i == len(p) {
+			if i = indexStructural(p, i); i == len(p) {
 				break
 			}
 		}
@@ -696,8 +698,30 @@ func (s *usageScanner) skipString(p []byte, i int) int {
 		s.esc = false
 		i++ // the byte escaped by the backslash that ended the last piece
 	}
+	// A key or a short value ends within a word or two: eight bytes at a
+	// time, no call. A longer string goes to bytes.IndexByte, whose
+	// vector loop costs more to start and far less per byte: the next
+	// quote, then a backslash before it.
+	for w := 0; w < 2 && i+8 <= len(p); w++ {
+		x := binary.LittleEndian.Uint64(p[i:])
+		m := swarHas(x, '"') | swarHas(x, '\\')
+		if m == 0 {
+			i += 8
+			continue
+		}
+		i += bits.TrailingZeros64(m) >> 3
+		if p[i] == '"' {
+			s.str = false
+			return i + 1
+		}
+		i += 2 // the backslash and the byte it escapes
+		if i > len(p) {
+			s.esc = true
+			return len(p)
+		}
+	}
 	q := -1 // the next quote at or after i, or len(p)
-	for {
+	for i < len(p) {
 		if q < i {
 			q = len(p)
 			if k := bytes.IndexByte(p[i:], '"'); k >= 0 {
@@ -707,7 +731,7 @@ func (s *usageScanner) skipString(p []byte, i int) int {
 		b := bytes.IndexByte(p[i:q], '\\')
 		if b < 0 {
 			if q == len(p) {
-				return q
+				break
 			}
 			s.str = false
 			return q + 1
@@ -715,10 +739,64 @@ func (s *usageScanner) skipString(p []byte, i int) int {
 		i += b + 2 // the backslash and the byte it escapes
 		if i > len(p) {
 			s.esc = true
-			return len(p)
 		}
 	}
+	return len(p)
 }
+
+// Eight bytes at a time: swarHas(x, b) has the high bit of its lowest
+// byte set where x's lowest byte b is (higher bytes may be set wrongly,
+// never lower ones).
+const (
+	swarLow  = 0x0101010101010101
+	swarHigh = 0x8080808080808080
+)
+
+func swarHas(x, b uint64) uint64 {
+	v := x ^ (b * swarLow)
+	return (v - swarLow) &^ v & swarHigh
+}
+
+// swarRun is how far indexStructural looks eight bytes at a time before
+// it takes a run for long and hands it to bytes.IndexByte, whose vector
+// loop costs more to start and far less per byte.
+const swarRun = 32
+
+// indexStructural returns the index of the first byte of p at or after i
+// that opens or closes a string or a container, or len(p). ('[' and ']'
+// are '{' and '}' but for the bit 0x20.)
+func indexStructural(p []byte, i int) int {
+	for end := min(i+swarRun, len(p)); i+8 <= end; i += 8 {
+		x := binary.LittleEndian.Uint64(p[i:])
+		y := x | 0x20*swarLow
+		if m := swarHas(x, '"') | swarHas(y, '{') | swarHas(y, '}'); m != 0 {
+			return i + bits.TrailingZeros64(m)>>3
+		}
+	}
+	if len(p)-i < 8 {
+		for ; i < len(p) && !jsonStructural[p[i]]; i++ {
+		}
+		return i
+	}
+	// A window at a time, so that a needle that is far or missing costs
+	// no more than the window (the work stays linear in p).
+	for ; i < len(p); i += structuralWindow {
+		end := min(i+structuralWindow, len(p))
+		for _, c := range [...]byte{']', '"', '[', '}', '{'} {
+			if k := bytes.IndexByte(p[i:end], c); k >= 0 {
+				end = i + k
+			}
+		}
+		if end < min(i+structuralWindow, len(p)) {
+			return end
+		}
+	}
+	return len(p)
+}
+
+// structuralWindow is how many bytes indexStructural hands
+// bytes.IndexByte at a time.
+const structuralWindow = 2 << 10
 
 // closeString acts on the end of a string, its quote at p[q], and returns
 // the new start of the capture in p.
@@ -792,6 +870,49 @@ func (s *usageScanner) captured() {
 	s.capturing, s.buf = targetNone, s.buf[:0]
 }
 
+// mayReport reports whether ev, an event's data, may hold what the
+// scanner reads: a "usage" member whose value is an object, a
+// "usageMetadata" member, or while no model is known a "model" or
+// "modelVersion" member. It is true of every event the scanner would read
+// something from (a key is a quoted string, and a quote within a string
+// is escaped), and false of OpenAI's chunks with "usage": null.
+func (s *usageScanner) mayReport(ev []byte) bool {
+	if s.model == "" && bytes.Contains(ev, []byte(`model`)) {
+		return true
+	}
+	// (Searched for from the u: quotes are everywhere in JSON.)
+	for at := 0; ; {
+		i := bytes.Index(ev[at:], []byte(`usage`))
+		if i < 0 {
+			return false
+		}
+		i += at
+		at = i + len(`usage`)
+		if i == 0 || ev[i-1] != '"' {
+			continue
+		}
+		rest := ev[at:]
+		if bytes.HasPrefix(rest, []byte(`Metadata"`)) {
+			return true
+		}
+		if len(rest) > 0 && rest[0] == '"' {
+			if rest = skipSpace(rest[1:]); len(rest) > 0 && rest[0] == ':' {
+				if rest = skipSpace(rest[1:]); len(rest) > 0 && rest[0] == '{' {
+					return true
+				}
+			}
+		}
+	}
+}
+
+// skipSpace returns b without its leading JSON whitespace.
+func skipSpace(b []byte) []byte {
+	for len(b) > 0 && (b[0] == ' ' || b[0] == '\t' || b[0] == '\n' || b[0] == '\r') {
+		b = b[1:]
+	}
+	return b
+}
+
 // endValue ends the JSON text being read, whole or not: an SSE event's
 // data ends with the event.
 func (s *usageScanner) endValue() {
@@ -817,56 +938,121 @@ const (
 // line ends an event) and hands the values of its data fields to a
 // usageScanner, an event's data lines joined, each event's data ended
 // with it.
+//
+// Most events can say nothing of usage: an OpenAI chat stream's chunks
+// but its last. So an event's data is held, up to maxEventHold bytes, and
+// scanned at the event's end only when mayReport says it might report
+// usage or the model; a larger event is scanned as it comes, from its
+// held start on. Either way every byte is scanned at most once, and the
+// outcome is the scanner's over every event.
 type sseLines struct {
 	state   uint8
 	name    int  // bytes of "data" matched
 	cr      bool // the last line ended in CR: an LF next is part of it
 	started bool // the byte order mark has been looked for
+
+	held      *[maxEventHold]byte // from eventBufs, once an event had data
+	n         int                 // bytes of the event's data held
+	streaming bool                // the event outgrew held: its data is scanned as it comes
 }
 
-func (f *sseLines) feed(p []byte, s *usageScanner) {
+// maxEventHold bounds the bytes of an event's data that sseLines holds.
+const maxEventHold = 4 << 10
+
+// eventBufs are the buffers sseLines hold events in, given back when the
+// body is done.
+var eventBufs = sync.Pool{New: func() any { return new([maxEventHold]byte) }}
+
+// data takes in a piece of the current event's data.
+func (f *sseLines) data(b []byte, s *usageScanner) {
+	switch {
+	case f.streaming:
+		s.scan(b)
+	case f.n+len(b) > maxEventHold:
+		f.streaming = true
+		if f.n > 0 {
+			s.scan(f.held[:f.n])
+			f.n = 0
+		}
+		s.scan(b)
+	case len(b) > 0:
+		if f.held == nil {
+			f.held = eventBufs.Get().(*[maxEventHold]byte)
+		}
+		f.n += copy(f.held[f.n:], b)
+	}
+}
+
+// end ends the current event: its held data is scanned when it may say
+// something.
+func (f *sseLines) end(s *usageScanner) {
+	if f.n > 0 && s.mayReport(f.held[:f.n]) {
+		s.scan(f.held[:f.n])
+	}
+	f.n, f.streaming = 0, false
+	s.endValue()
+}
+
+// release ends the last event, if the stream did not, and gives the
+// buffer back.
+func (f *sseLines) release(s *usageScanner) {
+	f.end(s)
+	if f.held != nil {
+		eventBufs.Put(f.held)
+		f.held = nil
+	}
+}
+
+func (f *sseLines) feed(buf []byte, s *usageScanner) {
 	if !f.started {
 		f.started = true
-		p = bytes.TrimPrefix(p, utf8BOM)
+		buf = bytes.TrimPrefix(buf, utf8BOM)
 	}
-	for len(p) > 0 {
+	// The next LF and CR at or after at, once looked for: each search
+	// passes over bytes no other search passes again, so that the work
+	// is linear in buf however its lines end.
+	lf, cr := -1, indexFrom(buf, 0, '\r')
+	for at := 0; at < len(buf); {
 		if f.cr {
 			f.cr = false
-			if p[0] == '\n' {
-				p = p[1:]
+			if buf[at] == '\n' {
+				at++
 				continue
 			}
 		}
 		switch f.state {
 		case lineData, lineSkip:
-			i := bytes.IndexByte(p, '\n')
-			line := p
-			if i >= 0 {
-				line = p[:i]
+			if lf < at {
+				lf = indexFrom(buf, at, '\n')
 			}
-			if j := bytes.IndexByte(line, '\r'); j >= 0 {
-				i, line = j, line[:j]
+			if cr < at {
+				cr = indexFrom(buf, at, '\r')
 			}
+			end := min(lf, cr)
 			if f.state == lineData {
-				s.scan(line)
+				f.data(buf[at:end], s)
 			}
-			if i < 0 {
+			if end == len(buf) {
 				return
 			}
-			f.cr = p[i] == '\r'
-			p = p[i+1:]
+			f.cr = buf[end] == '\r'
+			at = end + 1
 			f.state = lineStart
 		case lineSpace:
-			if p[0] == ' ' {
-				p = p[1:]
+			if buf[at] == ' ' {
+				at++
 			}
 			f.state = lineData
 		default: // lineStart, lineName
-			c := p[0]
-			p = p[1:]
+			if f.state == lineStart && bytes.HasPrefix(buf[at:], []byte("data:")) {
+				f.state, at = lineSpace, at+len("data:") // the usual line, at once
+				continue
+			}
+			c := buf[at]
+			at++
 			if c == '\n' || c == '\r' {
 				if f.state == lineStart {
-					s.endValue() // a blank line ends the event
+					f.end(s) // a blank line ends the event
 				}
 				f.state, f.cr = lineStart, c == '\r'
 				continue
@@ -884,6 +1070,15 @@ func (f *sseLines) feed(p []byte, s *usageScanner) {
 			}
 		}
 	}
+}
+
+// indexFrom returns the index of the first c of b at or after at, or
+// len(b).
+func indexFrom(b []byte, at int, c byte) int {
+	if i := bytes.IndexByte(b[at:], c); i >= 0 {
+		return at + i
+	}
+	return len(b)
 }
 
 // usageJSON is UsageTotals as UpstreamHealth's JSON has it.

@@ -14,6 +14,7 @@ import (
 	"sync"
 	"testing"
 	"testing/iotest"
+	"unicode/utf8"
 
 	"github.com/failover-go/failover"
 )
@@ -130,6 +131,12 @@ var (
 		"event: response.output_text.delta\n"+`data: {"type":"response.output_text.delta","sequence_number":4,"item_id":"msg_1","output_index":0,"content_index":0,"delta":"Hi"}`,
 		"event: response.completed\n"+`data: {"type":"response.completed","sequence_number":9,"response":{"id":"resp_1","object":"response","created_at":1741290958,"status":"completed","model":"gpt-4.1-2025-04-14","output":[{"type":"message","id":"msg_1","status":"completed","role":"assistant","content":[{"type":"output_text","text":"Hi","annotations":[]}]}],"usage":{"input_tokens":37,"input_tokens_details":{"cached_tokens":0},"output_tokens":11,"output_tokens_details":{"reasoning_tokens":0},"total_tokens":48},"metadata":{}}}`,
 	)
+	// The same with an answer of 10 KiB: its response.completed event is
+	// too large to be held whole.
+	openAIResponseStreamLarge = sse(
+		openAIResponseStream[0][:len(openAIResponseStream[0])-2],
+		strings.Replace(openAIResponseStream[2][:len(openAIResponseStream[2])-2], `"text":"Hi"`, `"text":"`+strings.Repeat(`Hi \"there\"\n`, 800)+`"`, 1),
+	)
 	openAIEmbedding = `{"object":"list","data":[{"object":"embedding","index":0,"embedding":[-0.006929283,-0.005336422,0.00047350125,-2.3541756e-05]}],"model":"text-embedding-3-small","usage":{"prompt_tokens":8,"total_tokens":8}}`
 	// DeepSeek: OpenAI's shape, its cache hits counted apart.
 	deepSeekChat = `{"id":"1","object":"chat.completion","created":1,"model":"deepseek-chat","choices":[{"index":0,"message":{"role":"assistant","content":"Hi"},"finish_reason":"stop"}],"usage":{"prompt_tokens":120,"completion_tokens":9,"total_tokens":129,"prompt_cache_hit_tokens":64,"prompt_cache_miss_tokens":56},"system_fingerprint":"fp_1"}`
@@ -219,6 +226,8 @@ var usageCases = []usageCase{
 	{name: "openai responses", ct: "application/json", pieces: []string{openAIResponse},
 		want: failover.Usage{Model: "gpt-4.1-2025-04-14", Tokens: failover.Tokens{Input: 36, Output: 87, Cached: 4}}},
 	{name: "openai responses stream", ct: "text/event-stream; charset=utf-8", pieces: openAIResponseStream,
+		want: failover.Usage{Model: "gpt-4.1-2025-04-14", Tokens: failover.Tokens{Input: 37, Output: 11}}},
+	{name: "openai responses stream, large event", ct: "text/event-stream; charset=utf-8", pieces: openAIResponseStreamLarge,
 		want: failover.Usage{Model: "gpt-4.1-2025-04-14", Tokens: failover.Tokens{Input: 37, Output: 11}}},
 	{name: "openai embeddings", ct: "application/json", pieces: []string{openAIEmbedding},
 		want: failover.Usage{Model: "text-embedding-3-small", Tokens: failover.Tokens{Input: 8}}},
@@ -833,3 +842,182 @@ func TestScoreObservedCostTransport(t *testing.T) {
 		t.Errorf("spend a %g, b %g", h[0].Usage.Cost, h[1].Usage.Cost)
 	}
 }
+
+// bodyBase answers every request with a 200 of Content-Type ct and body,
+// read from memory.
+type bodyBase struct {
+	ct   string
+	body []byte
+}
+
+func (b bodyBase) RoundTrip(r *http.Request) (*http.Response, error) {
+	if r.Body != nil {
+		r.Body.Close()
+	}
+	return &http.Response{
+		StatusCode: http.StatusOK, Status: "200 OK", Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
+		Header:        http.Header{"Content-Type": {b.ct}},
+		Body:          io.NopCloser(bytes.NewReader(b.body)),
+		ContentLength: int64(len(b.body)),
+		Request:       r,
+	}, nil
+}
+
+// usageBodies are 1 MiB answers of the three kinds the meter reads
+// differently: an OpenAI stream with include_usage (each event held and
+// searched, the last one scanned), a completion whose content is one long
+// string of prose (three escapes per 90 bytes, scanned eight bytes at a
+// time), and an embedding's numbers (long runs without a string or a
+// bracket, found with bytes.IndexByte).
+func usageBodies() []bodyBase {
+	const size = 1 << 20
+	var stream bytes.Buffer
+	for i := 0; stream.Len() < size; i++ {
+		fmt.Fprintf(&stream, `data: {"id":"chatcmpl-1","object":"chat.completion.chunk","created":1741570283,"model":"gpt-4o-mini-2024-07-18","system_fingerprint":"fp_1","choices":[{"index":0,"delta":{"content":" word%d, \"quoted\""},"logprobs":null,"finish_reason":null}],"usage":null}`+"\n\n", i)
+	}
+	stream.WriteString(openAIStream[3] + openAIStream[4])
+	var text bytes.Buffer
+	text.WriteString(`{"id":"chatcmpl-1","object":"chat.completion","model":"gpt-4o","choices":[{"index":0,"message":{"role":"assistant","content":"`)
+	for text.Len() < size {
+		text.WriteString(`Here is a line of an answer, with \"a quote\" in it, as prose has them; it ends here.\n`)
+	}
+	text.WriteString(`"},"finish_reason":"stop"}],"usage":{"prompt_tokens":9,"completion_tokens":250000}}`)
+	var nums bytes.Buffer
+	nums.WriteString(`{"object":"list","data":[{"object":"embedding","index":0,"embedding":[`)
+	for i := 0; nums.Len() < size; i++ {
+		fmt.Fprintf(&nums, "%.9f,", float64(i%1000)/1e4-0.05)
+	}
+	nums.WriteString(`0]}],"model":"text-embedding-3-small","usage":{"prompt_tokens":8,"total_tokens":8}}`)
+	return []bodyBase{{"text/event-stream", stream.Bytes()}, {"application/json", text.Bytes()}, {"application/json", nums.Bytes()}}
+}
+
+// BenchmarkUsage is what metering costs the reader of a body: a 1 MiB
+// answer read in 4 KiB reads (a bufio.Reader's) through a Transport,
+// meter=off (a stream's body is timed to its first byte, a JSON one
+// unwrapped) and meter=on, for each of usageBodies (MB/s: b.SetBytes).
+func BenchmarkUsage(b *testing.B) {
+	bodies := usageBodies()
+	for i, name := range []string{"sse", "json_text", "json_numbers"} {
+		for _, meter := range []string{"off", "on"} {
+			b.Run("body="+name+"/meter="+meter, func(b *testing.B) {
+				tr, err := failover.New(failover.Config{
+					Base:       bodies[i],
+					Upstreams:  []failover.Upstream{{Name: "a", BaseURL: "https://a.example/v1"}},
+					MeterUsage: meter == "on",
+				})
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer tr.Close()
+				req, _ := http.NewRequest(http.MethodPost, "https://a.example/v1/chat/completions", nil)
+				buf := make([]byte, 4<<10)
+				b.SetBytes(int64(len(bodies[i].body)))
+				b.ReportAllocs()
+				for b.Loop() {
+					resp, err := tr.RoundTrip(req)
+					if err != nil {
+						b.Fatal(err)
+					}
+					for {
+						if _, err := resp.Body.Read(buf); err != nil {
+							break
+						}
+					}
+					resp.Body.Close()
+				}
+				if h := tr.Health()[0].Usage; (meter == "on") != (h.Answers > 0) {
+					b.Fatalf("metering %s, Health says %+v", meter, h)
+				}
+			})
+		}
+	}
+}
+
+// pieceReader returns r's bytes in pieces whose sizes cycle through
+// sizes (each at least 1).
+type pieceReader struct {
+	r     io.Reader
+	sizes []byte
+	n     int
+}
+
+func (p *pieceReader) Read(b []byte) (int, error) {
+	size := 1 + int(p.sizes[p.n%len(p.sizes)])
+	p.n++
+	return p.r.Read(b[:min(len(b), size)])
+}
+
+// FuzzUsage checks that the usage read from an answer does not depend on
+// how its body is split into reads, and that no body crashes the meter:
+// the same body read whole and in the pieces the fuzzer picks reports the
+// same usage, or none both times.
+func FuzzUsage(f *testing.F) {
+	for _, tc := range usageCases {
+		if body := strings.Join(tc.pieces, ""); len(body) < 4<<10 {
+			f.Add(body, strings.HasPrefix(tc.ct, "text/event-stream"), []byte{0, 7, 3, 200, 1})
+		}
+	}
+	f.Add(`{"usage":{"prompt_tokens":1e400,"completion_tokens":-3,"input_tokens":"7"},"model":"\u00e9\"x"}`, false, []byte{1})
+	f.Add("data: {\"usage\":\r\ndata: {\"prompt_tokens\":4}}\r\rdata: [DONE]", true, []byte{2, 0})
+	var (
+		log  usageLog
+		base fuzzBody // the answer of the input being run
+	)
+	tr, err := failover.New(failover.Config{
+		Base:      &base,
+		Upstreams: []failover.Upstream{{Name: "a", BaseURL: "https://a.example/v1"}},
+		OnUsage:   log.add,
+	})
+	if err != nil {
+		f.Fatal(err)
+	}
+	defer tr.Close()
+	f.Fuzz(func(t *testing.T, body string, stream bool, sizes []byte) {
+		if len(sizes) == 0 {
+			sizes = []byte{0}
+		}
+		base.b = bodyBase{"application/json", []byte(body)}
+		if stream {
+			base.b.ct = "text/event-stream"
+		}
+		read := func(split bool) []failover.Usage {
+			log.mu.Lock()
+			log.got = nil
+			log.mu.Unlock()
+			req, _ := http.NewRequest(http.MethodPost, "https://a.example/v1/chat/completions", nil)
+			resp, err := tr.RoundTrip(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var r io.Reader = resp.Body
+			if split {
+				r = &pieceReader{r: r, sizes: sizes}
+			}
+			got, err := io.ReadAll(r)
+			resp.Body.Close()
+			if err != nil || string(got) != body {
+				t.Fatalf("the caller got %q (%v), want the body", got, err)
+			}
+			return log.all()
+		}
+		whole, split := read(false), read(true)
+		if !slices.Equal(whole, split) {
+			t.Fatalf("read whole: %+v; in pieces: %+v", whole, split)
+		}
+		if len(whole) > 1 {
+			t.Fatalf("reported %d times", len(whole))
+		}
+		if len(whole) == 1 {
+			u := whole[0]
+			if u.Input < 0 || u.Output < 0 || u.Cached < 0 || u.CacheWrite < 0 || u.Cached+u.CacheWrite > u.Input || !utf8.ValidString(u.Model) {
+				t.Fatalf("reported %+v", u)
+			}
+		}
+	})
+}
+
+// fuzzBody is a Base that answers with b, which FuzzUsage sets for each
+// input (the inputs of a fuzzing process run one at a time).
+type fuzzBody struct{ b bodyBase }
+
+func (f *fuzzBody) RoundTrip(r *http.Request) (*http.Response, error) { return f.b.RoundTrip(r) }
