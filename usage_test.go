@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -348,6 +349,56 @@ func grep(s string, words ...string) string {
 		}
 	}
 	return b.String()
+}
+
+// Each answer's usage and cost, as its body reports them: OnUsage for the
+// application's books, a Trace's Usage hook to bill one request to the
+// user who made it, and Health (and the metrics) for the totals. The
+// stream was asked for with stream_options.include_usage, as OpenAI needs
+// to report usage in a stream. The usage is known once the caller has
+// read the body: the hooks run on the goroutine that reads it.
+func ExampleUsage() {
+	openai := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		io.WriteString(w, `data: {"id":"chatcmpl-1","object":"chat.completion.chunk","model":"gpt-4o-mini-2024-07-18","choices":[{"index":0,"delta":{"content":"Hello"}}],"usage":null}`+"\n\n")
+		io.WriteString(w, `data: {"id":"chatcmpl-1","object":"chat.completion.chunk","model":"gpt-4o-mini-2024-07-18","choices":[],"usage":{"prompt_tokens":1200,"completion_tokens":300,"total_tokens":1500,"prompt_tokens_details":{"cached_tokens":1024}}}`+"\n\n")
+		io.WriteString(w, "data: [DONE]\n\n")
+	}))
+	defer openai.Close()
+
+	t, err := failover.New(failover.Config{
+		Upstreams: []failover.Upstream{
+			// Dollars per million input and output tokens.
+			{Name: "openai", BaseURL: openai.URL + "/v1", Cost: failover.Cost{Input: 0.15, Output: 0.6}},
+		},
+		OnUsage: func(u failover.Usage) {
+			fmt.Printf("%s %s: %d tokens in (%d cached), %d out, $%.6f\n", u.Upstream, u.Model, u.Input, u.Cached, u.Output, u.Cost)
+		},
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer t.Close()
+	client := &http.Client{Transport: t}
+
+	ctx := failover.WithTrace(context.Background(), &failover.Trace{
+		Usage: func(u failover.Usage) { fmt.Printf("bill alice $%.6f\n", u.Cost) },
+	})
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, openai.URL+"/v1/chat/completions",
+		strings.NewReader(`{"model":"gpt-4o-mini","stream":true,"stream_options":{"include_usage":true},"messages":[]}`))
+	resp, err := client.Do(req)
+	if err != nil {
+		log.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body) // an SDK reads the stream
+	resp.Body.Close()
+
+	h := t.Health()[0].Usage
+	fmt.Printf("openai so far: %d answers, %d tokens, $%.6f\n", h.Answers, h.Input+h.Output, h.Cost)
+	// Output:
+	// openai gpt-4o-mini-2024-07-18: 1200 tokens in (1024 cached), 300 out, $0.000360
+	// bill alice $0.000360
+	// openai so far: 1 answers, 1500 tokens, $0.000360
 }
 
 // recordedUsage is what a full parse of a recorded body says its usage is:
