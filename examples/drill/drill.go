@@ -550,12 +550,12 @@ func newFailoverRun(o options, phases []phase, sp runSpec, qualified bool) (*run
 	r := &run{name: sp.name(qualified), spec: sp, hosts: map[string]int{}}
 	fp := newFakeUpstream(profiles[0], o.Timescale, phases)
 	r.servers = []*fakeUpstream{fp}
-	ups := []failover.Upstream{{Name: profiles[0].name, BaseURL: fp.baseURL()}}
+	ups := []failover.Upstream{{Name: profiles[0].name, BaseURL: fp.baseURL(), Cost: profiles[0].cost}}
 	if len(o.Upstreams) == 0 {
 		for _, prof := range profiles[1:] {
 			s := newFakeUpstream(prof, o.Timescale, nil)
 			r.servers = append(r.servers, s)
-			ups = append(ups, failover.Upstream{Name: prof.name, BaseURL: s.baseURL()})
+			ups = append(ups, failover.Upstream{Name: prof.name, BaseURL: s.baseURL(), Cost: prof.cost})
 		}
 	} else {
 		for _, ru := range o.Upstreams {
@@ -664,14 +664,19 @@ func b2i(b bool) int {
 	return 0
 }
 
-// requestBody is a small chat completion request.
+// requestBody is a small chat completion request; a streamed one asks
+// for the usage in its last chunk, as a caller that bills must.
 func requestBody(model string, stream bool) []byte {
-	b, _ := json.Marshal(map[string]any{
+	req := map[string]any{
 		"model":      model,
 		"messages":   []map[string]string{{"role": "user", "content": "Say hello."}},
 		"max_tokens": 8,
 		"stream":     stream,
-	})
+	}
+	if stream {
+		req["stream_options"] = map[string]bool{"include_usage": true}
+	}
+	b, _ := json.Marshal(req)
 	return b
 }
 

@@ -9,6 +9,7 @@ import (
 	"image"
 	_ "image/png"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -138,6 +139,23 @@ func TestDrill(t *testing.T) {
 	}
 	if fo.Hedges != nil {
 		t.Errorf("hedges %+v without -hedge", fo.Hedges)
+	}
+	// Every answer the failover caller got whole reported its usage (the
+	// streams ask for it), at the upstream's price; the plain run has no
+	// meter.
+	var answers uint64
+	for i, u := range fo.PerUpstream {
+		answers += u.Answers
+		p := profiles[i].cost
+		if want := float64(u.Answers) * (promptTokens*p.Input + completionTokens*p.Output) / 1e6; math.Abs(u.Spend-want) > 1e-9 || u.Tokens != int64(u.Answers)*(promptTokens+completionTokens) {
+			t.Errorf("%s: %d answers, %d tokens, spend %g; want %d tokens each, spend %g", u.Name, u.Answers, u.Tokens, u.Spend, promptTokens+completionTokens, want)
+		}
+	}
+	if answers < uint64(fo.Successes) {
+		t.Errorf("%d answers reported usage, want every one of the %d successes", answers, fo.Successes)
+	}
+	if plain.PerUpstream[0].Answers != 0 || plain.PerUpstream[0].Spend != 0 {
+		t.Errorf("the plain run metered usage: %+v", plain.PerUpstream)
 	}
 	if !strings.Contains(status.String(), "backup1") || !strings.Contains(status.String(), "scheduling lag p99") {
 		t.Errorf("live status never named backup1 or the scheduling lag:\n%s", status.String())
@@ -366,7 +384,7 @@ func TestTablePlotListen(t *testing.T) {
 	for _, row := range []string{"detection", "false trips", "recovery", "throughput retention", "latency p99", "hedges sent / won / denied",
 		"primary", "backup1", "backup2", "503 burst", "healthy gap", "hang", "429 storm", "529 overload",
 		"hang phase", "primary's circuit at its start", "requests sent to the primary", "latency p99 in warm-up",
-		"Machine: ", "no CPU hogs", "Scheduling lag (how late", "Scheduling lag by phase", "plain client", "failover (priority)", "failover (score)", "failover (priority+hedge)"} {
+		"spend per upstream", "answers)", "Spend is the usage the answers reported", "Machine: ", "no CPU hogs", "Scheduling lag (how late", "Scheduling lag by phase", "plain client", "failover (priority)", "failover (score)", "failover (priority+hedge)"} {
 		if !strings.Contains(out.String(), row) {
 			t.Errorf("table has no %q row:\n%s", row, out.String())
 		}

@@ -149,6 +149,13 @@ type hangResult struct {
 type upstreamCount struct {
 	Name     string `json:"name"`
 	Attempts int    `json:"attempts"`
+
+	// What the answers the callers got from the upstream reported using,
+	// and cost at its price (Health's Usage, summed over a fleet's
+	// members); none in the plain run, which has no Transport.
+	Answers uint64  `json:"answers,omitempty"` // answers whose usage was read
+	Tokens  int64   `json:"tokens,omitempty"`  // input and output
+	Spend   float64 `json:"spend"`             // dollars
 }
 
 type phaseResult struct {
@@ -257,6 +264,14 @@ func (r *run) report(o options, phases []phase) runReport {
 
 	if r.transport() == nil {
 		return rr
+	}
+	for _, m := range r.members {
+		for i, h := range m.ft.Health() {
+			pu := &rr.PerUpstream[i]
+			pu.Answers += h.Usage.Answers
+			pu.Tokens += h.Usage.Input + h.Usage.Output
+			pu.Spend += h.Usage.Cost
+		}
 	}
 	fleet := r.spec.fleet > 0
 	if !fleet {
@@ -512,6 +527,17 @@ func writeTable(out io.Writer, rep *report) error {
 		}
 		row("  "+u.Name, a, func(r runReport) string { return fmt.Sprint(r.PerUpstream[i].Attempts) })
 	}
+	row("spend per upstream (Upstream.Cost)", "", func(runReport) string { return "" })
+	for i, u := range fos[0].PerUpstream {
+		row("  "+u.Name, "-", func(r runReport) string { return fmtSpend(r.PerUpstream[i]) })
+	}
+	row("  total", "-", func(r runReport) string {
+		var sum upstreamCount
+		for _, u := range r.PerUpstream {
+			sum.Answers, sum.Tokens, sum.Spend = sum.Answers+u.Answers, sum.Tokens+u.Tokens, sum.Spend+u.Spend
+		}
+		return fmtSpend(sum)
+	})
 	for _, p := range rep.Phases {
 		if p.Name != "hang" {
 			continue
@@ -539,6 +565,16 @@ func writeTable(out io.Writer, rep *report) error {
 
 	ts := rep.Timescale
 	fmt.Fprintf(&b, "\nLatency is end to end over every request, failed ones included; streams are read to [DONE].\n")
+	var prices []string
+	for i, u := range rep.Upstreams {
+		if u.Kind != "real" && i < len(profiles) {
+			prices = append(prices, fmt.Sprintf("%s %g/%g", u.Name, profiles[i].cost.Input, profiles[i].cost.Output))
+		}
+	}
+	if len(prices) > 0 {
+		fmt.Fprintf(&b, "Spend is the usage the answers reported (%d+%d tokens each, streams asking for stream_options.include_usage), at $ per million input/output tokens: %s.\n",
+			promptTokens, completionTokens, strings.Join(prices, ", "))
+	}
 	p99s := []string{"plain " + fmtDur(sec(plain.Latency.P99/ts))}
 	for _, r := range fos {
 		p99s = append(p99s, r.Name+" "+fmtDur(sec(r.Latency.P99/ts)))
@@ -639,6 +675,18 @@ func plural(n int, noun string) string {
 		return "1 " + noun
 	}
 	return fmt.Sprintf("%d %ss", n, noun)
+}
+
+// fmtSpend formats an upstream's spend: "$0.1813 (2901 answers)", or "-"
+// when none of its answers reported usage.
+func fmtSpend(u upstreamCount) string {
+	if u.Answers == 0 {
+		return "-"
+	}
+	if u.Spend >= 0.01 {
+		return fmt.Sprintf("$%.4f (%d answers)", u.Spend, u.Answers)
+	}
+	return fmt.Sprintf("$%.6f (%d answers)", u.Spend, u.Answers)
 }
 
 func pct1(f float64) string { return fmt.Sprintf("%.1f %%", 100*f) }

@@ -12,24 +12,35 @@ import (
 	"strconv"
 	"sync/atomic"
 	"time"
+
+	"github.com/failover-go/failover"
 )
 
 // profile is the latency and background error rate of one upstream, at
-// provider scale (before -timescale).
+// provider scale (before -timescale), and its price.
 type profile struct {
 	name     string
 	kind     string // what the field measured it as
 	p50, p99 time.Duration
 	success  float64
+	cost     failover.Cost // dollars per million input and output tokens
 }
 
-// profiles are the field's published numbers: p50/p99 and success rate. The
-// first is the primary, the one that the fault script plays on.
+// profiles are the field's published numbers: p50/p99 and success rate,
+// and the list prices of such models (gpt-4o, gemini-2.5-flash,
+// deepseek-chat). The first is the primary, the one that the fault script
+// plays on.
 var profiles = []profile{
-	{"primary", "GPT-class", 340 * time.Millisecond, 920 * time.Millisecond, 0.9971},
-	{"backup1", "Gemini Flash", 180 * time.Millisecond, 480 * time.Millisecond, 0.9962},
-	{"backup2", "DeepSeek", 210 * time.Millisecond, 620 * time.Millisecond, 0.9945},
+	{"primary", "GPT-class", 340 * time.Millisecond, 920 * time.Millisecond, 0.9971, failover.Cost{Input: 2.5, Output: 10}},
+	{"backup1", "Gemini Flash", 180 * time.Millisecond, 480 * time.Millisecond, 0.9962, failover.Cost{Input: 0.3, Output: 2.5}},
+	{"backup2", "DeepSeek", 210 * time.Millisecond, 620 * time.Millisecond, 0.9945, failover.Cost{Input: 0.27, Output: 1.1}},
 }
+
+// The usage every answer reports: the drill's request and a short answer.
+const (
+	promptTokens     = 9
+	completionTokens = 4
+)
 
 // z99 is the standard normal quantile of 0.99: a log-normal latency with
 // median p50 has its 99th percentile at p50·exp(z99·σ).
@@ -123,7 +134,9 @@ func phaseAt(phases []phase, at time.Duration) int {
 // fakeUpstream is a local OpenAI-compatible server: POST
 // /v1/chat/completions, streaming when the body asks for it, with the
 // latency and errors of its profile, and the fault script when it is a
-// primary.
+// primary. Its answers report their usage as OpenAI's do: in the
+// completion, and in a stream's last chunk when the request asks for it
+// with stream_options.include_usage.
 type fakeUpstream struct {
 	prof   profile
 	scale  float64
@@ -171,8 +184,11 @@ func (f *fakeUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var req struct {
-		Model  string `json:"model"`
-		Stream bool   `json:"stream"`
+		Model         string `json:"model"`
+		Stream        bool   `json:"stream"`
+		StreamOptions struct {
+			IncludeUsage bool `json:"include_usage"`
+		} `json:"stream_options"`
 	}
 	if err := json.NewDecoder(io.LimitReader(r.Body, 1<<20)).Decode(&req); err != nil {
 		writeError(w, http.StatusBadRequest, "invalid_request_error", "invalid_json", "the body is not JSON")
@@ -227,7 +243,7 @@ func (f *fakeUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if req.Stream {
-		f.stream(w, r, req.Model, lat)
+		f.stream(w, r, req.Model, req.StreamOptions.IncludeUsage, lat)
 		return
 	}
 	if !wait(ctx, lat) {
@@ -236,13 +252,15 @@ func (f *fakeUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "application/json")
 	fmt.Fprintf(w, `{"id":"chatcmpl-drill","object":"chat.completion","created":%d,"model":%q,`+
 		`"choices":[{"index":0,"message":{"role":"assistant","content":"Hello from %s."},"finish_reason":"stop"}],`+
-		`"usage":{"prompt_tokens":9,"completion_tokens":4,"total_tokens":13}}`,
-		time.Now().Unix(), req.Model, f.prof.name)
+		`"usage":{"prompt_tokens":%d,"completion_tokens":%d,"total_tokens":%d}}`,
+		time.Now().Unix(), req.Model, f.prof.name, promptTokens, completionTokens, promptTokens+completionTokens)
 }
 
 // stream answers as OpenAI's server-sent events do: headers and the first
-// chunk after 40 % of the latency, the rest spread over the remainder.
-func (f *fakeUpstream) stream(w http.ResponseWriter, r *http.Request, model string, lat time.Duration) {
+// chunk after 40 % of the latency, the rest spread over the remainder; with
+// includeUsage every chunk has "usage": null and one more, without
+// choices, the usage.
+func (f *fakeUpstream) stream(w http.ResponseWriter, r *http.Request, model string, includeUsage bool, lat time.Duration) {
 	ctx := r.Context()
 	rc := http.NewResponseController(w)
 	if !wait(ctx, lat*4/10) {
@@ -251,9 +269,13 @@ func (f *fakeUpstream) stream(w http.ResponseWriter, r *http.Request, model stri
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("Cache-Control", "no-cache")
 	created := time.Now().Unix()
+	usage := ""
+	if includeUsage {
+		usage = `,"usage":null`
+	}
 	chunk := func(delta, finish string) string {
-		return fmt.Sprintf(`data: {"id":"chatcmpl-drill","object":"chat.completion.chunk","created":%d,"model":%q,"choices":[{"index":0,"delta":%s,"finish_reason":%s}]}`+"\n\n",
-			created, model, delta, finish)
+		return fmt.Sprintf(`data: {"id":"chatcmpl-drill","object":"chat.completion.chunk","created":%d,"model":%q,"choices":[{"index":0,"delta":%s,"finish_reason":%s}]%s}`+"\n\n",
+			created, model, delta, finish, usage)
 	}
 	events := []string{
 		chunk(`{"role":"assistant","content":""}`, "null"),
@@ -261,8 +283,12 @@ func (f *fakeUpstream) stream(w http.ResponseWriter, r *http.Request, model stri
 		chunk(`{"content":" from"}`, "null"),
 		chunk(fmt.Sprintf(`{"content":" %s."}`, f.prof.name), "null"),
 		chunk(`{}`, `"stop"`),
-		"data: [DONE]\n\n",
 	}
+	if includeUsage {
+		events = append(events, fmt.Sprintf(`data: {"id":"chatcmpl-drill","object":"chat.completion.chunk","created":%d,"model":%q,"choices":[],"usage":{"prompt_tokens":%d,"completion_tokens":%d,"total_tokens":%d}}`+"\n\n",
+			created, model, promptTokens, completionTokens, promptTokens+completionTokens))
+	}
+	events = append(events, "data: [DONE]\n\n")
 	gap := lat * 6 / 10 / time.Duration(len(events)-1)
 	for i, e := range events {
 		if i > 0 && !wait(ctx, gap) {
