@@ -47,7 +47,9 @@
 // [Config.Hedge] sends a slow request to the next upstream too and takes
 // the first answer; [Config.Shared] shares open circuits, cooldowns and the
 // half-open probe across a fleet of processes (package redisshared keeps
-// them in Redis).
+// them in Redis); [Config.OnUsage], [Config.MeterUsage] or any
+// [Upstream.Cost] read the token usage each answer reports as its body is
+// read, and price it ([Usage]).
 //
 // The layers work on their own too: [Breaker] is one circuit in front of any
 // RoundTripper and [RateLimiter] the cooldown layer. [Transport.Health] and
@@ -92,7 +94,9 @@ type Upstream struct {
 	// router. Zero means 1.
 	Weight float64
 
-	// Cost is the upstream's price, for the Score router.
+	// Cost is the upstream's price, for the Score router and for the
+	// cost of its answers: with a Cost on any upstream, the usage of
+	// every answer is metered (see [Usage], Config.MeterUsage).
 	Cost Cost
 
 	// Models maps the model a request asks for (the top-level "model" of

@@ -2,8 +2,9 @@ package failover
 
 // Usage and cost metering: the token usage that an answer reports in its
 // body is read as the caller reads the body, by a small state machine over
-// the bytes that keeps only the usage object itself (a few hundred bytes),
-// never the body: the caller's bytes pass at once, and the work per byte is
+// the bytes that keeps the usage object (a few hundred bytes) and, in a
+// stream, a copy of the current event's data, each at most 4 KiB, never
+// the body: the caller's bytes pass at once, and the work per byte is
 // bounded.
 
 import (
@@ -28,7 +29,7 @@ import (
 // [Trace.Usage] receive. It holds no credential.
 //
 // The usage is read from the body of a 2xx JSON or text/event-stream
-// answer as the caller reads it, without buffering: OpenAI's "usage"
+// answer as the caller reads it, holding none of it back: OpenAI's "usage"
 // (chat completions, the Responses API, embeddings, and the final chunk of
 // a stream asked for with stream_options.include_usage), Anthropic's
 // "usage" (its stream's message_start and message_delta), Gemini's

@@ -401,6 +401,55 @@ func ExampleUsage() {
 	// openai so far: 1 answers, 1500 tokens, $0.000360
 }
 
+// TestUsageStreamGuard checks metering behind a StreamGuard that fails
+// over: the first stream begins with Anthropic's overloaded_error and is
+// dropped unread by the caller; the backup's stream, its held start
+// included, is the one metered, under the backup's name. Two Traces'
+// Usage hooks are both called, the newer first.
+func TestUsageStreamGuard(t *testing.T) {
+	overloaded := usageServer(t, http.StatusOK, "text/event-stream", sse(
+		"event: message_start\n"+`data: {"type":"message_start","message":{"id":"msg_0","type":"message","role":"assistant","model":"claude-x","content":[],"usage":{"input_tokens":999,"output_tokens":1}}}`,
+		"event: error\n"+`data: {"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}`,
+	)...)
+	backup := usageServer(t, http.StatusOK, "text/event-stream", anthropicStream...)
+	var log usageLog
+	tr, err := failover.New(failover.Config{
+		Upstreams: []failover.Upstream{
+			{Name: "primary", BaseURL: overloaded.URL},
+			{Name: "backup", BaseURL: backup.URL},
+		},
+		StreamGuard: &failover.StreamGuard{},
+		OnUsage:     log.add,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Close()
+	var order []string
+	ctx := failover.WithTrace(context.Background(), &failover.Trace{Usage: func(failover.Usage) { order = append(order, "outer") }})
+	ctx = failover.WithTrace(ctx, &failover.Trace{Usage: func(failover.Usage) { order = append(order, "inner") }})
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, overloaded.URL+"/v1/messages", strings.NewReader("{}"))
+	resp, err := tr.RoundTrip(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(iotest.OneByteReader(resp.Body))
+	resp.Body.Close()
+	if string(body) != strings.Join(anthropicStream, "") {
+		t.Fatalf("the caller got %q", body)
+	}
+	want := failover.Usage{Upstream: "backup", Model: "claude-sonnet-4-5-20250929", Tokens: failover.Tokens{Input: 175, Output: 40, Cached: 100, CacheWrite: 50}}
+	if got := log.all(); len(got) != 1 || got[0] != want {
+		t.Errorf("reported %+v, want once %+v", got, want)
+	}
+	if got := strings.Join(order, ","); got != "inner,outer" {
+		t.Errorf("the Traces' Usage hooks ran %s, want inner,outer", got)
+	}
+	if h := tr.Health(); h[0].Usage != (failover.UsageTotals{}) {
+		t.Errorf("the dropped stream was metered: %+v", h[0].Usage)
+	}
+}
+
 // recordedUsage is what a full parse of a recorded body says its usage is:
 // the oracle that the Transport's reading of the bytes as they come is
 // checked against. It merges each usage report of the body (the members
