@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/iotest"
 	"unicode/utf8"
@@ -399,6 +400,32 @@ func ExampleUsage() {
 	// openai gpt-4o-mini-2024-07-18: 1200 tokens in (1024 cached), 300 out, $0.000360
 	// bill alice $0.000360
 	// openai so far: 1 answers, 1500 tokens, $0.000360
+}
+
+// TestUsageConcurrent meters answers read by many goroutines at once:
+// Health, the metrics and the callback count each one once.
+func TestUsageConcurrent(t *testing.T) {
+	srv := usageServer(t, http.StatusOK, "text/event-stream", anthropicStream...)
+	var calls atomic.Int64
+	tr, send := usageTransport(t, srv, failover.Config{OnUsage: func(failover.Usage) { calls.Add(1) }})
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			for range 20 {
+				send(context.Background(), "{}")
+			}
+		})
+	}
+	wg.Wait()
+	h := tr.Health()[0].Usage
+	if calls.Load() != 160 || h.Answers != 160 || h.Input != 160*175 || h.Output != 160*40 {
+		t.Errorf("%d calls, Health %+v; want 160 answers of 175 and 40 tokens", calls.Load(), h)
+	}
+	var exp strings.Builder
+	tr.WritePrometheus(&exp)
+	if want := `failover_tokens_total{upstream="a",model="claude-sonnet-4-5-20250929",kind="cached"} 16000`; !strings.Contains(exp.String(), want+"\n") {
+		t.Errorf("the metrics lack %s:\n%s", want, grep(exp.String(), "tokens_total"))
+	}
 }
 
 // TestUsageStreamGuard checks metering behind a StreamGuard that fails
@@ -871,6 +898,9 @@ func TestUsageNoCredential(t *testing.T) {
 	all := fmt.Sprintf("%+v %s", log.all(), h)
 	if len(log.all()) != 2 || strings.Contains(all, callerKey) || strings.Contains(all, upstreamKey) {
 		t.Errorf("got %s", all)
+	}
+	if want := `"usage":{"answers":1,"input_tokens":14,"output_tokens":13,"cached_tokens":0,"cache_write_tokens":0,"cost":0.000014,"unreported":0}`; !strings.Contains(string(h), want) {
+		t.Errorf("Health's JSON %s lacks %s", h, want)
 	}
 }
 
