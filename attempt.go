@@ -149,9 +149,9 @@ func (a *attempt) send(r request) {
 func (a *attempt) roundTrip(r *request) (*http.Response, error) {
 	t := r.t
 	var timer *time.Timer
-	if t.timeout > 0 {
+	if d := a.u.timeout; d > 0 {
 		cancel := a.cancel
-		timer = time.AfterFunc(t.timeout, func() { cancel(ErrAttemptTimeout) })
+		timer = time.AfterFunc(d, func() { cancel(ErrAttemptTimeout) })
 	}
 	if timer != nil {
 		a.sent = time.Now() // for stalled: the deadline is counted from here
@@ -270,17 +270,21 @@ func (t *Transport) account(a *attempt, lost bool) {
 var errNoResponse = errors.New("failover: Base returned no response and no error")
 
 // stalled reports whether an attempt that timed out ended late: its round
-// trip returned more than a tenth of AttemptTimeout after the deadline.
+// trip returned more than a tenth of its upstream's attempt timeout after
+// the deadline.
 // A canceled dial or read returns at once; one that returns late shows
 // that this process did not run (starved of CPU, a long GC, a paused VM)
 // when the deadline passed, and the answer may have been there to read.
 func (t *Transport) stalled(a *attempt) bool {
-	return a.end.Sub(a.sent) > t.timeout+t.timeout/10
+	d := a.u.timeout
+	return a.end.Sub(a.sent) > d+min(d/10, maxDuration-d) // saturating
 }
 
 // othersTimedOut reports whether an attempt at u that timed out at now
 // says more of this process than of u: every other upstream timed out too
-// within the last two AttemptTimeouts. Providers rarely all hang at once;
+// within the last two attempt timeouts, of u's or of the other's,
+// whichever is longer (a starved process times out on a long timeout as
+// well as on a short one, only later). Providers rarely all hang at once;
 // a starved client (CPU, GC, a paused VM) makes all of them look hung, and
 // opening every circuit then fails every request at once, which is worse
 // than no failover at all. One upstream that hangs alone still opens its
@@ -291,9 +295,11 @@ func (t *Transport) othersTimedOut(u *upstream, now time.Time) bool {
 	if len(t.upstreams) < 2 {
 		return false
 	}
-	since := mono.Of(now).Add(-2 * t.timeout)
 	for _, v := range t.upstreams {
-		if v != u && mono.Time(v.timedOut.Load()) < since {
+		if v == u {
+			continue
+		}
+		if since := mono.Of(now).Add(-mulDuration(2, max(u.timeout, v.timeout))); mono.Time(v.timedOut.Load()) < since {
 			return false
 		}
 	}

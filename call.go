@@ -332,7 +332,7 @@ func (c *call) launch(ctx context.Context, a *attempt, u *upstream, mode launchM
 		return over
 	}
 	a.u, a.p, a.start, a.hedge, a.lastResort = u, p, now, mode == hedge, mode == lastResort
-	if err := c.prepare(ctx, a, c.racing || c.t.timeout > 0); err != nil {
+	if err := c.prepare(ctx, a, c.racing || u.timeout > 0); err != nil {
 		c.addErr(u, err)
 		if mode == hedge {
 			return dropped // the attempts in flight may still answer (the deferred refund gives the hedge back)

@@ -77,6 +77,13 @@ type UpstreamHealth struct {
 	// its current window (consecutive failures by default).
 	BreakerFailures uint
 
+	// Breaker and AttemptTimeout are the upstream's policy in effect:
+	// its Upstream.Breaker over Config.Breaker with the defaults filled
+	// in, and its Upstream.AttemptTimeout, else Config.AttemptTimeout (0:
+	// none).
+	Breaker        BreakerConfig
+	AttemptTimeout time.Duration
+
 	// Requests counts attempts by outcome since the Transport was made.
 	Requests Counts
 
@@ -132,6 +139,8 @@ func (t *Transport) health(u *upstream, now time.Time) UpstreamHealth {
 		InFlight:        int(u.live.inflight.Load()),
 		Degraded:        t.isDegraded(u, now),
 		Suspect:         t.suspect(u, now),
+		Breaker:         u.breaker,
+		AttemptTimeout:  u.timeout,
 	}
 	if hr := u.headroom.last.Load(); hr != nil {
 		c := *hr
@@ -193,6 +202,8 @@ func (h UpstreamHealth) MarshalJSON() ([]byte, error) {
 		CooldownReason  CooldownReason `json:"cooldown_reason,omitempty"`
 		Trips           uint64         `json:"trips"`
 		BreakerFailures uint           `json:"breaker_failures"`
+		Breaker         breakerJSON    `json:"breaker"`
+		AttemptTimeout  float64        `json:"attempt_timeout_seconds,omitempty"`
 		Requests        Counts         `json:"requests"`
 		Window          int            `json:"window"`
 		SuccessRate     float64        `json:"success_rate"`
@@ -201,7 +212,7 @@ func (h UpstreamHealth) MarshalJSON() ([]byte, error) {
 		LastErrorAt     *time.Time     `json:"last_error_at,omitempty"`
 	}{
 		h.Name, h.BaseURL, h.State, since, h.Available, h.Unavailable, h.Demoted, h.Degraded, h.Suspect, h.InFlight, h.Headroom.json(), h.OutOfHeadroom, h.OpenFor.Seconds(), h.Cooldown.Seconds(), h.CooldownReason,
-		h.Trips, h.BreakerFailures, h.Requests, h.Window, h.SuccessRate,
+		h.Trips, h.BreakerFailures, h.Breaker.json(), h.AttemptTimeout.Seconds(), h.Requests, h.Window, h.SuccessRate,
 		latency{h.P50.Seconds(), h.P95.Seconds(), h.P99.Seconds()},
 		h.LastError, lastAt,
 	})

@@ -105,6 +105,23 @@ type Upstream struct {
 	// goes byte for byte, with Content-Length and GetBody to match. A
 	// body that cannot be replayed is never read for its model.
 	Models map[string]string
+
+	// Breaker, when set, is this upstream's circuit breaker in place of
+	// Config.Breaker: a primary that should trip sooner, or stay open
+	// longer, than its backups. Its zero fields inherit Config.Breaker's,
+	// and what both leave zero is BreakerConfig's default; so
+	// &BreakerConfig{FailureThreshold: 3, Cooldown: 15 * time.Second}
+	// changes those two and nothing else. (An upstream cannot turn off a
+	// FailureRate that Config.Breaker sets: leave it out there and set it
+	// on the upstreams that want it.) Nil means Config.Breaker. See
+	// [UpstreamHealth.Breaker] for what is in effect.
+	Breaker *BreakerConfig
+
+	// AttemptTimeout bounds the wait for one attempt's response headers
+	// at this upstream, in place of Config.AttemptTimeout: a provider
+	// that is slow to its first byte by nature gets longer than the
+	// others. Zero means Config.AttemptTimeout.
+	AttemptTimeout time.Duration
 }
 
 // Config configures a [Transport]. A zero field means its documented
@@ -136,7 +153,8 @@ type Config struct {
 	// after the others.
 	Router Router
 
-	// Breaker configures each upstream's circuit breaker.
+	// Breaker configures each upstream's circuit breaker, unless its
+	// Upstream.Breaker says otherwise.
 	Breaker BreakerConfig
 
 	// RateLimit configures cooldowns after 429s and waiting when every
@@ -178,7 +196,8 @@ type Config struct {
 
 	// AttemptTimeout bounds the wait for one attempt's response headers.
 	// It never cuts a body that is being read. Zero means no bound but the
-	// request's own deadline.
+	// request's own deadline. An Upstream.AttemptTimeout replaces it for
+	// its upstream.
 	AttemptTimeout time.Duration
 
 	// Shared, when set, shares open circuits, cooldowns and the
@@ -305,7 +324,6 @@ type Transport struct {
 	retries   int
 	waitMin   time.Duration
 	waitMax   time.Duration
-	timeout   time.Duration
 	hang      HangConfig
 	degraded  DegradedConfig
 	maxBody   int64
@@ -392,7 +410,6 @@ func New(cfg Config) (*Transport, error) {
 		retries:  cfg.Retries,
 		waitMin:  cmp.Or(cfg.RetryWaitMin, defaultRetryWaitMin),
 		waitMax:  cmp.Or(cfg.RetryWaitMax, defaultRetryWaitMax),
-		timeout:  cfg.AttemptTimeout,
 		hang:     cfg.Hang.withDefaults(),
 		degraded: cfg.Degraded.withDefaults(),
 		maxBody:  cmp.Or(cfg.MaxBodyBuffer, defaultMaxBodyBuffer),
@@ -430,6 +447,7 @@ func New(cfg Config) (*Transport, error) {
 			return nil, configError(fmt.Sprintf("Upstreams[%d].Name", i), fmt.Sprintf("%q is also the name of Upstreams[%d]", u.name, j))
 		}
 		names[u.name] = i
+		u.breaker, u.timeout = uc.policy(cfg)
 		t.upstreams = append(t.upstreams, u)
 		t.models = t.models || len(u.models) > 0
 	}
@@ -441,13 +459,12 @@ func New(cfg Config) (*Transport, error) {
 	if cfg.Shared != nil {
 		t.fleet = newFleet(t, cfg.Shared, cmp.Or(cfg.SharedSync, defaultSharedSync))
 	}
-	bc := cfg.Breaker.withDefaults()
 	for _, u := range t.upstreams {
 		var lease func(time.Time, bool) bool
 		if f := t.fleet; f != nil {
 			lease = func(now time.Time, ask bool) bool { return f.mayProbe(u, now, ask) }
 		}
-		u.circuit = newCircuit(bc, lease, func(c circuit.Change) { t.changed(u, c) })
+		u.circuit = newCircuit(u.breaker, lease, func(c circuit.Change) { t.changed(u, c) })
 		t.newRecent(u)
 	}
 	t.initMetrics()

@@ -27,6 +27,12 @@ type upstream struct {
 	header  http.Header
 	models  modelMap // Upstream.Models
 
+	// The policy in effect (policy.go): Upstream.Breaker over
+	// Config.Breaker with the defaults filled in, and Upstream's
+	// AttemptTimeout, else Config's (0: none).
+	breaker BreakerConfig
+	timeout time.Duration
+
 	circuit  *circuit.Circuit
 	timedOut atomic.Int64 // mono.Time of its last attempt that timed out (AttemptTimeout)
 	cd       cooldown
@@ -77,6 +83,9 @@ func newUpstream(i int, uc Upstream) (*upstream, error) {
 		return nil, configError(field("Weight"), "must not be negative")
 	case !finite(uc.Cost.Input) || !finite(uc.Cost.Output) || uc.Cost.Input < 0 || uc.Cost.Output < 0:
 		return nil, configError(field("Cost"), "must be finite and not negative")
+	}
+	if err := uc.validatePolicy(i); err != nil {
+		return nil, err
 	}
 	for k, vs := range uc.Header {
 		if !validHeaderName(k) {
