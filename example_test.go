@@ -418,6 +418,62 @@ func ExampleUpstream_models() {
 	// 200 from /v1beta/openai/chat/completions
 }
 
+// Each upstream may have its own breaker and attempt timeout. Here, as in
+// the field's reference setup, the primary trips after 3 failures and is
+// probed again after 15s, while the backup keeps the defaults (5 failures,
+// 30s). The backup is slow to its first byte by nature: it waits 10s for
+// its headers where Config says 200ms for everyone else, and its slow
+// answer arrives. Health shows each upstream's policy in effect.
+func ExampleUpstream_policy() {
+	primary := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusServiceUnavailable)
+	}))
+	defer primary.Close()
+	var slow atomic.Bool
+	backup := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if slow.Load() {
+			time.Sleep(300 * time.Millisecond) // past Config's 200ms
+		}
+		io.WriteString(w, "backup")
+	}))
+	defer backup.Close()
+
+	t, err := failover.New(failover.Config{
+		AttemptTimeout: 200 * time.Millisecond,
+		Upstreams: []failover.Upstream{
+			{Name: "primary", BaseURL: primary.URL + "/v1", Breaker: &failover.BreakerConfig{FailureThreshold: 3, Cooldown: 15 * time.Second}},
+			{Name: "backup", BaseURL: backup.URL + "/v1", AttemptTimeout: 10 * time.Second},
+		},
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer t.Close()
+	client := &http.Client{Transport: t}
+	get := func() string {
+		resp, err := client.Get(primary.URL + "/v1/models")
+		if err != nil {
+			log.Fatal(err)
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return fmt.Sprint(resp.StatusCode, " ", string(body))
+	}
+	for range 3 {
+		get()
+	}
+	slow.Store(true)
+	fmt.Println("slow answer:", get())
+	for _, h := range t.Health() {
+		fmt.Printf("%s: %s after %d failures; trips after %d, opens for %v, attempt timeout %v\n",
+			h.Name, h.State, h.Requests.Failed, h.Breaker.FailureThreshold, h.Breaker.Cooldown, h.AttemptTimeout)
+	}
+	// Output:
+	// slow answer: 200 backup
+	// primary: open after 3 failures; trips after 3, opens for 15s, attempt timeout 200ms
+	// backup: closed after 0 failures; trips after 5, opens for 30s, attempt timeout 10s
+}
+
 // Active probes find a provider that went down before a request does, and
 // one that came back before its circuit's Cooldown ends. Here the primary
 // is down from the start: its probes (GET {BaseURL}/models every 100ms)
