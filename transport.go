@@ -45,9 +45,10 @@
 // background; [Upstream.Models] renames the model per upstream;
 // [Config.StreamGuard] fails over a stream that starts with an error;
 // [Config.Hedge] sends a slow request to the next upstream too and takes
-// the first answer; [Config.Shared] shares open circuits, cooldowns and the
-// half-open probe across a fleet of processes (package redisshared keeps
-// them in Redis).
+// the first answer; [Upstream.Breaker] and [Upstream.AttemptTimeout] give
+// one upstream a breaker and a timeout of its own; [Config.Shared] shares
+// open circuits, cooldowns and the half-open probe across a fleet of
+// processes (package redisshared keeps them in Redis).
 //
 // The layers work on their own too: [Breaker] is one circuit in front of any
 // RoundTripper and [RateLimiter] the cooldown layer. [Transport.Health] and
@@ -114,7 +115,8 @@ type Upstream struct {
 	// changes those two and nothing else. (An upstream cannot turn off a
 	// FailureRate that Config.Breaker sets: leave it out there and set it
 	// on the upstreams that want it.) Nil means Config.Breaker. See
-	// [UpstreamHealth.Breaker] for what is in effect.
+	// [UpstreamHealth.Breaker] for what is in effect, and [Shared] for
+	// a fleet whose members disagree.
 	Breaker *BreakerConfig
 
 	// AttemptTimeout bounds the wait for one attempt's response headers
