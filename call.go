@@ -78,10 +78,11 @@ type call struct {
 
 func (c *call) run() (*http.Response, error) {
 	defer c.body.closeUnused()
-	if err := c.restrict(); err != nil {
+	limit, err := c.options()
+	if err != nil {
 		return nil, err
 	}
-	if err := c.body.init(c.req, c.bodyLimit()); err != nil {
+	if err := c.body.init(c.req, limit); err != nil {
 		return nil, err
 	}
 	if c.t.models {

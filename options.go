@@ -183,27 +183,37 @@ func (t *Transport) impatient(a *attempt) bool {
 	return a.timeout > 0 && (c == 0 || a.timeout < c)
 }
 
-// bodyLimit is the largest body the call buffers for replay: none when
-// the request is sent once and no upstream needs its model.
-func (c *call) bodyLimit() int64 {
-	if c.once() && !c.t.models {
-		return -1
+// options applies the request's options before its body is read, and
+// returns the largest body the call buffers for replay
+// (Config.MaxBodyBuffer). (Small enough to be inlined into run: a request
+// without options pays one test.)
+func (c *call) options() (bodyLimit int64, err error) {
+	bodyLimit = c.t.maxBody
+	if c.opts != nil {
+		bodyLimit, err = c.applyOptions()
 	}
-	return c.t.maxBody
+	return bodyLimit, err
 }
 
-// restrict applies the request's WithUpstreams, if any: c.ups becomes the
-// upstreams it names, in its order. A name no upstream has, or a list of
-// none, fails the request before anything is read or sent: its body is
+// applyOptions is options for a request that has some.
+func (c *call) applyOptions() (int64, error) {
+	o := c.opts
+	if o.restricted {
+		if err := c.restrict(o.names); err != nil {
+			return 0, err
+		}
+	}
+	if o.once && !c.t.models {
+		return -1, nil // sent once, and no upstream needs its model: nothing to keep
+	}
+	return c.t.maxBody, nil
+}
+
+// restrict applies the request's WithUpstreams: c.ups becomes the
+// upstreams that names name, in their order. A name no upstream has, or a list
+// of none, fails the request before anything is read or sent: its body is
 // closed, and the call ends as the caller's own fault.
-func (c *call) restrict() error {
-	if o := c.opts; o != nil && o.restricted {
-		return c.restrictTo(o.names)
-	}
-	return nil
-}
-
-func (c *call) restrictTo(names []string) error {
+func (c *call) restrict(names []string) error {
 	ups := make([]*upstream, 0, len(names))
 	var unknown []string
 next:
@@ -223,11 +233,11 @@ next:
 	if len(unknown) > 0 || len(ups) == 0 {
 		closeBody(c.req)
 		c.callerFault = true
-		names := make([]string, len(c.t.upstreams))
+		known := make([]string, len(c.t.upstreams))
 		for i, u := range c.t.upstreams {
-			names[i] = u.name
+			known[i] = u.name
 		}
-		return &UnknownUpstreamError{Names: unknown, Upstreams: names}
+		return &UnknownUpstreamError{Names: unknown, Upstreams: known}
 	}
 	c.ups = ups
 	return nil
