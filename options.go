@@ -121,7 +121,7 @@ func WithUpstreams(ctx context.Context, names ...string) context.Context {
 // hedged (Config.Hedge), no further round is made (Config.Retries). No
 // last resort either: a request that must not be sent twice goes only
 // where admission lets it, never past an open circuit to the upstream
-// likeliest to be failing, whose answer would leave the caller unsure
+// likeliest to be failing, where a failure would leave the caller unsure
 // whether it was processed. When every upstream refuses it, the caller
 // gets an [*Error] matching ErrCircuitOpen or ErrRateLimited, with
 // RetryAfter, and knows that nothing was sent. To pin the request to one
@@ -148,11 +148,12 @@ func WithoutFailover(ctx context.Context) context.Context {
 // An attempt that times out fails over with ErrAttemptTimeout, as with
 // Config.AttemptTimeout. It counts against the upstream's circuit only
 // when d is at least the Transport's own timeout for it: then that one
-// would have fired too. A shorter d, or one where the Transport sets
+// would have fired too. A shorter d, or any d where the Transport sets
 // none, is the caller's impatience, which must not open a circuit for
 // every other caller: such a timeout counts for neither success nor
-// failure. So a service that bounds its attempts only per request sets
-// Config.AttemptTimeout too, for hangs to count.
+// failure (nor among failover_timeouts_held_back_total). So a service that
+// bounds its attempts only per request sets Config.AttemptTimeout too,
+// for hangs to count.
 func WithAttemptTimeout(ctx context.Context, d time.Duration) context.Context {
 	d = max(d, 0)
 	return withOptions(ctx, func(o *requestOptions) { o.timeout, o.timeoutSet = d, true })
