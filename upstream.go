@@ -196,7 +196,8 @@ func (a availability) err() error {
 // any) at now, and if not, why and when it may again. With p set, it also
 // takes the circuit's permit into *p; otherwise it only reads. Ordering,
 // the Router's candidates, earliest, Health and the skipped metrics all
-// ask it.
+// ask it. A request's own list (WithUpstreams) is no input here: it
+// chooses which upstreams are asked at all (see options.go).
 func (t *Transport) admit(u *upstream, model string, now time.Time, p *circuit.Permit) availability {
 	if left := u.cd.remaining(now); left > 0 {
 		a := availability{reason: ReasonRateLimited, wait: left, known: true}
