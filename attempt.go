@@ -28,6 +28,10 @@ type attempt struct {
 	body       *watchedBody            // out's body, when it has one
 	cancel     context.CancelCauseFunc // nil when nothing needs to end the attempt early
 
+	// timeout bounds its wait for response headers
+	// (request.attemptTimeout); 0 means no bound.
+	timeout time.Duration
+
 	sent        time.Time // when Base was called, with AttemptTimeout
 	resp        *http.Response
 	err         error
@@ -149,9 +153,9 @@ func (a *attempt) send(r request) {
 func (a *attempt) roundTrip(r *request) (*http.Response, error) {
 	t := r.t
 	var timer *time.Timer
-	if d := a.u.timeout; d > 0 {
+	if a.timeout > 0 {
 		cancel := a.cancel
-		timer = time.AfterFunc(d, func() { cancel(ErrAttemptTimeout) })
+		timer = time.AfterFunc(a.timeout, func() { cancel(ErrAttemptTimeout) })
 	}
 	if timer != nil {
 		a.sent = time.Now() // for stalled: the deadline is counted from here
@@ -247,6 +251,14 @@ func (t *Transport) account(a *attempt, lost bool) {
 	}
 	res := circuitResult(a.o, a.err)
 	timedOut := errors.Is(a.err, ErrAttemptTimeout)
+	if timedOut && t.impatient(a) {
+		// The caller's own bound, shorter than the Transport's: no
+		// verdict on u (see WithAttemptTimeout).
+		timedOut = false
+		if res == circuit.Failure {
+			res = circuit.Neutral
+		}
+	}
 	if timedOut {
 		u.timedOut.Store(int64(mono.Of(now)))
 	}
@@ -270,13 +282,13 @@ func (t *Transport) account(a *attempt, lost bool) {
 var errNoResponse = errors.New("failover: Base returned no response and no error")
 
 // stalled reports whether an attempt that timed out ended late: its round
-// trip returned more than a tenth of its upstream's attempt timeout after
-// the deadline.
+// trip returned more than a tenth of its timeout (the upstream's, or
+// the request's) after the deadline.
 // A canceled dial or read returns at once; one that returns late shows
 // that this process did not run (starved of CPU, a long GC, a paused VM)
 // when the deadline passed, and the answer may have been there to read.
 func (t *Transport) stalled(a *attempt) bool {
-	d := a.u.timeout
+	d := a.timeout
 	return a.end.Sub(a.sent) > d+min(d/10, maxDuration-d) // saturating
 }
 

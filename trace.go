@@ -144,8 +144,8 @@ const (
 	RequestUnavailable RequestOutcome = "unavailable"
 
 	// RequestCanceled: the caller's context ended, or its own request
-	// could not be sent (its body failed to read, an invalid header); the
-	// caller gets an error.
+	// could not be sent (its body failed to read, an invalid header, a
+	// name no upstream has in WithUpstreams); the caller gets an error.
 	RequestCanceled RequestOutcome = "canceled"
 
 	// RequestUnrouted: the request was addressed to no upstream

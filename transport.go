@@ -48,7 +48,10 @@
 // the first answer; [Upstream.Breaker] and [Upstream.AttemptTimeout] give
 // one upstream a breaker and a timeout of its own; [Config.Shared] shares
 // open circuits, cooldowns and the half-open probe across a fleet of
-// processes (package redisshared keeps them in Redis).
+// processes (package redisshared keeps them in Redis). Per request,
+// through its context: [WithUpstreams] restricts and orders the upstreams,
+// [WithoutFailover] sends it at most once, [WithAttemptTimeout] sets its
+// attempts' timeout.
 //
 // The layers work on their own too: [Breaker] is one circuit in front of any
 // RoundTripper and [RateLimiter] the cooldown layer. [Transport.Health] and
@@ -296,7 +299,9 @@ const (
 //   - RoundTrip returns an error only when no upstream produced a
 //     response; the error is an [*Error], or the context's error when the
 //     caller's context ended, or for a request addressed to no upstream an
-//     [*UnroutedError] or the Base RoundTripper's error. When any upstream answered, the
+//     [*UnroutedError] or the Base RoundTripper's error, or for a request
+//     that [WithUpstreams] restricted to a name no upstream has an
+//     [*UnknownUpstreamError]. When any upstream answered, the
 //     latest answer is returned with a nil error, whatever its status.
 //   - The caller must close the returned response's body, as with any
 //     RoundTripper. Its Request is the attempt that got it (the URL it
@@ -491,6 +496,9 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		r.addressed, r.rest, r.rawRest = t.address(req.URL)
 	}
 	r.t, r.req, r.ctx = t, req, req.Context()
+	if optioning.Load() { // nothing to look up until a With function was called
+		r.opts = contextOptions(r.ctx)
+	}
 	if r.addressed == nil {
 		return t.roundTripUnrouted(r)
 	}

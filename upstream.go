@@ -205,7 +205,8 @@ func (a availability) err() error {
 // any) at now, and if not, why and when it may again. With p set, it also
 // takes the circuit's permit into *p; otherwise it only reads. Ordering,
 // the Router's candidates, earliest, Health and the skipped metrics all
-// ask it.
+// ask it. A request's own list (WithUpstreams) is no input here: it
+// chooses which upstreams are asked at all (see options.go).
 func (t *Transport) admit(u *upstream, model string, now time.Time, p *circuit.Permit) availability {
 	if left := u.cd.remaining(now); left > 0 {
 		a := availability{reason: ReasonRateLimited, wait: left, known: true}
@@ -252,29 +253,33 @@ func (t *Transport) demotion(u *upstream, now time.Time) Reason {
 
 // order returns the upstreams in the order a request for model tries
 // them: the router's order (the configured one when there is no router),
-// demoted upstreams last. Without a router it allocates nothing: it returns
-// t.upstreams when no upstream is demoted, and reorders into buf
-// otherwise (past the 64th, no upstream is demoted).
-func (t *Transport) order(buf []*upstream, model string, now time.Time) []*upstream {
-	if t.router != nil {
-		return t.routed(buf, model, now)
+// or the request's own list (ups, from WithUpstreams: the router is not
+// asked), demoted upstreams last. Without a router it allocates nothing:
+// it returns the list (t.upstreams, or ups) when no upstream is demoted,
+// and reorders into buf otherwise (past the 64th, no upstream is demoted).
+func (t *Transport) order(buf, ups []*upstream, model string, now time.Time) []*upstream {
+	if ups == nil {
+		if t.router != nil {
+			return t.routed(buf, model, now)
+		}
+		ups = t.upstreams
 	}
 	var demoted uint64
-	for i, u := range t.upstreams {
+	for i, u := range ups {
 		if i < 64 && t.demotion(u, now) != "" {
 			demoted |= 1 << i
 		}
 	}
 	if demoted == 0 {
-		return t.upstreams
+		return ups
 	}
 	out := buf[:0]
-	for i, u := range t.upstreams {
+	for i, u := range ups {
 		if i >= 64 || demoted&(1<<i) == 0 {
 			out = append(out, u)
 		}
 	}
-	for i, u := range t.upstreams {
+	for i, u := range ups {
 		if i < 64 && demoted&(1<<i) != 0 {
 			out = append(out, u)
 		}
@@ -321,12 +326,12 @@ func (t *Transport) candidate(i int, u *upstream, model string, now time.Time) C
 	return c
 }
 
-// earliest returns how long until the first upstream can take a request
-// for model, 0 when one can now, and whether that is known (a probe in
-// flight may end at any moment).
-func (t *Transport) earliest(model string, now time.Time) (time.Duration, bool) {
+// earliest returns how long until the first of ups (the upstreams a
+// request may use) can take a request for model, 0 when one can now, and
+// whether that is known (a probe in flight may end at any moment).
+func (t *Transport) earliest(ups []*upstream, model string, now time.Time) (time.Duration, bool) {
 	best, known := time.Duration(0), false
-	for _, u := range t.upstreams {
+	for _, u := range ups {
 		a := t.admit(u, model, now, nil)
 		if a.reason == "" {
 			return 0, true
