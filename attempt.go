@@ -303,7 +303,7 @@ func (t *Transport) othersTimedOut(u *upstream, now time.Time) bool {
 // circuitResult is what an attempt counts for on the circuit: a request
 // that no upstream could send (Rejected with an error) and the outcomes
 // that say nothing of the upstream's health (Canceled, AuthFailed,
-// RateLimited) count for nothing.
+// RateLimited, Unservable) count for nothing.
 func circuitResult(o Outcome, err error) circuit.Result {
 	switch {
 	case o == Success, o == Rejected && err == nil:

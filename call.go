@@ -399,6 +399,18 @@ func (c *call) settle(a *attempt) (*http.Response, error, bool) {
 		}
 		c.addErr(u, err)
 		return c.finishRound()
+	case Unservable:
+		// This upstream cannot serve this request; the next may at
+		// once. Nobody is to blame: no cooldown, no last error. It is
+		// fatal for the round: another round would hear the same.
+		c.fatal++
+		if resp != nil {
+			c.hold(resp, a)
+		} else {
+			c.addErr(u, err) // a custom Classifier's verdict on an error
+		}
+		c.last = u
+		return nil, nil, false
 	case RateLimited:
 		c.t.coolDown(u, resp, now)
 	case AuthFailed:

@@ -21,10 +21,11 @@ const (
 	// healthy and ends the request.
 	Success Outcome = iota
 
-	// Rejected is the caller's own error: a 4xx other than 401, 403, 408
-	// and 429, or a request that no upstream could send (an invalid
-	// header). The upstream is not to blame and another would answer the
-	// same, so there is no failover; a response counts as healthy.
+	// Rejected is the caller's own error: a 4xx other than 401, 403, 408,
+	// 429 and the [Unservable] ones, or a request that no upstream could
+	// send (an invalid header). The upstream is not to blame and another
+	// would answer the same, so there is no failover; a response counts as
+	// healthy.
 	Rejected
 
 	// AuthFailed is a 401 or 403: the upstream's key is wrong or revoked.
@@ -46,6 +47,15 @@ const (
 	// deadline. Nothing is counted against the upstream and nothing more
 	// is tried.
 	Canceled
+
+	// Unservable is an answer that says this upstream cannot serve this
+	// request while another may: the prompt is too long for its model, or
+	// its provider's content policy refused it (see [DefaultClassifier]).
+	// Nobody is to blame: it never counts toward the breaker, the
+	// upstream does not cool down, and the next upstream is tried at
+	// once, whatever its model. When no upstream is left, the caller gets
+	// the last such answer as it came.
+	Unservable
 )
 
 var outcomeNames = [...]string{
@@ -55,11 +65,12 @@ var outcomeNames = [...]string{
 	RateLimited: "rate_limited",
 	Failed:      "failed",
 	Canceled:    "canceled",
+	Unservable:  "unservable",
 }
 
 // String returns the outcome's name as it appears in metrics and health
-// output: "success", "rejected", "auth_failed", "rate_limited", "failed" or
-// "canceled".
+// output: "success", "rejected", "auth_failed", "rate_limited", "failed",
+// "canceled" or "unservable".
 func (o Outcome) String() string {
 	if o < 0 || int(o) >= len(outcomeNames) {
 		return "unknown"

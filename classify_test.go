@@ -489,7 +489,7 @@ func runFault(t *testing.T, tc faultCase, withBackup bool) {
 }
 
 func countOf(c Counts, o Outcome) uint64 {
-	return [...]uint64{c.Success, c.Rejected, c.AuthFailed, c.RateLimited, c.Failed, c.Canceled}[o]
+	return [...]uint64{c.Success, c.Rejected, c.AuthFailed, c.RateLimited, c.Failed, c.Canceled, c.Unservable}[o]
 }
 
 // DefaultClassifier on any status from 0 to 999 and any kind of error never
