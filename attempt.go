@@ -211,7 +211,9 @@ func (r *request) showRequest(resp *http.Response, a *attempt) {
 	resp.Request = r.view(a.out)
 }
 
-// judge classifies what came back, and returns the attempt's error. An attempt canceled for a hedge that
+// judge classifies what came back, and returns the attempt's error; a 400,
+// 403 or 413 has the first bytes of its body read first, for the
+// classifier's [BodyPrefix]. An attempt canceled for a hedge that
 // answered first (lost) is a failure only when its upstream looks hung,
 // as the attempt would have timed out; a caller's cancellation is
 // Canceled, whatever came back.
@@ -229,6 +231,9 @@ func (a *attempt) judge(r *request, resp *http.Response, err error, lost bool) (
 		a.callerFault = true
 		return Canceled, err
 	case err == nil || r.ctx.Err() == nil:
+		if err == nil && peekable(resp.StatusCode) {
+			peekBody(resp) // for BodyPrefix: is it Unservable?
+		}
 		return t.classify(resp, err), err
 	}
 	return Canceled, err

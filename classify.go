@@ -86,6 +86,13 @@ func (o Outcome) MarshalText() ([]byte, error) { return []byte(o.String()), nil 
 // response body. [DefaultClassifier] is used when [Config.Classify] is nil; a
 // custom classifier usually handles a few cases and defers to it for the rest.
 //
+// For a 400, 403 or 413 the Transport reads the first bytes of the body
+// before it classifies (at most 4 KiB, for at most 250ms), and the body still
+// reads from its first byte. [BodyPrefix] gives a classifier those bytes:
+// that is how DefaultClassifier tells [Unservable] from [Rejected], and how
+// a custom classifier can return Unservable for errors of its own
+// upstreams (a self-hosted gateway's wording, say).
+//
 // The Transport itself decides [Canceled] before calling the classifier when
 // the caller's context is done, so a classifier never turns a caller's
 // cancellation into an upstream failure; an error it sees that wraps a
@@ -98,6 +105,16 @@ type Classifier func(resp *http.Response, err error) Outcome
 //   - 401, 403: [AuthFailed].
 //   - 429: [RateLimited].
 //   - 408, 5xx (529 "overloaded" included): [Failed].
+//   - 400, 403 and 413 whose body says the prompt is too long for the
+//     model (OpenAI's context_length_exceeded, Anthropic's "prompt is too
+//     long", Gemini's "exceeds the maximum number of tokens allowed", and
+//     the same from Azure OpenAI, DeepSeek, Mistral, Groq, OpenRouter and
+//     vLLM) or that the provider's content policy refused it (Azure's
+//     content_filter, OpenAI's content_policy_violation, Anthropic's
+//     content filtering policy, OpenRouter's moderation): [Unservable]. The
+//     body is read through [BodyPrefix]; without one (a [Breaker], a
+//     probe, a response that did not come through a Transport) these are
+//     [Rejected] and [AuthFailed] as below.
 //   - any other 4xx: [Rejected].
 //   - an error that go-retryablehttp's retry policy judges no retry can fix:
 //     [Failed] for an untrusted certificate (the upstream is misconfigured),
@@ -126,12 +143,16 @@ func DefaultClassifier(resp *http.Response, err error) Outcome {
 	switch code := resp.StatusCode; {
 	case code < 400:
 		return Success
+	case code == http.StatusForbidden && unservable(resp):
+		return Unservable // OpenRouter's moderation
 	case code == http.StatusUnauthorized, code == http.StatusForbidden:
 		return AuthFailed
 	case code == http.StatusTooManyRequests:
 		return RateLimited
 	case code == http.StatusRequestTimeout, code >= 500:
 		return Failed
+	case unservable(resp):
+		return Unservable
 	}
 	return Rejected
 }
