@@ -618,3 +618,29 @@ func FuzzUnservableBody(f *testing.F) {
 		}
 	})
 }
+
+// The next upstream is tried whatever model it serves the request with:
+// the same model elsewhere may have a larger context (another provider,
+// another tier) or another content policy. With Models, the request goes
+// to each upstream with its own model, as any failover does.
+func TestUnservableSameModel(t *testing.T) {
+	for _, models := range []map[string]string{nil, {"gpt-4o-mini": "gpt-4o-mini"}, {"gpt-4o-mini": "gpt-4.1-mini"}} {
+		primary := newServer(t, unservableAnswers[0].serve)
+		backup := newUpstreamServer(t, 200, "from backup")
+		tr := newTestTransport(t, Config{Upstreams: []Upstream{
+			{Name: "primary", BaseURL: primary.URL},
+			{Name: "backup", BaseURL: backup.URL, Models: models},
+		}})
+		resp, _ := postTraced(t, tr, primary.URL+"/v1/chat/completions")
+		if got := readBody(t, resp); got != "from backup" {
+			t.Fatalf("Models %v: got %d %q, want the backup's", models, resp.StatusCode, got)
+		}
+		want := chatBody
+		if m := models["gpt-4o-mini"]; m != "" {
+			want = strings.Replace(chatBody, "gpt-4o-mini", m, 1)
+		}
+		if got := backup.requests()[0].Body; got != want {
+			t.Errorf("Models %v: backup got %s, want %s", models, got, want)
+		}
+	}
+}
