@@ -52,7 +52,7 @@ type call struct {
 	errs     []attemptRec   // what happened at each upstream, for an Error
 	last     *upstream      // the upstream of the last failed attempt
 	attempts int            // in the current round
-	fatal    int            // attempts in the current round with permanent errors
+	fatal    int            // attempts in the current round with permanent errors or Unservable answers
 	racing   bool           // the current round hedges: every attempt has its own context
 
 	secrets []string // the caller's credentials in every form, once an error needs them (redact)
