@@ -215,7 +215,9 @@ func (r *request) showRequest(resp *http.Response, a *attempt) {
 	resp.Request = r.view(a.out)
 }
 
-// judge classifies what came back, and returns the attempt's error. An attempt canceled for a hedge that
+// judge classifies what came back, and returns the attempt's error; a 400,
+// 403 or 413 has the first bytes of its body read first, for the
+// classifier's [BodyPrefix]. An attempt canceled for a hedge that
 // answered first (lost) is a failure only when its upstream looks hung,
 // as the attempt would have timed out; a caller's cancellation is
 // Canceled, whatever came back.
@@ -233,6 +235,9 @@ func (a *attempt) judge(r *request, resp *http.Response, err error, lost bool) (
 		a.callerFault = true
 		return Canceled, err
 	case err == nil || r.ctx.Err() == nil:
+		if err == nil && peekable(resp.StatusCode) {
+			peekBody(resp) // for BodyPrefix: is it Unservable?
+		}
 		return t.classify(resp, err), err
 	}
 	return Canceled, err
@@ -321,7 +326,7 @@ func (t *Transport) othersTimedOut(u *upstream, now time.Time) bool {
 // circuitResult is what an attempt counts for on the circuit: a request
 // that no upstream could send (Rejected with an error) and the outcomes
 // that say nothing of the upstream's health (Canceled, AuthFailed,
-// RateLimited) count for nothing.
+// RateLimited, Unservable) count for nothing.
 func circuitResult(o Outcome, err error) circuit.Result {
 	switch {
 	case o == Success, o == Rejected && err == nil:

@@ -58,7 +58,7 @@ type call struct {
 	errs     []attemptRec   // what happened at each upstream, for an Error
 	last     *upstream      // the upstream of the last failed attempt
 	attempts int            // in the current round
-	fatal    int            // attempts in the current round with permanent errors
+	fatal    int            // attempts in the current round with permanent errors or Unservable answers
 	racing   bool           // the current round hedges: every attempt has its own context
 
 	secrets []string // the caller's credentials in every form, once an error needs them (redact)
@@ -414,6 +414,18 @@ func (c *call) settle(a *attempt) (*http.Response, error, bool) {
 		}
 		c.addErr(u, err)
 		return c.finishRound()
+	case Unservable:
+		// This upstream cannot serve this request; the next may at
+		// once. Nobody is to blame: no cooldown, no last error. It is
+		// fatal for the round: another round would hear the same.
+		c.fatal++
+		if resp != nil {
+			c.hold(resp, a)
+		} else {
+			c.addErr(u, err) // a custom Classifier's verdict on an error
+		}
+		c.last = u
+		return nil, nil, false
 	case RateLimited:
 		c.t.coolDown(u, resp, now)
 	case AuthFailed:

@@ -14,11 +14,12 @@ type Counts struct {
 	RateLimited uint64 `json:"rate_limited"`
 	Failed      uint64 `json:"failed"`
 	Canceled    uint64 `json:"canceled"`
+	Unservable  uint64 `json:"unservable"`
 }
 
 // Total returns the number of attempts.
 func (c Counts) Total() uint64 {
-	return c.Success + c.Rejected + c.AuthFailed + c.RateLimited + c.Failed + c.Canceled
+	return c.Success + c.Rejected + c.AuthFailed + c.RateLimited + c.Failed + c.Canceled + c.Unservable
 }
 
 // UpstreamHealth is a snapshot of one upstream, as [Transport.Health]
@@ -89,13 +90,13 @@ type UpstreamHealth struct {
 
 	// Window is the number of recent attempts that SuccessRate and the
 	// latencies are computed from: at most the last 1024, none older
-	// than 5 minutes, canceled ones left out.
+	// than 5 minutes, canceled and unservable ones left out.
 	Window int
 
 	// SuccessRate is the fraction of the window's attempts that the
 	// upstream served (success or the caller's own 4xx) among those and
-	// failures; 401s and 429s count for neither. It is 1 when there are
-	// none.
+	// failures; 401s, 429s and unservable answers count for neither. It
+	// is 1 when there are none.
 	SuccessRate float64
 
 	// P50, P95 and P99 are percentiles of the window's latencies, to
@@ -159,6 +160,7 @@ func (t *Transport) health(u *upstream, now time.Time) UpstreamHealth {
 		RateLimited: w.counts[RateLimited].Load(),
 		Failed:      w.counts[Failed].Load(),
 		Canceled:    w.counts[Canceled].Load(),
+		Unservable:  w.counts[Unservable].Load(),
 	}
 	ws := w.stats(now.Add(-healthAge))
 	h.Window = ws.n
