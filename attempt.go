@@ -28,6 +28,10 @@ type attempt struct {
 	body       *watchedBody            // out's body, when it has one
 	cancel     context.CancelCauseFunc // nil when nothing needs to end the attempt early
 
+	// timeout bounds its wait for response headers
+	// (request.attemptTimeout); 0 means no bound.
+	timeout time.Duration
+
 	sent        time.Time // when Base was called, with AttemptTimeout
 	resp        *http.Response
 	err         error
@@ -149,9 +153,9 @@ func (a *attempt) send(r request) {
 func (a *attempt) roundTrip(r *request) (*http.Response, error) {
 	t := r.t
 	var timer *time.Timer
-	if t.timeout > 0 {
+	if a.timeout > 0 {
 		cancel := a.cancel
-		timer = time.AfterFunc(t.timeout, func() { cancel(ErrAttemptTimeout) })
+		timer = time.AfterFunc(a.timeout, func() { cancel(ErrAttemptTimeout) })
 	}
 	if timer != nil {
 		a.sent = time.Now() // for stalled: the deadline is counted from here
@@ -211,7 +215,9 @@ func (r *request) showRequest(resp *http.Response, a *attempt) {
 	resp.Request = r.view(a.out)
 }
 
-// judge classifies what came back, and returns the attempt's error. An attempt canceled for a hedge that
+// judge classifies what came back, and returns the attempt's error; a 400,
+// 403 or 413 has the first bytes of its body read first, for the
+// classifier's [BodyPrefix]. An attempt canceled for a hedge that
 // answered first (lost) is a failure only when its upstream looks hung,
 // as the attempt would have timed out; a caller's cancellation is
 // Canceled, whatever came back.
@@ -229,6 +235,9 @@ func (a *attempt) judge(r *request, resp *http.Response, err error, lost bool) (
 		a.callerFault = true
 		return Canceled, err
 	case err == nil || r.ctx.Err() == nil:
+		if err == nil && peekable(resp.StatusCode) {
+			peekBody(resp) // for BodyPrefix: is it Unservable?
+		}
 		return t.classify(resp, err), err
 	}
 	return Canceled, err
@@ -247,6 +256,14 @@ func (t *Transport) account(a *attempt, lost bool) {
 	}
 	res := circuitResult(a.o, a.err)
 	timedOut := errors.Is(a.err, ErrAttemptTimeout)
+	if timedOut && t.impatient(a) {
+		// The caller's own bound, shorter than the Transport's: no
+		// verdict on u (see WithAttemptTimeout).
+		timedOut = false
+		if res == circuit.Failure {
+			res = circuit.Neutral
+		}
+	}
 	if timedOut {
 		u.timedOut.Store(int64(mono.Of(now)))
 	}
@@ -270,17 +287,21 @@ func (t *Transport) account(a *attempt, lost bool) {
 var errNoResponse = errors.New("failover: Base returned no response and no error")
 
 // stalled reports whether an attempt that timed out ended late: its round
-// trip returned more than a tenth of AttemptTimeout after the deadline.
+// trip returned more than a tenth of its timeout (the upstream's, or
+// the request's) after the deadline.
 // A canceled dial or read returns at once; one that returns late shows
 // that this process did not run (starved of CPU, a long GC, a paused VM)
 // when the deadline passed, and the answer may have been there to read.
 func (t *Transport) stalled(a *attempt) bool {
-	return a.end.Sub(a.sent) > t.timeout+t.timeout/10
+	d := a.timeout
+	return a.end.Sub(a.sent) > d+min(d/10, maxDuration-d) // saturating
 }
 
 // othersTimedOut reports whether an attempt at u that timed out at now
 // says more of this process than of u: every other upstream timed out too
-// within the last two AttemptTimeouts. Providers rarely all hang at once;
+// within the last two attempt timeouts, of u's or of the other's,
+// whichever is longer (a starved process times out on a long timeout as
+// well as on a short one, only later). Providers rarely all hang at once;
 // a starved client (CPU, GC, a paused VM) makes all of them look hung, and
 // opening every circuit then fails every request at once, which is worse
 // than no failover at all. One upstream that hangs alone still opens its
@@ -291,9 +312,11 @@ func (t *Transport) othersTimedOut(u *upstream, now time.Time) bool {
 	if len(t.upstreams) < 2 {
 		return false
 	}
-	since := mono.Of(now).Add(-2 * t.timeout)
 	for _, v := range t.upstreams {
-		if v != u && mono.Time(v.timedOut.Load()) < since {
+		if v == u {
+			continue
+		}
+		if since := mono.Of(now).Add(-mulDuration(2, max(u.timeout, v.timeout))); mono.Time(v.timedOut.Load()) < since {
 			return false
 		}
 	}
@@ -303,7 +326,7 @@ func (t *Transport) othersTimedOut(u *upstream, now time.Time) bool {
 // circuitResult is what an attempt counts for on the circuit: a request
 // that no upstream could send (Rejected with an error) and the outcomes
 // that say nothing of the upstream's health (Canceled, AuthFailed,
-// RateLimited) count for nothing.
+// RateLimited, Unservable) count for nothing.
 func circuitResult(o Outcome, err error) circuit.Result {
 	switch {
 	case o == Success, o == Rejected && err == nil:

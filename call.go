@@ -33,6 +33,11 @@ type request struct {
 	// hedged attempt's goroutine without an allocation of its own.)
 	hop *hop
 
+	// The options of the request's context (WithUpstreams,
+	// WithoutFailover, WithAttemptTimeout); nil without any. One pointer,
+	// for the same reason.
+	opts *requestOptions
+
 	// With Upstream.Models: the model the caller asked for, and the
 	// body it is read from ("" when the body says none or cannot be
 	// read: the request then goes to every upstream as it is).
@@ -48,11 +53,12 @@ type call struct {
 	request
 	body replay
 
+	ups      []*upstream    // the upstreams WithUpstreams allows, in its order; nil: every upstream, as the Router orders them
 	held     *http.Response // the latest answer, returned if nothing better comes
 	errs     []attemptRec   // what happened at each upstream, for an Error
 	last     *upstream      // the upstream of the last failed attempt
 	attempts int            // in the current round
-	fatal    int            // attempts in the current round with permanent errors
+	fatal    int            // attempts in the current round with permanent errors or Unservable answers
 	racing   bool           // the current round hedges: every attempt has its own context
 
 	secrets []string // the caller's credentials in every form, once an error needs them (redact)
@@ -72,7 +78,11 @@ type call struct {
 
 func (c *call) run() (*http.Response, error) {
 	defer c.body.closeUnused()
-	if err := c.body.init(c.req, c.t.maxBody); err != nil {
+	limit, err := c.options()
+	if err != nil {
+		return nil, err
+	}
+	if err := c.body.init(c.req, limit); err != nil {
 		return nil, err
 	}
 	if c.t.models {
@@ -93,14 +103,15 @@ func (c *call) run() (*http.Response, error) {
 			return c.finish()
 		}
 		now := time.Now()
-		next, known := c.t.earliest(c.model, now)
+		next, known := c.t.earliest(c.usable(), c.model, now)
 		var wait time.Duration
 		switch {
 		case c.attempts == 0:
 			// Every upstream was skipped: wait within MaxWait for the
-			// first to come back, or try the last resort.
+			// first to come back, or try the last resort (never for a
+			// request sent at most once: see WithoutFailover).
 			if !known || next <= 0 || next > c.t.rate.MaxWait-waited {
-				if u := c.t.lastResort(c.model, now); u != nil {
+				if u := c.t.lastResort(c.usable(), c.model, now); u != nil && !c.once() {
 					return c.lastResort(ctx, u, now)
 				}
 				return c.finish()
@@ -229,8 +240,8 @@ func (c *call) round(ctx context.Context) (*http.Response, error, bool) {
 	if c.start.IsZero() {
 		c.start = now // the body's init before is the caller's time
 	}
-	order := c.t.order(buf[:0], c.model, now)
-	if c.t.hedge != nil && c.body.replayable && len(c.t.upstreams) > 1 {
+	order := c.t.order(buf[:0], c.ups, c.model, now)
+	if c.t.hedge != nil && c.body.replayable && len(order) > 1 && !c.once() {
 		return c.race(ctx, order)
 	}
 	for i, u := range order {
@@ -251,6 +262,9 @@ func (c *call) round(ctx context.Context) (*http.Response, error, bool) {
 		a.send(c.request)
 		if resp, err, done := c.settle(&a); done {
 			return resp, err, true
+		}
+		if c.once() {
+			return c.finishRound() // sent once: what it got is the answer
 		}
 	}
 	return nil, nil, false
@@ -334,7 +348,8 @@ func (c *call) launch(ctx context.Context, a *attempt, u *upstream, mode launchM
 		return over
 	}
 	a.u, a.p, a.start, a.hedge, a.lastResort = u, p, now, mode == hedge, mode == lastResort
-	if err := c.prepare(ctx, a, c.racing || c.t.timeout > 0); err != nil {
+	a.timeout = c.attemptTimeout(u)
+	if err := c.prepare(ctx, a, c.racing || a.timeout > 0); err != nil {
 		c.addErr(u, err)
 		if mode == hedge {
 			return dropped // the attempts in flight may still answer (the deferred refund gives the hedge back)
@@ -401,6 +416,18 @@ func (c *call) settle(a *attempt) (*http.Response, error, bool) {
 		}
 		c.addErr(u, err)
 		return c.finishRound()
+	case Unservable:
+		// This upstream cannot serve this request; the next may at
+		// once. Nobody is to blame: no cooldown, no last error. It is
+		// fatal for the round: another round would hear the same.
+		c.fatal++
+		if resp != nil {
+			c.hold(resp, a)
+		} else {
+			c.addErr(u, err) // a custom Classifier's verdict on an error
+		}
+		c.last = u
+		return nil, nil, false
 	case RateLimited:
 		c.t.coolDown(u, resp, now)
 	case AuthFailed:

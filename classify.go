@@ -21,10 +21,11 @@ const (
 	// healthy and ends the request.
 	Success Outcome = iota
 
-	// Rejected is the caller's own error: a 4xx other than 401, 403, 408
-	// and 429, or a request that no upstream could send (an invalid
-	// header). The upstream is not to blame and another would answer the
-	// same, so there is no failover; a response counts as healthy.
+	// Rejected is the caller's own error: a 4xx other than 401, 403, 408,
+	// 429 and the [Unservable] ones, or a request that no upstream could
+	// send (an invalid header). The upstream is not to blame and another
+	// would answer the same, so there is no failover; a response counts as
+	// healthy.
 	Rejected
 
 	// AuthFailed is a 401 or 403: the upstream's key is wrong or revoked.
@@ -46,6 +47,15 @@ const (
 	// deadline. Nothing is counted against the upstream and nothing more
 	// is tried.
 	Canceled
+
+	// Unservable is an answer that says this upstream cannot serve this
+	// request while another may: the prompt is too long for its model, or
+	// its provider's content policy refused it (see [DefaultClassifier]).
+	// Nobody is to blame: it never counts toward the breaker, the
+	// upstream does not cool down, and the next upstream is tried at
+	// once, whatever its model. When no upstream is left, the caller gets
+	// the last such answer as it came.
+	Unservable
 )
 
 var outcomeNames = [...]string{
@@ -55,11 +65,12 @@ var outcomeNames = [...]string{
 	RateLimited: "rate_limited",
 	Failed:      "failed",
 	Canceled:    "canceled",
+	Unservable:  "unservable",
 }
 
 // String returns the outcome's name as it appears in metrics and health
-// output: "success", "rejected", "auth_failed", "rate_limited", "failed" or
-// "canceled".
+// output: "success", "rejected", "auth_failed", "rate_limited", "failed",
+// "canceled" or "unservable".
 func (o Outcome) String() string {
 	if o < 0 || int(o) >= len(outcomeNames) {
 		return "unknown"
@@ -75,6 +86,13 @@ func (o Outcome) MarshalText() ([]byte, error) { return []byte(o.String()), nil 
 // response body. [DefaultClassifier] is used when [Config.Classify] is nil; a
 // custom classifier usually handles a few cases and defers to it for the rest.
 //
+// For a 400, 403 or 413 the Transport reads the first bytes of the body
+// before it classifies (at most 4 KiB, for at most 250ms), and the body still
+// reads from its first byte. [BodyPrefix] gives a classifier those bytes:
+// that is how DefaultClassifier tells [Unservable] from [Rejected], and how
+// a custom classifier can return Unservable for errors of its own
+// upstreams (a self-hosted gateway's wording, say).
+//
 // The Transport itself decides [Canceled] before calling the classifier when
 // the caller's context is done, so a classifier never turns a caller's
 // cancellation into an upstream failure; an error it sees that wraps a
@@ -87,6 +105,16 @@ type Classifier func(resp *http.Response, err error) Outcome
 //   - 401, 403: [AuthFailed].
 //   - 429: [RateLimited].
 //   - 408, 5xx (529 "overloaded" included): [Failed].
+//   - 400, 403 and 413 whose body says the prompt is too long for the
+//     model (OpenAI's context_length_exceeded, Anthropic's "prompt is too
+//     long", Gemini's "exceeds the maximum number of tokens allowed", and
+//     the same from Azure OpenAI, DeepSeek, Mistral, Groq, OpenRouter and
+//     vLLM) or that the provider's content policy refused it (Azure's
+//     content_filter, OpenAI's content_policy_violation, Anthropic's
+//     content filtering policy, OpenRouter's moderation): [Unservable]. The
+//     body is read through [BodyPrefix]; without one (a [Breaker], a
+//     probe, a response that did not come through a Transport) these are
+//     [Rejected] and [AuthFailed] as below.
 //   - any other 4xx: [Rejected].
 //   - an error that go-retryablehttp's retry policy judges no retry can fix:
 //     [Failed] for an untrusted certificate (the upstream is misconfigured),
@@ -115,12 +143,16 @@ func DefaultClassifier(resp *http.Response, err error) Outcome {
 	switch code := resp.StatusCode; {
 	case code < 400:
 		return Success
+	case code == http.StatusForbidden && unservable(resp):
+		return Unservable // OpenRouter's moderation
 	case code == http.StatusUnauthorized, code == http.StatusForbidden:
 		return AuthFailed
 	case code == http.StatusTooManyRequests:
 		return RateLimited
 	case code == http.StatusRequestTimeout, code >= 500:
 		return Failed
+	case unservable(resp):
+		return Unservable
 	}
 	return Rejected
 }

@@ -362,6 +362,18 @@ func TestFaults(t *testing.T) {
 		{name: "400", fault: func(*faultServer) func(net.Conn, *http.Request) {
 			return answer("400 Bad Request", "", `{"error":{"type":"invalid_request_error"}}`)
 		}, status: 400, counted: Rejected},
+		{name: "400, prompt too long", fault: func(*faultServer) func(net.Conn, *http.Request) {
+			return answer("400 Bad Request", "Content-Type: application/json\r\n", `{"error":{"message":"This model's maximum context length is 8192 tokens. However, your messages resulted in 9000 tokens.","type":"invalid_request_error","param":"messages","code":"context_length_exceeded"}}`)
+		}, failover: true, status: 400, counted: Unservable},
+		{name: "400, content refused", fault: func(*faultServer) func(net.Conn, *http.Request) {
+			return answer("400 Bad Request", "Content-Type: application/json\r\n", `{"error":{"message":"The response was filtered due to the prompt triggering Azure OpenAI's content management policy.","type":null,"param":"prompt","code":"content_filter","status":400}}`)
+		}, failover: true, status: 400, counted: Unservable},
+		{name: "403, moderation", fault: func(*faultServer) func(net.Conn, *http.Request) {
+			return answer("403 Forbidden", "Content-Type: application/json\r\n", `{"error":{"code":403,"message":"Your chosen model requires moderation and your input was flagged","metadata":{"reasons":["harassment"],"flagged_input":"..."}}}`)
+		}, failover: true, status: 403, counted: Unservable},
+		{name: "413, over the tokens per minute", fault: func(*faultServer) func(net.Conn, *http.Request) {
+			return answer("413 Request Entity Too Large", "Content-Type: application/json\r\n", `{"error":{"message":"Request too large for model llama-3.1-8b-instant in organization org_x service tier on_demand on tokens per minute (TPM): Limit 6000, Requested 12328, please reduce your message size and try again.","type":"tokens","code":"rate_limit_exceeded"}}`)
+		}, failover: true, status: 413, counted: Unservable},
 	}
 	for _, code := range []string{"500 Internal Server Error", "502 Bad Gateway", "503 Service Unavailable", "504 Gateway Timeout", "529 Overloaded", "408 Request Timeout"} {
 		cases = append(cases, faultCase{name: code, fault: func(*faultServer) func(net.Conn, *http.Request) {
@@ -489,7 +501,7 @@ func runFault(t *testing.T, tc faultCase, withBackup bool) {
 }
 
 func countOf(c Counts, o Outcome) uint64 {
-	return [...]uint64{c.Success, c.Rejected, c.AuthFailed, c.RateLimited, c.Failed, c.Canceled}[o]
+	return [...]uint64{c.Success, c.Rejected, c.AuthFailed, c.RateLimited, c.Failed, c.Canceled, c.Unservable}[o]
 }
 
 // DefaultClassifier on any status from 0 to 999 and any kind of error never

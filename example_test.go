@@ -418,6 +418,62 @@ func ExampleUpstream_models() {
 	// 200 from /v1beta/openai/chat/completions
 }
 
+// Each upstream may have its own breaker and attempt timeout. Here, as in
+// the field's reference setup, the primary trips after 3 failures and is
+// probed again after 15s, while the backup keeps the defaults (5 failures,
+// 30s). The backup is slow to its first byte by nature: it waits 10s for
+// its headers where Config says 200ms for everyone else, and its slow
+// answer arrives. Health shows each upstream's policy in effect.
+func ExampleUpstream_policy() {
+	primary := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusServiceUnavailable)
+	}))
+	defer primary.Close()
+	var slow atomic.Bool
+	backup := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if slow.Load() {
+			time.Sleep(300 * time.Millisecond) // past Config's 200ms
+		}
+		io.WriteString(w, "backup")
+	}))
+	defer backup.Close()
+
+	t, err := failover.New(failover.Config{
+		AttemptTimeout: 200 * time.Millisecond,
+		Upstreams: []failover.Upstream{
+			{Name: "primary", BaseURL: primary.URL + "/v1", Breaker: &failover.BreakerConfig{FailureThreshold: 3, Cooldown: 15 * time.Second}},
+			{Name: "backup", BaseURL: backup.URL + "/v1", AttemptTimeout: 10 * time.Second},
+		},
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer t.Close()
+	client := &http.Client{Transport: t}
+	get := func() string {
+		resp, err := client.Get(primary.URL + "/v1/models")
+		if err != nil {
+			log.Fatal(err)
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return fmt.Sprint(resp.StatusCode, " ", string(body))
+	}
+	for range 3 {
+		get()
+	}
+	slow.Store(true)
+	fmt.Println("slow answer:", get())
+	for _, h := range t.Health() {
+		fmt.Printf("%s: %s after %d failures; trips after %d, opens for %v, attempt timeout %v\n",
+			h.Name, h.State, h.Requests.Failed, h.Breaker.FailureThreshold, h.Breaker.Cooldown, h.AttemptTimeout)
+	}
+	// Output:
+	// slow answer: 200 backup
+	// primary: open after 3 failures; trips after 3, opens for 15s, attempt timeout 200ms
+	// backup: closed after 0 failures; trips after 5, opens for 30s, attempt timeout 10s
+}
+
 // Active probes find a provider that went down before a request does, and
 // one that came back before its circuit's Cooldown ends. Here the primary
 // is down from the start: its probes (GET {BaseURL}/models every 100ms)
@@ -486,4 +542,102 @@ func ExampleProbeConfig() {
 	// primary got POST /v1/chat/completions
 	// answered by primary
 	// primary: closed
+}
+
+// Content-aware fallback: a prompt too long for one model is not the
+// caller's fault everywhere. The first upstream's model answers OpenAI's
+// 400 context_length_exceeded; the Transport reads the start of that body,
+// judges it Unservable and sends the request at once to the next upstream,
+// whose Models map the request to a model with a larger context. Nobody is
+// blamed: the first upstream's circuit, cooldown and figures are untouched.
+// Had every upstream answered so, the caller would have got the last
+// answer as it came.
+func Example_contextWindowFallback() {
+	server := func(name string, answer func(w http.ResponseWriter)) *httptest.Server {
+		return httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			var req struct{ Model string }
+			json.NewDecoder(r.Body).Decode(&req)
+			fmt.Println(name, "got", req.Model)
+			w.Header().Set("Content-Type", "application/json")
+			answer(w)
+		}))
+	}
+	small := server("small", func(w http.ResponseWriter) {
+		w.WriteHeader(http.StatusBadRequest)
+		io.WriteString(w, `{"error":{"message":"This model's maximum context length is 128000 tokens. However, your messages resulted in 204308 tokens. Please reduce the length of the messages.","type":"invalid_request_error","param":"messages","code":"context_length_exceeded"}}`)
+	})
+	defer small.Close()
+	large := server("large", func(w http.ResponseWriter) { io.WriteString(w, `{"choices":[]}`) })
+	defer large.Close()
+
+	t, err := failover.New(failover.Config{Upstreams: []failover.Upstream{
+		{Name: "small", BaseURL: small.URL + "/v1"},
+		{Name: "large", BaseURL: large.URL + "/v1", Models: map[string]string{"gpt-4o": "gpt-4.1", "*": "*"}},
+	}})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer t.Close()
+	resp, err := (&http.Client{Transport: t}).Post(small.URL+"/v1/chat/completions", "application/json",
+		strings.NewReader(`{"model": "gpt-4o", "messages": [{"role": "user", "content": "a very long prompt"}]}`))
+	if err != nil {
+		log.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	fmt.Println(resp.StatusCode, string(body))
+	for _, h := range t.Health() {
+		fmt.Printf("%s: %d unservable, %d success, circuit %s, breaker failures %d\n",
+			h.Name, h.Requests.Unservable, h.Requests.Success, h.State, h.BreakerFailures)
+	}
+	// Output:
+	// small got gpt-4o
+	// large got gpt-4.1
+	// 200 {"choices":[]}
+	// small: 1 unservable, 0 success, circuit closed, breaker failures 0
+	// large: 0 unservable, 1 success, circuit closed, breaker failures 0
+}
+
+// A custom Classifier can judge Unservable what DefaultClassifier does not
+// know: here a self-hosted gateway's 400 for a request with images, which
+// its other upstreams take. BodyPrefix gives it the first bytes of the
+// body the Transport read (of a 400, 403 or 413); the caller still reads
+// the body whole.
+func ExampleBodyPrefix() {
+	gateway := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusBadRequest)
+		io.WriteString(w, `{"detail":"this deployment takes no images"}`)
+	}))
+	defer gateway.Close()
+	backup := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, "from backup")
+	}))
+	defer backup.Close()
+
+	t, err := failover.New(failover.Config{
+		Upstreams: []failover.Upstream{
+			{Name: "gateway", BaseURL: gateway.URL},
+			{Name: "backup", BaseURL: backup.URL},
+		},
+		Classify: func(resp *http.Response, err error) failover.Outcome {
+			if p, ok := failover.BodyPrefix(resp); ok && strings.Contains(string(p), "takes no images") {
+				return failover.Unservable
+			}
+			return failover.DefaultClassifier(resp, err)
+		},
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer t.Close()
+	resp, err := (&http.Client{Transport: t}).Post(gateway.URL+"/v1/chat/completions", "application/json",
+		strings.NewReader(`{"model": "m", "messages": [{"role": "user", "content": [{"type": "image_url"}]}]}`))
+	if err != nil {
+		log.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	fmt.Println(resp.StatusCode, string(body), "; gateway:", t.Health()[0].Requests.Unservable, "unservable")
+	// Output:
+	// 200 from backup ; gateway: 1 unservable
 }

@@ -208,6 +208,8 @@ func (f *fleet) publish(e SharedEvent) {
 }
 
 // changed publishes a state change of u's circuit that this process made.
+// The times told are this circuit's own (its Upstream.Breaker's): the
+// others hold it open for as long, extend-only (see Shared).
 func (f *fleet) changed(u *upstream, c circuit.Change) {
 	if c.Remote {
 		return

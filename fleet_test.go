@@ -368,3 +368,78 @@ func TestSharedStoreFlapsLogsOnce(t *testing.T) {
 		}
 	})
 }
+
+// Members that disagree on an upstream's breaker do not fight: each opens
+// for the time the member that opened it has left, an open circuit's
+// time only lengthens, and the probe's verdict decides for everyone.
+// Member 0 opens the primary for its 1 s, member 1 holds it for that 1 s
+// (not its own 3 s); member 1's probe fails and reopens it for its 3 s,
+// which member 0 holds in turn (not its own 1 s); member 0's probe then
+// closes it everywhere. Two Open events in all, one Closed.
+func TestSharedPolicyDisagreement(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := newFakeNet()
+		n.status("a.test", 503, "down")
+		n.status("b.test", 200, "b")
+		s := newMemShared()
+		var fleet []*Transport
+		for _, cooldown := range []time.Duration{time.Second, 3 * time.Second} {
+			cfg := Config{Base: n, Shared: s, SharedSync: 100 * time.Millisecond, Upstreams: []Upstream{
+				{Name: "a", BaseURL: "http://a.test", Breaker: &BreakerConfig{FailureThreshold: 2, Cooldown: cooldown}},
+				{Name: "b", BaseURL: "http://b.test"},
+			}}
+			tr := newTestTransport(t, cfg)
+			t.Cleanup(func() { tr.Close() })
+			fleet = append(fleet, tr)
+		}
+		openFor := func(want time.Duration, when string) {
+			t.Helper()
+			for i, tr := range fleet {
+				if h := tr.Health()[0]; h.State != "open" || h.OpenFor != want {
+					t.Errorf("%s: member %d is %s for %v, want open for %v", when, i, h.State, h.OpenFor, want)
+				}
+			}
+		}
+		synctest.Wait()
+		get(t, fleet[0], "http://a.test/")
+		get(t, fleet[0], "http://a.test/")
+		synctest.Wait()
+		openFor(time.Second, "member 0 tripped")
+		if c := fleet[1].Health()[0].Breaker.Cooldown; c != 3*time.Second {
+			t.Errorf("member 1's Health shows a Cooldown of %v, want its own 3s", c)
+		}
+
+		time.Sleep(time.Second)
+		for range 2 { // the lease is taken in the background: the first request goes elsewhere
+			get(t, fleet[1], "http://a.test/")
+			synctest.Wait()
+		}
+		openFor(3*time.Second, "member 1's probe failed")
+
+		time.Sleep(2900 * time.Millisecond)
+		openFor(100*time.Millisecond, "100ms before member 1's 3s end")
+		n.status("a.test", 200, "a")
+		time.Sleep(100 * time.Millisecond)
+		for range 3 { // until the probe's verdict
+			if fleet[0].Health()[0].State == "closed" {
+				break
+			}
+			get(t, fleet[0], "http://a.test/")
+			synctest.Wait()
+		}
+		for i, tr := range fleet {
+			if h := tr.Health()[0]; h.State != "closed" {
+				t.Errorf("member %d is %s after member 0's probe succeeded", i, h.State)
+			}
+		}
+		if got := s.published(SharedOpen); got != 2 {
+			t.Errorf("%d Open events, want 2: the trip and the failed probe", got)
+		}
+		if got := s.published(SharedClosed); got != 1 {
+			t.Errorf("%d Closed events, want 1", got)
+		}
+		if got := n.count("a.test"); got != 4 {
+			t.Errorf("the primary got %d requests, want 4: 2 to trip, one probe per cooldown", got)
+		}
+	})
+}

@@ -14,11 +14,12 @@ type Counts struct {
 	RateLimited uint64 `json:"rate_limited"`
 	Failed      uint64 `json:"failed"`
 	Canceled    uint64 `json:"canceled"`
+	Unservable  uint64 `json:"unservable"`
 }
 
 // Total returns the number of attempts.
 func (c Counts) Total() uint64 {
-	return c.Success + c.Rejected + c.AuthFailed + c.RateLimited + c.Failed + c.Canceled
+	return c.Success + c.Rejected + c.AuthFailed + c.RateLimited + c.Failed + c.Canceled + c.Unservable
 }
 
 // UpstreamHealth is a snapshot of one upstream, as [Transport.Health]
@@ -77,18 +78,25 @@ type UpstreamHealth struct {
 	// its current window (consecutive failures by default).
 	BreakerFailures uint
 
+	// Breaker and AttemptTimeout are the upstream's policy in effect:
+	// its Upstream.Breaker over Config.Breaker with the defaults filled
+	// in, and its Upstream.AttemptTimeout, else Config.AttemptTimeout (0:
+	// none).
+	Breaker        BreakerConfig
+	AttemptTimeout time.Duration
+
 	// Requests counts attempts by outcome since the Transport was made.
 	Requests Counts
 
 	// Window is the number of recent attempts that SuccessRate and the
 	// latencies are computed from: at most the last 1024, none older
-	// than 5 minutes, canceled ones left out.
+	// than 5 minutes, canceled and unservable ones left out.
 	Window int
 
 	// SuccessRate is the fraction of the window's attempts that the
 	// upstream served (success or the caller's own 4xx) among those and
-	// failures; 401s and 429s count for neither. It is 1 when there are
-	// none.
+	// failures; 401s, 429s and unservable answers count for neither. It
+	// is 1 when there are none.
 	SuccessRate float64
 
 	// P50, P95 and P99 are percentiles of the window's latencies, to
@@ -136,6 +144,8 @@ func (t *Transport) health(u *upstream, now time.Time) UpstreamHealth {
 		InFlight:        int(u.live.inflight.Load()),
 		Degraded:        t.isDegraded(u, now),
 		Suspect:         t.suspect(u, now),
+		Breaker:         u.breaker,
+		AttemptTimeout:  u.timeout,
 	}
 	if hr := u.headroom.last.Load(); hr != nil {
 		c := *hr
@@ -154,6 +164,7 @@ func (t *Transport) health(u *upstream, now time.Time) UpstreamHealth {
 		RateLimited: w.counts[RateLimited].Load(),
 		Failed:      w.counts[Failed].Load(),
 		Canceled:    w.counts[Canceled].Load(),
+		Unservable:  w.counts[Unservable].Load(),
 	}
 	ws := w.stats(now.Add(-healthAge))
 	h.Window = ws.n
@@ -198,6 +209,8 @@ func (h UpstreamHealth) MarshalJSON() ([]byte, error) {
 		CooldownReason  CooldownReason `json:"cooldown_reason,omitempty"`
 		Trips           uint64         `json:"trips"`
 		BreakerFailures uint           `json:"breaker_failures"`
+		Breaker         breakerJSON    `json:"breaker"`
+		AttemptTimeout  float64        `json:"attempt_timeout_seconds,omitempty"`
 		Requests        Counts         `json:"requests"`
 		Window          int            `json:"window"`
 		SuccessRate     float64        `json:"success_rate"`
@@ -207,7 +220,7 @@ func (h UpstreamHealth) MarshalJSON() ([]byte, error) {
 		Usage           usageJSON      `json:"usage"`
 	}{
 		h.Name, h.BaseURL, h.State, since, h.Available, h.Unavailable, h.Demoted, h.Degraded, h.Suspect, h.InFlight, h.Headroom.json(), h.OutOfHeadroom, h.OpenFor.Seconds(), h.Cooldown.Seconds(), h.CooldownReason,
-		h.Trips, h.BreakerFailures, h.Requests, h.Window, h.SuccessRate,
+		h.Trips, h.BreakerFailures, h.Breaker.json(), h.AttemptTimeout.Seconds(), h.Requests, h.Window, h.SuccessRate,
 		latency{h.P50.Seconds(), h.P95.Seconds(), h.P99.Seconds()},
 		h.LastError, lastAt,
 		h.Usage.json(),

@@ -25,6 +25,9 @@ import (
 // waits instead, and the last resort never fails over: what it gets is the
 // request's answer.
 //
+// A request sent [WithoutFailover] has no last resort, and one restricted
+// by [WithUpstreams] only among its list.
+//
 // At most MaxInFlight last-resort requests are in flight at once, so that
 // an upstream that is down for real is not flooded: past that bound, a
 // request fails at once with ErrCircuitOpen, as without a last resort. The
@@ -49,17 +52,17 @@ func (c LastResortConfig) validate() error {
 }
 
 // lastResort picks the upstream a request for model goes to at now when
-// admit refused every upstream: the one whose circuit opened first among
-// those admit refused for an open circuit; nil when there is none or the
-// last resort is off. It reads admit's reasons; it decides nothing admit
-// decides.
-func (t *Transport) lastResort(model string, now time.Time) *upstream {
+// admit refused every upstream of ups (those the request may use): the
+// one whose circuit opened first among those admit refused for an open
+// circuit; nil when there is none or the last resort is off. It reads
+// admit's reasons; it decides nothing admit decides.
+func (t *Transport) lastResort(ups []*upstream, model string, now time.Time) *upstream {
 	if t.lastResortCfg.Off {
 		return nil
 	}
 	var best *upstream
 	var bestSince mono.Time
-	for _, u := range t.upstreams {
+	for _, u := range ups {
 		if t.admit(u, model, now, nil).reason != ReasonCircuitOpen {
 			continue
 		}

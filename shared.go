@@ -33,6 +33,15 @@ import (
 //     fleet's size: at 0.5 % errors, a stray error completes such a run
 //     of 5 about once in 4 million.
 //
+// Members may disagree on an upstream's policy (Upstream.Breaker); they
+// do not fight over it. A circuit that opens somewhere opens everywhere for
+// the time its member has left, whatever the others' Cooldown says, and an
+// open circuit's time only lengthens, here as in the store: a member never
+// closes or shortens another's. The probe's lease lasts the prober's
+// Cooldown; its verdict closes every circuit, or reopens every circuit for
+// the prober's Cooldown. Each member judges the fleet's failures by its own
+// FailureThreshold, so the member with the lowest trips the fleet first.
+//
 // Nothing secret is shared: upstream names, durations and request rates
 // only. Upstreams are matched by [Upstream.Name], so every process must
 // name them alike; an upstream without a Name is named after its host,

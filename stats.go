@@ -34,10 +34,13 @@ type lastError struct {
 }
 
 // add records an attempt's outcome and latency at now; a negative latency
-// is unknown (the attempt was cut short) and counts in no percentile.
+// is unknown (the attempt was cut short) and counts in no percentile. A
+// canceled or unservable attempt is only counted: it says nothing of the
+// upstream's speed or health, so it is in no percentile, no success rate
+// and no number of attempts that Degraded compares with MinSamples.
 func (w *window) add(o Outcome, d time.Duration, now time.Time) {
 	w.counts[o].Add(1)
-	if o == Canceled {
+	if o == Canceled || o == Unservable {
 		return // says nothing of the upstream
 	}
 	i := (w.next.Add(1) - 1) % windowSize

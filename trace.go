@@ -134,15 +134,15 @@ const (
 	RequestAnswered RequestOutcome = "answered"
 
 	// RequestFailedOver: an upstream served it after others before it
-	// failed or were passed over.
+	// failed, could not serve it (Unservable) or were passed over.
 	RequestFailedOver RequestOutcome = "failed_over"
 
 	// RequestHedged: a hedge's answer served it (Config.Hedge).
 	RequestHedged RequestOutcome = "hedged"
 
 	// RequestFailed: no upstream served it. The caller gets the last
-	// upstream's failure (a 5xx, 429, 401, ..., or an answer a custom
-	// Classifier judged Canceled) or an [*Error].
+	// upstream's failure (a 5xx, 429, 401, an Unservable 400, ..., or an
+	// answer a custom Classifier judged Canceled) or an [*Error].
 	RequestFailed RequestOutcome = "failed"
 
 	// RequestUnavailable: every upstream was passed over, nothing was
@@ -151,8 +151,8 @@ const (
 	RequestUnavailable RequestOutcome = "unavailable"
 
 	// RequestCanceled: the caller's context ended, or its own request
-	// could not be sent (its body failed to read, an invalid header); the
-	// caller gets an error.
+	// could not be sent (its body failed to read, an invalid header, a
+	// name no upstream has in WithUpstreams); the caller gets an error.
 	RequestCanceled RequestOutcome = "canceled"
 
 	// RequestUnrouted: the request was addressed to no upstream

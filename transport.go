@@ -45,11 +45,15 @@
 // background; [Upstream.Models] renames the model per upstream;
 // [Config.StreamGuard] fails over a stream that starts with an error;
 // [Config.Hedge] sends a slow request to the next upstream too and takes
-// the first answer; [Config.Shared] shares open circuits, cooldowns and the
-// half-open probe across a fleet of processes (package redisshared keeps
-// them in Redis); [Config.OnUsage], [Config.MeterUsage] or any
-// [Upstream.Cost] read the token usage each answer reports as its body is
-// read, and price it ([Usage]).
+// the first answer; [Upstream.Breaker] and [Upstream.AttemptTimeout] give
+// one upstream a breaker and a timeout of its own; [Config.Shared] shares
+// open circuits, cooldowns and the half-open probe across a fleet of
+// processes (package redisshared keeps them in Redis); [Config.OnUsage],
+// [Config.MeterUsage] or any [Upstream.Cost] read the token usage each
+// answer reports as its body is read, and price it ([Usage]). Per request,
+// through its context: [WithUpstreams] restricts and orders the upstreams,
+// [WithoutFailover] sends it at most once, [WithAttemptTimeout] sets its
+// attempts' timeout.
 //
 // The layers work on their own too: [Breaker] is one circuit in front of any
 // RoundTripper and [RateLimiter] the cooldown layer. [Transport.Health] and
@@ -109,6 +113,24 @@ type Upstream struct {
 	// goes byte for byte, with Content-Length and GetBody to match. A
 	// body that cannot be replayed is never read for its model.
 	Models map[string]string
+
+	// Breaker, when set, is this upstream's circuit breaker in place of
+	// Config.Breaker: a primary that should trip sooner, or stay open
+	// longer, than its backups. Its zero fields inherit Config.Breaker's,
+	// and what both leave zero is BreakerConfig's default; so
+	// &BreakerConfig{FailureThreshold: 3, Cooldown: 15 * time.Second}
+	// changes those two and nothing else. (An upstream cannot turn off a
+	// FailureRate that Config.Breaker sets: leave it out there and set it
+	// on the upstreams that want it.) Nil means Config.Breaker. See
+	// [UpstreamHealth.Breaker] for what is in effect, and [Shared] for
+	// a fleet whose members disagree.
+	Breaker *BreakerConfig
+
+	// AttemptTimeout bounds the wait for one attempt's response headers
+	// at this upstream, in place of Config.AttemptTimeout: a provider
+	// that is slow to its first byte by nature gets longer than the
+	// others. Zero means Config.AttemptTimeout.
+	AttemptTimeout time.Duration
 }
 
 // Config configures a [Transport]. A zero field means its documented
@@ -140,7 +162,8 @@ type Config struct {
 	// after the others.
 	Router Router
 
-	// Breaker configures each upstream's circuit breaker.
+	// Breaker configures each upstream's circuit breaker, unless its
+	// Upstream.Breaker says otherwise.
 	Breaker BreakerConfig
 
 	// RateLimit configures cooldowns after 429s and waiting when every
@@ -182,7 +205,8 @@ type Config struct {
 
 	// AttemptTimeout bounds the wait for one attempt's response headers.
 	// It never cuts a body that is being read. Zero means no bound but the
-	// request's own deadline.
+	// request's own deadline. An Upstream.AttemptTimeout replaces it for
+	// its upstream.
 	AttemptTimeout time.Duration
 
 	// Shared, when set, shares open circuits, cooldowns and the
@@ -295,7 +319,9 @@ const (
 //   - RoundTrip returns an error only when no upstream produced a
 //     response; the error is an [*Error], or the context's error when the
 //     caller's context ended, or for a request addressed to no upstream an
-//     [*UnroutedError] or the Base RoundTripper's error. When any upstream answered, the
+//     [*UnroutedError] or the Base RoundTripper's error, or for a request
+//     that [WithUpstreams] restricted to a name no upstream has an
+//     [*UnknownUpstreamError]. When any upstream answered, the
 //     latest answer is returned with a nil error, whatever its status.
 //   - The caller must close the returned response's body, as with any
 //     RoundTripper. Its Request is the attempt that got it (the URL it
@@ -325,7 +351,6 @@ type Transport struct {
 	retries   int
 	waitMin   time.Duration
 	waitMax   time.Duration
-	timeout   time.Duration
 	hang      HangConfig
 	degraded  DegradedConfig
 	maxBody   int64
@@ -414,7 +439,6 @@ func New(cfg Config) (*Transport, error) {
 		retries:  cfg.Retries,
 		waitMin:  cmp.Or(cfg.RetryWaitMin, defaultRetryWaitMin),
 		waitMax:  cmp.Or(cfg.RetryWaitMax, defaultRetryWaitMax),
-		timeout:  cfg.AttemptTimeout,
 		hang:     cfg.Hang.withDefaults(),
 		degraded: cfg.Degraded.withDefaults(),
 		maxBody:  cmp.Or(cfg.MaxBodyBuffer, defaultMaxBodyBuffer),
@@ -453,6 +477,7 @@ func New(cfg Config) (*Transport, error) {
 			return nil, configError(fmt.Sprintf("Upstreams[%d].Name", i), fmt.Sprintf("%q is also the name of Upstreams[%d]", u.name, j))
 		}
 		names[u.name] = i
+		u.breaker, u.timeout = uc.policy(cfg)
 		t.upstreams = append(t.upstreams, u)
 		t.models = t.models || len(u.models) > 0
 	}
@@ -464,13 +489,12 @@ func New(cfg Config) (*Transport, error) {
 	if cfg.Shared != nil {
 		t.fleet = newFleet(t, cfg.Shared, cmp.Or(cfg.SharedSync, defaultSharedSync))
 	}
-	bc := cfg.Breaker.withDefaults()
 	for _, u := range t.upstreams {
 		var lease func(time.Time, bool) bool
 		if f := t.fleet; f != nil {
 			lease = func(now time.Time, ask bool) bool { return f.mayProbe(u, now, ask) }
 		}
-		u.circuit = newCircuit(bc, lease, func(c circuit.Change) { t.changed(u, c) })
+		u.circuit = newCircuit(u.breaker, lease, func(c circuit.Change) { t.changed(u, c) })
 		t.newRecent(u)
 	}
 	t.initMetrics()
@@ -495,6 +519,9 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		r.addressed, r.rest, r.rawRest = t.address(req.URL)
 	}
 	r.t, r.req, r.ctx = t, req, req.Context()
+	if optioning.Load() { // nothing to look up until a With function was called
+		r.opts = contextOptions(r.ctx)
+	}
 	if r.addressed == nil {
 		return t.roundTripUnrouted(r)
 	}

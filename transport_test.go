@@ -919,6 +919,17 @@ func fuzzConfig(r *fuzzReader, base http.RoundTripper) Config {
 	case 4:
 		cfg.Router = Score{}
 	}
+	// Each upstream's own policy, read last, so that the seeds' first
+	// bytes make the configs they made before.
+	for i := range cfg.Upstreams {
+		if r.bool() {
+			cfg.Upstreams[i].Breaker = &BreakerConfig{
+				FailureThreshold: r.uint(), FailureRate: r.float(), MinRequests: r.uint(),
+				FailurePeriod: r.duration(), Cooldown: r.duration(), SuccessThreshold: r.uint(),
+			}
+		}
+		cfg.Upstreams[i].AttemptTimeout = r.duration()
+	}
 	return cfg
 }
 
@@ -967,6 +978,11 @@ func FuzzConfig(f *testing.F) {
 	f.Add([]byte{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12})
 	f.Add([]byte("the 5ns period: rate 0.5, period 5"))
 	f.Add([]byte{0xff, 0x00, 0x7f, 0x80, 0x01, 0xfe, 0x10, 0x20, 0x33, 0x44, 0x55, 0x66, 0x77})
+	// Every other field zero (fuzzConfig reads 33 bytes before the
+	// upstreams' policies), the primary with FailureThreshold 2, the
+	// longest Cooldown and a 1ns AttemptTimeout, the backup with
+	// FailureThreshold 1, a 1ns Cooldown and the longest AttemptTimeout.
+	f.Add(append(make([]byte, 33), 1, 2, 0, 0, 0, 10, 0, 1, 1, 1, 0, 0, 0, 1, 0, 10))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		synctest.Test(t, func(t *testing.T) {
 			r := &fuzzReader{data: data}

@@ -27,6 +27,12 @@ type upstream struct {
 	header  http.Header
 	models  modelMap // Upstream.Models
 
+	// The policy in effect (policy.go): Upstream.Breaker over
+	// Config.Breaker with the defaults filled in, and Upstream's
+	// AttemptTimeout, else Config's (0: none).
+	breaker BreakerConfig
+	timeout time.Duration
+
 	circuit  *circuit.Circuit
 	timedOut atomic.Int64 // mono.Time of its last attempt that timed out (AttemptTimeout)
 	cd       cooldown
@@ -78,6 +84,9 @@ func newUpstream(i int, uc Upstream) (*upstream, error) {
 		return nil, configError(field("Weight"), "must not be negative")
 	case !finite(uc.Cost.Input) || !finite(uc.Cost.Output) || uc.Cost.Input < 0 || uc.Cost.Output < 0:
 		return nil, configError(field("Cost"), "must be finite and not negative")
+	}
+	if err := uc.validatePolicy(i); err != nil {
+		return nil, err
 	}
 	for k, vs := range uc.Header {
 		if !validHeaderName(k) {
@@ -197,7 +206,8 @@ func (a availability) err() error {
 // any) at now, and if not, why and when it may again. With p set, it also
 // takes the circuit's permit into *p; otherwise it only reads. Ordering,
 // the Router's candidates, earliest, Health and the skipped metrics all
-// ask it.
+// ask it. A request's own list (WithUpstreams) is no input here: it
+// chooses which upstreams are asked at all (see options.go).
 func (t *Transport) admit(u *upstream, model string, now time.Time, p *circuit.Permit) availability {
 	if left := u.cd.remaining(now); left > 0 {
 		a := availability{reason: ReasonRateLimited, wait: left, known: true}
@@ -244,29 +254,33 @@ func (t *Transport) demotion(u *upstream, now time.Time) Reason {
 
 // order returns the upstreams in the order a request for model tries
 // them: the router's order (the configured one when there is no router),
-// demoted upstreams last. Without a router it allocates nothing: it returns
-// t.upstreams when no upstream is demoted, and reorders into buf
-// otherwise (past the 64th, no upstream is demoted).
-func (t *Transport) order(buf []*upstream, model string, now time.Time) []*upstream {
-	if t.router != nil {
-		return t.routed(buf, model, now)
+// or the request's own list (ups, from WithUpstreams: the router is not
+// asked), demoted upstreams last. Without a router it allocates nothing:
+// it returns the list (t.upstreams, or ups) when no upstream is demoted,
+// and reorders into buf otherwise (past the 64th, no upstream is demoted).
+func (t *Transport) order(buf, ups []*upstream, model string, now time.Time) []*upstream {
+	if ups == nil {
+		if t.router != nil {
+			return t.routed(buf, model, now)
+		}
+		ups = t.upstreams
 	}
 	var demoted uint64
-	for i, u := range t.upstreams {
+	for i, u := range ups {
 		if i < 64 && t.demotion(u, now) != "" {
 			demoted |= 1 << i
 		}
 	}
 	if demoted == 0 {
-		return t.upstreams
+		return ups
 	}
 	out := buf[:0]
-	for i, u := range t.upstreams {
+	for i, u := range ups {
 		if i >= 64 || demoted&(1<<i) == 0 {
 			out = append(out, u)
 		}
 	}
-	for i, u := range t.upstreams {
+	for i, u := range ups {
 		if i < 64 && demoted&(1<<i) != 0 {
 			out = append(out, u)
 		}
@@ -314,12 +328,12 @@ func (t *Transport) candidate(i int, u *upstream, model string, now time.Time) C
 	return c
 }
 
-// earliest returns how long until the first upstream can take a request
-// for model, 0 when one can now, and whether that is known (a probe in
-// flight may end at any moment).
-func (t *Transport) earliest(model string, now time.Time) (time.Duration, bool) {
+// earliest returns how long until the first of ups (the upstreams a
+// request may use) can take a request for model, 0 when one can now, and
+// whether that is known (a probe in flight may end at any moment).
+func (t *Transport) earliest(ups []*upstream, model string, now time.Time) (time.Duration, bool) {
 	best, known := time.Duration(0), false
-	for _, u := range t.upstreams {
+	for _, u := range ups {
 		a := t.admit(u, model, now, nil)
 		if a.reason == "" {
 			return 0, true

@@ -107,7 +107,7 @@ func Example_clientGolang() {
 	}
 	// Output:
 	// failover_attempt_duration_seconds_count{upstream="openai"} 1
-	// # HELP failover_attempts_total Attempts sent to the upstream, by outcome (success, rejected, auth_failed, rate_limited, failed, canceled); a request makes one attempt or more.
+	// # HELP failover_attempts_total Attempts sent to the upstream, by outcome (success, rejected, auth_failed, rate_limited, failed, canceled, unservable); a request makes one attempt or more.
 	// # TYPE failover_attempts_total counter
 	// failover_attempts_total{outcome="success",upstream="openai"} 1
 }

@@ -90,6 +90,20 @@ const hangMultiple = 1
 // default): consecutive failures that open a circuit.
 const breakerThreshold = 5
 
+// The primary's own breaker (failover.Upstream.Breaker), at provider scale,
+// as in the field's reference setup: it trips after 3 consecutive failures
+// and is probed again after 15 s, where the backups keep Config.Breaker
+// (breakerThreshold and breakerCooldown, the defaults).
+const (
+	primaryThreshold = 3
+	primaryCooldown  = 15 * time.Second
+)
+
+// primaryBreaker is the primary's Upstream.Breaker, scaled.
+func (o options) primaryBreaker() *failover.BreakerConfig {
+	return &failover.BreakerConfig{FailureThreshold: primaryThreshold, Cooldown: o.scaled(primaryCooldown)}
+}
+
 // record is one request of the caller.
 type record struct {
 	start   time.Duration // when it was due, since the drill began
@@ -550,7 +564,7 @@ func newFailoverRun(o options, phases []phase, sp runSpec, qualified bool) (*run
 	r := &run{name: sp.name(qualified), spec: sp, hosts: map[string]int{}}
 	fp := newFakeUpstream(profiles[0], o.Timescale, phases)
 	r.servers = []*fakeUpstream{fp}
-	ups := []failover.Upstream{{Name: profiles[0].name, BaseURL: fp.baseURL(), Cost: profiles[0].cost}}
+	ups := []failover.Upstream{{Name: profiles[0].name, BaseURL: fp.baseURL(), Breaker: o.primaryBreaker(), Cost: profiles[0].cost}}
 	if len(o.Upstreams) == 0 {
 		for _, prof := range profiles[1:] {
 			s := newFakeUpstream(prof, o.Timescale, nil)

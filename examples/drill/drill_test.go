@@ -118,8 +118,27 @@ func TestDrill(t *testing.T) {
 	if fo.Trips == nil || *fo.Trips < 1 || len(fo.Health) == 0 || fo.Health[0].Trips < 1 {
 		tc.Errorf("no trip of the primary: trips %v, health %+v", fo.Trips, fo.Health)
 	}
-	if plain.DetectionS != nil || plain.Trips != nil {
+	if plain.DetectionS != nil || plain.Trips != nil || plain.Breakers != nil {
 		t.Errorf("plain run has breaker figures: %+v", plain)
+	}
+	// The primary has the field's faster breaker, the backups the
+	// defaults, as the Transport's Health says; the trips are the
+	// primary's.
+	wantBreakers := []breakerReport{{"primary", 3, 0.75, 0}, {"backup1", 5, 1.5, 0}, {"backup2", 5, 1.5, 0}}
+	if len(fo.Breakers) != len(wantBreakers) {
+		t.Fatalf("breakers %+v, want %+v", fo.Breakers, wantBreakers)
+	}
+	for i, w := range wantBreakers {
+		if got := fo.Breakers[i]; got.Name != w.Name || got.FailureThreshold != w.FailureThreshold || got.CooldownS != w.CooldownS {
+			t.Errorf("breaker %d: %+v, want %s after %d failures, open %gs", i, got, w.Name, w.FailureThreshold, w.CooldownS)
+		}
+	}
+	if fo.Trips != nil && fo.Breakers[0].Trips+fo.Breakers[1].Trips+fo.Breakers[2].Trips != *fo.Trips {
+		t.Errorf("trips per upstream %+v do not sum to the run's %d", fo.Breakers, *fo.Trips)
+	}
+	if rep.PrimaryBreakerThreshold != 3 || rep.PrimaryBreakerCooldownS != 0.75 || rep.BreakerThreshold != 5 || rep.BreakerCooldownS != 1.5 {
+		t.Errorf("report's breakers: primary %d, %gs; backups %d, %gs; want 3, 0.75s; 5, 1.5s",
+			rep.PrimaryBreakerThreshold, rep.PrimaryBreakerCooldownS, rep.BreakerThreshold, rep.BreakerCooldownS)
 	}
 	if got := fo.PerUpstream[0].Attempts; got >= plain.PerUpstream[0].Attempts {
 		tc.Errorf("failover sent %d attempts to the primary, plain %d: want fewer", got, plain.PerUpstream[0].Attempts)
@@ -281,7 +300,7 @@ func TestScriptGap(t *testing.T) {
 	if phases[h-1].fault != healthy || phases[h-2].fault != burst503 {
 		t.Fatalf("the hang does not follow a healthy gap after the 503 burst: %+v", phases)
 	}
-	if room := o.scaled(breakerCooldown) + o.attemptTimeout(); gap < room+250*time.Millisecond {
+	if room := o.primaryBreaker().Cooldown + o.attemptTimeout(); gap < room+250*time.Millisecond {
 		t.Errorf("healthy gap %s, want at least the cooldown and a probe (%s) and 250ms to spare", gap, room)
 	}
 }
@@ -382,6 +401,7 @@ func TestTablePlotListen(t *testing.T) {
 		}
 	}
 	for _, row := range []string{"detection", "false trips", "recovery", "throughput retention", "latency p99", "hedges sent / won / denied",
+		"trips per upstream (its breaker)", "primary (3 failures, open 300 ms)", "backup1 (5 failures, open 600 ms)",
 		"primary", "backup1", "backup2", "503 burst", "healthy gap", "hang", "429 storm", "529 overload",
 		"hang phase", "primary's circuit at its start", "requests sent to the primary", "latency p99 in warm-up",
 		"spend per upstream", "answers)", "Spend is the usage the answers reported", "Machine: ", "no CPU hogs", "Scheduling lag (how late", "Scheduling lag by phase", "plain client", "failover (priority)", "failover (score)", "failover (priority+hedge)"} {
@@ -428,7 +448,7 @@ func TestFleet(t *testing.T) {
 	o := options{
 		Duration:  6 * time.Second,
 		RPS:       100,
-		Timescale: 0.03, // a cooldown of 0.9 s: the members come back to the primary within the run
+		Timescale: 0.03, // the primary's cooldown of 0.45 s: the members come back to it within the run
 		Fleet:     5,
 		JSON:      true,
 		Status:    &status,

@@ -48,9 +48,9 @@ type fleetResult struct {
 	FailedBeforeStop int `json:"failed_before_stop"`
 
 	// ProbesPerCooldown is the attempts sent to the primary from then to
-	// the burst's end, per breaker cooldown: the probes of half-open
-	// circuits. Null when the circuits were not all open with at least a
-	// tenth of a cooldown of the burst left.
+	// the burst's end, per breaker cooldown (the primary's): the probes of
+	// half-open circuits. Null when the circuits were not all open with at
+	// least a tenth of a cooldown of the burst left.
 	ProbesPerCooldown *float64 `json:"probes_per_cooldown"`
 
 	// RecoveryS is the time from the end of the faults until every
@@ -112,7 +112,7 @@ func fleetFigures(r *run, evs [][]event, attempts []attempt, phases []phase, o o
 				probes++
 			}
 		}
-		cooldown := o.scaled(breakerCooldown)
+		cooldown := o.primaryBreaker().Cooldown
 		if left := burst.end - stop; f.AllOpenS != nil && left >= cooldown {
 			f.ProbesPerCooldown = ptr(float64(probes) / (float64(left) / float64(cooldown)))
 		}

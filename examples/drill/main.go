@@ -26,9 +26,11 @@
 //
 // Every caller sends the same open-loop load (half of it streamed) with a
 // client Timeout of 30 s at provider scale. Each failover Transport has an
-// AttemptTimeout of three times the slowest p99, the breaker's default
-// cooldown of 30 s, the rate limiter's default cooldowns and the default
-// 30 s window of recent figures, all scaled, and hang detection that
+// AttemptTimeout of three times the slowest p99, the breaker's defaults
+// for the backups (5 failures, a 30 s cooldown) and the field's faster
+// policy for the primary (its Upstream.Breaker: 3 failures, 15 s), the
+// rate limiter's default cooldowns and the default 30 s window of recent
+// figures, all scaled, and hang detection that
 // suspects an upstream after one p99 without an answer (see hangConfig in
 // drill.go). The table's "hang phase" rows count the requests sent to the
 // hung primary and the caller's p99 then, next to its p99 in the warm-up.

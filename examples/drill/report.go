@@ -28,6 +28,11 @@ type report struct {
 	HedgeDelayS      float64 `json:"hedge_delay_s,omitempty"` // the hedged run's delay; 0 without one
 	BreakerThreshold int     `json:"breaker_threshold"`       // failover.BreakerConfig.FailureThreshold
 
+	// The primary's own breaker (its Upstream.Breaker) in the failover
+	// runs, where the backups have Config.Breaker's above.
+	PrimaryBreakerThreshold int     `json:"primary_breaker_threshold"`
+	PrimaryBreakerCooldownS float64 `json:"primary_breaker_cooldown_s"`
+
 	// With -fleet: the members of each fleet run, the Redis of the
 	// sharing one (its host:port), whether the drill started it, and the
 	// sharing members' Config.SharedSync.
@@ -91,6 +96,11 @@ type runReport struct {
 	Trips      *int     `json:"trips"`       // closed-to-open, every upstream
 	FalseTrips *int     `json:"false_trips"` // trips of a backup, or of the primary outside the faults
 
+	// Breakers are each upstream's policy in effect (as its Health
+	// says, of the first member) and its trips (every member's); null
+	// in the plain run.
+	Breakers []breakerReport `json:"breakers,omitempty"`
+
 	// Fleet is what a fleet run did as a fleet; null in other runs.
 	Fleet *fleetResult `json:"fleet,omitempty"`
 
@@ -109,6 +119,14 @@ type runReport struct {
 	// Health is the Transport's Health() at the end of the run; none in
 	// a fleet run.
 	Health []failover.UpstreamHealth `json:"health,omitempty"`
+}
+
+// breakerReport is one upstream's breaker in a failover run.
+type breakerReport struct {
+	Name             string  `json:"name"`
+	FailureThreshold uint    `json:"failure_threshold"`
+	CooldownS        float64 `json:"cooldown_s"`
+	Trips            int     `json:"trips"` // closed to open
 }
 
 type eventReport struct {
@@ -184,6 +202,9 @@ func buildReport(o options, phases []phase, runs []*run) *report {
 		Hogs:             o.Hogs,
 		CPUs:             runtime.NumCPU(),
 		GOMAXPROCS:       runtime.GOMAXPROCS(0),
+
+		PrimaryBreakerThreshold: primaryThreshold,
+		PrimaryBreakerCooldownS: seconds(o.primaryBreaker().Cooldown),
 	}
 	if o.Hedge > 0 {
 		rep.HedgeDelayS = seconds(o.scaled(o.Hedge))
@@ -308,6 +329,7 @@ func (r *run) report(o options, phases []phase) runReport {
 		rr.RecoveryS = ptr(seconds(rec))
 	}
 	rr.Trips, rr.FalseTrips = &trips, &falseTrips
+	rr.Breakers = breakers(r.transport().Health(), evs)
 	if h >= 0 {
 		rr.HangPhase.CircuitAtStart = countStates(states)
 	}
@@ -333,6 +355,24 @@ func (r *run) report(o options, phases []phase) runReport {
 		}
 	}
 	return rr
+}
+
+// breakers returns each upstream's breaker as health shows its policy,
+// with its trips in the state changes of every member (evs).
+func breakers(health []failover.UpstreamHealth, evs [][]event) []breakerReport {
+	var out []breakerReport
+	for _, h := range health {
+		b := breakerReport{Name: h.Name, FailureThreshold: h.Breaker.FailureThreshold, CooldownS: seconds(h.Breaker.Cooldown)}
+		for _, mevs := range evs {
+			for _, e := range mevs {
+				if e.upstream == h.Name && e.msg == "circuit open" && e.from == "closed" {
+					b.Trips++
+				}
+			}
+		}
+		out = append(out, b)
+	}
+	return out
 }
 
 // countStates returns the one state that every member's circuit was in,
@@ -454,8 +494,9 @@ func writeTable(out io.Writer, rep *report) error {
 		}
 	}
 	fmt.Fprintf(&b, "Upstreams (p50/p99, success): %s.\n", strings.Join(ups, ", "))
-	fmt.Fprintf(&b, "Caller: http.Client with Timeout %s. Failover: AttemptTimeout %s, breaker cooldown %s, hang suspected after %g p99 (at least %s) unanswered.",
-		fmtDur(sec(rep.CallerTimeoutS)), fmtDur(sec(rep.AttemptTimeoutS)), fmtDur(sec(rep.BreakerCooldownS)), rep.HangMultiple, fmtDur(sec(rep.HangFloorS)))
+	fmt.Fprintf(&b, "Caller: http.Client with Timeout %s. Failover: AttemptTimeout %s, breaker cooldown %s after %d failures (the primary's own: %s after %d), hang suspected after %g p99 (at least %s) unanswered.",
+		fmtDur(sec(rep.CallerTimeoutS)), fmtDur(sec(rep.AttemptTimeoutS)), fmtDur(sec(rep.BreakerCooldownS)), rep.BreakerThreshold,
+		fmtDur(sec(rep.PrimaryBreakerCooldownS)), rep.PrimaryBreakerThreshold, rep.HangMultiple, fmtDur(sec(rep.HangFloorS)))
 	if rep.HedgeDelayS > 0 {
 		fmt.Fprintf(&b, " Hedged run: hedge after %s.", fmtDur(sec(rep.HedgeDelayS)))
 	}
@@ -466,7 +507,7 @@ func writeTable(out io.Writer, rep *report) error {
 		}
 		fmt.Fprintf(&b, "\nFleets: %d members per fleet run, each a Transport with connections and state of its own, as a process has; they send in turn, each every %s. "+
 			"A member's circuit opens after %d consecutive failures of its own; sharing on (Config.Shared through %s, SharedSync %s), after about %d of the fleet's.",
-			rep.Fleet, fmtDur(sec(float64(rep.Fleet)/rep.RPS)), rep.BreakerThreshold, where, fmtDur(sec(rep.SharedSyncS)), rep.BreakerThreshold)
+			rep.Fleet, fmtDur(sec(float64(rep.Fleet)/rep.RPS)), rep.PrimaryBreakerThreshold, where, fmtDur(sec(rep.SharedSyncS)), rep.PrimaryBreakerThreshold)
 	}
 	b.WriteString("\n")
 	writeLag(&b, rep)
@@ -501,6 +542,11 @@ func writeTable(out io.Writer, rep *report) error {
 		}
 		return optSec(r.RecoveryS, "not within the run")
 	})
+	row("trips per upstream (its breaker)", "", func(runReport) string { return "" })
+	for i, br := range fos[0].Breakers {
+		name := fmt.Sprintf("  %s (%d failures, open %s)", br.Name, br.FailureThreshold, fmtDur(sec(br.CooldownS)))
+		row(name, "no breaker", func(r runReport) string { return fmt.Sprint(r.Breakers[i].Trips) })
+	}
 	retention := func(r runReport) string {
 		return fmt.Sprintf("%s (%d of %d)", pct2(r.Retention), r.Successes, r.Requests)
 	}

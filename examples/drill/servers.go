@@ -68,8 +68,8 @@ type phase struct {
 // (seconds of the default 30 s run): 5 healthy, 4 of 503s, 2 healthy, 4 of
 // hang, 4 of 429s, 3 of 529s, then 8 of recovery. The healthy gap after
 // the 503s is there so that the primary's circuit has closed again when
-// the hang begins (by the breaker cooldown of 30 s at provider scale and
-// one probe; 2 s is 40 s at the default timescale), and the hang meets
+// the hang begins (by the primary's breaker cooldown of 15 s at provider
+// scale and one probe; 2 s is 40 s at the default timescale), and the hang meets
 // hang detection rather than an open circuit.
 func script(d time.Duration) []phase {
 	steps := []struct {
