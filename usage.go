@@ -176,7 +176,8 @@ func (c *call) meter(resp *http.Response, u *upstream) bool {
 		b.hook = c.trace.Usage
 	}
 	if c.model != "" {
-		b.model, _ = u.models.lookup(c.model)
+		m, _ := u.models.lookup(c.model)
+		b.model = clip(m) // the caller's: bounded and valid UTF-8 for a metric label, as an answer's own model is
 	}
 	resp.Body = b
 	return true
