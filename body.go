@@ -7,6 +7,7 @@ import (
 	"io"
 	"math"
 	"net/http"
+	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -208,27 +209,152 @@ func discard(resp *http.Response) {
 // buffer reads body into memory (at most maxDrain bytes, for at most
 // drainTimeout) and returns a body that reads the same bytes: from memory,
 // with body closed, when it ended in time; otherwise what was read, then
-// the rest of body.
+// the rest of body (see peek: a body that stalls is not cut).
 func buffer(body io.ReadCloser) io.ReadCloser {
 	if body == nil || body == http.NoBody {
 		return body
 	}
-	var buf bytes.Buffer
-	if _, err := readCapped(body, &buf, maxDrain+1, drainTimeout); err == io.EOF { // all of it, in time
-		body.Close()
-		return io.NopCloser(bytes.NewReader(buf.Bytes()))
-	}
-	return &prefixedBody{Reader: io.MultiReader(bytes.NewReader(buf.Bytes()), body), Closer: body}
+	_, rc := peek(body, maxDrain+1, drainTimeout, nil)
+	return rc
 }
 
 // readCapped copies at most n bytes of body to w, closing body if that takes
 // longer than timeout (a body that stalls then ends with an error). It
 // returns the bytes copied and the error that ended the copy before n
-// bytes, nil at the end of body.
+// bytes, nil at the end of body. It is for bodies thrown away (discard):
+// one that is handed on is peeked instead.
 func readCapped(body io.ReadCloser, w io.Writer, n int64, timeout time.Duration) (int64, error) {
 	timer := time.AfterFunc(timeout, func() { body.Close() })
 	defer timer.Stop()
 	return io.CopyN(w, body, n)
+}
+
+// peek reads the first bytes of body, to judge a response by them before
+// it is handed on: at most n bytes, until body ends, or until enough (nil:
+// never) says the bytes read so far are all that is wanted. It waits at
+// most timeout for them, and returns the bytes read by then and a body that
+// reads body from its first byte.
+//
+// A body that ended within them is handed back from memory, and body is
+// closed (its connection is free at once). A body that stalls is not cut:
+// the read pending when timeout passes goes on behind the returned body,
+// whose first Read waits for it, and whose Close closes body (which ends
+// that read). The bytes returned are never written again.
+func peek(body io.ReadCloser, n int, timeout time.Duration, enough func([]byte) bool) ([]byte, io.ReadCloser) {
+	p := &peekedBody{body: body, done: make(chan struct{})}
+	go p.readAhead(n, enough)
+	timer := time.NewTimer(timeout)
+	select {
+	case <-p.done:
+		timer.Stop()
+		if p.err == io.EOF {
+			body.Close()
+			return p.buf, &memoryBody{Reader: bytes.NewReader(p.buf), prefix: p.buf}
+		}
+	case <-timer.C:
+		p.handed.Store(true) // the read-ahead stops after the read in progress
+	}
+	p.mu.Lock()
+	p.prefix = p.buf[:len(p.buf):len(p.buf)]
+	p.mu.Unlock()
+	return p.prefix, p
+}
+
+// peekedBody is a response body whose first bytes were read ahead (peek)
+// before the response was judged: Read reads them, then the rest of body.
+type peekedBody struct {
+	body   io.ReadCloser
+	prefix []byte        // the bytes the response was judged by (see BodyPrefix)
+	done   chan struct{} // closed when the read-ahead has stopped
+	handed atomic.Bool   // the caller has the body: the read-ahead stops
+	mu     sync.Mutex    // guards buf's header until done
+	buf    []byte        // the bytes read ahead: all of them once done
+	err    error         // the error that stopped the read-ahead, if any (set before done)
+	off    int           // bytes of buf Read has returned
+}
+
+// readAhead reads body into buf (see peek).
+func (p *peekedBody) readAhead(n int, enough func([]byte) bool) {
+	defer close(p.done)
+	chunk := make([]byte, min(n, 4<<10))
+	for len(p.buf) < n && (enough == nil || !enough(p.buf)) && !p.handed.Load() {
+		k, err := p.body.Read(chunk[:min(n-len(p.buf), len(chunk))])
+		p.mu.Lock()
+		p.buf = append(p.buf, chunk[:k]...)
+		p.mu.Unlock()
+		if err != nil {
+			p.err = err
+			return
+		}
+	}
+}
+
+func (p *peekedBody) Read(b []byte) (int, error) {
+	<-p.done
+	if p.off < len(p.buf) {
+		k := copy(b, p.buf[p.off:])
+		p.off += k
+		return k, nil
+	}
+	if p.err != nil {
+		return 0, p.err
+	}
+	return p.body.Read(b)
+}
+
+// Close closes body, which ends a read-ahead still waiting on it.
+func (p *peekedBody) Close() error {
+	return p.body.Close()
+}
+
+// memoryBody is a peeked body that ended within the bytes read ahead.
+type memoryBody struct {
+	*bytes.Reader
+	prefix []byte
+}
+
+func (*memoryBody) Close() error { return nil }
+
+// jsonEnd finds where the JSON object or array that a body begins with
+// ends, scanning each byte once however often it is asked.
+type jsonEnd struct {
+	off               int // bytes scanned
+	depth             int
+	started, str, esc bool
+}
+
+// done reports whether b, the body's first bytes (a longer b each time it
+// is asked), holds a whole object or array, or begins with anything else:
+// either way its first bytes say all they will.
+func (s *jsonEnd) done(b []byte) bool {
+	for ; s.off < len(b); s.off++ {
+		c := b[s.off]
+		switch {
+		case s.str:
+			switch {
+			case s.esc:
+				s.esc = false
+			case c == '\\':
+				s.esc = true
+			case c == '"':
+				s.str = false
+			}
+		case c == '{' || c == '[':
+			s.depth++
+			s.started = true
+		case c == '}' || c == ']':
+			if s.depth--; s.depth <= 0 {
+				s.off++
+				return true
+			}
+		case c == '"' && s.started:
+			s.str = true
+		case c == ' ' || c == '\t' || c == '\r' || c == '\n':
+		case !s.started:
+			return true // not an object or an array
+		}
+	}
+	return false
 }
 
 // prefixedBody is a body whose first bytes were read already: Reader reads

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
+	"time"
 )
 
 func TestBodyReplay(t *testing.T) {
@@ -264,4 +266,79 @@ func TestCallerBodyFaultBlamesNoUpstream(t *testing.T) {
 			}
 		})
 	}
+}
+
+// jsonEnd ends a peek at the end of the object or array a body begins
+// with (braces in strings and escaped quotes aside), at once for a body
+// that begins with anything else, and never inside a value.
+func TestJSONEnd(t *testing.T) {
+	cases := []struct {
+		body string
+		end  int // the bytes the end is found after; -1: not yet
+	}{
+		{`{"a":1}`, 7},
+		{`  {"a":{"b":[1,2]}}trailing`, 19},
+		{`{"a":"}"}`, 9},
+		{`{"a":"\"}"}x`, 11},
+		{`{"a":"\\"}x`, 10},
+		{`[{"a":"]"}]`, 11},
+		{`{"a":1`, -1},
+		{`{"a":"}`, -1},
+		{``, -1},
+		{"  \n", -1},
+		{`<html>`, 0},
+		{`"a string"`, 0},
+		{`Too Many Requests`, 0},
+	}
+	for _, tc := range cases {
+		// Byte by byte, as a body that trickles, and at once.
+		var s jsonEnd
+		got := -1
+		for i := range len(tc.body) + 1 {
+			if s.done([]byte(tc.body[:i])) {
+				got = s.off
+				break
+			}
+		}
+		var whole jsonEnd
+		if whole.done([]byte(tc.body)) != (tc.end >= 0) || got != tc.end && !(tc.end == 0 && got == firstNonSpace(tc.body)) {
+			t.Errorf("%q: end after %d bytes, want %d", tc.body, got, tc.end)
+		}
+	}
+}
+
+func firstNonSpace(s string) int { return len(s) - len(strings.TrimLeft(s, " \t\r\n")) }
+
+// A peeked body that stalls is handed on with the pending read behind it:
+// the caller reads every byte, in order, when they come; closing it ends
+// the read-ahead, so no goroutine outlives the body.
+func TestPeekStalledBody(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		pr, pw := io.Pipe()
+		go func() {
+			io.WriteString(pw, `{"error":`)
+			time.Sleep(time.Hour) // far past the peek's wait
+			io.WriteString(pw, `"late"}`)
+			pw.Close()
+		}()
+		prefix, body := peek(pr, 4<<10, drainTimeout, new(jsonEnd).done)
+		if string(prefix) != `{"error":` {
+			t.Fatalf("prefix %q, want the bytes that came in time", prefix)
+		}
+		got, err := io.ReadAll(body)
+		if string(got) != `{"error":"late"}` || err != nil {
+			t.Errorf("read %q, %v; want the body whole", got, err)
+		}
+	})
+	synctest.Test(t, func(t *testing.T) {
+		pr, pw := io.Pipe()
+		go io.WriteString(pw, `{"error":`)
+		_, body := peek(pr, 4<<10, drainTimeout, new(jsonEnd).done)
+		body.Close()
+		synctest.Wait() // the read-ahead has ended: the bubble would say so otherwise
+		if _, err := io.ReadAll(body); err == nil {
+			t.Error("a closed body read without an error")
+		}
+		pw.Close()
+	})
 }

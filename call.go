@@ -5,6 +5,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strconv"
 	"time"
 
@@ -59,6 +60,7 @@ type call struct {
 	last     *upstream      // the upstream of the last failed attempt
 	attempts int            // in the current round
 	fatal    int            // attempts in the current round with permanent errors or Unservable answers
+	refused  []*upstream    // upstreams that answered Unservable: no later round asks them again
 	racing   bool           // the current round hedges: every attempt has its own context
 
 	secrets []string // the caller's credentials in every form, once an error needs them (redact)
@@ -103,7 +105,7 @@ func (c *call) run() (*http.Response, error) {
 			return c.finish()
 		}
 		now := time.Now()
-		next, known := c.t.earliest(c.usable(), c.model, now)
+		next, known := c.t.earliest(c.servable(c.usable()), c.model, now)
 		var wait time.Duration
 		switch {
 		case c.attempts == 0:
@@ -111,7 +113,7 @@ func (c *call) run() (*http.Response, error) {
 			// first to come back, or try the last resort (never for a
 			// request sent at most once: see WithoutFailover).
 			if !known || next <= 0 || next > c.t.rate.MaxWait-waited {
-				if u := c.t.lastResort(c.usable(), c.model, now); u != nil && !c.once() {
+				if u := c.t.lastResort(c.servable(c.usable()), c.model, now); u != nil && !c.once() {
 					return c.lastResort(ctx, u, now)
 				}
 				return c.finish()
@@ -240,7 +242,7 @@ func (c *call) round(ctx context.Context) (*http.Response, error, bool) {
 	if c.start.IsZero() {
 		c.start = now // the body's init before is the caller's time
 	}
-	order := c.t.order(buf[:0], c.ups, c.model, now)
+	order := c.servable(c.t.order(buf[:0], c.ups, c.model, now))
 	if c.t.hedge != nil && c.body.replayable && len(order) > 1 && !c.once() {
 		return c.race(ctx, order)
 	}
@@ -418,9 +420,12 @@ func (c *call) settle(a *attempt) (*http.Response, error, bool) {
 		return c.finishRound()
 	case Unservable:
 		// This upstream cannot serve this request; the next may at
-		// once. Nobody is to blame: no cooldown, no last error. It is
-		// fatal for the round: another round would hear the same.
+		// once. Nobody is to blame: no cooldown, no last error. No
+		// later round asks it again (it would hear the same, and a
+		// refused prompt sent again is one more refusal on the
+		// account), nor does the last resort.
 		c.fatal++
+		c.refused = append(c.refused, u)
 		if resp != nil {
 			c.hold(resp, a)
 		} else {
@@ -539,6 +544,21 @@ func (c *call) finish() (*http.Response, error) {
 func (c *call) finishRound() (*http.Response, error, bool) {
 	resp, err := c.finish()
 	return resp, err, true
+}
+
+// servable is ups without the upstreams that answered this request
+// Unservable (ups itself when there are none: it is not written to).
+func (c *call) servable(ups []*upstream) []*upstream {
+	if len(c.refused) == 0 {
+		return ups
+	}
+	out := make([]*upstream, 0, len(ups))
+	for _, u := range ups {
+		if !slices.Contains(c.refused, u) {
+			out = append(out, u)
+		}
+	}
+	return out
 }
 
 func (c *call) hold(resp *http.Response, a *attempt) {

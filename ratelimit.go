@@ -3,7 +3,6 @@ package failover
 import (
 	"bytes"
 	"errors"
-	"io"
 	"log/slog"
 	"net/http"
 	"strconv"
@@ -256,18 +255,12 @@ func inspect429(resp *http.Response) (quota bool, delay time.Duration, ok bool) 
 	if resp.Body == nil || resp.Body == http.NoBody {
 		return false, 0, false
 	}
-	// A body that stalls is cut after drainTimeout rather than holding
-	// up the failover; the caller then reads what arrived and an error.
-	var b bytes.Buffer
-	_, err := readCapped(resp.Body, &b, quotaPeek, drainTimeout)
-	buf := b.Bytes()
-	if err == io.EOF {
-		// The whole body was read: hand it back from memory.
-		resp.Body.Close()
-		resp.Body = io.NopCloser(bytes.NewReader(buf))
-	} else {
-		resp.Body = &prefixedBody{Reader: io.MultiReader(bytes.NewReader(buf), resp.Body), Closer: resp.Body}
-	}
+	// A body that stalls is judged by what arrived in drainTimeout, and
+	// handed on whole (see peek). A JSON body is read to its end; any
+	// other (a gateway's text) as far as quotaPeek, for the markers.
+	var end jsonEnd
+	buf, body := peek(resp.Body, quotaPeek, drainTimeout, func(b []byte) bool { return end.done(b) && end.started })
+	resp.Body = body
 	for _, m := range quotaMarkers {
 		if bytes.Contains(buf, m) {
 			quota = true

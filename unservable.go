@@ -3,7 +3,6 @@ package failover
 import (
 	"bytes"
 	"encoding/json"
-	"io"
 	"net/http"
 	"strings"
 )
@@ -32,33 +31,17 @@ func peekable(code int) bool {
 
 // peekBody reads at most unservablePeek bytes of resp's body, for at most
 // drainTimeout, and gives resp a body that reads the same bytes: those read,
-// then the rest. A body that ended within them is handed back from memory and
-// the original closed (its connection is free at once); a body that stalls is
-// cut after drainTimeout rather than holding up the failover, and the caller
-// then reads what arrived and an error, as with a 429 (see inspect429).
+// then the rest (see peek). It stops at the end of the JSON object the body
+// begins with, or at once when the body begins with anything else, so an
+// error body that comes slowly or in parts costs no more wait than it
+// takes; a body that stalls is judged by what arrived, and handed on
+// whole.
 func peekBody(resp *http.Response) {
 	if resp.Body == nil || resp.Body == http.NoBody {
 		return
 	}
-	var b bytes.Buffer
-	_, err := readCapped(resp.Body, &b, unservablePeek, drainTimeout)
-	p := &peekedBody{prefix: b.Bytes()}
-	if err == io.EOF {
-		resp.Body.Close()
-		p.Reader, p.Closer = bytes.NewReader(p.prefix), io.NopCloser(nil)
-	} else {
-		p.Reader, p.Closer = io.MultiReader(bytes.NewReader(p.prefix), resp.Body), resp.Body
-	}
-	resp.Body = p
-}
-
-// peekedBody is a response body whose first bytes (prefix) were read before
-// the response was classified: Reader reads them, then the rest; Closer
-// closes the original.
-type peekedBody struct {
-	io.Reader
-	io.Closer
-	prefix []byte
+	var end jsonEnd
+	_, resp.Body = peek(resp.Body, unservablePeek, drainTimeout, end.done)
 }
 
 // BodyPrefix returns the first bytes of resp's body as the [Transport] read
@@ -70,25 +53,31 @@ type peekedBody struct {
 // come through a Transport. The bytes are a copy.
 func BodyPrefix(resp *http.Response) ([]byte, bool) {
 	if p := bodyPrefix(resp); p != nil {
-		return bytes.Clone(p.prefix), true
+		return bytes.Clone(p), true
 	}
 	return nil, false
 }
 
-// bodyPrefix is resp's peekedBody, or nil.
-func bodyPrefix(resp *http.Response) *peekedBody {
+// bodyPrefix is the bytes resp's body was judged by (see peek), or nil
+// when it was not peeked.
+func bodyPrefix(resp *http.Response) []byte {
 	if resp == nil {
 		return nil
 	}
-	p, _ := resp.Body.(*peekedBody)
-	return p
+	switch b := resp.Body.(type) {
+	case *peekedBody:
+		return b.prefix
+	case *memoryBody:
+		return b.prefix
+	}
+	return nil
 }
 
 // unservable reports whether resp's body, as peeked, says that its upstream
 // cannot serve the request while another may.
 func unservable(resp *http.Response) bool {
 	p := bodyPrefix(resp)
-	return p != nil && unservableBody(p.prefix)
+	return p != nil && unservableBody(p)
 }
 
 // unservableCodes are values of an error's "code" or "type" (at any depth:
@@ -124,31 +113,41 @@ var unservableCodes = []string{
 	"content_policy_violation",
 }
 
-// unservablePhrases are phrases that, found in an error's "message" (or in
-// an "error" that is a string), say its upstream cannot serve the request
-// while another may. They are compared case-insensitively, and must be
-// specific: a caller's own mistake ("max_tokens is too large", "string too
-// long. Expected a string with maximum length", "Too many tokens in batch")
-// says none of them.
-var unservablePhrases = []string{
-	// "This model's maximum context length is 65536 tokens. However, you
-	// requested 66343 tokens (62247 in the messages, 4096 in the
-	// completion)." from OpenAI and Azure OpenAI (with the code above),
-	// DeepSeek (with "code":"invalid_request_error",
+// unservableMessages are the starts of an error's "message" (or of an
+// "error" that is a string) that say its upstream cannot serve the request
+// while another may. A message must begin with one, case aside: the phrase
+// further in (a validation error that quotes the caller's prompt, as
+// pydantic's input_value does in vLLM's 400s) says nothing, so no text a
+// caller sends can make its own mistake fail over. In a pattern, # is one
+// or more digits and * up to 100 bytes of anything but a newline or a
+// quote, as few as fit. Each must also be specific: a caller's own mistake
+// ("max_tokens is too large", "string too long. Expected a string with
+// maximum length", "Too many tokens in batch") begins with none of them.
+var unservableMessages = []string{
+	// OpenAI and Azure OpenAI (with the code above): "This model's maximum
+	// context length is 4097 tokens. However, you requested 4120 tokens
+	// ...", DeepSeek (with "code":"invalid_request_error",
 	// github.com/FoundationAgents/OpenManus issue 79), vLLM
 	// ({"object":"error", ..., "type":"BadRequestError","code":400},
 	// github.com/vllm-project/vllm issue 20409, github.com/HKUSTDial/
-	// Alpha-SQL issue 5; newer vLLM: "'max_tokens' or
-	// 'max_completion_tokens' is too large: 8000. This model's maximum
-	// context length is 4096 tokens and your request has 2778 input
-	// tokens"); OpenRouter's "This endpoint's maximum context length is
-	// 131072 tokens. However, you requested about 141607 tokens" with
-	// "code":400 (github.com/Aider-AI/aider issue 3721); Mistral's
-	// "Prompt contains 300000 tokens, too large for model with 131072
-	// maximum context length" in {"object":"error","message":...,
-	// "type":"invalid_request_error","param":null,"code":null} (the shape:
-	// github.com/aurelio-labs/semantic-router issue 297).
-	"maximum context length",
+	// Alpha-SQL issue 5).
+	"this model's maximum context length is # tokens",
+	// Newer vLLM, for a prompt that leaves no room for max_tokens: "'max_tokens'
+	// or 'max_completion_tokens' is too large: 8000. This model's maximum
+	// context length is 4096 tokens and your request has 2778 input tokens".
+	"'max_tokens' or 'max_completion_tokens' is too large: #. this model's maximum context length is # tokens",
+	// OpenRouter, with "code":400: "This endpoint's maximum context length
+	// is 131072 tokens. However, you requested about 141607 tokens"
+	// (github.com/Aider-AI/aider issue 3721).
+	"this endpoint's maximum context length is # tokens",
+	// Mistral, in {"object":"error","message":...,"type":
+	// "invalid_request_error","param":null,"code":null}: "Prompt contains
+	// 300000 tokens, too large for model with 131072 maximum context length"
+	// (the shape: github.com/aurelio-labs/semantic-router issue 297).
+	"prompt contains # tokens, too large for model with # maximum context length",
+	// SGLang: "The input (9000 tokens) is longer than the model's context
+	// length (8192 tokens)." (github.com/BerriAI/litellm issue 10793).
+	"the input (# tokens) is longer than the model's context length (# tokens)",
 
 	// Anthropic: {"type":"error","error":{"type":"invalid_request_error",
 	// "message":"prompt is too long: 208310 tokens > 200000 maximum"},
@@ -160,13 +159,14 @@ var unservablePhrases = []string{
 	// Gemini: {"error":{"code":400,"message":"The input token count
 	// (1200293) exceeds the maximum number of tokens allowed (1048576).",
 	// "errors":[...],"status":"INVALID_ARGUMENT"}}
-	// (github.com/google-gemini/gemini-cli issue 6678).
-	"exceeds the maximum number of tokens allowed",
+	// (github.com/google-gemini/gemini-cli issue 6678); Gemini 2.5 says it
+	// without the count (github.com/BerriAI/litellm issue 18282).
+	"the input token count* exceeds the maximum number of tokens allowed",
 
 	// Vertex AI: "Unable to submit request because the input token count
 	// is 1251952 but model only supports up to 1048576."
 	// (github.com/google-gemini/gemini-cli issue 19727).
-	"input token count is",
+	"unable to submit request because the input token count is # but model only supports up to #",
 
 	// Groq, a 413 for a request beyond the organization's tokens per
 	// minute, which no wait makes fit: "Request too large for model
@@ -174,21 +174,77 @@ var unservablePhrases = []string{
 	// minute (TPM): Limit 6000, Requested 18993, ...", "type":"tokens",
 	// "code":"rate_limit_exceeded" (github.com/bklieger-groq/
 	// NotebookLlama-Groq issue 1).
-	"request too large for model",
+	"request too large for model * in organization * on tokens per minute",
 
 	// Anthropic, a 400 invalid_request_error "Output blocked by content
 	// filtering policy" (github.com/anthropics/claude-code issue 43487).
-	"content filtering policy",
+	"output blocked by content filtering policy",
 
 	// Azure OpenAI, with content_filter above: "The response was filtered
 	// due to the prompt triggering Azure OpenAI's content management
 	// policy."
-	"content management policy",
+	"the response was filtered due to the prompt triggering azure openai's content management policy",
 
 	// OpenAI's reasoning models, "code":"invalid_prompt": "Invalid prompt:
 	// your prompt was flagged as potentially violating our usage policy."
 	// (github.com/alan-turing-institute/t0-1 issue 69).
-	"violating our usage policy",
+	"invalid prompt: your prompt was flagged as potentially violating our usage policy",
+
+	// A LiteLLM proxy upstream, which names its own verdict first:
+	// "litellm.BadRequestError: litellm.ContextWindowExceededError:
+	// AnthropicError - {...}" with "code":"400" (github.com/BerriAI/litellm
+	// issue 7259); "litellm.ContentPolicyViolationError: ..." for a
+	// refused prompt (LiteLLM's exception mapping, litellm/
+	// litellm_core_utils/exception_mapping_utils.py). Its message for a
+	// caller's own mistake begins "litellm.BadRequestError: " and names
+	// the provider's error next.
+	"litellm.contextwindowexceedederror:",
+	"litellm.badrequesterror: litellm.contextwindowexceedederror:",
+	"litellm.contentpolicyviolationerror:",
+	"litellm.badrequesterror: litellm.contentpolicyviolationerror:",
+}
+
+// matchStart reports whether s begins with pattern (see
+// unservableMessages), ASCII letters compared without case.
+func matchStart(s, pattern string) bool {
+	for i := 0; i < len(pattern); i++ {
+		switch c := pattern[i]; c {
+		case '#':
+			n := 0
+			for n < len(s) && '0' <= s[n] && s[n] <= '9' {
+				n++
+			}
+			if n == 0 {
+				return false
+			}
+			s = s[n:]
+		case '*':
+			rest := pattern[i+1:]
+			for n := 0; n <= 100 && n <= len(s); n++ {
+				if matchStart(s[n:], rest) {
+					return true
+				}
+				if n < len(s) && (s[n] == '\n' || s[n] == '\'' || s[n] == '"') {
+					return false
+				}
+			}
+			return false
+		default:
+			if len(s) == 0 || lower(s[0]) != c {
+				return false
+			}
+			s = s[1:]
+		}
+	}
+	return true
+}
+
+// lower is c in lower case, when it is an ASCII letter.
+func lower(c byte) byte {
+	if 'A' <= c && c <= 'Z' {
+		return c + 'a' - 'A'
+	}
+	return c
 }
 
 // unservableKey is a key whose presence says so whatever its value:
@@ -200,7 +256,7 @@ const unservableKey = "flagged_input"
 // unservableBody reports whether body, a JSON error or the first bytes of
 // one, says its upstream cannot serve the request while another may: a
 // "code" or "type" among unservableCodes, a "message" (or a string "error")
-// with one of unservablePhrases, or a flagged_input. Only the JSON read up
+// that begins as one of unservableMessages does, or a flagged_input. Only the JSON read up
 // to the first syntax error counts, so a body cut short is judged by the
 // values it holds whole; a body that is not JSON says nothing. A marker
 // anywhere else (in an echoed prompt under another key, in a "param") does
@@ -264,9 +320,9 @@ func unservableValue(key, v string) bool {
 			}
 		}
 	case "message", "error":
-		v = strings.ToLower(v)
-		for _, p := range unservablePhrases {
-			if strings.Contains(v, p) {
+		v = strings.TrimLeft(v, " \t\r\n")
+		for _, p := range unservableMessages {
+			if matchStart(v, p) {
 				return true
 			}
 		}

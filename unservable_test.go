@@ -120,6 +120,10 @@ var unservableAnswers = []providerAnswer{
 	{"openrouter moderation 403", 403, jsonHeaders, `{"error":{"code":403,"message":"Your chosen model requires moderation and your input was flagged","metadata":{"reasons":["harassment"],"flagged_input":"you are ...","provider_name":"OpenAI","model_slug":"openai/gpt-4o"}}}`},
 	{"vllm", 400, jsonHeaders, `{"object":"error","message":"This model's maximum context length is 32768 tokens. However, you requested 41648 tokens (37552 in the messages, 4096 in the completion). Please reduce the length of the messages or completion. None","type":"BadRequestError","param":null,"code":400}`},
 	{"vllm max_tokens past the context", 400, jsonHeaders, `{"error":{"message":"'max_tokens' or 'max_completion_tokens' is too large: 8000. This model's maximum context length is 4096 tokens and your request has 2778 input tokens (8000 > 4096 - 2778). None","type":"BadRequestError","param":null,"code":400}}`},
+	{"sglang", 400, jsonHeaders, `{"object":"error","message":"The input (9000 tokens) is longer than the model's context length (8192 tokens).","type":"BadRequestError","param":null,"code":400}`},
+	{"gemini 2.5, without the count", 400, googleHeaders, `{"error":{"code":400,"message":"The input token count exceeds the maximum number of tokens allowed (1048576).","status":"INVALID_ARGUMENT"}}`},
+	{"litellm proxy context window", 400, jsonHeaders, `{"error":{"message":"litellm.BadRequestError: litellm.ContextWindowExceededError: AnthropicError - {\"type\":\"error\",\"error\":{\"type\":\"invalid_request_error\",\"message\":\"prompt is too long: 200480 tokens > 200000 maximum\"}}\nReceived Model Group=anthropic/claude-3-5-sonnet-20241022\nAvailable Model Group Fallbacks=None","type":null,"param":null,"code":"400"}}`},
+	{"litellm proxy content policy", 400, jsonHeaders, `{"error":{"message":"litellm.ContentPolicyViolationError: AzureException - The response was filtered due to the prompt triggering Azure OpenAI's content management policy.","type":null,"param":null,"code":"400"}}`},
 }
 
 // nearMisses are a caller's own errors, and other answers that look like
@@ -138,6 +142,14 @@ var nearMisses = []struct {
 	{providerAnswer{"anthropic request_too_large", 413, anthropicHeaders, `{"type":"error","error":{"type":"request_too_large","message":"Request exceeds the maximum allowed number of bytes."}}`}, Rejected},
 	{providerAnswer{"mistral batch too large", 400, jsonHeaders, `{"object":"error","message":"Too many tokens in batch. Max is 16384 got 17555","type":"invalid_request_error","param":null,"code":null}`}, Rejected},
 	{providerAnswer{"gemini bad argument", 400, googleHeaders, `{"error":{"code":400,"message":"* GenerateContentRequest.generation_config.max_output_tokens: max_output_tokens must be positive.\n","status":"INVALID_ARGUMENT"}}`}, Rejected},
+	// A caller's own mistake whose message quotes what the caller sent:
+	// a marker phrase in the caller's text is not the upstream's word.
+	{providerAnswer{"vllm validation quoting the prompt", 400, jsonHeaders, `{"object":"error","message":"1 validation error for ChatCompletionRequest\nmessages.0.content\n  Input should be a valid string [type=string_type, input_value={'text': 'What is the maximum context length of gpt-4?'}, input_type=dict]","type":"BadRequestError","param":null,"code":400}`}, Rejected},
+	{providerAnswer{"vllm validation quoting a marker's whole sentence", 400, jsonHeaders, `{"object":"error","message":"1 validation error for ChatCompletionRequest\n  Value error, prompt is too long: 9 tokens > 5 maximum [type=value_error, input_value={'messages': 'prompt is too long'}, input_type=dict]","type":"BadRequestError","param":null,"code":400}`}, Rejected},
+	{providerAnswer{"openai invalid value quoting the caller", 400, openaiHeaders, `{"error":{"message":"Invalid value: 'This model's maximum context length is 5 tokens'. Supported values are: 'system', 'assistant', 'user', 'function', 'tool', and 'developer'.","type":"invalid_request_error","param":"messages[0].role","code":"invalid_value"}}`}, Rejected},
+	{providerAnswer{"a gateway's unknown model quoting the caller", 400, jsonHeaders, `{"error":{"message":"Unknown model: prompt is too long","type":"invalid_request_error"}}`}, Rejected},
+	{providerAnswer{"litellm proxy, a caller's mistake whose fallback overflowed", 400, jsonHeaders, `{"error":{"message":"litellm.BadRequestError: BedrockException - {\"message\":\"messages.32.content: Conversation blocks and tool result blocks cannot be provided in the same turn.\"}\nError doing the fallback: litellm.BadRequestError: litellm.ContextWindowExceededError: AnthropicError - prompt is too long: 209303 tokens > 200000 maximum","type":null,"param":null,"code":"400"}}`}, Rejected},
+	{providerAnswer{"a marker phrase without its numbers", 400, jsonHeaders, `{"error":{"message":"This model's maximum context length is unknown.","type":"invalid_request_error"}}`}, Rejected},
 	{providerAnswer{"not JSON", 400, []string{"Content-Type", "text/plain"}, "prompt is too long"}, Rejected},
 	{providerAnswer{"empty", 400, jsonHeaders, ""}, Rejected},
 	{providerAnswer{"a status that is not read", 422, jsonHeaders, `{"error":{"code":"context_length_exceeded"}}`}, Rejected},
@@ -399,58 +411,117 @@ func TestUnservableLargeBody(t *testing.T) {
 	}
 }
 
-// A body that stalls is cut after drainTimeout: what arrived decides, the
-// failover is not held up for longer, and alone the caller reads what
-// arrived, then an error. A body that trickles in within the wait arrives
-// whole.
+// A body is peeked for as long as it takes to come, up to drainTimeout,
+// and is never cut: a body that stalls is judged by what arrived, the
+// failover is not held up for longer, and the caller of the only upstream
+// reads the rest when it comes. An error body that comes in parts, or
+// trickles, arrives whole; a whole JSON object ends the peek at once.
 func TestUnservableSlowBody(t *testing.T) {
-	const head = `{"error":{"message":"prompt is too long: 208310 tokens > 200000 maximum","type":"invalid_request_error"}}`
-	stalls := func(release <-chan struct{}) func(w http.ResponseWriter, r *http.Request) {
+	// The message arrives at once; the object's end stalls.
+	const first = `{"error":{"message":"prompt is too long: 208310 tokens > 200000 maximum","type":"invalid_request_error"`
+	const rest = `}}`
+	const stall = 20 * time.Second // far past drainTimeout: a peek that waited for it shows
+	parts := func(first, rest string, release <-chan struct{}) func(w http.ResponseWriter, r *http.Request) {
 		return func(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Content-Type", "application/json")
-			w.Header().Set("Content-Length", fmt.Sprint(len(head)+10))
 			w.WriteHeader(400)
-			io.WriteString(w, head)
+			io.WriteString(w, first)
 			w.(http.Flusher).Flush()
-			select { // the last 10 bytes never come in time
+			select {
 			case <-release:
 			case <-r.Context().Done():
+				return
+			case <-time.After(stall):
 			}
+			io.WriteString(w, rest)
 		}
 	}
 	t.Run("stalls, with a backup", func(t *testing.T) {
 		release := make(chan struct{})
 		defer close(release)
-		primary := newServer(t, stalls(release))
+		primary := newServer(t, parts(first, rest, release))
 		backup := newUpstreamServer(t, 200, "from backup")
 		tr := newTestTransport(t, Config{Upstreams: []Upstream{
 			{Name: "primary", BaseURL: primary.URL},
 			{Name: "backup", BaseURL: backup.URL},
 		}})
 		start := time.Now()
-		resp, _ := postTraced(t, tr, primary.URL+"/v1/chat/completions")
+		resp, tc := postTraced(t, tr, primary.URL+"/v1/chat/completions")
 		if got := readBody(t, resp); got != "from backup" {
 			t.Fatalf("got %q, want the backup's", got)
 		}
-		if took := time.Since(start); took > drainTimeout+2*time.Second {
-			t.Errorf("the failover took %v, want about drainTimeout (%v)", took, drainTimeout)
+		if took := time.Since(start); took >= stall {
+			t.Errorf("the failover took %v: the peek waited for the stalled body", took)
+		}
+		if got := fmt.Sprint(tc.attempts); got != "[unservable success]" {
+			t.Errorf("attempts %s, want [unservable success]", got)
 		}
 		checkUnblamed(t, tr.Health()[0], 1)
 	})
 	t.Run("stalls, alone", func(t *testing.T) {
 		release := make(chan struct{})
-		defer close(release)
-		primary := newServer(t, stalls(release))
+		primary := newServer(t, parts(first, rest, release))
 		tr := newTestTransport(t, Config{Upstreams: []Upstream{{Name: "primary", BaseURL: primary.URL}}})
 		resp, _ := postTraced(t, tr, primary.URL+"/v1/chat/completions")
+		defer resp.Body.Close()
+		if p, ok := BodyPrefix(resp); !ok || string(p) != first {
+			t.Errorf("BodyPrefix %q, %v; want the bytes that arrived, %q", p, ok, first)
+		}
+		close(release) // the rest comes after the answer was judged
 		got, err := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode != 400 || string(got) != head || err == nil {
-			t.Fatalf("got %d %q, %v; want the 400's first bytes, then an error", resp.StatusCode, got, err)
+		if resp.StatusCode != 400 || string(got) != first+rest || err != nil {
+			t.Fatalf("got %d %q, %v; want the 400 whole", resp.StatusCode, got, err)
 		}
 		checkUnblamed(t, tr.Health()[0], 1)
 	})
+	t.Run("closed while it stalls", func(t *testing.T) {
+		release := make(chan struct{})
+		defer close(release)
+		primary := newServer(t, parts(first, rest, release))
+		tr := newTestTransport(t, Config{Upstreams: []Upstream{{Name: "primary", BaseURL: primary.URL}}})
+		resp, _ := postTraced(t, tr, primary.URL+"/v1/chat/completions")
+		resp.Body.Close() // ends the read pending behind the body
+		if _, err := io.ReadAll(resp.Body); err == nil {
+			t.Error("a closed body read without an error")
+		}
+	})
+	t.Run("an ordinary 400 in parts", func(t *testing.T) {
+		// The caller's own mistake, its body flushed in two parts further
+		// apart than drainTimeout: Rejected on what arrived, and whole.
+		const first = `{"error":{"message":"Invalid 'temperature': `
+		const rest = `decimal above maximum value.","type":"invalid_request_error"}}`
+		release := make(chan struct{})
+		primary := newServer(t, parts(first, rest, release))
+		tr := newTestTransport(t, Config{Upstreams: []Upstream{{Name: "primary", BaseURL: primary.URL}}})
+		resp, tc := postTraced(t, tr, primary.URL+"/v1/chat/completions")
+		defer resp.Body.Close()
+		close(release)
+		got, err := io.ReadAll(resp.Body)
+		if string(got) != first+rest || err != nil {
+			t.Errorf("400's body read %q, %v; want it whole", got, err)
+		}
+		if fmt.Sprint(tc.attempts) != "[rejected]" {
+			t.Errorf("attempts %v, want [rejected]", tc.attempts)
+		}
+	})
+	t.Run("a whole object, then a stall", func(t *testing.T) {
+		// The object's end ends the peek: nothing waits for the stall
+		// behind it, and the caller still reads the body to its end.
+		release := make(chan struct{})
+		primary := newServer(t, parts(first+rest, "\n", release))
+		tr := newTestTransport(t, Config{Upstreams: []Upstream{{Name: "primary", BaseURL: primary.URL}}})
+		resp, _ := postTraced(t, tr, primary.URL+"/v1/chat/completions")
+		defer resp.Body.Close()
+		if p, ok := BodyPrefix(resp); !ok || string(p) != first+rest {
+			t.Errorf("BodyPrefix %q, %v; want the object, %q", p, ok, first+rest)
+		}
+		close(release)
+		if got, err := io.ReadAll(resp.Body); string(got) != first+rest+"\n" || err != nil {
+			t.Errorf("read %q, %v; want the body whole", got, err)
+		}
+	})
 	t.Run("trickles in time", func(t *testing.T) {
+		const head = first + rest
 		a := providerAnswer{"trickle", 400, jsonHeaders, head}
 		primary := newServer(t, func(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Content-Type", "application/json")
@@ -501,6 +572,34 @@ func TestUnservableEverywhere(t *testing.T) {
 	}
 	if got := metricValue(t, tr, `failover_requests_total{upstream="u2",outcome="failed"}`); got != requests {
 		t.Errorf("failed requests = %v, want %d", got, requests)
+	}
+}
+
+// An upstream that answered Unservable is not asked again by a later
+// round (Config.Retries) when another upstream failed beside it, nor as
+// the last resort: it said it cannot serve this request, and a refused
+// prompt sent again is one more refusal on the account.
+func TestUnservableNotAskedAgain(t *testing.T) {
+	for name, cfg := range map[string]Config{
+		"retries":     {Retries: 2},
+		"last resort": {Retries: 1, Breaker: BreakerConfig{FailureThreshold: 1}}, // b's circuit opens
+		"hedged":      {Retries: 1, Hedge: &HedgeConfig{Delay: time.Hour}},
+	} {
+		n := newFakeNet()
+		n.status("a.test", 400, unservableAnswers[2].body, "Content-Type", "application/json") // content_policy_violation
+		n.status("b.test", 503, "b down")
+		tr := newTestTransport(t, twoUpstreams(n, cfg))
+		resp, err := tr.RoundTrip(httptestRequest("POST", "http://a.test/v1/chat/completions", chatBody))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if got := n.count("a.test"); got != 1 {
+			t.Errorf("%s: a (Unservable) got the request %d times, want 1", name, got)
+		}
+		if got := n.count("b.test"); got != 2 && name != "retries" || got != 3 && name == "retries" {
+			t.Errorf("%s: b got %d requests, want one a round", name, got)
+		}
 	}
 }
 
