@@ -16,6 +16,15 @@ type Cost struct {
 	// million output tokens. Zero means unknown or free: the upstream
 	// counts as the cheapest.
 	Input, Output float64
+
+	// CachedInput and CacheWrite are the prices of a million input
+	// tokens read from and written to the provider's prompt cache
+	// (Tokens.Cached and Tokens.CacheWrite), where the provider prices
+	// them apart: OpenAI charges a cached read a half or a tenth of
+	// Input, Anthropic a tenth for a read and 1.25 times Input for a
+	// five-minute write. Zero means priced as Input. Score's configured
+	// price (before any answer reported its usage) uses Input alone.
+	CachedInput, CacheWrite float64
 }
 
 // total returns Input+Output, negative prices counting as zero.

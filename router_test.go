@@ -6,6 +6,7 @@ import (
 	"math"
 	"net/http"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -420,7 +421,7 @@ func TestRouterGroups(t *testing.T) {
 func TestRoutersConcurrent(t *testing.T) {
 	cs := numbered(
 		Candidate{Weight: 5, Latency: 10 * time.Millisecond, InFlight: 2, P50: 100 * time.Millisecond, SuccessRate: 1},
-		Candidate{Weight: 3, Latency: 20 * time.Millisecond, P50: 200 * time.Millisecond, SuccessRate: 0.9, Cost: Cost{1, 2}},
+		Candidate{Weight: 3, Latency: 20 * time.Millisecond, P50: 200 * time.Millisecond, SuccessRate: 0.9, Cost: Cost{Input: 1, Output: 2}},
 		Candidate{Weight: 2, Latency: 30 * time.Millisecond, P50: 300 * time.Millisecond, SuccessRate: 0.8, Recovering: true},
 		Candidate{Weight: 1, State: Open},
 	)
@@ -463,7 +464,7 @@ func TestRoutersConcurrent(t *testing.T) {
 func TestRoutersAllocs(t *testing.T) {
 	cs := numbered(
 		Candidate{Weight: 2, Latency: 10 * time.Millisecond, InFlight: 1, P50: 100 * time.Millisecond, SuccessRate: 1, Recovering: true},
-		Candidate{Weight: 1, Latency: 20 * time.Millisecond, P50: 200 * time.Millisecond, SuccessRate: 0.9, Cost: Cost{1, 2}},
+		Candidate{Weight: 1, Latency: 20 * time.Millisecond, P50: 200 * time.Millisecond, SuccessRate: 0.9, Cost: Cost{Input: 1, Output: 2}},
 		Candidate{Weight: 3, Latency: 30 * time.Millisecond, P50: 300 * time.Millisecond, SuccessRate: 0.8, Demoted: ReasonDegraded},
 		Candidate{State: Open},
 	)
@@ -478,9 +479,9 @@ func TestRoutersAllocs(t *testing.T) {
 
 func BenchmarkRouterOrder(b *testing.B) {
 	cs := numbered(
-		Candidate{Weight: 5, Latency: 300 * time.Millisecond, InFlight: 4, P50: 340 * time.Millisecond, SuccessRate: 0.9971, Cost: Cost{1.25, 10}},
-		Candidate{Weight: 3, Latency: 400 * time.Millisecond, InFlight: 1, P50: 410 * time.Millisecond, SuccessRate: 0.9918, Cost: Cost{3, 15}},
-		Candidate{Weight: 2, Latency: 180 * time.Millisecond, InFlight: 2, P50: 180 * time.Millisecond, SuccessRate: 0.9962, Cost: Cost{0.3, 2.5}},
+		Candidate{Weight: 5, Latency: 300 * time.Millisecond, InFlight: 4, P50: 340 * time.Millisecond, SuccessRate: 0.9971, Cost: Cost{Input: 1.25, Output: 10}},
+		Candidate{Weight: 3, Latency: 400 * time.Millisecond, InFlight: 1, P50: 410 * time.Millisecond, SuccessRate: 0.9918, Cost: Cost{Input: 3, Output: 15}},
+		Candidate{Weight: 2, Latency: 180 * time.Millisecond, InFlight: 2, P50: 180 * time.Millisecond, SuccessRate: 0.9962, Cost: Cost{Input: 0.3, Output: 2.5}},
 	)
 	for _, tc := range []struct {
 		name string
@@ -613,12 +614,19 @@ func TestScoreRouter(t *testing.T) {
 }
 
 func TestRouterConfigErrors(t *testing.T) {
-	for _, u := range []Upstream{
-		{BaseURL: "http://a.test", Weight: -1},
-		{BaseURL: "http://a.test", Cost: Cost{Input: -1}},
+	for _, tc := range []struct {
+		u     Upstream
+		field string // the error names it
+	}{
+		{Upstream{BaseURL: "http://a.test", Weight: -1}, "Weight"},
+		{Upstream{BaseURL: "http://a.test", Cost: Cost{Input: -1}}, "Cost"},
+		{Upstream{BaseURL: "http://a.test", Cost: Cost{Output: math.Inf(1)}}, "Cost"},
+		{Upstream{BaseURL: "http://a.test", Cost: Cost{CachedInput: math.NaN()}}, "Cost"},
+		{Upstream{BaseURL: "http://a.test", Cost: Cost{CacheWrite: -0.5}}, "Cost"},
 	} {
-		if _, err := New(Config{Upstreams: []Upstream{u}}); err == nil {
-			t.Errorf("New accepted %+v", u)
+		_, err := New(Config{Upstreams: []Upstream{tc.u}})
+		if err == nil || !strings.Contains(err.Error(), "Upstreams[0]."+tc.field) {
+			t.Errorf("New(%+v) = %v, want an error naming %s", tc.u, err, tc.field)
 		}
 	}
 }

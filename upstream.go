@@ -82,8 +82,8 @@ func newUpstream(i int, uc Upstream) (*upstream, error) {
 	switch {
 	case uc.Weight < 0 || uc.Weight != uc.Weight:
 		return nil, configError(field("Weight"), "must not be negative")
-	case !finite(uc.Cost.Input) || !finite(uc.Cost.Output) || uc.Cost.Input < 0 || uc.Cost.Output < 0:
-		return nil, configError(field("Cost"), "must be finite and not negative")
+	case !price(uc.Cost.Input) || !price(uc.Cost.Output) || !price(uc.Cost.CachedInput) || !price(uc.Cost.CacheWrite):
+		return nil, configError(field("Cost"), "prices must be finite and not negative")
 	}
 	if err := uc.validatePolicy(i); err != nil {
 		return nil, err
@@ -129,6 +129,9 @@ func newUpstream(i int, uc Upstream) (*upstream, error) {
 
 // finite reports whether x is neither NaN nor infinite.
 func finite(x float64) bool { return !math.IsNaN(x) && !math.IsInf(x, 0) }
+
+// price reports whether x is a valid price: finite and not negative.
+func price(x float64) bool { return finite(x) && x >= 0 }
 
 // serves reports whether u serves model ("" serves everywhere).
 func (u *upstream) serves(model string) bool {

@@ -56,10 +56,10 @@ type Usage struct {
 
 	Tokens
 
-	// Cost is Tokens priced at the upstream's Cost: Input at Cost.Input
-	// and Output at Cost.Output per million; 0 without a Cost. Cached
-	// input tokens are priced as input: Cached and CacheWrite let an
-	// application price them as its provider does.
+	// Cost is Tokens priced at the upstream's Cost, per million: Cached
+	// at Cost.CachedInput, CacheWrite at Cost.CacheWrite (either, when
+	// zero, at Cost.Input), the rest of Input at Cost.Input and Output at
+	// Cost.Output; 0 without a Cost.
 	Cost float64
 }
 
@@ -141,7 +141,16 @@ func newUsageConfig(cfg Config) usageConfig {
 
 // of is t priced at c.
 func (c Cost) of(t Tokens) float64 {
-	return (float64(t.Input)*max(c.Input, 0) + float64(t.Output)*max(c.Output, 0)) / 1e6
+	in := max(c.Input, 0)
+	cached, write := in, in
+	if c.CachedInput > 0 {
+		cached = c.CachedInput
+	}
+	if c.CacheWrite > 0 {
+		write = c.CacheWrite
+	}
+	plain := t.Input - t.Cached - t.CacheWrite // never negative: Cached and CacheWrite are parts of Input (tokens)
+	return (float64(plain)*in + float64(t.Cached)*cached + float64(t.CacheWrite)*write + float64(t.Output)*max(c.Output, 0)) / 1e6
 }
 
 // meters reports whether the call's answer is metered.

@@ -3,6 +3,7 @@ package failover
 import (
 	"bytes"
 	"io"
+	"math"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -51,5 +52,29 @@ func TestUsageModelLabelFromRequestClipped(t *testing.T) {
 	t.Logf("model %d bytes, labels %d bytes", len(got[0].Model), buf.Len())
 	if m := got[0].Model; !utf8.ValidString(m) || len(m) > 4<<10 {
 		t.Errorf("Usage.Model is %d bytes, valid UTF-8 %v: the caller's raw model (the answer's own is clipped)", len(m), utf8.ValidString(m))
+	}
+}
+
+// A Cost prices cached reads and cache writes apart from the rest of the
+// input when it has prices for them, and as input when it has not.
+func TestCostOf(t *testing.T) {
+	// Anthropic's message: 13 input tokens, 200 written to the cache,
+	// 1000 read from it (Input counts all three), 35 output.
+	tk := Tokens{Input: 1213, Cached: 1000, CacheWrite: 200, Output: 35}
+	cases := []struct {
+		name string
+		cost Cost
+		want float64 // per million
+	}{
+		{"no cache prices", Cost{Input: 3, Output: 15}, 1213*3 + 35*15},
+		{"claude sonnet", Cost{Input: 3, Output: 15, CachedInput: 0.3, CacheWrite: 3.75}, 13*3 + 1000*0.3 + 200*3.75 + 35*15},
+		{"cached reads only", Cost{Input: 3, Output: 15, CachedInput: 0.3}, 213*3 + 1000*0.3 + 35*15},
+		{"free input, priced cache", Cost{Output: 15, CachedInput: 0.3}, 1000*0.3 + 35*15},
+		{"none", Cost{}, 0},
+	}
+	for _, tc := range cases {
+		if got, want := tc.cost.of(tk), tc.want/1e6; math.Abs(got-want) > 1e-12 {
+			t.Errorf("%s: %v, want %v", tc.name, got, want)
+		}
 	}
 }
