@@ -60,6 +60,7 @@ type call struct {
 	last     *upstream      // the upstream of the last failed attempt
 	attempts int            // in the current round
 	fatal    int            // attempts in the current round with permanent errors or Unservable answers
+	notHere  int            // attempts in the current round answered Unservable
 	refused  []*upstream    // upstreams that answered Unservable: no later round asks them again
 	racing   bool           // the current round hedges: every attempt has its own context
 
@@ -96,7 +97,7 @@ func (c *call) run() (*http.Response, error) {
 	ctx := c.ctx
 	var waited time.Duration
 	for round := 0; ; c.roundNo++ {
-		c.attempts, c.fatal = 0, 0
+		c.attempts, c.fatal, c.notHere = 0, 0, 0
 		errsBefore := len(c.errs)
 		if resp, err, done := c.round(ctx); done {
 			return resp, err
@@ -108,10 +109,11 @@ func (c *call) run() (*http.Response, error) {
 		next, known := c.t.earliest(c.servable(c.usable()), c.model, now)
 		var wait time.Duration
 		switch {
-		case c.attempts == 0:
-			// Every upstream was skipped: wait within MaxWait for the
-			// first to come back, or try the last resort (never for a
-			// request sent at most once: see WithoutFailover).
+		case c.attempts == c.notHere:
+			// Every upstream was skipped, or said it cannot serve the
+			// request: wait within MaxWait for the first of the others
+			// to come back, or try the last resort among them (never
+			// for a request sent at most once: see WithoutFailover).
 			if !known || next <= 0 || next > c.t.rate.MaxWait-waited {
 				if u := c.t.lastResort(c.servable(c.usable()), c.model, now); u != nil && !c.once() {
 					return c.lastResort(ctx, u, now)
@@ -425,6 +427,7 @@ func (c *call) settle(a *attempt) (*http.Response, error, bool) {
 		// refused prompt sent again is one more refusal on the
 		// account), nor does the last resort.
 		c.fatal++
+		c.notHere++
 		c.refused = append(c.refused, u)
 		if resp != nil {
 			c.hold(resp, a)

@@ -117,10 +117,15 @@ var unservableCodes = []string{
 // "error" that is a string) that say its upstream cannot serve the request
 // while another may. A message must begin with one, case aside: the phrase
 // further in (a validation error that quotes the caller's prompt, as
-// pydantic's input_value does in vLLM's 400s) says nothing, so no text a
-// caller sends can make its own mistake fail over. In a pattern, # is one
-// or more digits and * up to 100 bytes of anything but a newline or a
-// quote, as few as fit. Each must also be specific: a caller's own mistake
+// pydantic's input_value does in vLLM's 400s) says nothing. A pattern that
+// ends in a letter or a digit must also end a word of the message: what
+// follows is the message's end, one of . , ; : or " (". So a message that
+// begins with a caller's own words (OpenRouter's "<model> is not a valid
+// model ID", Anthropic's "<field>: Extra inputs are not permitted") says
+// nothing either, unless those words are a whole pattern followed by such
+// a mark. In a pattern, # is one or more digits, * up to 100 bytes of
+// anything but a newline or a quote, as few as fit, and a final $ the
+// message's end. Each must also be specific: a caller's own mistake
 // ("max_tokens is too large", "string too long. Expected a string with
 // maximum length", "Too many tokens in batch") begins with none of them.
 var unservableMessages = []string{
@@ -135,7 +140,7 @@ var unservableMessages = []string{
 	// Newer vLLM, for a prompt that leaves no room for max_tokens: "'max_tokens'
 	// or 'max_completion_tokens' is too large: 8000. This model's maximum
 	// context length is 4096 tokens and your request has 2778 input tokens".
-	"'max_tokens' or 'max_completion_tokens' is too large: #. this model's maximum context length is # tokens",
+	"'max_tokens' or 'max_completion_tokens' is too large: #. this model's maximum context length is # tokens and your request has # input tokens",
 	// OpenRouter, with "code":400: "This endpoint's maximum context length
 	// is 131072 tokens. However, you requested about 141607 tokens"
 	// (github.com/Aider-AI/aider issue 3721).
@@ -154,7 +159,8 @@ var unservableMessages = []string{
 	// "request_id":"req_..."} (github.com/anthropics/claude-code issue
 	// 12186); Claude on Vertex AI answers a 413 "Prompt is too long"
 	// (github.com/anthropics/anthropic-sdk-python issue 1028).
-	"prompt is too long",
+	"prompt is too long: # tokens > # maximum",
+	"prompt is too long$",
 
 	// Gemini: {"error":{"code":400,"message":"The input token count
 	// (1200293) exceeds the maximum number of tokens allowed (1048576).",
@@ -229,12 +235,18 @@ func matchStart(s, pattern string) bool {
 				}
 			}
 			return false
+		case '$':
+			return s == ""
 		default:
 			if len(s) == 0 || lower(s[0]) != c {
 				return false
 			}
 			s = s[1:]
 		}
+	}
+	// A pattern that ends a word ends one of s too.
+	if c := lower(pattern[len(pattern)-1]); c == '#' || 'a' <= c && c <= 'z' || '0' <= c && c <= '9' {
+		return s == "" || strings.IndexByte(".,;:", s[0]) >= 0 || strings.HasPrefix(s, " (")
 	}
 	return true
 }

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 )
 
@@ -149,6 +150,13 @@ var nearMisses = []struct {
 	{providerAnswer{"openai invalid value quoting the caller", 400, openaiHeaders, `{"error":{"message":"Invalid value: 'This model's maximum context length is 5 tokens'. Supported values are: 'system', 'assistant', 'user', 'function', 'tool', and 'developer'.","type":"invalid_request_error","param":"messages[0].role","code":"invalid_value"}}`}, Rejected},
 	{providerAnswer{"a gateway's unknown model quoting the caller", 400, jsonHeaders, `{"error":{"message":"Unknown model: prompt is too long","type":"invalid_request_error"}}`}, Rejected},
 	{providerAnswer{"litellm proxy, a caller's mistake whose fallback overflowed", 400, jsonHeaders, `{"error":{"message":"litellm.BadRequestError: BedrockException - {\"message\":\"messages.32.content: Conversation blocks and tool result blocks cannot be provided in the same turn.\"}\nError doing the fallback: litellm.BadRequestError: litellm.ContextWindowExceededError: AnthropicError - prompt is too long: 209303 tokens > 200000 maximum","type":null,"param":null,"code":"400"}}`}, Rejected},
+	// Messages that begin with what the caller sent: OpenRouter's unknown
+	// model (github.com/OpenRouterTeam/openrouter-examples issue 74),
+	// Anthropic's unknown field (github.com/anthropics/claude-code issue
+	// 4378), the caller's words reading as a pattern.
+	{providerAnswer{"openrouter unknown model named as a pattern", 400, jsonHeaders, `{"error":{"message":"This model's maximum context length is 1 tokens is not a valid model ID","code":400},"user_id":"user_39ktqAYU0JZKhG1fder8F40HVSC"}`}, Rejected},
+	{providerAnswer{"anthropic extra field named as a pattern", 400, anthropicHeaders, `{"type":"error","error":{"type":"invalid_request_error","message":"prompt is too long: Extra inputs are not permitted"},"request_id":"req_011CSFCDzbeWe2qGKAeNMhfZ"}`}, Rejected},
+	{providerAnswer{"anthropic extra field named as a phrase", 400, anthropicHeaders, `{"type":"error","error":{"type":"invalid_request_error","message":"output blocked by content filtering policy_x: Extra inputs are not permitted"}}`}, Rejected},
 	{providerAnswer{"a marker phrase without its numbers", 400, jsonHeaders, `{"error":{"message":"This model's maximum context length is unknown.","type":"invalid_request_error"}}`}, Rejected},
 	{providerAnswer{"not JSON", 400, []string{"Content-Type", "text/plain"}, "prompt is too long"}, Rejected},
 	{providerAnswer{"empty", 400, jsonHeaders, ""}, Rejected},
@@ -601,6 +609,82 @@ func TestUnservableNotAskedAgain(t *testing.T) {
 			t.Errorf("%s: b got %d requests, want one a round", name, got)
 		}
 	}
+}
+
+// An upstream that answered Unservable leaves the others to serve the
+// request; when every one of those cools down after a 429, the request
+// waits for the first to come back (RateLimit.MaxWait), as it does when
+// every upstream was skipped, rather than ending on the 400 (found by
+// review).
+func TestUnservableThenWait(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := newFakeNet()
+		n.status("a.test", 400, unservableAnswers[0].body, "Content-Type", "application/json") // context_length_exceeded
+		var busy atomic.Bool
+		busy.Store(true)
+		n.handle("b.test", func(*http.Request) (*http.Response, error) {
+			if busy.Load() {
+				return respond(429, "busy", "Retry-After", "2"), nil
+			}
+			return respond(200, "from b"), nil
+		})
+		tr := newTestTransport(t, twoUpstreams(n, Config{RateLimit: RateLimitConfig{MaxWait: 10 * time.Second}}))
+		// b cools down for 2s.
+		req := httptestRequest("POST", "http://a.test/v1/chat/completions", chatBody)
+		resp, err := tr.RoundTrip(req.WithContext(WithUpstreams(req.Context(), "b")))
+		if err != nil || resp.StatusCode != 429 {
+			t.Fatalf("setup: %v %v", resp, err)
+		}
+		resp.Body.Close()
+		busy.Store(false)
+
+		start := time.Now()
+		resp, err = tr.RoundTrip(httptestRequest("POST", "http://a.test/v1/chat/completions", chatBody))
+		if err != nil {
+			t.Fatal(err)
+		}
+		body := readBody(t, resp)
+		if resp.StatusCode != 200 || body != "from b" {
+			t.Errorf("got %d %.40q after %v; want b's 200 after waiting 2s for its cooldown (MaxWait 10s)", resp.StatusCode, body, time.Since(start))
+		}
+	})
+}
+
+// The same with b's circuit open: the last resort goes to b, the upstream
+// left (found by review).
+func TestUnservableThenLastResort(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := newFakeNet()
+		n.status("a.test", 400, unservableAnswers[0].body, "Content-Type", "application/json")
+		var down atomic.Bool
+		down.Store(true)
+		n.handle("b.test", func(*http.Request) (*http.Response, error) {
+			if down.Load() {
+				return respond(503, "down"), nil
+			}
+			return respond(200, "from b"), nil
+		})
+		tr := newTestTransport(t, twoUpstreams(n, Config{Breaker: BreakerConfig{FailureThreshold: 1, Cooldown: time.Minute}}))
+		req := httptestRequest("POST", "http://a.test/v1/chat/completions", chatBody)
+		resp, err := tr.RoundTrip(req.WithContext(WithUpstreams(req.Context(), "b")))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if s := tr.Health()[1].State; s != Open.String() {
+			t.Fatalf("setup: b is %v, want open", s)
+		}
+		down.Store(false)
+
+		resp, err = tr.RoundTrip(httptestRequest("POST", "http://a.test/v1/chat/completions", chatBody))
+		if err != nil {
+			t.Fatal(err)
+		}
+		body := readBody(t, resp)
+		if resp.StatusCode != 200 || n.count("b.test") != 2 {
+			t.Errorf("got %d %.40q, b asked %d times; want the last resort to b (its circuit open, a unable to serve)", resp.StatusCode, body, n.count("b.test"))
+		}
+	})
 }
 
 // Unservable, then a failure: the caller gets the latest answer held, as
