@@ -510,7 +510,9 @@ func TestFleet(t *testing.T) {
 			members[*e.Member] = true
 		}
 		if len(members) != 5 {
-			t.Errorf("%s: events of %d members, want 5", r.Name, len(members))
+			// A member has events when its circuits change, which
+			// takes failures seen in time: as timed as Opened.
+			tc.Errorf("%s: events of %d members, want 5", r.Name, len(members))
 		}
 	}
 	if off.Fleet.Shared || off.Fleet.SharedErrors != nil || !on.Fleet.Shared || on.Fleet.SharedErrors == nil {
