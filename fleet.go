@@ -275,10 +275,32 @@ func (f *fleet) work(ctx context.Context) {
 			u.fleet.wanting.Store(false)
 		case <-tick.C:
 			f.shareRates(ctx)
+			f.sendUrgent(ctx)
 			f.reconcile(ctx)
 			if f.ticks.Load() < 2 {
 				f.ticks.Add(1)
 			}
+		}
+	}
+}
+
+// sendUrgent publishes the state changes waiting in the queue, then the
+// failures that were waiting when it was called (a state change that comes
+// meanwhile still goes before the next failure). The period's work calls
+// it before each of its calls to the store, so that a failure or a state
+// change waits for one call at most, not for the whole period's (one per
+// upstream that has traffic, and the reconcile): on a loaded machine each
+// can take 100 ms, and a fleet that hears the news late sends the failing
+// upstream more requests.
+func (f *fleet) sendUrgent(ctx context.Context) {
+	f.sendQueued(ctx)
+	for range len(f.failures) {
+		select {
+		case e := <-f.failures:
+			f.send(ctx, e)
+			f.sendQueued(ctx)
+		default:
+			return
 		}
 	}
 }
@@ -304,6 +326,7 @@ func (f *fleet) shareRates(ctx context.Context) {
 			continue
 		}
 		if rate := u.rate(now); rate > 0 {
+			f.sendUrgent(ctx)
 			f.send(ctx, SharedEvent{Upstream: u.name, Kind: SharedRate, Rate: rate, For: 3 * f.every, Member: f.member, at: now})
 		}
 	}

@@ -202,6 +202,9 @@ func simulateOn(t *testing.T, p *primary, srv *redisServer, every time.Duration,
 	}
 	for _, during := range outages {
 		time.Sleep(500 * time.Millisecond) // healthy
+		if srv != nil {
+			waitSharing(t, srv, members)
+		}
 		openMu.Lock()
 		clear(opened)
 		openMu.Unlock()
@@ -260,6 +263,41 @@ func simulateOn(t *testing.T, p *primary, srv *redisServer, every time.Duration,
 		out[i].failedRequests, out[i].requests = int(failed.Load()), int(requests.Load())
 	}
 	return out
+}
+
+// waitSharing waits until every member shares: it sees the store up and
+// its subscription delivers. A Failure event on an upstream that no member
+// has (told, never stored, and ignored on arrival) goes out until every
+// member has received an event since the wait began. After Redis restarts,
+// an outage that began before then would measure a fleet still
+// reconnecting.
+func waitSharing(t *testing.T, srv *redisServer, members []*failover.Transport) {
+	t.Helper()
+	const in = `failover_shared_events_total{direction="in"}`
+	s := New(srv.client(t), Options{Prefix: t.Name()})
+	before := make([]float64, len(members))
+	for i, tr := range members {
+		before[i] = metric(tr, in)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		s.Publish(ctx, failover.SharedEvent{Upstream: "canary", Kind: failover.SharedFailure, At: time.Now(), Member: "test"})
+		cancel()
+		time.Sleep(50 * time.Millisecond)
+		waiting := 0
+		for i, tr := range members {
+			if metric(tr, in) <= before[i] || metric(tr, "failover_shared_up") != 1 {
+				waiting++
+			}
+		}
+		if waiting == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d members do not share after 10s", waiting, len(members))
+		}
+	}
 }
 
 // metric reads one sample of tr's metrics (0 when absent).
