@@ -470,6 +470,39 @@ func TestHeadroomDemotionLifted(t *testing.T) {
 	}
 }
 
+// Between full readings (headroomEvery apart), an answer's headers are
+// looked at only for the remaining counts its upstream sent at the last:
+// a 0 in one of those is read at once, a 0 in a header the upstream did
+// not send then waits for the next reading.
+func TestHeadroomReadsWhatItSent(t *testing.T) {
+	const (
+		req9 = "x-ratelimit-remaining-requests: 9"
+		req0 = "x-ratelimit-remaining-requests: 0\nx-ratelimit-reset-requests: 20s"
+		tok0 = "x-ratelimit-remaining-requests: 9\nanthropic-ratelimit-tokens-remaining: 0\nanthropic-ratelimit-tokens-reset: 2099-01-01T00:00:00Z"
+	)
+	rate := RateLimitConfig{}.withDefaults()
+	start := time.Now()
+	at := func(d time.Duration) time.Time { return start.Add(d) }
+
+	u := &upstream{}
+	u.noteHeadroom(wireHeader(t, req9), at(0), rate)
+	u.noteHeadroom(wireHeader(t, req0), at(time.Millisecond), rate)
+	if !u.outOfHeadroom(at(time.Millisecond)) {
+		t.Error("a 0 in a header sent at the last reading was not read at once")
+	}
+
+	u = &upstream{}
+	u.noteHeadroom(wireHeader(t, req9), at(0), rate)
+	u.noteHeadroom(wireHeader(t, tok0), at(time.Millisecond), rate)
+	if u.outOfHeadroom(at(time.Millisecond)) {
+		t.Error("a header not sent at the last reading was read before the next")
+	}
+	u.noteHeadroom(wireHeader(t, tok0), at(headroomEvery), rate)
+	if !u.outOfHeadroom(at(headroomEvery)) {
+		t.Error("the next reading did not read the 0")
+	}
+}
+
 // End to end: an upstream demoted by a window at 0 that serves again while
 // the others fail, and reports the window above 0, is first again for the
 // next request (the old code kept it last for the hour of its reset). A
@@ -515,7 +548,10 @@ func TestHeadroomDemotionOnTheWire(t *testing.T) {
 			t.Fatalf("got %q, out of headroom %v: a reported 50 left and is still demoted", got, tr.Health()[0].OutOfHeadroom)
 		}
 
+		// A header a did not send before is read at the next full
+		// reading, headroomEvery after the last.
 		n.status("a.test", 200, "a", "X-Ratelimit-Remaining", "0", "X-Ratelimit-Reset", "1e15")
+		time.Sleep(headroomEvery)
 		first()
 		h := tr.Health()[0]
 		if !h.OutOfHeadroom {
