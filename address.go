@@ -1,7 +1,9 @@
 package failover
 
 import (
+	"cmp"
 	"net/url"
+	"slices"
 	"strings"
 )
 
@@ -17,20 +19,6 @@ func hostKey(scheme, host string) string {
 		return h
 	}
 	return h + ":" + port
-}
-
-// sameHost reports whether host (a request URL's) names the same
-// authority as u, without allocating.
-func (u *upstream) sameHost(scheme, host string) bool {
-	h, port := splitHostPort(host)
-	if port == defaultPort(scheme) {
-		port = ""
-	}
-	if port == "" {
-		return strings.EqualFold(h, u.match)
-	}
-	n := len(u.match) - len(port) - 1
-	return n > 0 && u.match[n] == ':' && u.match[n+1:] == port && strings.EqualFold(h, u.match[:n])
 }
 
 // splitHostPort splits an authority into host and port. An IPv6 host keeps
@@ -88,19 +76,23 @@ func hasDotSegment(p string) bool {
 // route returns the upstream that u is addressed to (the longest matching
 // base path wins) and the rest of the path after its base path, decoded and
 // escaped, or nil. Both the decoded and the escaped path must lie under the
-// base path, so that an encoded slash cannot pass for a path segment.
+// base path, so that an encoded slash cannot pass for a path segment. Only
+// the upstreams on u's scheme and host are looked at (hosts), so routing
+// costs the same however many upstreams there are.
 func (t *Transport) route(u *url.URL) (up *upstream, rest, rawRest string) {
 	if u.Opaque != "" || u.Host == "" {
 		return nil, "", ""
 	}
-	raw := u.EscapedPath()
-	for _, c := range t.upstreams {
-		if !strings.EqualFold(u.Scheme, c.scheme) || !c.sameHost(c.scheme, u.Host) ||
-			!underBase(u.Path, c.path) || !underBase(raw, c.rawPath) {
-			continue
-		}
-		if up == nil || len(c.path) > len(up.path) {
+	var buf [128]byte
+	ups := t.hosts[string(appendAuthority(buf[:0], u.Scheme, u.Host))]
+	if len(ups) == 0 {
+		return nil, "", ""
+	}
+	raw := escapedPath(u)
+	for _, c := range ups { // the longest base path first
+		if underBase(u.Path, c.path) && underBase(raw, c.rawPath) {
 			up = c
+			break
 		}
 	}
 	if up == nil || hasDotSegment(u.Path) {
@@ -108,6 +100,75 @@ func (t *Transport) route(u *url.URL) (up *upstream, rest, rawRest string) {
 	}
 	return up, u.Path[len(up.path):], raw[len(up.rawPath):]
 }
+
+// appendAuthority appends to b the key of scheme and host in Transport.hosts:
+// the scheme, "://" and the host, ASCII letters in lower case, without
+// the scheme's default port, so that every spelling of one authority has
+// one key.
+func appendAuthority(b []byte, scheme, host string) []byte {
+	b = appendLower(b, scheme)
+	b = append(b, "://"...)
+	h, port := splitHostPort(host)
+	b = appendLower(b, h)
+	if port != "" && port != defaultPort(scheme) {
+		b = append(b, ':')
+		b = append(b, port...)
+	}
+	return b
+}
+
+// appendLower appends s to b with its ASCII letters in lower case.
+func appendLower(b []byte, s string) []byte {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if 'A' <= c && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		b = append(b, c)
+	}
+	return b
+}
+
+// hostMap is Transport.hosts for ups: each authority's upstreams, the
+// longest base path first, in their configured order among equals.
+func hostMap(ups []*upstream) map[string][]*upstream {
+	m := make(map[string][]*upstream)
+	for _, u := range ups {
+		k := string(appendAuthority(nil, u.scheme, u.host))
+		m[k] = append(m[k], u)
+	}
+	for _, list := range m {
+		slices.SortStableFunc(list, func(a, b *upstream) int { return cmp.Compare(len(b.path), len(a.path)) })
+	}
+	return m
+}
+
+// escapedPath is u.EscapedPath() without its work for the usual path: one
+// with no RawPath and no byte that needs escaping is its own escaping.
+func escapedPath(u *url.URL) string {
+	if u.RawPath == "" && pathSafe(u.Path) {
+		return u.Path
+	}
+	return u.EscapedPath()
+}
+
+// pathSafe reports whether no byte of p needs escaping in a URL's path, as
+// net/url escapes one: letters, digits and -._~$&+,/:;=@.
+func pathSafe(p string) bool {
+	for i := 0; i < len(p); i++ {
+		if !pathSafeByte[p[i]] {
+			return false
+		}
+	}
+	return true
+}
+
+var pathSafeByte = func() (t [256]bool) {
+	for c := range 256 {
+		t[c] = 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || strings.IndexByte("-._~$&+,/:;=@", byte(c)) >= 0
+	}
+	return t
+}()
 
 // address is route for a request the caller sent (not a redirect hop),
 // with Config.Unrouted's fallback: under UnroutedFirst, a URL whose scheme
@@ -119,7 +180,7 @@ func (t *Transport) address(u *url.URL) (up *upstream, rest, rawRest string) {
 	if up != nil || t.unroutedPolicy != UnroutedFirst || u.Opaque != "" || u.Host == "" || hasDotSegment(u.Path) || t.hostOfUpstream(u) {
 		return up, rest, rawRest
 	}
-	first, raw := t.upstreams[0], u.EscapedPath()
+	first, raw := t.upstreams[0], escapedPath(u)
 	if !underBase(u.Path, first.path) || !underBase(raw, first.rawPath) {
 		return nil, "", ""
 	}
@@ -128,12 +189,9 @@ func (t *Transport) address(u *url.URL) (up *upstream, rest, rawRest string) {
 
 // hostOfUpstream reports whether some upstream has u's scheme and host.
 func (t *Transport) hostOfUpstream(u *url.URL) bool {
-	for _, c := range t.upstreams {
-		if strings.EqualFold(u.Scheme, c.scheme) && c.sameHost(c.scheme, u.Host) {
-			return true
-		}
-	}
-	return false
+	var buf [128]byte
+	_, ok := t.hosts[string(appendAuthority(buf[:0], u.Scheme, u.Host))]
+	return ok
 }
 
 // underBase reports whether path is base or lies under it.

@@ -328,7 +328,7 @@ func parseResetNumber(v string, now time.Time) time.Time {
 // headroomState is what an upstream last said of its rate-limit headroom.
 type headroomState struct {
 	at    atomic.Int64  // mono.Time of the last full parse
-	sent  atomic.Uint32 // the remainingHeaders the answer of the last full parse had (bit i: the i-th)
+	sent  atomic.Uint64 // of the answer of the last full parse: its remainingHeaders (bit i: the i-th) and, above bit 32, its number of headers
 	last  atomic.Pointer[Headroom]
 	until atomic.Int64 // mono.Time: demoted until then, the latest of windows' until
 
@@ -344,9 +344,10 @@ type headroomState struct {
 // the order of the windows (winOpenAIRequests...): a success with one of
 // them at 0 is read at once; otherwise the headers of an upstream that is
 // not demoted are read at most every headroomEvery. Between those reads,
-// only the ones the upstream sent at the last are looked at (most
-// upstreams send two or none), so that a healthy answer costs a lookup
-// for each header its upstream sends, not for each a dialect might.
+// an answer with as many headers as the last one read is looked at only
+// for the ones that one had (most upstreams send two or none), so that a
+// healthy answer costs a lookup for each header its upstream sends, not
+// for each a dialect might.
 var remainingHeaders = []string{
 	"X-Ratelimit-Remaining-Requests", "X-Ratelimit-Remaining-Tokens",
 	"Anthropic-Ratelimit-Requests-Remaining", "Anthropic-Ratelimit-Tokens-Remaining",
@@ -356,10 +357,14 @@ var remainingHeaders = []string{
 
 const headroomEvery = 100 * time.Millisecond
 
-// zeroRemaining reports whether one of the remainingHeaders in set (bit
-// i: the i-th) reads as 0, as parseRemaining reads it ("0", "00", "+0",
-// "0, 5").
-func zeroRemaining(h http.Header, set uint32) bool {
+// zeroRemaining reports whether a remaining header of h reads as 0, as
+// parseRemaining reads it ("0", "00", "+0", "0, 5"), looking only at those
+// that sent (see headroomState.sent) had when h has as many headers.
+func zeroRemaining(h http.Header, sent uint64) bool {
+	set := uint32(1<<len(remainingHeaders) - 1)
+	if int(sent>>32) == len(h) {
+		set = uint32(sent)
+	}
 	for ; set != 0; set &= set - 1 {
 		if v := h[remainingHeaders[bits.TrailingZeros32(set)]]; len(v) > 0 && isZero(v[0]) {
 			return true
@@ -368,15 +373,16 @@ func zeroRemaining(h http.Header, set uint32) bool {
 	return false
 }
 
-// remainingSent is the set of remainingHeaders h has (bit i: the i-th).
-func remainingSent(h http.Header) uint32 {
-	var set uint32
+// sentHeaders is headroomState.sent for h: the remainingHeaders it has
+// (bit i: the i-th) and, above bit 32, its number of headers.
+func sentHeaders(h http.Header) uint64 {
+	var set uint64
 	for i, k := range remainingHeaders {
 		if _, ok := h[k]; ok {
 			set |= 1 << i
 		}
 	}
-	return set
+	return set | uint64(min(len(h), math.MaxUint32))<<32
 }
 
 // isZero reports whether the first value of a header, up to any comma and
@@ -416,10 +422,11 @@ func isZero(v string) bool {
 // is. A report older than the one a window last took is dropped.
 //
 // The headers of an upstream that is not demoted are read at most every
-// headroomEvery unless one that the upstream sent at the last reading
-// reads 0 (a header it did not send then waits for the next reading);
-// those of a demoted one, every time, so that a lift is seen at its first
-// success.
+// headroomEvery unless one reads 0; those of a demoted one, every time, so
+// that a lift is seen at its first success. Between readings, an answer
+// with as many headers as the last one read is looked at only for the
+// remaining counts that one had: a 0 in another waits for the next
+// reading.
 //
 // rate is the Transport's, with its defaults.
 func (u *upstream) noteHeadroom(h http.Header, now time.Time, rate RateLimitConfig) {
@@ -429,7 +436,7 @@ func (u *upstream) noteHeadroom(h http.Header, now time.Time, rate RateLimitConf
 		((at != 0 && m.Sub(mono.Time(at)) < headroomEvery) || !s.at.CompareAndSwap(at, int64(m))) {
 		return
 	}
-	s.sent.Store(remainingSent(h))
+	s.sent.Store(sentHeaders(h))
 	r := readHeadroom(h, now)
 	if !r.any {
 		return

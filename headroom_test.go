@@ -470,36 +470,40 @@ func TestHeadroomDemotionLifted(t *testing.T) {
 	}
 }
 
-// Between full readings (headroomEvery apart), an answer's headers are
-// looked at only for the remaining counts its upstream sent at the last:
-// a 0 in one of those is read at once, a 0 in a header the upstream did
-// not send then waits for the next reading.
+// Between full readings (headroomEvery apart), an answer with as many
+// headers as the last one read is looked at only for the remaining counts
+// that one had: a 0 in one of those is read at once, a 0 in another waits
+// for the next reading; an answer with another number of headers is read
+// for all.
 func TestHeadroomReadsWhatItSent(t *testing.T) {
 	const (
-		req9 = "x-ratelimit-remaining-requests: 9"
-		req0 = "x-ratelimit-remaining-requests: 0\nx-ratelimit-reset-requests: 20s"
-		tok0 = "x-ratelimit-remaining-requests: 9\nanthropic-ratelimit-tokens-remaining: 0\nanthropic-ratelimit-tokens-reset: 2099-01-01T00:00:00Z"
+		req9   = "x-ratelimit-remaining-requests: 9\nx-request-id: 1\nserver: x"
+		req0   = "x-ratelimit-remaining-requests: 0\nx-ratelimit-reset-requests: 20s\nserver: x"
+		tok0   = "x-ratelimit-remaining-requests: 9\nanthropic-ratelimit-tokens-remaining: 0\nanthropic-ratelimit-tokens-reset: 2099-01-01T00:00:00Z"
+		tok0NR = "x-ratelimit-remaining-requests: 9\nanthropic-ratelimit-tokens-remaining: 0"
 	)
 	rate := RateLimitConfig{}.withDefaults()
 	start := time.Now()
 	at := func(d time.Duration) time.Time { return start.Add(d) }
-
-	u := &upstream{}
-	u.noteHeadroom(wireHeader(t, req9), at(0), rate)
-	u.noteHeadroom(wireHeader(t, req0), at(time.Millisecond), rate)
-	if !u.outOfHeadroom(at(time.Millisecond)) {
-		t.Error("a 0 in a header sent at the last reading was not read at once")
-	}
-
-	u = &upstream{}
-	u.noteHeadroom(wireHeader(t, req9), at(0), rate)
-	u.noteHeadroom(wireHeader(t, tok0), at(time.Millisecond), rate)
-	if u.outOfHeadroom(at(time.Millisecond)) {
-		t.Error("a header not sent at the last reading was read before the next")
-	}
-	u.noteHeadroom(wireHeader(t, tok0), at(headroomEvery), rate)
-	if !u.outOfHeadroom(at(headroomEvery)) {
-		t.Error("the next reading did not read the 0")
+	for _, tc := range []struct {
+		name   string
+		second string
+		read   bool // the second answer, 1 ms after the first, is read
+	}{
+		{"a 0 in a header sent before", req0, true},
+		{"a 0 in a header not sent before", tok0, false},
+		{"a 0 among another number of headers", tok0NR, true},
+	} {
+		u := &upstream{}
+		u.noteHeadroom(wireHeader(t, req9), at(0), rate)
+		u.noteHeadroom(wireHeader(t, tc.second), at(time.Millisecond), rate)
+		if got := u.outOfHeadroom(at(time.Millisecond)); got != tc.read {
+			t.Errorf("%s: demoted %v, want %v", tc.name, got, tc.read)
+		}
+		u.noteHeadroom(wireHeader(t, tc.second), at(headroomEvery), rate)
+		if !u.outOfHeadroom(at(headroomEvery)) {
+			t.Errorf("%s: the next reading did not read the 0", tc.name)
+		}
 	}
 }
 

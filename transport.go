@@ -340,6 +340,7 @@ const (
 // ends when Base returns.
 type Transport struct {
 	upstreams []*upstream
+	hosts     map[string][]*upstream // by authority: the upstreams on each scheme and host (route)
 	base      http.RoundTripper
 	classify  Classifier
 	router    Router       // nil: the configured order
@@ -481,6 +482,7 @@ func New(cfg Config) (*Transport, error) {
 		t.upstreams = append(t.upstreams, u)
 		t.models = t.models || len(u.models) > 0
 	}
+	t.hosts = hostMap(t.upstreams)
 	creds, err := newCredentials(cfg, t.upstreams)
 	if err != nil {
 		return nil, err

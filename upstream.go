@@ -21,7 +21,6 @@ type upstream struct {
 	baseURL string // redacted: scheme, host and path only
 	scheme  string
 	host    string // as configured, for the rewritten URL and Host header
-	match   string // hostKey of scheme and host
 	path    string // decoded base path, no trailing slash
 	rawPath string // escaped base path, no trailing slash
 	header  http.Header
@@ -106,7 +105,6 @@ func newUpstream(i int, uc Upstream) (*upstream, error) {
 		baseURL: base.Scheme + "://" + base.Host + base.EscapedPath(),
 		scheme:  base.Scheme,
 		host:    base.Host,
-		match:   hostKey(base.Scheme, base.Host),
 		path:    base.Path,
 		rawPath: base.EscapedPath(),
 		header:  http.Header{},
