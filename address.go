@@ -5,6 +5,7 @@ import (
 	"net/url"
 	"slices"
 	"strings"
+	"unsafe"
 )
 
 // hostKey returns host lowercased and without the scheme's default port, so
@@ -77,20 +78,20 @@ func hasDotSegment(p string) bool {
 // base path wins) and the rest of the path after its base path, decoded and
 // escaped, or nil. Both the decoded and the escaped path must lie under the
 // base path, so that an encoded slash cannot pass for a path segment. Only
-// the upstreams on u's scheme and host are looked at (hosts), so routing
-// costs the same however many upstreams there are.
+// the upstreams on u's host are looked at (hosts), so routing costs the
+// same however many upstreams there are.
 func (t *Transport) route(u *url.URL) (up *upstream, rest, rawRest string) {
 	if u.Opaque != "" || u.Host == "" {
 		return nil, "", ""
 	}
-	var buf [128]byte
-	ups := t.hosts[string(appendAuthority(buf[:0], u.Scheme, u.Host))]
+	var buf [64]byte
+	ups := t.hosts[hostKeyIn(buf[:0], u.Scheme, u.Host)]
 	if len(ups) == 0 {
 		return nil, "", ""
 	}
 	raw := escapedPath(u)
 	for _, c := range ups { // the longest base path first
-		if underBase(u.Path, c.path) && underBase(raw, c.rawPath) {
+		if equalFoldASCII(u.Scheme, c.scheme) && underBase(u.Path, c.path) && underBase(raw, c.rawPath) {
 			up = c
 			break
 		}
@@ -101,40 +102,51 @@ func (t *Transport) route(u *url.URL) (up *upstream, rest, rawRest string) {
 	return up, u.Path[len(up.path):], raw[len(up.rawPath):]
 }
 
-// appendAuthority appends to b the key of scheme and host in Transport.hosts:
-// the scheme, "://" and the host, ASCII letters in lower case, without
-// the scheme's default port, so that every spelling of one authority has
-// one key.
-func appendAuthority(b []byte, scheme, host string) []byte {
-	b = appendLower(b, scheme)
-	b = append(b, "://"...)
+// hostKeyIn is hostKey(scheme, host) (with ASCII letters alone brought to
+// lower case), written to b only when it is not a part of host as it is:
+// an authority in lower case costs no copy, and nothing allocates unless
+// b is too short. Its result may share b's bytes: it is for a map lookup.
+func hostKeyIn(b []byte, scheme, host string) string {
 	h, port := splitHostPort(host)
-	b = appendLower(b, h)
-	if port != "" && port != defaultPort(scheme) {
-		b = append(b, ':')
-		b = append(b, port...)
+	if port == "" || port == defaultPort(scheme) {
+		host = h
 	}
-	return b
-}
-
-// appendLower appends s to b with its ASCII letters in lower case.
-func appendLower(b []byte, s string) []byte {
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if 'A' <= c && c <= 'Z' {
-			c += 'a' - 'A'
+	for i := 0; i < len(host); i++ {
+		if c := host[i]; 'A' <= c && c <= 'Z' {
+			b = append(b, host...)
+			for j := i; j < len(b); j++ {
+				if c := b[j]; 'A' <= c && c <= 'Z' {
+					b[j] = c + 'a' - 'A'
+				}
+			}
+			return unsafe.String(unsafe.SliceData(b), len(b))
 		}
-		b = append(b, c)
 	}
-	return b
+	return host
 }
 
-// hostMap is Transport.hosts for ups: each authority's upstreams, the
-// longest base path first, in their configured order among equals.
+// equalFoldASCII reports whether a and b are equal with their ASCII
+// letters in either case.
+func equalFoldASCII(a, b string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := 0; i < len(a); i++ {
+		if x, y := a[i], b[i]; x != y && (x|0x20 != y|0x20 || x|0x20 < 'a' || x|0x20 > 'z') {
+			return false
+		}
+	}
+	return true
+}
+
+// hostMap is Transport.hosts for ups: the upstreams on each host (by
+// hostKey), the longest base path first, in their configured order among
+// equals.
 func hostMap(ups []*upstream) map[string][]*upstream {
 	m := make(map[string][]*upstream)
 	for _, u := range ups {
-		k := string(appendAuthority(nil, u.scheme, u.host))
+		var buf [64]byte
+		k := strings.Clone(hostKeyIn(buf[:0], u.scheme, u.host))
 		m[k] = append(m[k], u)
 	}
 	for _, list := range m {
@@ -189,9 +201,13 @@ func (t *Transport) address(u *url.URL) (up *upstream, rest, rawRest string) {
 
 // hostOfUpstream reports whether some upstream has u's scheme and host.
 func (t *Transport) hostOfUpstream(u *url.URL) bool {
-	var buf [128]byte
-	_, ok := t.hosts[string(appendAuthority(buf[:0], u.Scheme, u.Host))]
-	return ok
+	var buf [64]byte
+	for _, c := range t.hosts[hostKeyIn(buf[:0], u.Scheme, u.Host)] {
+		if equalFoldASCII(u.Scheme, c.scheme) {
+			return true
+		}
+	}
+	return false
 }
 
 // underBase reports whether path is base or lies under it.
