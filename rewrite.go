@@ -316,8 +316,8 @@ func (r *request) rewrite(out *http.Request, u *upstream) {
 		out.URL.User = nil
 		out.URL.RawQuery = r.hop.stripQuery(out.URL.RawQuery)
 	}
-	for k, v := range u.header {
-		out.Header[k] = v
+	for _, f := range u.headers {
+		out.Header[f.key] = f.values
 	}
 }
 
@@ -327,33 +327,13 @@ func (r *request) rewrite(out *http.Request, u *upstream) {
 // caller's credentials are not for, when it is a credential or, on a
 // redirect hop, carries one (a Referer with the first URL's key=).
 func (r *request) keepHeader(k string, vs []string, u *upstream) bool {
-	if _, ok := u.header[k]; ok {
+	if u.sets(k) {
 		return false
-	}
-	if !canonicalASCII(k) {
-		if _, ok := u.header[http.CanonicalHeaderKey(k)]; ok {
-			return false
-		}
 	}
 	if u == r.owner() {
 		return true
 	}
 	return !r.t.creds.header(k) && (r.hop == nil || !r.hop.carries(vs...))
-}
-
-// canonicalASCII reports, quickly, whether k is already in canonical form
-// ("Content-Type"); false only costs a call to http.CanonicalHeaderKey.
-func canonicalASCII(k string) bool {
-	upper := true
-	for i := 0; i < len(k); i++ {
-		b := k[i]
-		switch {
-		case upper && 'a' <= b && b <= 'z', !upper && 'A' <= b && b <= 'Z', b <= ' ', b >= 0x7f:
-			return false
-		}
-		upper = b == '-'
-	}
-	return true
 }
 
 // stripQuery drops the pairs of a raw query whose name is a credential

@@ -6,6 +6,7 @@ import (
 	"math"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -24,7 +25,8 @@ type upstream struct {
 	path    string // decoded base path, no trailing slash
 	rawPath string // escaped base path, no trailing slash
 	header  http.Header
-	models  modelMap // Upstream.Models
+	headers []headerField // header's fields in a slice, sorted by key: what each request reads (rewrite)
+	models  modelMap      // Upstream.Models
 
 	// The policy in effect (policy.go): Upstream.Breaker over
 	// Config.Breaker with the defaults filled in, and Upstream's
@@ -116,6 +118,9 @@ func newUpstream(i int, uc Upstream) (*upstream, error) {
 	for k, vs := range uc.Header {
 		u.header[http.CanonicalHeaderKey(k)] = append([]string(nil), vs...)
 	}
+	for _, k := range slices.Sorted(maps.Keys(u.header)) {
+		u.headers = append(u.headers, headerField{k, u.header[k]})
+	}
 	if len(uc.Models) > 0 {
 		if err := modelMap(uc.Models).validate(field("Models")); err != nil {
 			return nil, err
@@ -130,6 +135,23 @@ func finite(x float64) bool { return !math.IsNaN(x) && !math.IsInf(x, 0) }
 
 // price reports whether x is a valid price: finite and not negative.
 func price(x float64) bool { return finite(x) && x >= 0 }
+
+// headerField is a header's key, canonical, and its values.
+type headerField struct {
+	key    string
+	values []string
+}
+
+// sets reports whether u's Header sets the caller's header k, in any
+// spelling: net/http would send a non-canonical key as a second header.
+func (u *upstream) sets(k string) bool {
+	for i := range u.headers {
+		if h := u.headers[i].key; len(h) == len(k) && (h == k || equalFoldASCII(h, k)) {
+			return true
+		}
+	}
+	return false
+}
 
 // serves reports whether u serves model ("" serves everywhere).
 func (u *upstream) serves(model string) bool {
