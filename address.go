@@ -84,8 +84,7 @@ func (t *Transport) route(u *url.URL) (up *upstream, rest, rawRest string) {
 	if u.Opaque != "" || u.Host == "" {
 		return nil, "", ""
 	}
-	var buf [64]byte
-	ups := t.hosts[hostKeyIn(buf[:0], u.Scheme, u.Host)]
+	ups := t.upstreamsAt(u.Scheme, u.Host)
 	if len(ups) == 0 {
 		return nil, "", ""
 	}
@@ -100,6 +99,47 @@ func (t *Transport) route(u *url.URL) (up *upstream, rest, rawRest string) {
 		return nil, "", ""
 	}
 	return up, u.Path[len(up.path):], raw[len(up.rawPath):]
+}
+
+// upstreamsAt returns the upstreams on scheme and host's host, the longest
+// base path first (hosts): at once for a host spelled as an upstream's
+// BaseURL spells it (the usual request, made from that BaseURL), else by
+// its key.
+func (t *Transport) upstreamsAt(scheme, host string) []*upstream {
+	for i := range t.spelled {
+		if e := &t.spelled[i]; e.host == host && e.scheme == scheme {
+			return e.ups
+		}
+	}
+	var buf [64]byte
+	return t.hosts[hostKeyIn(buf[:0], scheme, host)]
+}
+
+// spelling is a scheme and host as an upstream's BaseURL spells them, and
+// the upstreams on that host (see Transport.spelled).
+type spelling struct {
+	scheme, host string
+	ups          []*upstream
+}
+
+// maxSpellings bounds Transport.spelled, so that a request to a host spelled
+// otherwise costs the same however many upstreams there are.
+const maxSpellings = 4
+
+// spellings is Transport.spelled for ups and their hosts map: the first
+// maxSpellings distinct spellings of the upstreams' schemes and hosts.
+func spellings(ups []*upstream, hosts map[string][]*upstream) []spelling {
+	var out []spelling
+	for _, u := range ups {
+		if len(out) == maxSpellings {
+			break
+		}
+		if !slices.ContainsFunc(out, func(s spelling) bool { return s.scheme == u.scheme && s.host == u.host }) {
+			var buf [64]byte
+			out = append(out, spelling{u.scheme, u.host, hosts[hostKeyIn(buf[:0], u.scheme, u.host)]})
+		}
+	}
+	return out
 }
 
 // hostKeyIn is hostKey(scheme, host) (with ASCII letters alone brought to
@@ -201,8 +241,7 @@ func (t *Transport) address(u *url.URL) (up *upstream, rest, rawRest string) {
 
 // hostOfUpstream reports whether some upstream has u's scheme and host.
 func (t *Transport) hostOfUpstream(u *url.URL) bool {
-	var buf [64]byte
-	for _, c := range t.hosts[hostKeyIn(buf[:0], u.Scheme, u.Host)] {
+	for _, c := range t.upstreamsAt(u.Scheme, u.Host) {
 		if equalFoldASCII(u.Scheme, c.scheme) {
 			return true
 		}

@@ -340,7 +340,8 @@ const (
 // ends when Base returns.
 type Transport struct {
 	upstreams []*upstream
-	hosts     map[string][]*upstream // by authority: the upstreams on each scheme and host (route)
+	hosts     map[string][]*upstream // by hostKey: the upstreams on each host (route)
+	spelled   []spelling             // the first few hosts as the BaseURLs spell them, looked at before hosts
 	base      http.RoundTripper
 	classify  Classifier
 	router    Router       // nil: the configured order
@@ -483,6 +484,7 @@ func New(cfg Config) (*Transport, error) {
 		t.models = t.models || len(u.models) > 0
 	}
 	t.hosts = hostMap(t.upstreams)
+	t.spelled = spellings(t.upstreams, t.hosts)
 	creds, err := newCredentials(cfg, t.upstreams)
 	if err != nil {
 		return nil, err
