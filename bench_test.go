@@ -191,6 +191,9 @@ func BenchmarkRoundTrip(b *testing.B) {
 		rt   func(b *testing.B) http.RoundTripper
 	}{
 		{"bare", func(b *testing.B) http.RoundTripper { return newHTTPTransport(b) }},
+		{"floor", func(b *testing.B) http.RoundTripper {
+			return &floorWrapper{base: newHTTPTransport(b), auth: benchPrimaryAuth}
+		}},
 		{"failover", func(b *testing.B) http.RoundTripper {
 			return newBenchTransport(b, failover.Config{
 				Base: newHTTPTransport(b),
@@ -232,6 +235,33 @@ func BenchmarkRoundTrip(b *testing.B) {
 			})
 		})
 	}
+}
+
+// floorWrapper is the least a wrapper that swaps credentials can do, the
+// floor the Transport's own work is measured against (issue 15): it
+// shallow-copies the request, gives it a new header map with its
+// Authorization swapped, reads the clock before and after, and bumps two
+// atomic counters. It routes nothing, judges nothing, and fails over to
+// nothing.
+type floorWrapper struct {
+	base           http.RoundTripper
+	auth           string
+	requests, took atomic.Int64
+}
+
+func (f *floorWrapper) RoundTrip(req *http.Request) (*http.Response, error) {
+	start := time.Now()
+	out := *req
+	h := make(http.Header, len(req.Header))
+	for k, v := range req.Header {
+		h[k] = v
+	}
+	h["Authorization"] = []string{f.auth}
+	out.Header = h
+	resp, err := f.base.RoundTrip(&out)
+	f.requests.Add(1)
+	f.took.Add(int64(time.Since(start)))
+	return resp, err
 }
 
 // refusedWorker sends chat requests through rt to url, a port that refuses
@@ -325,6 +355,7 @@ func BenchmarkDecision(b *testing.B) {
 		rt   func(b *testing.B) http.RoundTripper
 	}{
 		{"canned", func(*testing.B) http.RoundTripper { return cannedBase{} }},
+		{"floor", func(*testing.B) http.RoundTripper { return &floorWrapper{base: cannedBase{}, auth: benchPrimaryAuth} }},
 		{"failover", func(b *testing.B) http.RoundTripper { return newBenchTransport(b, decisionConfig(1)) }},
 		{"failover_2up", func(b *testing.B) http.RoundTripper { return newBenchTransport(b, decisionConfig(2)) }},
 		{"failover_2up_hedged", func(b *testing.B) http.RoundTripper {
