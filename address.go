@@ -76,7 +76,8 @@ func hasDotSegment(p string) bool {
 
 // route returns the upstream that u is addressed to (the longest matching
 // base path wins) and the rest of the path after its base path, decoded and
-// escaped, or nil. Both the decoded and the escaped path must lie under the
+// escaped (the escaped rest "" when u has no RawPath and the base path
+// needs no escaping: see request.escapedRest), or nil. Both the decoded and the escaped path must lie under the
 // base path, so that an encoded slash cannot pass for a path segment. Only
 // the upstreams on u's host are looked at (hosts), so routing costs the
 // same however many upstreams there are.
@@ -88,17 +89,34 @@ func (t *Transport) route(u *url.URL) (up *upstream, rest, rawRest string) {
 	if len(ups) == 0 {
 		return nil, "", ""
 	}
-	raw := escapedPath(u)
+	// Without a RawPath, the escaped path is the escaping of Path: under
+	// a base path that needs no escaping whenever Path is under it, and
+	// its rest the escaping of Path's (see request.escapedRest). It is
+	// made only for a base path that needs it.
+	var raw string
+	escaped := false
 	for _, c := range ups { // the longest base path first
-		if equalFoldASCII(u.Scheme, c.scheme) && underBase(u.Path, c.path) && underBase(raw, c.rawPath) {
-			up = c
-			break
+		if !equalFoldASCII(u.Scheme, c.scheme) || !underBase(u.Path, c.path) {
+			continue
 		}
+		if u.RawPath != "" || c.rawPath != c.path {
+			if !escaped {
+				raw, escaped = escapedPath(u), true
+			}
+			if !underBase(raw, c.rawPath) {
+				continue
+			}
+		}
+		up = c
+		break
 	}
 	if up == nil || hasDotSegment(u.Path) {
 		return nil, "", ""
 	}
-	return up, u.Path[len(up.path):], raw[len(up.rawPath):]
+	if escaped {
+		rawRest = raw[len(up.rawPath):]
+	}
+	return up, u.Path[len(up.path):], rawRest
 }
 
 // upstreamsAt returns the upstreams on scheme and host's host, the longest
@@ -236,7 +254,7 @@ func (t *Transport) address(u *url.URL) (up *upstream, rest, rawRest string) {
 	if !underBase(u.Path, first.path) || !underBase(raw, first.rawPath) {
 		return nil, "", ""
 	}
-	return first, u.Path[len(first.path):], raw[len(first.rawPath):]
+	return first, u.Path[len(first.path):], raw[len(first.rawPath):] // (an escaped rest is a rest's escaping: see escapedRest)
 }
 
 // hostOfUpstream reports whether some upstream has u's scheme and host.

@@ -303,6 +303,18 @@ func (r *request) clone(ctx context.Context, up *upstream) (*http.Request, *watc
 	return out, body
 }
 
+// escapedRest is the escaped rest of the request's path after its
+// addressed base path: rawRest, which route leaves empty when the caller's
+// URL has no RawPath (and the base path needs no escaping), and then the
+// rest escaped as net/url escapes a path.
+func (r *request) escapedRest() string {
+	if r.rawRest != "" || r.rest == "" || r.req.URL.RawPath != "" {
+		return r.rawRest
+	}
+	u := url.URL{Path: r.rest}
+	return u.EscapedPath()
+}
+
 // keepsURL reports whether rewrite leaves the caller's URL as it is for
 // up: up is the upstream the caller addressed, in the scheme and host its
 // BaseURL spells, and the request is not a redirect hop.
@@ -330,10 +342,10 @@ func (r *request) rewrite(out *http.Request, u *upstream) {
 		out.URL.Path = u.path + r.rest
 		// url.URL uses RawPath only while it is an encoding of Path;
 		// it keeps an encoded base path (".../proxy%2Fopenai/v1").
-		if u.rawPath == u.path && r.rawRest == r.rest {
+		if rawRest := r.escapedRest(); u.rawPath == u.path && rawRest == r.rest {
 			out.URL.RawPath = out.URL.Path // the same bytes: keeps "!" and friends as sent
 		} else {
-			out.URL.RawPath = u.rawPath + r.rawRest
+			out.URL.RawPath = u.rawPath + rawRest
 		}
 		out.URL.User = nil
 		out.URL.RawQuery = r.t.creds.stripQuery(out.URL.RawQuery)
