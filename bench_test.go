@@ -390,6 +390,55 @@ func BenchmarkDecision(b *testing.B) {
 	})
 }
 
+// BenchmarkScale is the decision path as a larger user configures it:
+// 1, 8 and 64 upstreams (the request addressed to the first, each on its
+// own host) under the default order, each Router, and a Hedge that never
+// fires. No upstream has a Cost, so nothing is metered. Its figures are
+// the scale table of bench/run.sh (issue 15: the cost at 64 at most 1.5
+// times the cost at 1).
+func BenchmarkScale(b *testing.B) {
+	const url = "https://u0.example/v1/chat/completions"
+	routers := []struct {
+		name string
+		cfg  func(*failover.Config)
+	}{
+		{"default", func(*failover.Config) {}},
+		{"priority", func(c *failover.Config) { c.Router = failover.Priority{} }},
+		{"weighted", func(c *failover.Config) { c.Router = &failover.Weighted{} }},
+		{"leastlatency", func(c *failover.Config) { c.Router = failover.LeastLatency{} }},
+		{"score", func(c *failover.Config) { c.Router = failover.Score{} }},
+		{"hedge", func(c *failover.Config) { c.Hedge = &failover.HedgeConfig{Delay: time.Minute} }},
+	}
+	for _, n := range []int{1, 8, 64} {
+		for _, r := range routers {
+			b.Run(fmt.Sprintf("upstreams=%d/router=%s", n, r.name), func(b *testing.B) {
+				cfg := failover.Config{Base: cannedBase{}}
+				for i := range n {
+					cfg.Upstreams = append(cfg.Upstreams, failover.Upstream{
+						Name:    fmt.Sprint("u", i),
+						BaseURL: fmt.Sprintf("https://u%d.example/v1", i),
+						Header:  http.Header{"Authorization": {benchPrimaryAuth}},
+					})
+					if i == 0 {
+						// Weighted sends nearly every request to the
+						// addressed upstream, as the others do: a request
+						// another upstream serves costs more (a URL copy,
+						// the view of resp.Request) whatever n is.
+						// LeastLatency spreads the requests over equal
+						// candidates by design, and pays that.
+						cfg.Upstreams[0].Weight = 1e6
+					}
+				}
+				r.cfg(&cfg)
+				tr := newBenchTransport(b, cfg)
+				benchModes(b, func(b *testing.B) (func() func() error, func() error) {
+					return cannedWorker(tr, url), nil
+				})
+			})
+		}
+	}
+}
+
 // BenchmarkFailover is what failing over costs, against case=direct, the
 // same request sent straight to the backup (its only upstream):
 //

@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -313,18 +314,37 @@ func (t *Transport) order(buf, ups []*upstream, model string, now time.Time) []*
 
 // routed asks the router for the order.
 func (t *Transport) routed(buf []*upstream, model string, now time.Time) []*upstream {
-	var cbuf [8]Candidate
-	var ibuf [8]int
-	cands := cbuf[:0]
+	// The Router is an interface, so what it is given escapes: the
+	// buffers come from a pool rather than from each request's heap.
+	rb := routerBuffers.Get().(*routerBuffer)
+	cands := rb.cands[:0]
 	for i, u := range t.upstreams {
 		cands = append(cands, t.candidate(i, u, model, now))
 	}
 	out := buf[:0]
-	for _, i := range t.router.Order(ibuf[:0], cands) {
+	order := t.router.Order(rb.order[:0], cands)
+	for _, i := range order {
 		out = append(out, t.upstreams[i])
+	}
+	if cap(cands) <= maxPooledCandidates {
+		clear(cands) // no Name or reason kept alive by the pool
+		rb.cands, rb.order = cands[:0], order[:0]
+		routerBuffers.Put(rb)
 	}
 	return out
 }
+
+// routerBuffer is what routed gives a Router: room for the candidates and
+// for the order it returns.
+type routerBuffer struct {
+	cands []Candidate
+	order []int
+}
+
+// maxPooledCandidates bounds the buffers routerBuffers keeps.
+const maxPooledCandidates = 1024
+
+var routerBuffers = sync.Pool{New: func() any { return &routerBuffer{cands: make([]Candidate, 0, 8), order: make([]int, 0, 8)} }}
 
 // candidate is what a Router knows of u at now, for a request for model.
 // An upstream the Transport would skip reads as Open, with the reason.
