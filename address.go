@@ -1,8 +1,11 @@
 package failover
 
 import (
+	"cmp"
 	"net/url"
+	"slices"
 	"strings"
+	"unsafe"
 )
 
 // hostKey returns host lowercased and without the scheme's default port, so
@@ -17,20 +20,6 @@ func hostKey(scheme, host string) string {
 		return h
 	}
 	return h + ":" + port
-}
-
-// sameHost reports whether host (a request URL's) names the same
-// authority as u, without allocating.
-func (u *upstream) sameHost(scheme, host string) bool {
-	h, port := splitHostPort(host)
-	if port == defaultPort(scheme) {
-		port = ""
-	}
-	if port == "" {
-		return strings.EqualFold(h, u.match)
-	}
-	n := len(u.match) - len(port) - 1
-	return n > 0 && u.match[n] == ':' && u.match[n+1:] == port && strings.EqualFold(h, u.match[:n])
 }
 
 // splitHostPort splits an authority into host and port. An IPv6 host keeps
@@ -87,27 +76,169 @@ func hasDotSegment(p string) bool {
 
 // route returns the upstream that u is addressed to (the longest matching
 // base path wins) and the rest of the path after its base path, decoded and
-// escaped, or nil. Both the decoded and the escaped path must lie under the
-// base path, so that an encoded slash cannot pass for a path segment.
+// escaped (the escaped rest "" when u has no RawPath and the base path
+// needs no escaping: see request.escapedRest), or nil. Both the decoded and the escaped path must lie under the
+// base path, so that an encoded slash cannot pass for a path segment. Only
+// the upstreams on u's host are looked at (hosts), so routing costs the
+// same however many upstreams there are.
 func (t *Transport) route(u *url.URL) (up *upstream, rest, rawRest string) {
 	if u.Opaque != "" || u.Host == "" {
 		return nil, "", ""
 	}
-	raw := u.EscapedPath()
-	for _, c := range t.upstreams {
-		if !strings.EqualFold(u.Scheme, c.scheme) || !c.sameHost(c.scheme, u.Host) ||
-			!underBase(u.Path, c.path) || !underBase(raw, c.rawPath) {
+	ups := t.upstreamsAt(u.Scheme, u.Host)
+	if len(ups) == 0 {
+		return nil, "", ""
+	}
+	// Without a RawPath, the escaped path is the escaping of Path: under
+	// a base path that needs no escaping whenever Path is under it, and
+	// its rest the escaping of Path's (see request.escapedRest). It is
+	// made only for a base path that needs it.
+	var raw string
+	escaped := false
+	for _, c := range ups { // the longest base path first
+		if !equalFoldASCII(u.Scheme, c.scheme) || !underBase(u.Path, c.path) {
 			continue
 		}
-		if up == nil || len(c.path) > len(up.path) {
-			up = c
+		if u.RawPath != "" || c.rawPath != c.path {
+			if !escaped {
+				raw, escaped = escapedPath(u), true
+			}
+			if !underBase(raw, c.rawPath) {
+				continue
+			}
 		}
+		up = c
+		break
 	}
 	if up == nil || hasDotSegment(u.Path) {
 		return nil, "", ""
 	}
-	return up, u.Path[len(up.path):], raw[len(up.rawPath):]
+	if escaped {
+		rawRest = raw[len(up.rawPath):]
+	}
+	return up, u.Path[len(up.path):], rawRest
 }
+
+// upstreamsAt returns the upstreams on scheme and host's host, the longest
+// base path first (hosts): at once for a host spelled as an upstream's
+// BaseURL spells it (the usual request, made from that BaseURL), else by
+// its key.
+func (t *Transport) upstreamsAt(scheme, host string) []*upstream {
+	for i := range t.spelled {
+		if e := &t.spelled[i]; e.host == host && e.scheme == scheme {
+			return e.ups
+		}
+	}
+	var buf [64]byte
+	return t.hosts[hostKeyIn(buf[:0], scheme, host)]
+}
+
+// spelling is a scheme and host as an upstream's BaseURL spells them, and
+// the upstreams on that host (see Transport.spelled).
+type spelling struct {
+	scheme, host string
+	ups          []*upstream
+}
+
+// maxSpellings bounds Transport.spelled, so that a request to a host spelled
+// otherwise costs the same however many upstreams there are.
+const maxSpellings = 4
+
+// spellings is Transport.spelled for ups and their hosts map: the first
+// maxSpellings distinct spellings of the upstreams' schemes and hosts.
+func spellings(ups []*upstream, hosts map[string][]*upstream) []spelling {
+	var out []spelling
+	for _, u := range ups {
+		if len(out) == maxSpellings {
+			break
+		}
+		if !slices.ContainsFunc(out, func(s spelling) bool { return s.scheme == u.scheme && s.host == u.host }) {
+			var buf [64]byte
+			out = append(out, spelling{u.scheme, u.host, hosts[hostKeyIn(buf[:0], u.scheme, u.host)]})
+		}
+	}
+	return out
+}
+
+// hostKeyIn is hostKey(scheme, host) (with ASCII letters alone brought to
+// lower case), written to b only when it is not a part of host as it is:
+// an authority in lower case costs no copy, and nothing allocates unless
+// b is too short. Its result may share b's bytes: it is for a map lookup.
+func hostKeyIn(b []byte, scheme, host string) string {
+	h, port := splitHostPort(host)
+	if port == "" || port == defaultPort(scheme) {
+		host = h
+	}
+	for i := 0; i < len(host); i++ {
+		if c := host[i]; 'A' <= c && c <= 'Z' {
+			b = append(b, host...)
+			for j := i; j < len(b); j++ {
+				if c := b[j]; 'A' <= c && c <= 'Z' {
+					b[j] = c + 'a' - 'A'
+				}
+			}
+			return unsafe.String(unsafe.SliceData(b), len(b))
+		}
+	}
+	return host
+}
+
+// equalFoldASCII reports whether a and b are equal with their ASCII
+// letters in either case.
+func equalFoldASCII(a, b string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := 0; i < len(a); i++ {
+		if x, y := a[i], b[i]; x != y && (x|0x20 != y|0x20 || x|0x20 < 'a' || x|0x20 > 'z') {
+			return false
+		}
+	}
+	return true
+}
+
+// hostMap is Transport.hosts for ups: the upstreams on each host (by
+// hostKey), the longest base path first, in their configured order among
+// equals.
+func hostMap(ups []*upstream) map[string][]*upstream {
+	m := make(map[string][]*upstream)
+	for _, u := range ups {
+		var buf [64]byte
+		k := strings.Clone(hostKeyIn(buf[:0], u.scheme, u.host))
+		m[k] = append(m[k], u)
+	}
+	for _, list := range m {
+		slices.SortStableFunc(list, func(a, b *upstream) int { return cmp.Compare(len(b.path), len(a.path)) })
+	}
+	return m
+}
+
+// escapedPath is u.EscapedPath() without its work for the usual path: one
+// with no RawPath and no byte that needs escaping is its own escaping.
+func escapedPath(u *url.URL) string {
+	if u.RawPath == "" && pathSafe(u.Path) {
+		return u.Path
+	}
+	return u.EscapedPath()
+}
+
+// pathSafe reports whether no byte of p needs escaping in a URL's path, as
+// net/url escapes one: letters, digits and -._~$&+,/:;=@.
+func pathSafe(p string) bool {
+	for i := 0; i < len(p); i++ {
+		if !pathSafeByte[p[i]] {
+			return false
+		}
+	}
+	return true
+}
+
+var pathSafeByte = func() (t [256]bool) {
+	for c := range 256 {
+		t[c] = 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || strings.IndexByte("-._~$&+,/:;=@", byte(c)) >= 0
+	}
+	return t
+}()
 
 // address is route for a request the caller sent (not a redirect hop),
 // with Config.Unrouted's fallback: under UnroutedFirst, a URL whose scheme
@@ -119,17 +250,17 @@ func (t *Transport) address(u *url.URL) (up *upstream, rest, rawRest string) {
 	if up != nil || t.unroutedPolicy != UnroutedFirst || u.Opaque != "" || u.Host == "" || hasDotSegment(u.Path) || t.hostOfUpstream(u) {
 		return up, rest, rawRest
 	}
-	first, raw := t.upstreams[0], u.EscapedPath()
+	first, raw := t.upstreams[0], escapedPath(u)
 	if !underBase(u.Path, first.path) || !underBase(raw, first.rawPath) {
 		return nil, "", ""
 	}
-	return first, u.Path[len(first.path):], raw[len(first.rawPath):]
+	return first, u.Path[len(first.path):], raw[len(first.rawPath):] // (an escaped rest is a rest's escaping: see escapedRest)
 }
 
 // hostOfUpstream reports whether some upstream has u's scheme and host.
 func (t *Transport) hostOfUpstream(u *url.URL) bool {
-	for _, c := range t.upstreams {
-		if strings.EqualFold(u.Scheme, c.scheme) && c.sameHost(c.scheme, u.Host) {
+	for _, c := range t.upstreamsAt(u.Scheme, u.Host) {
+		if equalFoldASCII(u.Scheme, c.scheme) {
 			return true
 		}
 	}

@@ -191,6 +191,9 @@ func BenchmarkRoundTrip(b *testing.B) {
 		rt   func(b *testing.B) http.RoundTripper
 	}{
 		{"bare", func(b *testing.B) http.RoundTripper { return newHTTPTransport(b) }},
+		{"floor", func(b *testing.B) http.RoundTripper {
+			return &floorWrapper{base: newHTTPTransport(b), auth: benchPrimaryAuth}
+		}},
 		{"failover", func(b *testing.B) http.RoundTripper {
 			return newBenchTransport(b, failover.Config{
 				Base: newHTTPTransport(b),
@@ -232,6 +235,33 @@ func BenchmarkRoundTrip(b *testing.B) {
 			})
 		})
 	}
+}
+
+// floorWrapper is the least a wrapper that swaps credentials can do, the
+// floor the Transport's own work is measured against (issue 15): it
+// shallow-copies the request, gives it a new header map with its
+// Authorization swapped, reads the clock before and after, and bumps two
+// atomic counters. It routes nothing, judges nothing, and fails over to
+// nothing.
+type floorWrapper struct {
+	base           http.RoundTripper
+	auth           string
+	requests, took atomic.Int64
+}
+
+func (f *floorWrapper) RoundTrip(req *http.Request) (*http.Response, error) {
+	start := time.Now()
+	out := *req
+	h := make(http.Header, len(req.Header))
+	for k, v := range req.Header {
+		h[k] = v
+	}
+	h["Authorization"] = []string{f.auth}
+	out.Header = h
+	resp, err := f.base.RoundTrip(&out)
+	f.requests.Add(1)
+	f.took.Add(int64(time.Since(start)))
+	return resp, err
 }
 
 // refusedWorker sends chat requests through rt to url, a port that refuses
@@ -325,6 +355,7 @@ func BenchmarkDecision(b *testing.B) {
 		rt   func(b *testing.B) http.RoundTripper
 	}{
 		{"canned", func(*testing.B) http.RoundTripper { return cannedBase{} }},
+		{"floor", func(*testing.B) http.RoundTripper { return &floorWrapper{base: cannedBase{}, auth: benchPrimaryAuth} }},
 		{"failover", func(b *testing.B) http.RoundTripper { return newBenchTransport(b, decisionConfig(1)) }},
 		{"failover_2up", func(b *testing.B) http.RoundTripper { return newBenchTransport(b, decisionConfig(2)) }},
 		{"failover_2up_hedged", func(b *testing.B) http.RoundTripper {
@@ -357,6 +388,55 @@ func BenchmarkDecision(b *testing.B) {
 			return cannedWorkerTraced(newBenchTransport(b, decisionConfig(1)), url, trace), nil
 		})
 	})
+}
+
+// BenchmarkScale is the decision path as a larger user configures it:
+// 1, 8 and 64 upstreams (the request addressed to the first, each on its
+// own host) under the default order, each Router, and a Hedge that never
+// fires. No upstream has a Cost, so nothing is metered. Its figures are
+// the scale table of bench/run.sh (issue 15: the cost at 64 at most 1.5
+// times the cost at 1).
+func BenchmarkScale(b *testing.B) {
+	const url = "https://u0.example/v1/chat/completions"
+	routers := []struct {
+		name string
+		cfg  func(*failover.Config)
+	}{
+		{"default", func(*failover.Config) {}},
+		{"priority", func(c *failover.Config) { c.Router = failover.Priority{} }},
+		{"weighted", func(c *failover.Config) { c.Router = &failover.Weighted{} }},
+		{"leastlatency", func(c *failover.Config) { c.Router = failover.LeastLatency{} }},
+		{"score", func(c *failover.Config) { c.Router = failover.Score{} }},
+		{"hedge", func(c *failover.Config) { c.Hedge = &failover.HedgeConfig{Delay: time.Minute} }},
+	}
+	for _, n := range []int{1, 8, 64} {
+		for _, r := range routers {
+			b.Run(fmt.Sprintf("upstreams=%d/router=%s", n, r.name), func(b *testing.B) {
+				cfg := failover.Config{Base: cannedBase{}}
+				for i := range n {
+					cfg.Upstreams = append(cfg.Upstreams, failover.Upstream{
+						Name:    fmt.Sprint("u", i),
+						BaseURL: fmt.Sprintf("https://u%d.example/v1", i),
+						Header:  http.Header{"Authorization": {benchPrimaryAuth}},
+					})
+					if i == 0 {
+						// Weighted sends nearly every request to the
+						// addressed upstream, as the others do: a request
+						// another upstream serves costs more (a URL copy,
+						// the view of resp.Request) whatever n is.
+						// LeastLatency spreads the requests over equal
+						// candidates by design, and pays that.
+						cfg.Upstreams[0].Weight = 1e6
+					}
+				}
+				r.cfg(&cfg)
+				tr := newBenchTransport(b, cfg)
+				benchModes(b, func(b *testing.B) (func() func() error, func() error) {
+					return cannedWorker(tr, url), nil
+				})
+			})
+		}
+	}
 }
 
 // BenchmarkFailover is what failing over costs, against case=direct, the

@@ -3,6 +3,7 @@ package failover
 import (
 	"errors"
 	"math"
+	"math/bits"
 	"net/http"
 	"strconv"
 	"strings"
@@ -326,7 +327,8 @@ func parseResetNumber(v string, now time.Time) time.Time {
 
 // headroomState is what an upstream last said of its rate-limit headroom.
 type headroomState struct {
-	at    atomic.Int64 // mono.Time of the last full parse
+	at    atomic.Int64  // mono.Time of the last full parse
+	sent  atomic.Uint64 // of the answer of the last full parse: its remainingHeaders (bit i: the i-th) and, above bit 32, its number of headers
 	last  atomic.Pointer[Headroom]
 	until atomic.Int64 // mono.Time: demoted until then, the latest of windows' until
 
@@ -341,7 +343,11 @@ type headroomState struct {
 // remainingHeaders are where the dialects put their remaining counts, in
 // the order of the windows (winOpenAIRequests...): a success with one of
 // them at 0 is read at once; otherwise the headers of an upstream that is
-// not demoted are read at most every headroomEvery.
+// not demoted are read at most every headroomEvery. Between those reads,
+// an answer with as many headers as the last one read is looked at only
+// for the ones that one had (most upstreams send two or none), so that a
+// healthy answer costs a lookup for each header its upstream sends, not
+// for each a dialect might.
 var remainingHeaders = []string{
 	"X-Ratelimit-Remaining-Requests", "X-Ratelimit-Remaining-Tokens",
 	"Anthropic-Ratelimit-Requests-Remaining", "Anthropic-Ratelimit-Tokens-Remaining",
@@ -351,15 +357,32 @@ var remainingHeaders = []string{
 
 const headroomEvery = 100 * time.Millisecond
 
-// zeroRemaining reports whether a remaining header reads as 0, as
-// parseRemaining reads it ("0", "00", "+0", "0, 5").
-func zeroRemaining(h http.Header) bool {
-	for _, k := range remainingHeaders {
-		if v := h[k]; len(v) > 0 && isZero(v[0]) {
+// zeroRemaining reports whether a remaining header of h reads as 0, as
+// parseRemaining reads it ("0", "00", "+0", "0, 5"), looking only at those
+// that sent (see headroomState.sent) had when h has as many headers.
+func zeroRemaining(h http.Header, sent uint64) bool {
+	set := uint32(1<<len(remainingHeaders) - 1)
+	if int(sent>>32) == len(h) {
+		set = uint32(sent)
+	}
+	for ; set != 0; set &= set - 1 {
+		if v := h[remainingHeaders[bits.TrailingZeros32(set)]]; len(v) > 0 && isZero(v[0]) {
 			return true
 		}
 	}
 	return false
+}
+
+// sentHeaders is headroomState.sent for h: the remainingHeaders it has
+// (bit i: the i-th) and, above bit 32, its number of headers.
+func sentHeaders(h http.Header) uint64 {
+	var set uint64
+	for i, k := range remainingHeaders {
+		if _, ok := h[k]; ok {
+			set |= 1 << i
+		}
+	}
+	return set | uint64(min(len(h), math.MaxUint32))<<32
 }
 
 // isZero reports whether the first value of a header, up to any comma and
@@ -400,16 +423,20 @@ func isZero(v string) bool {
 //
 // The headers of an upstream that is not demoted are read at most every
 // headroomEvery unless one reads 0; those of a demoted one, every time, so
-// that a lift is seen at its first success.
+// that a lift is seen at its first success. Between readings, an answer
+// with as many headers as the last one read is looked at only for the
+// remaining counts that one had: a 0 in another waits for the next
+// reading.
 //
 // rate is the Transport's, with its defaults.
 func (u *upstream) noteHeadroom(h http.Header, now time.Time, rate RateLimitConfig) {
 	s := &u.headroom
 	at, m := s.at.Load(), mono.Of(now)
-	if mono.Time(s.until.Load()) <= m && !zeroRemaining(h) &&
+	if mono.Time(s.until.Load()) <= m && !zeroRemaining(h, s.sent.Load()) &&
 		((at != 0 && m.Sub(mono.Time(at)) < headroomEvery) || !s.at.CompareAndSwap(at, int64(m))) {
 		return
 	}
+	s.sent.Store(sentHeaders(h))
 	r := readHeadroom(h, now)
 	if !r.any {
 		return

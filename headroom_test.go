@@ -470,6 +470,43 @@ func TestHeadroomDemotionLifted(t *testing.T) {
 	}
 }
 
+// Between full readings (headroomEvery apart), an answer with as many
+// headers as the last one read is looked at only for the remaining counts
+// that one had: a 0 in one of those is read at once, a 0 in another waits
+// for the next reading; an answer with another number of headers is read
+// for all.
+func TestHeadroomReadsWhatItSent(t *testing.T) {
+	const (
+		req9   = "x-ratelimit-remaining-requests: 9\nx-request-id: 1\nserver: x"
+		req0   = "x-ratelimit-remaining-requests: 0\nx-ratelimit-reset-requests: 20s\nserver: x"
+		tok0   = "x-ratelimit-remaining-requests: 9\nanthropic-ratelimit-tokens-remaining: 0\nanthropic-ratelimit-tokens-reset: 2099-01-01T00:00:00Z"
+		tok0NR = "x-ratelimit-remaining-requests: 9\nanthropic-ratelimit-tokens-remaining: 0"
+	)
+	rate := RateLimitConfig{}.withDefaults()
+	start := time.Now()
+	at := func(d time.Duration) time.Time { return start.Add(d) }
+	for _, tc := range []struct {
+		name   string
+		second string
+		read   bool // the second answer, 1 ms after the first, is read
+	}{
+		{"a 0 in a header sent before", req0, true},
+		{"a 0 in a header not sent before", tok0, false},
+		{"a 0 among another number of headers", tok0NR, true},
+	} {
+		u := &upstream{}
+		u.noteHeadroom(wireHeader(t, req9), at(0), rate)
+		u.noteHeadroom(wireHeader(t, tc.second), at(time.Millisecond), rate)
+		if got := u.outOfHeadroom(at(time.Millisecond)); got != tc.read {
+			t.Errorf("%s: demoted %v, want %v", tc.name, got, tc.read)
+		}
+		u.noteHeadroom(wireHeader(t, tc.second), at(headroomEvery), rate)
+		if !u.outOfHeadroom(at(headroomEvery)) {
+			t.Errorf("%s: the next reading did not read the 0", tc.name)
+		}
+	}
+}
+
 // End to end: an upstream demoted by a window at 0 that serves again while
 // the others fail, and reports the window above 0, is first again for the
 // next request (the old code kept it last for the hour of its reset). A
@@ -515,7 +552,10 @@ func TestHeadroomDemotionOnTheWire(t *testing.T) {
 			t.Fatalf("got %q, out of headroom %v: a reported 50 left and is still demoted", got, tr.Health()[0].OutOfHeadroom)
 		}
 
+		// A header a did not send before is read at the next full
+		// reading, headroomEvery after the last.
 		n.status("a.test", 200, "a", "X-Ratelimit-Remaining", "0", "X-Ratelimit-Reset", "1e15")
+		time.Sleep(headroomEvery)
 		first()
 		h := tr.Health()[0]
 		if !h.OutOfHeadroom {

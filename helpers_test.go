@@ -566,7 +566,7 @@ func wantRoute(u *url.URL, bases []fuzzBase) int {
 	best := -1
 	for i, b := range bases {
 		if !strings.EqualFold(u.Scheme, b.url.Scheme) ||
-			!strings.EqualFold(authority(b.url.Scheme, u.Host), authority(b.url.Scheme, b.url.Host)) ||
+			asciiLower(authority(b.url.Scheme, u.Host)) != asciiLower(authority(b.url.Scheme, b.url.Host)) ||
 			!pathUnder(u.Path, b.path) || !pathUnder(raw, b.rawPath) {
 			continue
 		}
@@ -591,6 +591,20 @@ func wantFirst(u *url.URL, first fuzzBase) int {
 }
 
 // authority is host without the scheme's default port or an empty port.
+// asciiLower is s with its ASCII capitals in lower case, and every other
+// byte as it is: a host's letters compare without case (RFC 3986, 3.2.2),
+// anything else byte for byte (strings.EqualFold would take an invalid
+// byte for U+FFFD, and match a host that differs from it).
+func asciiLower(s string) string {
+	b := []byte(s)
+	for i, c := range b {
+		if 'A' <= c && c <= 'Z' {
+			b[i] = c + 'a' - 'A'
+		}
+	}
+	return string(b)
+}
+
 func authority(scheme, host string) string {
 	def := ":80"
 	if strings.EqualFold(scheme, "https") {

@@ -340,6 +340,8 @@ const (
 // ends when Base returns.
 type Transport struct {
 	upstreams []*upstream
+	hosts     map[string][]*upstream // by hostKey: the upstreams on each host (route)
+	spelled   []spelling             // the first few hosts as the BaseURLs spell them, looked at before hosts
 	base      http.RoundTripper
 	classify  Classifier
 	router    Router       // nil: the configured order
@@ -481,6 +483,8 @@ func New(cfg Config) (*Transport, error) {
 		t.upstreams = append(t.upstreams, u)
 		t.models = t.models || len(u.models) > 0
 	}
+	t.hosts = hostMap(t.upstreams)
+	t.spelled = spellings(t.upstreams, t.hosts)
 	creds, err := newCredentials(cfg, t.upstreams)
 	if err != nil {
 		return nil, err

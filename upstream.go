@@ -6,7 +6,9 @@ import (
 	"math"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -21,11 +23,11 @@ type upstream struct {
 	baseURL string // redacted: scheme, host and path only
 	scheme  string
 	host    string // as configured, for the rewritten URL and Host header
-	match   string // hostKey of scheme and host
 	path    string // decoded base path, no trailing slash
 	rawPath string // escaped base path, no trailing slash
 	header  http.Header
-	models  modelMap // Upstream.Models
+	headers []headerField // header's fields in a slice, sorted by key: what each request reads (rewrite)
+	models  modelMap      // Upstream.Models
 
 	// The policy in effect (policy.go): Upstream.Breaker over
 	// Config.Breaker with the defaults filled in, and Upstream's
@@ -106,7 +108,6 @@ func newUpstream(i int, uc Upstream) (*upstream, error) {
 		baseURL: base.Scheme + "://" + base.Host + base.EscapedPath(),
 		scheme:  base.Scheme,
 		host:    base.Host,
-		match:   hostKey(base.Scheme, base.Host),
 		path:    base.Path,
 		rawPath: base.EscapedPath(),
 		header:  http.Header{},
@@ -117,6 +118,9 @@ func newUpstream(i int, uc Upstream) (*upstream, error) {
 	}
 	for k, vs := range uc.Header {
 		u.header[http.CanonicalHeaderKey(k)] = append([]string(nil), vs...)
+	}
+	for _, k := range slices.Sorted(maps.Keys(u.header)) {
+		u.headers = append(u.headers, headerField{k, u.header[k]})
 	}
 	if len(uc.Models) > 0 {
 		if err := modelMap(uc.Models).validate(field("Models")); err != nil {
@@ -132,6 +136,23 @@ func finite(x float64) bool { return !math.IsNaN(x) && !math.IsInf(x, 0) }
 
 // price reports whether x is a valid price: finite and not negative.
 func price(x float64) bool { return finite(x) && x >= 0 }
+
+// headerField is a header's key, canonical, and its values.
+type headerField struct {
+	key    string
+	values []string
+}
+
+// sets reports whether u's Header sets the caller's header k, in any
+// spelling: net/http would send a non-canonical key as a second header.
+func (u *upstream) sets(k string) bool {
+	for i := range u.headers {
+		if h := u.headers[i].key; len(h) == len(k) && (h == k || equalFoldASCII(h, k)) {
+			return true
+		}
+	}
+	return false
+}
 
 // serves reports whether u serves model ("" serves everywhere).
 func (u *upstream) serves(model string) bool {
@@ -293,18 +314,37 @@ func (t *Transport) order(buf, ups []*upstream, model string, now time.Time) []*
 
 // routed asks the router for the order.
 func (t *Transport) routed(buf []*upstream, model string, now time.Time) []*upstream {
-	var cbuf [8]Candidate
-	var ibuf [8]int
-	cands := cbuf[:0]
+	// The Router is an interface, so what it is given escapes: the
+	// buffers come from a pool rather than from each request's heap.
+	rb := routerBuffers.Get().(*routerBuffer)
+	cands := rb.cands[:0]
 	for i, u := range t.upstreams {
 		cands = append(cands, t.candidate(i, u, model, now))
 	}
 	out := buf[:0]
-	for _, i := range t.router.Order(ibuf[:0], cands) {
+	order := t.router.Order(rb.order[:0], cands)
+	for _, i := range order {
 		out = append(out, t.upstreams[i])
+	}
+	if cap(cands) <= maxPooledCandidates {
+		clear(cands) // no Name or reason kept alive by the pool
+		rb.cands, rb.order = cands[:0], order[:0]
+		routerBuffers.Put(rb)
 	}
 	return out
 }
+
+// routerBuffer is what routed gives a Router: room for the candidates and
+// for the order it returns.
+type routerBuffer struct {
+	cands []Candidate
+	order []int
+}
+
+// maxPooledCandidates bounds the buffers routerBuffers keeps.
+const maxPooledCandidates = 1024
+
+var routerBuffers = sync.Pool{New: func() any { return &routerBuffer{cands: make([]Candidate, 0, 8), order: make([]int, 0, 8)} }}
 
 // candidate is what a Router knows of u at now, for a request for model.
 // An upstream the Transport would skip reads as Open, with the reason.
