@@ -439,6 +439,43 @@ func BenchmarkScale(b *testing.B) {
 	}
 }
 
+// BenchmarkContention is the decision path from many goroutines at once:
+// parallelism 1, 16 and 256 goroutines per CPU, to compare at -cpu 1 and
+// -cpu 2 (issue 15: no lock every request takes, so ns/op at -cpu 2 no
+// worse than at -cpu 1). impl=weighted has two upstreams under Weighted,
+// whose pick takes a lock; impl=failover the default order.
+func BenchmarkContention(b *testing.B) {
+	const url = "https://primary.example/v1/chat/completions"
+	for _, impl := range []struct {
+		name string
+		cfg  func() failover.Config
+	}{
+		{"failover", func() failover.Config { return decisionConfig(1) }},
+		{"weighted", func() failover.Config {
+			cfg := decisionConfig(2)
+			cfg.Router = &failover.Weighted{}
+			return cfg
+		}},
+	} {
+		for _, p := range []int{1, 16, 256} {
+			b.Run(fmt.Sprintf("impl=%s/parallelism=%d", impl.name, p), func(b *testing.B) {
+				worker := cannedWorker(newBenchTransport(b, impl.cfg()), url)
+				b.ReportAllocs()
+				b.SetParallelism(p)
+				b.RunParallel(func(pb *testing.PB) {
+					op := worker()
+					for pb.Next() {
+						if err := op(); err != nil {
+							b.Error(err)
+							return
+						}
+					}
+				})
+			})
+		}
+	}
+}
+
 // BenchmarkFailover is what failing over costs, against case=direct, the
 // same request sent straight to the backup (its only upstream):
 //

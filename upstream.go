@@ -322,6 +322,9 @@ func (t *Transport) routed(buf []*upstream, model string, now time.Time) []*upst
 		cands = append(cands, t.candidate(i, u, model, now))
 	}
 	out := buf[:0]
+	if cap(out) < len(cands) {
+		out = make([]*upstream, 0, len(cands)) // past the caller's room: once, not by doubling
+	}
 	order := t.router.Order(rb.order[:0], cands)
 	for _, i := range order {
 		out = append(out, t.upstreams[i])

@@ -21,7 +21,10 @@
 #   MEMTEST    0 skips the memory test (1,000,000 requests, a few seconds)
 #   CALLGRIND  0 skips the instruction counts
 #   CG_IMPLS   impls of BenchmarkRoundTrip to count instructions of
-#              ("bare failover failsafehttp retryablehttp")
+#              ("bare floor failover failsafehttp retryablehttp")
+#   CG_DECISION  impls of BenchmarkDecision to count instructions of
+#              ("floor failover"; impl=floor is the least a credential-
+#              swapping wrapper does, the floor of issue 15)
 #   CG_REPS    callgrind measures per impl, the median is kept (3)
 #   CG_N1 CG_N2  the two -benchtime counts whose difference is measured
 #              (1000 and 3000)
@@ -34,7 +37,8 @@ CPU=${CPU:-1,2}
 BENCH=${BENCH:-.}
 MEMTEST=${MEMTEST:-1}
 CALLGRIND=${CALLGRIND:-1}
-CG_IMPLS=${CG_IMPLS:-bare failover failsafehttp retryablehttp}
+CG_IMPLS=${CG_IMPLS:-bare floor failover failsafehttp retryablehttp}
+CG_DECISION=${CG_DECISION:-floor failover}
 CG_REPS=${CG_REPS:-3}
 CG_N1=${CG_N1:-1000}
 CG_N2=${CG_N2:-3000}
@@ -89,10 +93,16 @@ done
 section "benchstat"
 {
 	echo "-- Healthy path end to end, ratios to bare (impl=failover: one upstream with its own Authorization, the caller setting its own)"
-	"$benchstat" -filter '.name:RoundTrip' -col '/impl@(bare failover failover_2up failsafehttp retryablehttp)' "$OUT/bench.txt"
+	"$benchstat" -filter '.name:RoundTrip' -col '/impl@(bare floor failover failover_2up failsafehttp retryablehttp)' "$OUT/bench.txt"
 	echo
-	echo "-- Decision path, no I/O (Base answers at once; impl=canned is the Base alone)"
-	"$benchstat" -filter '.name:Decision' -col '/impl@(canned failover failover_2up)' "$OUT/bench.txt"
+	echo "-- Decision path, no I/O (Base answers at once; impl=canned is the Base alone, impl=floor the least credential-swapping wrapper)"
+	"$benchstat" -filter '.name:Decision' -col '/impl@(canned floor failover failover_2up failover_2up_hedged)' "$OUT/bench.txt"
+	echo
+	echo "-- Scale: 1, 8 and 64 upstreams under the default order, each Router and an unfired Hedge (mode=serial)"
+	"$benchstat" -filter '.name:Scale /mode:serial' -row /router -col /upstreams "$OUT/bench.txt"
+	echo
+	echo "-- Contention: parallelism 1, 16 and 256 per CPU, -cpu 2 against -cpu 1"
+	"$benchstat" -filter '.name:Contention' -col /gomaxprocs "$OUT/bench.txt"
 	echo
 	echo "-- Decision path, -cpu 2 against -cpu 1 (the first column, unnamed, is -cpu 1)"
 	"$benchstat" -filter '.name:Decision -/impl:canned' -col /gomaxprocs "$OUT/bench.txt"
@@ -147,6 +157,36 @@ else
 		{ all = ""; for (i = 3; i <= NF; i++) all = all " " $i
 		  printf "%-16s %14d %14s  %s\n", $1, $2, base ? sprintf("%.3fx", $2 / base) : "-", all }' \
 		"$work/callgrind.all" "$work/callgrind.all" 2>/dev/null || echo "no measure succeeded"
+fi
+
+section "instructions per decision-path request (callgrind), against impl=floor"
+if [ "$CALLGRIND" = 0 ] || ! command -v valgrind >/dev/null 2>&1; then
+	echo "skipped (CALLGRIND=0 or no valgrind)"
+else
+	echo "BenchmarkDecision/impl=.../mode=serial, as above; the ratio is to impl=floor"
+	: >"$work/decision.all"
+	for impl in $CG_DECISION; do
+		per=()
+		for rep in $(seq "$CG_REPS"); do
+			totals=()
+			for n in "$CG_N1" "$CG_N2"; do
+				f="$work/decision.$impl.$n.$rep"
+				GODEBUG=asyncpreemptoff=1 GOMAXPROCS=1 valgrind --tool=callgrind --callgrind-out-file="$f" \
+					"$bin" -test.run '^$' -test.bench "^BenchmarkDecision\$/^impl=$impl\$/^mode=serial\$" \
+					-test.benchtime "${n}x" -test.cpu 1 >"$f.log" 2>&1 || true
+				totals+=("$(awk '/^totals:/ {print $2}' "$f" 2>/dev/null)")
+			done
+			[ -n "${totals[0]}" ] && [ -n "${totals[1]}" ] && per+=($(((totals[1] - totals[0]) / (CG_N2 - CG_N1))))
+		done
+		[ "${#per[@]}" -gt 0 ] || { echo "impl=$impl: valgrind failed"; continue; }
+		med=$(printf '%s\n' "${per[@]}" | sort -n | awk '{a[NR] = $1} END {print a[int((NR + 1) / 2)]}')
+		echo "$impl $med ${per[*]}" >>"$work/decision.all"
+	done
+	awk 'NR == FNR { if ($1 == "floor") base = $2; next }
+		FNR == 1 { printf "%-16s %14s %14s   %s\n", "impl", "instr/request", "ratio to floor", "each measure" }
+		{ all = ""; for (i = 3; i <= NF; i++) all = all " " $i
+		  printf "%-16s %14d %14s  %s\n", $1, $2, base ? sprintf("%.3fx", $2 / base) : "-", all }' \
+		"$work/decision.all" "$work/decision.all" 2>/dev/null || echo "no measure succeeded"
 fi
 
 section "targets of issue 5 (medians)"
