@@ -81,7 +81,7 @@ func (c *call) prepare(ctx context.Context, a *attempt, cancelable bool) error {
 		out.Body, _ = out.GetBody()
 		out.ContentLength = int64(len(data))
 	}
-	if out.Body != nil && out.Body != http.NoBody {
+	if out.Body != nil && out.Body != http.NoBody && !inMemory(out.Body, out.ContentLength) {
 		watch.watch(out.Body, out.ContentLength)
 		out.Body, a.body = watch, watch
 	}

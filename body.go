@@ -7,6 +7,8 @@ import (
 	"io"
 	"math"
 	"net/http"
+	"reflect"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -143,6 +145,41 @@ type watchedBody struct {
 	err    atomic.Pointer[error] // the caller's fault, once seen
 }
 
+// inMemory reports whether body is one that net/http knows to be in
+// memory (a *bytes.Reader, *strings.Reader or *bytes.Buffer, bare or in
+// io.NopCloser, as http.NewRequest and GetBody make them) holding exactly
+// n bytes, n > 0. Such a body fails no read and disagrees with no
+// ContentLength, so it goes to Base unwatched: net/http then writes the
+// request's headers and body in one write, where a body of a type it does
+// not know has its headers flushed first, in a write of their own.
+func inMemory(body io.Reader, n int64) bool {
+	if n <= 0 {
+		return false
+	}
+	switch r := body.(type) {
+	case *bytes.Reader:
+		return int64(r.Len()) == n
+	case *strings.Reader:
+		return int64(r.Len()) == n
+	case *bytes.Buffer:
+		return int64(r.Len()) == n
+	}
+	if t := reflect.TypeOf(body); t == nopCloserType || t == nopCloserWriterToType {
+		return inMemory(reflect.ValueOf(body).Field(0).Interface().(io.Reader), n)
+	}
+	return false
+}
+
+// The types io.NopCloser returns (one keeps its reader's WriteTo), whose
+// reader inMemory looks through, as net/http does.
+var (
+	nopCloserType         = reflect.TypeOf(io.NopCloser(nil))
+	nopCloserWriterToType = reflect.TypeOf(io.NopCloser(struct {
+		io.Reader
+		io.WriterTo
+	}{}))
+)
+
 // errBodyLength is a body that disagrees with the request's ContentLength.
 var errBodyLength = errors.New("failover: request body length differs from ContentLength")
 
@@ -161,7 +198,8 @@ func (b *watchedBody) Read(p []byte) (int, error) {
 	}
 	switch {
 	case err != nil && err != io.EOF:
-		b.err.CompareAndSwap(nil, &err)
+		e := err // a copy: &err would move err to the heap on every Read
+		b.err.CompareAndSwap(nil, &e)
 	case b.want >= 0 && (total > b.want || err == io.EOF && total != b.want):
 		b.err.CompareAndSwap(nil, &errBodyLength)
 	}

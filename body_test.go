@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/iotest"
 	"testing/synctest"
 	"time"
 )
@@ -341,4 +342,34 @@ func TestPeekStalledBody(t *testing.T) {
 		}
 		pw.Close()
 	})
+}
+
+// A body net/http knows to be in memory, with as many bytes as the
+// request says, goes to Base unwatched (net/http then writes headers and
+// body at once); any other is watched for the caller's faults.
+func TestInMemory(t *testing.T) {
+	const s = "0123456789"
+	for _, tc := range []struct {
+		name string
+		body io.Reader
+		n    int64
+		want bool
+	}{
+		{"strings.Reader", strings.NewReader(s), 10, true},
+		{"bytes.Reader", bytes.NewReader([]byte(s)), 10, true},
+		{"bytes.Buffer", bytes.NewBufferString(s), 10, true},
+		{"NopCloser(strings.Reader)", io.NopCloser(strings.NewReader(s)), 10, true},
+		{"NopCloser(bytes.Reader), a WriterTo", io.NopCloser(bytes.NewReader([]byte(s))), 10, true},
+		{"NopCloser(NopCloser(...))", io.NopCloser(io.NopCloser(strings.NewReader(s))), 10, true},
+		{"a ContentLength too short", strings.NewReader(s), 9, false},
+		{"a ContentLength too long", io.NopCloser(strings.NewReader(s)), 11, false},
+		{"ContentLength unknown", strings.NewReader(s), -1, false},
+		{"ContentLength 0", strings.NewReader(s), 0, false},
+		{"a reader of another type", iotest.HalfReader(strings.NewReader(s)), 10, false},
+		{"NopCloser of another type", io.NopCloser(iotest.ErrReader(io.ErrUnexpectedEOF)), 10, false},
+	} {
+		if got := inMemory(tc.body, tc.n); got != tc.want {
+			t.Errorf("%s: inMemory %v, want %v", tc.name, got, tc.want)
+		}
+	}
 }
