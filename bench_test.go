@@ -167,15 +167,21 @@ func benchModes(b *testing.B, setup func(b *testing.B) (worker func() func() err
 		worker := prepare(b)
 		b.ReportAllocs()
 		b.ResetTimer()
-		b.RunParallel(func(pb *testing.PB) {
-			op := worker()
-			for pb.Next() {
-				if err := op(); err != nil {
-					b.Error(err)
-					return
-				}
+		runParallel(b, worker)
+	})
+}
+
+// runParallel runs worker's ops from b.RunParallel's goroutines, one worker
+// each.
+func runParallel(b *testing.B, worker func() func() error) {
+	b.RunParallel(func(pb *testing.PB) {
+		op := worker()
+		for pb.Next() {
+			if err := op(); err != nil {
+				b.Error(err)
+				return
 			}
-		})
+		}
 	})
 }
 
@@ -462,15 +468,7 @@ func BenchmarkContention(b *testing.B) {
 				worker := cannedWorker(newBenchTransport(b, impl.cfg()), url)
 				b.ReportAllocs()
 				b.SetParallelism(p)
-				b.RunParallel(func(pb *testing.PB) {
-					op := worker()
-					for pb.Next() {
-						if err := op(); err != nil {
-							b.Error(err)
-							return
-						}
-					}
-				})
+				runParallel(b, worker)
 			})
 		}
 	}

@@ -118,25 +118,24 @@ else
 	FAILOVER_MEMTEST=1 "$bin" -test.run '^TestDecisionPathMemory$' -test.v -test.count 1 | grep -v '^=== RUN' || true
 fi
 
-section "instructions per request (callgrind; client and in-process server together)"
-: >"$OUT/callgrind.txt"
-if [ "$CALLGRIND" = 0 ]; then
-	echo "skipped (CALLGRIND=0)"
-elif ! command -v valgrind >/dev/null 2>&1; then
-	echo "skipped: valgrind is not installed (apt-get install valgrind, or brew install valgrind, then rerun)"
-else
-	echo "BenchmarkRoundTrip/impl=.../mode=serial at -cpu 1, GOMAXPROCS=1; (instructions at ${CG_N2}x - at ${CG_N1}x) / $((CG_N2 - CG_N1)); median of $CG_REPS"
-	echo "(under valgrind a request takes ~50x longer, so work done on a wall-clock period, e.g. every 250 ms, counts ~50x more per request than it costs natively)"
-	# GODEBUG=asyncpreemptoff=1: callgrind asserts on the signals that Go
-	# uses to preempt goroutines.
-	for impl in $CG_IMPLS; do
-		per=()
+# callgrind_table BENCH IMPLS BASE OUTFILE: for each impl of benchmark
+# BENCH (mode=serial, -cpu 1, GOMAXPROCS=1), the instructions per request
+# as (instructions at CG_N2 requests - at CG_N1) / (CG_N2 - CG_N1), CG_REPS
+# times; prints each impl's median, its ratio to impl BASE and every
+# measure, and appends "impl median" lines to OUTFILE.
+# GODEBUG=asyncpreemptoff=1: callgrind asserts on the signals that Go uses
+# to preempt goroutines.
+callgrind_table() {
+	local bench=$1 impls=$2 base=$3 outfile=$4 all="$work/callgrind.$1.all"
+	: >"$all"
+	for impl in $impls; do
+		local per=()
 		for rep in $(seq "$CG_REPS"); do
-			totals=()
+			local totals=()
 			for n in "$CG_N1" "$CG_N2"; do
-				f="$work/callgrind.$impl.$n.$rep"
+				local f="$work/callgrind.$bench.$impl.$n.$rep"
 				GODEBUG=asyncpreemptoff=1 GOMAXPROCS=1 valgrind --tool=callgrind --callgrind-out-file="$f" \
-					"$bin" -test.run '^$' -test.bench "^BenchmarkRoundTrip\$/^impl=$impl\$/^mode=serial\$" \
+					"$bin" -test.run '^$' -test.bench "^$bench\$/^impl=$impl\$/^mode=serial\$" \
 					-test.benchtime "${n}x" -test.cpu 1 >"$f.log" 2>&1 || true
 				totals+=("$(awk '/^totals:/ {print $2}' "$f" 2>/dev/null)")
 			done
@@ -148,15 +147,28 @@ else
 			per+=($(((totals[1] - totals[0]) / (CG_N2 - CG_N1))))
 		done
 		[ "${#per[@]}" -gt 0 ] || continue
+		local med
 		med=$(printf '%s\n' "${per[@]}" | sort -n | awk '{a[NR] = $1} END {print a[int((NR + 1) / 2)]}')
-		echo "$impl $med ${per[*]}" >>"$work/callgrind.all"
-		echo "$impl $med" >>"$OUT/callgrind.txt"
+		echo "$impl $med ${per[*]}" >>"$all"
+		echo "$impl $med" >>"$outfile"
 	done
-	awk 'NR == FNR { if ($1 == "bare") base = $2; next }
-		FNR == 1 { printf "%-16s %14s %14s   %s\n", "impl", "instr/request", "ratio to bare", "each measure" }
+	awk -v b="$base" 'NR == FNR { if ($1 == b) base = $2; next }
+		FNR == 1 { printf "%-16s %14s %14s   %s\n", "impl", "instr/request", "ratio to " b, "each measure" }
 		{ all = ""; for (i = 3; i <= NF; i++) all = all " " $i
 		  printf "%-16s %14d %14s  %s\n", $1, $2, base ? sprintf("%.3fx", $2 / base) : "-", all }' \
-		"$work/callgrind.all" "$work/callgrind.all" 2>/dev/null || echo "no measure succeeded"
+		"$all" "$all" 2>/dev/null || echo "no measure succeeded"
+}
+
+section "instructions per request (callgrind; client and in-process server together)"
+: >"$OUT/callgrind.txt"
+if [ "$CALLGRIND" = 0 ]; then
+	echo "skipped (CALLGRIND=0)"
+elif ! command -v valgrind >/dev/null 2>&1; then
+	echo "skipped: valgrind is not installed (apt-get install valgrind, or brew install valgrind, then rerun)"
+else
+	echo "BenchmarkRoundTrip/impl=.../mode=serial at -cpu 1, GOMAXPROCS=1; (instructions at ${CG_N2}x - at ${CG_N1}x) / $((CG_N2 - CG_N1)); median of $CG_REPS"
+	echo "(under valgrind a request takes ~50x longer, so work done on a wall-clock period, e.g. every 250 ms, counts ~50x more per request than it costs natively)"
+	callgrind_table BenchmarkRoundTrip "$CG_IMPLS" bare "$OUT/callgrind.txt"
 fi
 
 section "instructions per decision-path request (callgrind), against impl=floor"
@@ -164,29 +176,7 @@ if [ "$CALLGRIND" = 0 ] || ! command -v valgrind >/dev/null 2>&1; then
 	echo "skipped (CALLGRIND=0 or no valgrind)"
 else
 	echo "BenchmarkDecision/impl=.../mode=serial, as above; the ratio is to impl=floor"
-	: >"$work/decision.all"
-	for impl in $CG_DECISION; do
-		per=()
-		for rep in $(seq "$CG_REPS"); do
-			totals=()
-			for n in "$CG_N1" "$CG_N2"; do
-				f="$work/decision.$impl.$n.$rep"
-				GODEBUG=asyncpreemptoff=1 GOMAXPROCS=1 valgrind --tool=callgrind --callgrind-out-file="$f" \
-					"$bin" -test.run '^$' -test.bench "^BenchmarkDecision\$/^impl=$impl\$/^mode=serial\$" \
-					-test.benchtime "${n}x" -test.cpu 1 >"$f.log" 2>&1 || true
-				totals+=("$(awk '/^totals:/ {print $2}' "$f" 2>/dev/null)")
-			done
-			[ -n "${totals[0]}" ] && [ -n "${totals[1]}" ] && per+=($(((totals[1] - totals[0]) / (CG_N2 - CG_N1))))
-		done
-		[ "${#per[@]}" -gt 0 ] || { echo "impl=$impl: valgrind failed"; continue; }
-		med=$(printf '%s\n' "${per[@]}" | sort -n | awk '{a[NR] = $1} END {print a[int((NR + 1) / 2)]}')
-		echo "$impl $med ${per[*]}" >>"$work/decision.all"
-	done
-	awk 'NR == FNR { if ($1 == "floor") base = $2; next }
-		FNR == 1 { printf "%-16s %14s %14s   %s\n", "impl", "instr/request", "ratio to floor", "each measure" }
-		{ all = ""; for (i = 3; i <= NF; i++) all = all " " $i
-		  printf "%-16s %14d %14s  %s\n", $1, $2, base ? sprintf("%.3fx", $2 / base) : "-", all }' \
-		"$work/decision.all" "$work/decision.all" 2>/dev/null || echo "no measure succeeded"
+	callgrind_table BenchmarkDecision "$CG_DECISION" floor "$OUT/callgrind-decision.txt"
 fi
 
 section "targets of issue 5 (medians)"
