@@ -264,34 +264,32 @@ func hasPrefixFold(s, lower string) bool {
 // shared (nothing writes them), and a watchedBody for the attempt's body.
 // With the caller's context, the three take one allocation.
 func (r *request) clone(ctx context.Context, up *upstream) (*http.Request, *watchedBody) {
+	// The request as the caller made it, or with the attempt's own
+	// context (WithContext's copy, inlined, stays on the stack).
+	req := r.req
+	if ctx != req.Context() {
+		req = req.WithContext(ctx)
+	}
 	var out *http.Request
 	var body *watchedBody
-	switch {
-	case ctx == r.req.Context() && r.keepsURL(up):
+	if r.keepsURL(up) {
 		// The URL as the caller built it from up's BaseURL: shared,
-		// read only, and the clone takes one allocation less memory.
+		// read only, and the clone takes less memory.
 		all := new(struct {
 			r http.Request
 			b watchedBody
 		})
-		all.r = *r.req
+		all.r = *req
 		out, body = &all.r, &all.b
-	case ctx == r.req.Context():
+	} else {
 		all := new(struct {
 			r http.Request
 			u url.URL
 			b watchedBody
 		})
-		all.r, all.u = *r.req, *r.req.URL
+		all.r, all.u = *req, *req.URL
 		out, body = &all.r, &all.b
 		out.URL = &all.u
-	default:
-		out = r.req.WithContext(ctx)
-		if !r.keepsURL(up) {
-			u := *r.req.URL
-			out.URL = &u
-		}
-		body = new(watchedBody)
 	}
 	h := make(http.Header, len(r.req.Header)+len(up.header))
 	for k, v := range r.req.Header {
