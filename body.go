@@ -269,17 +269,20 @@ func readCapped(body io.ReadCloser, w io.Writer, n int64, timeout time.Duration)
 
 // peek reads the first bytes of body, to judge a response by them before
 // it is handed on: at most n bytes, until body ends, or until enough (nil:
-// never) says the bytes read so far are all that is wanted. It waits at
-// most timeout for them, and returns the bytes read by then and a body that
-// reads body from its first byte.
+// never) says the bytes read so far are all that is wanted, and how many of
+// them to judge (all when negative: enough may cut the bytes of its last
+// read that came after what it wanted, so that the verdict is the same
+// however the body was split). It waits at most timeout for them, and
+// returns the bytes to judge and a body that reads body from its first
+// byte.
 //
 // A body that ended within them is handed back from memory, and body is
 // closed (its connection is free at once). A body that stalls is not cut:
 // the read pending when timeout passes goes on behind the returned body,
 // whose first Read waits for it, and whose Close closes body (which ends
 // that read). The bytes returned are never written again.
-func peek(body io.ReadCloser, n int, timeout time.Duration, enough func([]byte) bool) ([]byte, io.ReadCloser) {
-	p := &peekedBody{body: body, done: make(chan struct{})}
+func peek(body io.ReadCloser, n int, timeout time.Duration, enough func([]byte) (bool, int)) ([]byte, io.ReadCloser) {
+	p := &peekedBody{body: body, done: make(chan struct{}), judged: -1}
 	go p.readAhead(n, enough)
 	timer := time.NewTimer(timeout)
 	select {
@@ -287,13 +290,21 @@ func peek(body io.ReadCloser, n int, timeout time.Duration, enough func([]byte) 
 		timer.Stop()
 		if p.err == io.EOF {
 			body.Close()
-			return p.buf, &memoryBody{Reader: bytes.NewReader(p.buf), prefix: p.buf}
+			prefix := p.buf
+			if p.judged >= 0 {
+				prefix = p.buf[:p.judged:p.judged]
+			}
+			return prefix, &memoryBody{Reader: bytes.NewReader(p.buf), prefix: prefix}
 		}
 	case <-timer.C:
 		p.handed.Store(true) // the read-ahead stops after the read in progress
 	}
 	p.mu.Lock()
-	p.prefix = p.buf[:len(p.buf):len(p.buf)]
+	end := len(p.buf)
+	if p.judged >= 0 {
+		end = p.judged
+	}
+	p.prefix = p.buf[:end:end]
 	p.mu.Unlock()
 	return p.prefix, p
 }
@@ -305,23 +316,39 @@ type peekedBody struct {
 	prefix []byte        // the bytes the response was judged by (see BodyPrefix)
 	done   chan struct{} // closed when the read-ahead has stopped
 	handed atomic.Bool   // the caller has the body: the read-ahead stops
-	mu     sync.Mutex    // guards buf's header until done
+	mu     sync.Mutex    // guards buf's header and judged until done
 	buf    []byte        // the bytes read ahead: all of them once done
+	judged int           // of buf, the bytes to judge, as enough said (-1: all)
 	err    error         // the error that stopped the read-ahead, if any (set before done)
 	off    int           // bytes of buf Read has returned
 }
 
 // readAhead reads body into buf (see peek).
-func (p *peekedBody) readAhead(n int, enough func([]byte) bool) {
+func (p *peekedBody) readAhead(n int, enough func([]byte) (bool, int)) {
 	defer close(p.done)
 	chunk := make([]byte, min(n, 4<<10))
-	for len(p.buf) < n && (enough == nil || !enough(p.buf)) && !p.handed.Load() {
+	for len(p.buf) < n && !p.handed.Load() {
+		if enough != nil {
+			if done, judged := enough(p.buf); done {
+				p.mu.Lock()
+				p.judged = judged
+				p.mu.Unlock()
+				return
+			}
+		}
 		k, err := p.body.Read(chunk[:min(n-len(p.buf), len(chunk))])
 		p.mu.Lock()
 		p.buf = append(p.buf, chunk[:k]...)
 		p.mu.Unlock()
 		if err != nil {
 			p.err = err
+			if enough != nil && err == io.EOF {
+				if done, judged := enough(p.buf); done {
+					p.mu.Lock()
+					p.judged = judged
+					p.mu.Unlock()
+				}
+			}
 			return
 		}
 	}
@@ -356,9 +383,22 @@ func (*memoryBody) Close() error { return nil }
 // jsonEnd finds where the JSON object or array that a body begins with
 // ends, scanning each byte once however often it is asked.
 type jsonEnd struct {
-	off               int // bytes scanned
-	depth             int
-	started, str, esc bool
+	off                      int // bytes scanned
+	depth                    int
+	started, str, esc, whole bool // whole: the object or array has ended, at off
+}
+
+// judge is done for peek: whether the body's first bytes say all they
+// will, and, when they hold a whole object or array, its length: the bytes
+// after it in the same read are not judged.
+func (s *jsonEnd) judge(b []byte) (bool, int) {
+	if !s.done(b) {
+		return false, -1
+	}
+	if s.whole {
+		return true, s.off
+	}
+	return true, -1
 }
 
 // done reports whether b, the body's first bytes (a longer b each time it
@@ -383,6 +423,7 @@ func (s *jsonEnd) done(b []byte) bool {
 		case c == '}' || c == ']':
 			if s.depth--; s.depth <= 0 {
 				s.off++
+				s.whole = true
 				return true
 			}
 		case c == '"' && s.started:

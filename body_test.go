@@ -322,7 +322,7 @@ func TestPeekStalledBody(t *testing.T) {
 			io.WriteString(pw, `"late"}`)
 			pw.Close()
 		}()
-		prefix, body := peek(pr, 4<<10, drainTimeout, new(jsonEnd).done)
+		prefix, body := peek(pr, 4<<10, drainTimeout, new(jsonEnd).judge)
 		if string(prefix) != `{"error":` {
 			t.Fatalf("prefix %q, want the bytes that came in time", prefix)
 		}
@@ -334,7 +334,7 @@ func TestPeekStalledBody(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		pr, pw := io.Pipe()
 		go io.WriteString(pw, `{"error":`)
-		_, body := peek(pr, 4<<10, drainTimeout, new(jsonEnd).done)
+		_, body := peek(pr, 4<<10, drainTimeout, new(jsonEnd).judge)
 		body.Close()
 		synctest.Wait() // the read-ahead has ended: the bubble would say so otherwise
 		if _, err := io.ReadAll(body); err == nil {
@@ -370,6 +370,24 @@ func TestInMemory(t *testing.T) {
 	} {
 		if got := inMemory(tc.body, tc.n); got != tc.want {
 			t.Errorf("%s: inMemory %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
+// The bytes judged end with the JSON object the body begins with, however
+// the body comes (found by FuzzInspect429): what follows it in the same
+// read is handed on, not judged.
+func TestPeekJudgesTheObject(t *testing.T) {
+	const body = `{"a":1}"retryDelay":"5s"`
+	for name, r := range map[string]io.Reader{
+		"at once":     strings.NewReader(body),
+		"byte a time": iotest.OneByteReader(strings.NewReader(body)),
+	} {
+		var end jsonEnd
+		prefix, rc := peek(io.NopCloser(r), 4<<10, time.Minute, end.judge)
+		got, err := io.ReadAll(rc)
+		if string(prefix) != `{"a":1}` || string(got) != body || err != nil {
+			t.Errorf("%s: judged %q, read %q, %v; want the object, then the whole body", name, prefix, got, err)
 		}
 	}
 }

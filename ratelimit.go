@@ -259,7 +259,10 @@ func inspect429(resp *http.Response) (quota bool, delay time.Duration, ok bool) 
 	// handed on whole (see peek). A JSON body is read to its end; any
 	// other (a gateway's text) as far as quotaPeek, for the markers.
 	var end jsonEnd
-	buf, body := peek(resp.Body, quotaPeek, drainTimeout, func(b []byte) bool { return end.done(b) && end.started })
+	buf, body := peek(resp.Body, quotaPeek, drainTimeout, func(b []byte) (bool, int) {
+		done, judged := end.judge(b)
+		return done && end.started, judged
+	})
 	resp.Body = body
 	for _, m := range quotaMarkers {
 		if bytes.Contains(buf, m) {

@@ -41,12 +41,14 @@ func peekBody(resp *http.Response) {
 		return
 	}
 	var end jsonEnd
-	_, resp.Body = peek(resp.Body, unservablePeek, drainTimeout, end.done)
+	_, resp.Body = peek(resp.Body, unservablePeek, drainTimeout, end.judge)
 }
 
 // BodyPrefix returns the first bytes of resp's body as the [Transport] read
 // them before classifying resp, and whether it read them: at most 4 KiB of a
-// 400's, 403's or 413's body, fewer when the body is shorter or stalled. It
+// 400's, 403's or 413's body, up to the end of the JSON object it begins
+// with (for a body that is not JSON, what its first read gave), fewer when
+// the body is shorter or stalled. It
 // reads nothing itself, so a [Classifier] may call it; resp's body still
 // reads from its first byte. It returns false for any other response: a
 // status whose body is not read, an empty body, a response that did not
