@@ -239,37 +239,78 @@ func (c *call) backoff(round int, now time.Time) time.Duration {
 // round tries each upstream in order once. It reports done with the
 // result when the request is over.
 func (c *call) round(ctx context.Context) (*http.Response, error, bool) {
-	var buf [8]*upstream
 	now := time.Now()
 	if c.start.IsZero() {
 		c.start = now // the body's init before is the caller's time
 	}
+	hedged := c.t.hedge != nil && c.body.replayable && !c.once()
+	if c.t.router == nil && !hedged {
+		return c.roundInOrder(ctx, now)
+	}
+	var buf [8]*upstream
 	order := c.servable(c.t.order(buf[:0], c.ups, c.model, now))
-	if c.t.hedge != nil && c.body.replayable && len(order) > 1 && !c.once() {
+	if hedged && len(order) > 1 {
 		return c.race(ctx, order)
 	}
 	for i, u := range order {
-		if err := ctx.Err(); err != nil {
-			c.discardHeld()
-			return nil, err, true
-		}
-		if i > 0 {
-			now = time.Now() // the attempts before took time
-		}
-		var a attempt
-		switch c.launch(ctx, &a, u, plain, now) {
-		case skipped:
-			continue
-		case over:
-			return c.finishRound()
-		}
-		a.send(c.request)
-		if resp, err, done := c.settle(&a); done {
+		if resp, err, done := c.try(ctx, u, i > 0, &now); done {
 			return resp, err, true
 		}
-		if c.once() {
-			return c.finishRound() // sent once: what it got is the answer
+	}
+	return nil, nil, false
+}
+
+// roundInOrder is round for the configured order (no Router, no Hedge):
+// Transport.order's, the demoted upstreams after the others, found as the
+// round goes, so that a request the first upstream serves looks at no
+// other, however many there are.
+func (c *call) roundInOrder(ctx context.Context, now time.Time) (*http.Response, error, bool) {
+	var buf [8]*upstream
+	demoted := buf[:0]
+	tried := false
+	for i, u := range c.servable(c.usable()) {
+		if i < 64 && c.t.demotion(u, now) != "" { // as Transport.order: past 64, none is
+			demoted = append(demoted, u)
+			continue
 		}
+		if resp, err, done := c.try(ctx, u, tried, &now); done {
+			return resp, err, true
+		}
+		tried = true
+	}
+	for _, u := range demoted {
+		if resp, err, done := c.try(ctx, u, tried, &now); done {
+			return resp, err, true
+		}
+		tried = true
+	}
+	return nil, nil, false
+}
+
+// try is u's turn in a round: it sends the request to u when admit lets
+// it, and reports done with the result when the request is over. later
+// says an upstream came before u in the round, so now is read again.
+func (c *call) try(ctx context.Context, u *upstream, later bool, now *time.Time) (*http.Response, error, bool) {
+	if err := ctx.Err(); err != nil {
+		c.discardHeld()
+		return nil, err, true
+	}
+	if later {
+		*now = time.Now() // the attempts before took time
+	}
+	var a attempt
+	switch c.launch(ctx, &a, u, plain, *now) {
+	case skipped:
+		return nil, nil, false
+	case over:
+		return c.finishRound()
+	}
+	a.send(c.request)
+	if resp, err, done := c.settle(&a); done {
+		return resp, err, true
+	}
+	if c.once() {
+		return c.finishRound() // sent once: what it got is the answer
 	}
 	return nil, nil, false
 }
