@@ -326,29 +326,29 @@ type peekedBody struct {
 // readAhead reads body into buf (see peek).
 func (p *peekedBody) readAhead(n int, enough func([]byte) (bool, int)) {
 	defer close(p.done)
-	chunk := make([]byte, min(n, 4<<10))
-	for len(p.buf) < n && !p.handed.Load() {
-		if enough != nil {
-			if done, judged := enough(p.buf); done {
-				p.mu.Lock()
-				p.judged = judged
-				p.mu.Unlock()
-				return
-			}
+	// judge reports whether enough is done with the bytes read, keeping
+	// how many of them it judges.
+	judge := func() bool {
+		if enough == nil {
+			return false
 		}
+		done, judged := enough(p.buf)
+		if done {
+			p.mu.Lock()
+			p.judged = judged
+			p.mu.Unlock()
+		}
+		return done
+	}
+	chunk := make([]byte, min(n, 4<<10))
+	for !p.handed.Load() && !judge() && len(p.buf) < n {
 		k, err := p.body.Read(chunk[:min(n-len(p.buf), len(chunk))])
 		p.mu.Lock()
 		p.buf = append(p.buf, chunk[:k]...)
 		p.mu.Unlock()
 		if err != nil {
 			p.err = err
-			if enough != nil && err == io.EOF {
-				if done, judged := enough(p.buf); done {
-					p.mu.Lock()
-					p.judged = judged
-					p.mu.Unlock()
-				}
-			}
+			judge() // the last bytes may hold the end
 			return
 		}
 	}

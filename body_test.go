@@ -383,11 +383,17 @@ func TestPeekJudgesTheObject(t *testing.T) {
 		"at once":     strings.NewReader(body),
 		"byte a time": iotest.OneByteReader(strings.NewReader(body)),
 	} {
-		var end jsonEnd
-		prefix, rc := peek(io.NopCloser(r), 4<<10, time.Minute, end.judge)
-		got, err := io.ReadAll(rc)
-		if string(prefix) != `{"a":1}` || string(got) != body || err != nil {
-			t.Errorf("%s: judged %q, read %q, %v; want the object, then the whole body", name, prefix, got, err)
+		for _, n := range []int{4 << 10, 9} { // 9: the read that reaches the bound holds the object's end
+			r := r
+			if n == 9 {
+				r = strings.NewReader(body)
+			}
+			var end jsonEnd
+			prefix, rc := peek(io.NopCloser(r), n, time.Minute, end.judge)
+			got, err := io.ReadAll(rc)
+			if string(prefix) != `{"a":1}` || string(got) != body || err != nil {
+				t.Errorf("%s, at most %d: judged %q, read %q, %v; want the object, then the whole body", name, n, prefix, got, err)
+			}
 		}
 	}
 }
