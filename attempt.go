@@ -59,7 +59,7 @@ func (c *call) prepare(ctx context.Context, a *attempt, cancelable bool) error {
 	if cancelable {
 		actx, a.cancel = context.WithCancelCause(ctx)
 	}
-	out, watch := c.clone(actx, u)
+	out, watch := c.clone(actx, u, !c.racing)
 	c.rewrite(out, u)
 	body, err := c.body.next()
 	if err != nil {

@@ -268,7 +268,10 @@ func (c *call) roundInOrder(ctx context.Context, now time.Time) (*http.Response,
 	var buf [8]*upstream
 	demoted := buf[:0]
 	tried := false
-	for i, u := range c.servable(c.usable()) {
+	for i, u := range c.usable() {
+		if len(c.refused) > 0 && slices.Contains(c.refused, u) {
+			continue // it cannot serve this request (see servable)
+		}
 		if i < 64 && c.t.demotion(u, now) != "" { // as Transport.order: past 64, none is
 			demoted = append(demoted, u)
 			continue

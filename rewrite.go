@@ -259,11 +259,13 @@ func hasPrefixFold(s, lower string) bool {
 	return true
 }
 
-// clone copies the caller's request for one attempt to up: its own URL and
-// header map, without the headers keepHeader leaves out, the value slices
-// shared (nothing writes them), and a watchedBody for the attempt's body.
-// With the caller's context, the three take one allocation.
-func (r *request) clone(ctx context.Context, up *upstream) (*http.Request, *watchedBody) {
+// clone copies the caller's request for one attempt to up: its own URL
+// (the caller's, read only, when rewrite changes nothing in it and
+// shareURL allows), its own header map, without the headers keepHeader
+// leaves out, the value slices shared (nothing writes them), and a
+// watchedBody for the attempt's body. Request, URL and body take one
+// allocation.
+func (r *request) clone(ctx context.Context, up *upstream, shareURL bool) (*http.Request, *watchedBody) {
 	// The request as the caller made it, or with the attempt's own
 	// context (WithContext's copy, inlined, stays on the stack).
 	req := r.req
@@ -272,9 +274,12 @@ func (r *request) clone(ctx context.Context, up *upstream) (*http.Request, *watc
 	}
 	var out *http.Request
 	var body *watchedBody
-	if r.keepsURL(up) {
+	if shareURL && r.keepsURL(up) {
 		// The URL as the caller built it from up's BaseURL: shared,
-		// read only, and the clone takes less memory.
+		// read only, and the clone takes less memory. Not for an
+		// attempt of a hedged round (shareURL false): one that loses
+		// may still be in Base after RoundTrip has returned, when the
+		// caller may change its request.
 		all := new(struct {
 			r http.Request
 			b watchedBody

@@ -14,6 +14,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 )
 
 // A caller's credentials reach only the upstream the caller addressed, in
@@ -1143,5 +1144,60 @@ func TestRedirectKeepsLocationSignature(t *testing.T) {
 	}
 	if got := leaks(s, callerMark); len(got) > 0 {
 		t.Errorf("the host that is no upstream got the caller's credentials: %v", got)
+	}
+}
+
+// A hedged attempt that lost the race goes on in Base after RoundTrip has
+// returned (abandon cancels it, waits for nothing). Once the caller has
+// closed the winner's body it may mutate its request (RoundTripper
+// contract); the loser's request must not change under Base, so an
+// attempt of a hedged round never shares the caller's URL (found by
+// review of the shared URL, clone's keepsURL).
+func TestHedgeLoserKeepsItsURL(t *testing.T) {
+	canceled := make(chan struct{})
+	mutated := make(chan struct{})
+	sawPath := make(chan string, 1)
+	base := roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		if r.URL.Host == "b.test" {
+			if r.Body != nil {
+				io.Copy(io.Discard, r.Body)
+				r.Body.Close()
+			}
+			return respond(200, "b"), nil
+		}
+		// a.test: the slow primary, still inside Base when the hedge wins.
+		<-r.Context().Done()
+		close(canceled)
+		<-mutated
+		sawPath <- r.URL.Host + r.URL.Path // e.g. a logging Base, or net/http writing the request line
+		if r.Body != nil {
+			r.Body.Close()
+		}
+		return nil, r.Context().Err()
+	})
+	tr := newTestTransport(t, Config{Base: base, Hedge: &HedgeConfig{Delay: 5 * time.Millisecond, Percent: 100}, Upstreams: []Upstream{
+		{Name: "a", BaseURL: "http://a.test"},
+		{Name: "b", BaseURL: "http://b.test"},
+	}})
+	req := httptestRequest("POST", "http://a.test/v1/chat/completions", `{"model":"m"}`)
+	resp, err := tr.RoundTrip(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := readBody(t, resp); got != "b" {
+		t.Fatalf("body %q, want the hedge's", got)
+	}
+	resp.Body.Close()
+	select {
+	case <-canceled:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the primary's attempt was never canceled")
+	}
+	// The caller reuses its request, as it may once the body is closed.
+	req.URL.Host = "other.test"
+	req.URL.Path = "/v1/embeddings"
+	close(mutated)
+	if got := <-sawPath; got != "a.test/v1/chat/completions" {
+		t.Errorf("the abandoned attempt's request changed under Base: its URL now reads %q, want a.test/v1/chat/completions", got)
 	}
 }
