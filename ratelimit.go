@@ -256,13 +256,9 @@ func inspect429(resp *http.Response) (quota bool, delay time.Duration, ok bool) 
 		return false, 0, false
 	}
 	// A body that stalls is judged by what arrived in drainTimeout, and
-	// handed on whole (see peek). A JSON body is read to its end; any
-	// other (a gateway's text) as far as quotaPeek, for the markers.
-	var end jsonEnd
-	buf, body := peek(resp.Body, quotaPeek, drainTimeout, func(b []byte) (bool, int) {
-		done, judged := end.judge(b)
-		return done && end.started, judged
-	})
+	// handed on whole (see peek). Every marker in the first quotaPeek
+	// bytes counts, after a JSON value as well as in it.
+	buf, body := peek(resp.Body, quotaPeek, drainTimeout, nil)
 	resp.Body = body
 	for _, m := range quotaMarkers {
 		if bytes.Contains(buf, m) {
