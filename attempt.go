@@ -4,8 +4,11 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
+	"net/url"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -25,8 +28,9 @@ type attempt struct {
 	hedge      bool // sent as a hedge, beside an attempt still in flight
 	lastResort bool // sent past its circuit's refusal (Transport.lastResort): it counts as an active probe
 	out        *http.Request
-	body       *watchedBody            // out's body, when it has one
-	cancel     context.CancelCauseFunc // nil when nothing needs to end the attempt early
+	body       *watchedBody // out's body, when it has one
+	ender                   // what ends its own context; zero when nothing needs to end the attempt early
+	own        *outParts    // made with the attempt for out and its wrappers (hedgedRound); nil: prepare makes them
 
 	// timeout bounds its wait for response headers
 	// (request.attemptTimeout); 0 means no bound.
@@ -46,9 +50,94 @@ type attempt struct {
 	stack    []byte
 }
 
+// outParts is what an attempt's request takes, in one allocation: the
+// request, its URL, the watcher of its body, and the wrapper of its
+// response's body that ends its context.
+type outParts struct {
+	r   http.Request
+	u   url.URL
+	b   watchedBody
+	cc  cancelOnClose
+	ctx ownCtx
+}
+
+// ender ends an attempt's own context: context.WithCancelCause's cancel,
+// or its ownCtx. It is a value, not the attempt, so that what keeps it
+// (the timeout's timer, the response's body) keeps no attempt alive and
+// lets an attempt of a round without hedging stay on its stack.
+type ender struct {
+	cancel context.CancelCauseFunc
+	ctx    *ownCtx
+}
+
+// stop ends the context, if there is one, with cause (for the
+// context.WithCancelCause kind: an ownCtx keeps none).
+func (e ender) stop(cause error) {
+	switch {
+	case e.cancel != nil:
+		e.cancel(cause)
+	case e.ctx != nil:
+		e.ctx.end()
+	}
+}
+
+// ends reports whether there is a context to end.
+func (e ender) ends() bool { return e.cancel != nil || e.ctx != nil }
+
+// ownCtx is an attempt's own context when its caller's is never done
+// (context.Background's kind, whose Done is nil): the caller's, which the
+// attempt can end early. It is made with the attempt (outParts), and its
+// Done channel only when asked for, sparing context.WithCancelCause's two
+// allocations on the path of a hedged attempt that answers in time. With a
+// caller's context that can be done, the attempt takes
+// context.WithCancelCause's, which the parent tells of its end. Its Err is
+// context.Canceled once ended; context.Cause says no more.
+type ownCtx struct {
+	context.Context // the caller's: Deadline and Value
+	mu              sync.Mutex
+	done            chan struct{} // made by Done
+	err             error
+}
+
+func (c *ownCtx) Done() <-chan struct{} {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.done == nil {
+		c.done = make(chan struct{})
+		if c.err != nil {
+			close(c.done)
+		}
+	}
+	return c.done
+}
+
+func (c *ownCtx) Err() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.err
+}
+
+func (c *ownCtx) end() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.err == nil {
+		c.err = context.Canceled
+		if c.done != nil {
+			close(c.done)
+		}
+	}
+}
+
+// String names it for a panic's or a log's %v, as the context package's
+// own do.
+func (c *ownCtx) String() string {
+	return fmt.Sprintf("%v.WithCancel(failover attempt)", c.Context)
+}
+
 // prepare builds a's request: the caller's, rewritten for a.u, with the
 // next copy of the body. With cancelable, the request has its own context,
-// which a.cancel ends.
+// which a.stop ends: an ownCtx in a.own when the caller's context is never
+// done, else context.WithCancelCause's.
 func (c *call) prepare(ctx context.Context, a *attempt, cancelable bool) error {
 	u := a.u
 	if c.last != nil && c.last != u && !a.hedge {
@@ -57,15 +146,19 @@ func (c *call) prepare(ctx context.Context, a *attempt, cancelable bool) error {
 	c.attempts++
 	actx := ctx
 	if cancelable {
-		actx, a.cancel = context.WithCancelCause(ctx)
+		if a.own != nil && ctx.Done() == nil {
+			a.own.ctx.Context = ctx
+			a.ctx = &a.own.ctx
+			actx = a.ctx
+		} else {
+			actx, a.cancel = context.WithCancelCause(ctx)
+		}
 	}
-	out, watch := c.clone(actx, u, !c.racing)
+	out, watch := c.clone(actx, u, !c.racing, a.own)
 	c.rewrite(out, u)
 	body, err := c.body.next()
 	if err != nil {
-		if a.cancel != nil {
-			a.cancel(nil)
-		}
+		a.stop(nil)
 		return err
 	}
 	out.Body = body
@@ -125,9 +218,7 @@ func (a *attempt) send(r request) {
 			if a.resp != nil {
 				a.resp.Body.Close()
 			}
-			if a.cancel != nil {
-				a.cancel(nil)
-			}
+			a.stop(nil)
 			panic(v)
 		}
 	}()
@@ -154,8 +245,8 @@ func (a *attempt) roundTrip(r *request) (*http.Response, error) {
 	t := r.t
 	var timer *time.Timer
 	if a.timeout > 0 {
-		cancel := a.cancel
-		timer = time.AfterFunc(a.timeout, func() { cancel(ErrAttemptTimeout) })
+		e := a.ender
+		timer = time.AfterFunc(a.timeout, func() { e.stop(ErrAttemptTimeout) })
 	}
 	if timer != nil {
 		a.sent = time.Now() // for stalled: the deadline is counted from here
@@ -172,11 +263,14 @@ func (a *attempt) roundTrip(r *request) (*http.Response, error) {
 		}
 		err = ErrAttemptTimeout
 	}
-	if a.cancel != nil {
+	if a.ends() {
 		if err != nil {
-			a.cancel(nil)
+			a.stop(nil)
+		} else if a.own != nil {
+			a.own.cc = cancelOnClose{ReadCloser: resp.Body, e: a.ender}
+			resp.Body = &a.own.cc
 		} else {
-			resp.Body = &cancelOnClose{ReadCloser: resp.Body, cancel: a.cancel}
+			resp.Body = &cancelOnClose{ReadCloser: resp.Body, e: a.ender}
 		}
 	}
 	return resp, err

@@ -1,7 +1,9 @@
 package failover
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -306,4 +308,51 @@ func TestSlowGetBodyIsNoStall(t *testing.T) {
 			t.Fatalf("a hung upstream behind a slow GetBody is %s after 2 timeouts, want open", s)
 		}
 	})
+}
+
+// An attempt's ownCtx (a hedged round's, under a caller's context that is
+// never done) makes its Done channel only when asked, is done once ended,
+// whether asked before or after, and gives the caller's deadline and
+// values.
+func TestOwnCtx(t *testing.T) {
+	type key struct{}
+	parent := context.WithValue(context.Background(), key{}, "v")
+	var asked, late ownCtx
+	asked.Context, late.Context = parent, parent
+	if asked.done != nil || asked.Err() != nil {
+		t.Fatal("a new ownCtx is done, or made its channel unasked")
+	}
+	done := asked.Done()
+	select {
+	case <-done:
+		t.Fatal("done before it ended")
+	default:
+	}
+	asked.end()
+	asked.end() // once is enough; twice must not close twice
+	select {
+	case <-done:
+	default:
+		t.Fatal("not done once ended")
+	}
+	late.end()
+	select {
+	case <-late.Done():
+	default:
+		t.Fatal("a channel asked for after the end is not closed")
+	}
+	for _, c := range []*ownCtx{&asked, &late} {
+		if !errors.Is(c.Err(), context.Canceled) || !errors.Is(context.Cause(c), context.Canceled) {
+			t.Errorf("Err %v, Cause %v: want context.Canceled", c.Err(), context.Cause(c))
+		}
+		if c.Value(key{}) != "v" {
+			t.Error("the caller's value is lost")
+		}
+		if _, ok := c.Deadline(); ok {
+			t.Error("a deadline the caller did not set")
+		}
+	}
+	if s := fmt.Sprint(&asked); !strings.Contains(s, "failover attempt") {
+		t.Errorf("String %q", s)
+	}
 }

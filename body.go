@@ -2,7 +2,6 @@ package failover
 
 import (
 	"bytes"
-	"context"
 	"errors"
 	"io"
 	"math"
@@ -223,12 +222,12 @@ func (b *watchedBody) faulted(err error) bool {
 // cancelOnClose ends an attempt's context when the caller closes the body.
 type cancelOnClose struct {
 	io.ReadCloser
-	cancel context.CancelCauseFunc
+	e ender
 }
 
 func (b *cancelOnClose) Close() error {
 	err := b.ReadCloser.Close()
-	b.cancel(nil)
+	b.e.stop(nil)
 	return err
 }
 

@@ -250,7 +250,7 @@ func (c *call) round(ctx context.Context) (*http.Response, error, bool) {
 	var buf [8]*upstream
 	order := c.servable(c.t.order(buf[:0], c.ups, c.model, now))
 	if hedged && len(order) > 1 {
-		return c.race(ctx, order)
+		return c.hedgedRound(ctx, order)
 	}
 	for i, u := range order {
 		if resp, err, done := c.try(ctx, u, i > 0, &now); done {

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"runtime/debug"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -28,6 +29,15 @@ import (
 // at most Percent % of the requests plus a burst of 10. A delay at the
 // upstream's p95 hedges about the slowest 5 % of requests, so a Percent
 // above 5 rarely binds on a normal day and holds the bill on a slow one.
+//
+// The first attempt of a round goes to Base on the caller's goroutine, as
+// without hedging, and a timer waits for its delay: a request answered in
+// time costs no goroutine, channel or allocation more. When the delay
+// passes first, the timer's goroutine runs the rest of the round, and
+// RoundTrip returns the winner's answer once Base has returned from the
+// first attempt, which is canceled when it loses: a Base that does not
+// return when its request's context is canceled (http.Transport does)
+// holds the caller until it returns, as it would with an AttemptTimeout.
 //
 // Only a request whose body can be sent twice is hedged: no body, a body
 // with GetBody, or one the Transport buffered (see Config.MaxBodyBuffer).
@@ -144,6 +154,8 @@ type hedger struct {
 	sent   *metrics.Counter
 	won    *metrics.Counter
 	denied *metrics.Counter
+
+	waits sync.Pool // of *hedgeWait
 }
 
 func newHedger(c HedgeConfig, s *metrics.Set) *hedger {
@@ -156,6 +168,7 @@ func newHedger(c HedgeConfig, s *metrics.Set) *hedger {
 		denied:      s.GetOrCreateCounter(famHedgesDenied.series()),
 	}
 	h.tokens.Store(hedgeBurst * hedgeUnit)
+	h.waits.New = h.newHedgeWait
 	return h
 }
 
@@ -223,93 +236,286 @@ const (
 	abandoned // the call is over: the attempt cleans up after itself
 )
 
-// race is a round with hedging: it tries the upstreams in order, sending
-// the request to the next one also when the attempts in flight have not
-// answered within the delay, and takes the first answer that ends the
-// request. It reports done with the result when the request is over.
+// hedgedRound is a round with hedging. It tries the upstreams in order,
+// each attempt on the caller's goroutine, as a round without hedging
+// does, with a timer armed for its delay (hedgeWait). An attempt that
+// answers within the delay costs the hedging nothing more: no goroutine,
+// no channel, no timer of its own. When the delay passes first, the timer's
+// goroutine takes the round over (racer): it sends the hedge, and takes the
+// first answer that ends the request, the caller's attempt's too when Base
+// returns it. It reports done with the result when the request is over.
 //
-// Each attempt runs in its own goroutine, with its own copy of the
-// request. When the request is over, the attempts still in flight are
-// canceled; each closes what it got when Base returns.
-func (c *call) race(ctx context.Context, order []*upstream) (*http.Response, error, bool) {
-	h := c.t.hedge
-	c.racing = true
+// The round runs on a copy of the call in the heap, made with the first
+// attempt in one allocation: the goroutine that takes the round over
+// needs it, and the caller's call is on a stack, which moves.
+func (c *call) hedgedRound(ctx context.Context, order []*upstream) (*http.Response, error, bool) {
+	x := new(struct {
+		c call
+		a attempt
+		o outParts
+	})
+	x.c = *c
+	defer func() { *c = x.c }() // after the round is the caller's alone again, even by a panic
+	return x.c.hedgedRoundOn(ctx, order, &x.a, &x.o)
+}
+
+func (c *call) hedgedRoundOn(ctx context.Context, order []*upstream, first *attempt, own *outParts) (*http.Response, error, bool) {
+	c.racing = true // every attempt has its own context and URL
 	defer func() { c.racing = false }()
-	results := make(chan *attempt, len(order))
-	var flying []*attempt
-	hedges := 0
-	tried := make([]bool, len(order)) // upstreams the round has sent to or skipped
-	left := len(order)
-	// However the round ends, even by a panic, the attempts still in
-	// flight are canceled and closed.
-	defer func() { c.t.abandon(flying, results) }()
-	defer func() { c.traceAbandoned(flying, time.Now()) }() // first; a hook's panic still leaves abandon to run
-
-	// next launches the next upstream in order that takes the request.
-	// It reports whether it did, and whether the request is over. A
-	// hedge goes only to an upstream whose circuit is closed, passing
-	// over the others and leaving them to fail over to.
-	next := func(isHedge bool) (sent, stop bool) {
-		for i, u := range order {
-			now := time.Now()
-			if tried[i] || (isHedge && u.circuit.Status(now) != circuit.Closed) {
-				continue
-			}
-			tried[i] = true
-			left--
-			a := new(attempt)
-			mode := plain
-			if isHedge {
-				mode = hedge
-			}
-			switch c.launch(ctx, a, u, mode, now) {
-			case skipped:
-				continue
-			case declined:
-				tried[i] = false
-				left++
-				return false, false
-			case dropped:
-				return false, false
-			case over:
-				return false, true
-			}
-			flying = append(flying, a)
-			go a.fly(c.request, results)
-			return true, false
+	for i, u := range order {
+		if err := ctx.Err(); err != nil {
+			c.discardHeld()
+			return nil, err, true
 		}
-		return false, false
+		a := first
+		if a == nil {
+			a = new(attempt) // after a failover: the first one's parts are taken
+		}
+		a.own = own
+		switch c.launch(ctx, a, u, plain, time.Now()) {
+		case skipped:
+			*a = attempt{} // not sent: the next upstream's turn takes it
+			continue
+		case over:
+			return c.finishRound()
+		}
+		first, own = nil, nil
+		var w *hedgeWait
+		if i+1 < len(order) && !a.p.Probe() {
+			w = c.t.hedge.arm(c, ctx, a, order, i)
+		}
+		if w == nil {
+			a.send(c.request)
+		} else {
+			a.sendCatching(c.request)
+			if res, raced := w.end(c.t, a); raced {
+				if res.panicked != nil {
+					panic(res.panicked)
+				}
+				return res.resp, res.err, res.done
+			}
+			if a.panicked != nil {
+				panic(a.panicked) // send closed what it had, as without hedging
+			}
+		}
+		if resp, err, done := c.settle(a); done {
+			return resp, err, true
+		}
 	}
+	return nil, nil, false
+}
 
-	sent, stop := next(false)
-	if stop {
-		return c.finishRound()
+// sendCatching is send, the panic of Base or Classify kept in a rather
+// than raised: the attempt's hedgeWait says on which goroutine it is
+// raised.
+func (a *attempt) sendCatching(r request) {
+	defer func() {
+		if v := recover(); v != nil {
+			a.panicked = v
+			a.stack = debug.Stack()
+		}
+	}()
+	a.send(r)
+}
+
+// A hedgeWait's states.
+const (
+	idle    = iota // in the pool, or its attempt answered in time
+	waiting        // the attempt is in Base, the timer armed
+	fired          // the delay passed first: a racer has the round
+)
+
+// hedgeWait is the timer of an attempt of a hedged round, which waits in
+// Base on the caller's goroutine, and what the timer's goroutine needs to
+// take the round over when the delay passes first. It comes from a pool
+// with its timer and channel made: an attempt that answers in time
+// allocates nothing for it.
+type hedgeWait struct {
+	timer *time.Timer // time.AfterFunc(fire), made once
+	final chan raceResult
+	pool  *sync.Pool // where it goes back
+
+	mu      sync.Mutex
+	state   int
+	due     time.Time // when the delay passes; a fire before is an earlier user's
+	c       *call
+	ctx     context.Context
+	a       *attempt
+	order   []*upstream // a copy: the round's may be on the caller's stack
+	index   int         // a's upstream in order
+	results chan *attempt
+}
+
+// raceResult is a racer's end of the round, or its panic.
+type raceResult struct {
+	resp     *http.Response
+	err      error
+	done     bool
+	panicked any
+}
+
+// maxPooledOrder bounds the order a pooled hedgeWait keeps room for.
+const maxPooledOrder = 1024
+
+// newHedgeWait makes a hedgeWait for h's pool, which is the Transport's
+// own: its timer and channel belong to the goroutines that use the
+// Transport (a synctest bubble's, in a test).
+func (h *hedger) newHedgeWait() any {
+	w := &hedgeWait{final: make(chan raceResult, 1), pool: &h.waits}
+	w.timer = time.AfterFunc(time.Hour, w.fire)
+	w.timer.Stop()
+	return w
+}
+
+// arm starts the delay of a, an attempt of c's round on order[i] about to
+// be sent on the caller's goroutine.
+func (h *hedger) arm(c *call, ctx context.Context, a *attempt, order []*upstream, i int) *hedgeWait {
+	w := h.waits.Get().(*hedgeWait)
+	now := time.Now()
+	d := c.t.hedgeDelay(a.u, now)
+	w.mu.Lock()
+	w.state, w.due = waiting, now.Add(d)
+	w.c, w.ctx, w.a, w.index = c, ctx, a, i
+	w.order = append(w.order[:0], order...)
+	w.mu.Unlock()
+	w.timer.Reset(d)
+	return w
+}
+
+// end is the caller's side once Base has returned a's answer: it disarms
+// the timer when the delay has not passed (raced false: the caller settles
+// a, as without hedging); else it hands a to the racer that has the round,
+// as a hedge's goroutine does, and waits for the round's end.
+func (w *hedgeWait) end(t *Transport, a *attempt) (res raceResult, raced bool) {
+	w.mu.Lock()
+	raced = w.state == fired
+	results := w.results
+	w.state = idle
+	w.mu.Unlock()
+	if !raced {
+		w.timer.Stop()
+		w.release()
+		return raceResult{}, false
 	}
-	if !sent {
-		return nil, nil, false
+	if a.state.CompareAndSwap(flying, delivered) {
+		results <- a // never blocks: it holds every attempt of the round
+	} else {
+		a.cleanup() // the round is over: nobody waits for a
+		if a.panicked != nil {
+			t.logPanic(a)
+		}
 	}
-	timer := time.NewTimer(c.t.hedgeDelay(flying[0].u, time.Now()))
-	defer timer.Stop()
+	res = <-w.final
+	w.release()
+	return res, true
+}
+
+// release clears w and puts it back in the pool. A fire of its timer that
+// is already on its way finds it idle, or armed for a later attempt whose
+// delay has not passed.
+func (w *hedgeWait) release() {
+	w.mu.Lock()
+	clear(w.order)
+	w.c, w.ctx, w.a, w.order, w.results = nil, nil, nil, w.order[:0], nil
+	w.mu.Unlock()
+	if cap(w.order) <= maxPooledOrder {
+		w.pool.Put(w)
+	}
+}
+
+// fire runs on the timer's goroutine when the delay passes: unless the
+// attempt answered first, it takes the round over and runs it to its end,
+// which it hands to the caller's goroutine with a panic, if one comes.
+func (w *hedgeWait) fire() {
+	w.mu.Lock()
+	if w.state != waiting || time.Now().Before(w.due) {
+		w.mu.Unlock()
+		return
+	}
+	w.state = fired
+	r := &racer{c: w.c, ctx: w.ctx, order: w.order, flying: []*attempt{w.a}}
+	r.results = make(chan *attempt, len(w.order))
+	r.tried = make([]bool, len(w.order))
+	for i := range w.index + 1 {
+		r.tried[i] = true
+	}
+	r.left = len(w.order) - w.index - 1
+	w.results = r.results
+	w.mu.Unlock()
+	var res raceResult
+	func() {
+		defer func() {
+			if v := recover(); v != nil {
+				res = raceResult{panicked: v}
+			}
+		}()
+		res.resp, res.err, res.done = r.run()
+	}()
+	w.final <- res // never blocks: it holds one
+}
+
+// racer is a hedged round once a delay has passed: the attempts in flight,
+// each on a goroutine of its own but the first, which is the caller's.
+// Only the goroutine that runs it reads or writes the call until the round
+// ends.
+type racer struct {
+	c       *call
+	ctx     context.Context
+	order   []*upstream
+	results chan *attempt
+	flying  []*attempt
+	tried   []bool // upstreams the round has sent to or skipped
+	left    int    // upstreams not tried
+	hedges  int
+}
+
+// run sends the hedge the passed delay calls for, then takes the first
+// answer that ends the request, sending further hedges as their delays
+// pass and failing over as usual when every attempt in flight failed.
+// However the round ends, even by a panic, the attempts still in flight
+// are canceled and closed.
+func (r *racer) run() (*http.Response, error, bool) {
+	c, h := r.c, r.c.t.hedge
+	defer func() { c.t.abandon(r.flying, r.results) }()
+	defer func() { c.traceAbandoned(r.flying, time.Now()) }() // first; a hook's panic still leaves abandon to run
+	var timer *time.Timer
+	arm := func(a *attempt) {
+		d := c.t.hedgeDelay(a.u, time.Now())
+		if timer == nil {
+			timer = time.NewTimer(d)
+			return
+		}
+		timer.Reset(d)
+	}
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+	hedgeNow := func() {
+		if sent, _ := r.next(true); !sent {
+			r.hedges = h.MaxHedges // out of budget, or nowhere to hedge to
+			return
+		}
+		r.hedges++
+		arm(r.flying[len(r.flying)-1])
+	}
+	hedgeNow()
 	for {
 		var tick <-chan time.Time
-		if hedges < h.MaxHedges && left > 0 && !probing(flying) {
+		if timer != nil && r.hedges < h.MaxHedges && r.left > 0 && !probing(r.flying) {
 			tick = timer.C
 		}
 		select {
-		case <-ctx.Done():
+		case <-r.ctx.Done():
 			c.discardHeld()
-			return nil, ctx.Err(), true
+			return nil, r.ctx.Err(), true
 		case <-tick:
-			if sent, _ := next(true); !sent {
-				hedges = h.MaxHedges // out of budget, or nowhere to hedge to
-				continue
-			}
-			hedges++
-			timer.Reset(c.t.hedgeDelay(flying[len(flying)-1].u, time.Now()))
-		case a := <-results:
-			flying = slices.DeleteFunc(flying, func(b *attempt) bool { return b == a })
+			hedgeNow()
+		case a := <-r.results:
+			r.flying = slices.DeleteFunc(r.flying, func(b *attempt) bool { return b == a })
 			if a.panicked != nil {
-				a.cancel(nil)
+				a.stop(nil)
 				panic(a.panicked) // the deferred abandon cleans up the rest
 			}
 			if resp, err, done := c.settle(a); done {
@@ -318,19 +524,56 @@ func (c *call) race(ctx context.Context, order []*upstream) (*http.Response, err
 				}
 				return resp, err, true
 			}
-			if len(flying) > 0 {
+			if len(r.flying) > 0 {
 				continue // another attempt may still answer
 			}
-			sent, stop := next(false) // fail over as usual
+			sent, stop := r.next(false) // fail over as usual
 			if stop {
 				return c.finishRound()
 			}
 			if !sent {
 				return nil, nil, false
 			}
-			timer.Reset(c.t.hedgeDelay(flying[0].u, time.Now()))
+			arm(r.flying[0])
 		}
 	}
+}
+
+// next launches the next upstream in order that takes the request. It
+// reports whether it did, and whether the request is over. A hedge goes
+// only to an upstream whose circuit is closed, passing over the others and
+// leaving them to fail over to.
+func (r *racer) next(isHedge bool) (sent, stop bool) {
+	c := r.c
+	for i, u := range r.order {
+		now := time.Now()
+		if r.tried[i] || (isHedge && u.circuit.Status(now) != circuit.Closed) {
+			continue
+		}
+		r.tried[i] = true
+		r.left--
+		a := new(attempt)
+		mode := plain
+		if isHedge {
+			mode = hedge
+		}
+		switch c.launch(r.ctx, a, u, mode, now) {
+		case skipped:
+			continue
+		case declined:
+			r.tried[i] = false
+			r.left++
+			return false, false
+		case dropped:
+			return false, false
+		case over:
+			return false, true
+		}
+		r.flying = append(r.flying, a)
+		go a.fly(c.request, r.results)
+		return true, false
+	}
+	return false, false
 }
 
 // probing reports whether one of attempts is a half-open probe: it is not
@@ -376,7 +619,7 @@ func (t *Transport) abandon(attempts []*attempt, results <-chan *attempt) {
 	for _, a := range attempts {
 		a.lost.Store(true)
 		if a.state.CompareAndSwap(flying, abandoned) {
-			a.cancel(errHedgeLost)
+			a.stop(errHedgeLost)
 		} else {
 			pending++ // delivered: on its way to results
 		}
@@ -398,7 +641,7 @@ func (a *attempt) cleanup() {
 	if a.resp != nil {
 		discard(a.resp)
 	}
-	a.cancel(errHedgeLost)
+	a.stop(errHedgeLost)
 }
 
 // logPanic reports the panic of an attempt nobody waits for.

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -600,4 +602,95 @@ func TestHedgeDelayOwnWindow(t *testing.T) {
 			t.Fatalf("delay %v once the latencies left the 1s window, want MaxDelay", d)
 		}
 	})
+}
+
+// A panic in Base after the delay passed, while the timer's goroutine has
+// the round, reaches the caller, whether the first attempt (on the
+// caller's goroutine) or the hedge (on its own) panics.
+func TestHedgePanicAfterDelay(t *testing.T) {
+	for _, panicking := range []string{"a.test", "b.test"} {
+		t.Run(panicking, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				n := newFakeNet()
+				var canceled atomic.Int32
+				for _, host := range []string{"a.test", "b.test"} {
+					if host == panicking {
+						n.handle(host, func(*http.Request) (*http.Response, error) {
+							time.Sleep(50 * time.Millisecond) // past the delay: the hedge is out
+							panic("boom")
+						})
+					} else {
+						n.handle(host, slowly(time.Hour, "slow", &canceled))
+					}
+				}
+				tr := newTestTransport(t, twoUpstreams(n, Config{Hedge: &HedgeConfig{Delay: 10 * time.Millisecond, Percent: 100}}))
+				func() {
+					defer func() {
+						if v := recover(); v != "boom" {
+							t.Errorf("recovered %v, want the panic from Base", v)
+						}
+					}()
+					tr.RoundTrip(httptestRequest("GET", "http://a.test/", ""))
+					t.Error("RoundTrip returned")
+				}()
+				synctest.Wait()
+				if canceled.Load() != 1 {
+					t.Errorf("%d slow attempts canceled, want 1: the other attempt is ended when the panic goes on", canceled.Load())
+				}
+			})
+		})
+	}
+}
+
+// A hedgeWait's timer that fires before the delay of the attempt it waits
+// for (a fire on its way when the wait went back to the pool, meeting the
+// next attempt that took it) takes nothing over: that attempt's delay
+// has not passed.
+func TestHedgeWaitEarlyFire(t *testing.T) {
+	n := newFakeNet()
+	tr := newTestTransport(t, twoUpstreams(n, Config{Hedge: &HedgeConfig{Delay: time.Hour}}))
+	c := &call{request: request{t: tr}}
+	a := &attempt{u: tr.upstreams[0]}
+	w := tr.hedge.arm(c, context.Background(), a, tr.upstreams, 0)
+	w.fire() // as a stale fire would, long before the hour
+	if w.state != waiting {
+		t.Fatalf("state %d after an early fire, want waiting: the round was taken over before its delay", w.state)
+	}
+	if _, raced := w.end(tr, a); raced {
+		t.Fatal("end says the round raced")
+	}
+}
+
+// An attempt of a hedged round that answers within the delay is sent on
+// the caller's goroutine: nothing of the hedging runs until the delay
+// passes.
+func TestHedgeFirstAttemptOnCallersGoroutine(t *testing.T) {
+	var callers, bases []uint64
+	base := roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		bases = append(bases, goroutineID())
+		return respond(200, "ok"), nil
+	})
+	tr := newTestTransport(t, Config{Base: base, Hedge: &HedgeConfig{Delay: time.Hour}, Upstreams: []Upstream{
+		{Name: "a", BaseURL: "http://a.test"}, {Name: "b", BaseURL: "http://b.test"},
+	}})
+	for range 3 {
+		callers = append(callers, goroutineID())
+		resp, err := tr.RoundTrip(httptestRequest("GET", "http://a.test/", ""))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+	}
+	if !slices.Equal(callers, bases) {
+		t.Errorf("Base ran on goroutines %v, the callers were %v", bases, callers)
+	}
+}
+
+// goroutineID is the current goroutine's number, from its stack's first
+// line ("goroutine 7 [running]:").
+func goroutineID() uint64 {
+	var buf [64]byte
+	line := strings.TrimPrefix(string(buf[:runtime.Stack(buf[:], false)]), "goroutine ")
+	id, _ := strconv.ParseUint(line[:strings.IndexByte(line, ' ')], 10, 64)
+	return id
 }

@@ -264,8 +264,8 @@ func hasPrefixFold(s, lower string) bool {
 // shareURL allows), its own header map, without the headers keepHeader
 // leaves out, the value slices shared (nothing writes them), and a
 // watchedBody for the attempt's body. Request, URL and body take one
-// allocation.
-func (r *request) clone(ctx context.Context, up *upstream, shareURL bool) (*http.Request, *watchedBody) {
+// allocation, or none when own holds them.
+func (r *request) clone(ctx context.Context, up *upstream, shareURL bool, own *outParts) (*http.Request, *watchedBody) {
 	// The request as the caller made it, or with the attempt's own
 	// context (WithContext's copy, inlined, stays on the stack).
 	req := r.req
@@ -274,7 +274,13 @@ func (r *request) clone(ctx context.Context, up *upstream, shareURL bool) (*http
 	}
 	var out *http.Request
 	var body *watchedBody
-	if shareURL && r.keepsURL(up) {
+	switch {
+	case own != nil:
+		// Made with the attempt (see hedgedRound): the URL is its own.
+		own.r, own.u = *req, *req.URL
+		out, body = &own.r, &own.b
+		out.URL = &own.u
+	case shareURL && r.keepsURL(up):
 		// The URL as the caller built it from up's BaseURL: shared,
 		// read only, and the clone takes less memory. Not for an
 		// attempt of a hedged round (shareURL false): one that loses
@@ -286,7 +292,7 @@ func (r *request) clone(ctx context.Context, up *upstream, shareURL bool) (*http
 		})
 		all.r = *req
 		out, body = &all.r, &all.b
-	} else {
+	default:
 		all := new(struct {
 			r http.Request
 			u url.URL

@@ -1147,57 +1147,58 @@ func TestRedirectKeepsLocationSignature(t *testing.T) {
 	}
 }
 
-// A hedged attempt that lost the race goes on in Base after RoundTrip has
-// returned (abandon cancels it, waits for nothing). Once the caller has
-// closed the winner's body it may mutate its request (RoundTripper
-// contract); the loser's request must not change under Base, so an
-// attempt of a hedged round never shares the caller's URL (found by
-// review of the shared URL, clone's keepsURL).
+// A hedge that lost the race goes on in Base after RoundTrip has returned
+// (abandon cancels it, waits for nothing). Once the caller has closed the
+// winner's body it may mutate its request (RoundTripper contract); the
+// loser's request must not change under Base, so an attempt of a hedged
+// round never shares the caller's URL (found by review of the shared URL,
+// clone's keepsURL). Here the caller addresses b, the hedge: a, first in
+// order, wins.
 func TestHedgeLoserKeepsItsURL(t *testing.T) {
+	hedged := make(chan struct{})
 	canceled := make(chan struct{})
 	mutated := make(chan struct{})
 	sawPath := make(chan string, 1)
 	base := roundTripFunc(func(r *http.Request) (*http.Response, error) {
-		if r.URL.Host == "b.test" {
-			if r.Body != nil {
-				io.Copy(io.Discard, r.Body)
-				r.Body.Close()
-			}
-			return respond(200, "b"), nil
+		if r.Body != nil {
+			io.Copy(io.Discard, r.Body)
+			r.Body.Close()
 		}
-		// a.test: the slow primary, still inside Base when the hedge wins.
+		if r.URL.Host == "a.test" {
+			<-hedged // slow: it answers once the hedge is in Base
+			return respond(200, "a"), nil
+		}
+		// b.test: the hedge, still inside Base when a wins.
+		close(hedged)
 		<-r.Context().Done()
 		close(canceled)
 		<-mutated
 		sawPath <- r.URL.Host + r.URL.Path // e.g. a logging Base, or net/http writing the request line
-		if r.Body != nil {
-			r.Body.Close()
-		}
 		return nil, r.Context().Err()
 	})
 	tr := newTestTransport(t, Config{Base: base, Hedge: &HedgeConfig{Delay: 5 * time.Millisecond, Percent: 100}, Upstreams: []Upstream{
 		{Name: "a", BaseURL: "http://a.test"},
 		{Name: "b", BaseURL: "http://b.test"},
 	}})
-	req := httptestRequest("POST", "http://a.test/v1/chat/completions", `{"model":"m"}`)
+	req := httptestRequest("POST", "http://b.test/v1/chat/completions", `{"model":"m"}`)
 	resp, err := tr.RoundTrip(req)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := readBody(t, resp); got != "b" {
-		t.Fatalf("body %q, want the hedge's", got)
+	if got := readBody(t, resp); got != "a" {
+		t.Fatalf("body %q, want the first attempt's", got)
 	}
 	resp.Body.Close()
 	select {
 	case <-canceled:
 	case <-time.After(5 * time.Second):
-		t.Fatal("the primary's attempt was never canceled")
+		t.Fatal("the hedge was never canceled")
 	}
 	// The caller reuses its request, as it may once the body is closed.
 	req.URL.Host = "other.test"
 	req.URL.Path = "/v1/embeddings"
 	close(mutated)
-	if got := <-sawPath; got != "a.test/v1/chat/completions" {
-		t.Errorf("the abandoned attempt's request changed under Base: its URL now reads %q, want a.test/v1/chat/completions", got)
+	if got := <-sawPath; got != "b.test/v1/chat/completions" {
+		t.Errorf("the abandoned hedge's request changed under Base: its URL now reads %q, want b.test/v1/chat/completions", got)
 	}
 }

@@ -14,10 +14,13 @@ import (
 // were passed over and why, which were tried, how each attempt ended, and
 // whose answer the caller got.
 //
-// Every hook but Usage is called on the goroutine that called RoundTrip,
-// in the order the events were decided, and before RoundTrip returns; with
-// [Config.Hedge], an attempt's AttemptDone comes when the call takes its
-// result, which may be after a later attempt's AttemptStart. Hooks must
+// Every hook but Usage is called one at a time, in the order the events
+// were decided, and before RoundTrip returns, on the goroutine that called
+// RoundTrip; with [Config.Hedge], once a hedge's delay has passed, the rest
+// of that round's hooks are called on the goroutine that runs the round
+// while the caller's waits in Base for its first attempt, and an attempt's
+// AttemptDone comes when the round takes its result, which may be after a
+// later attempt's AttemptStart. Hooks must
 // not block: the request waits on them. None of their arguments holds a
 // credential: upstreams are named by Upstream.Name, and errors are
 // scrubbed as [Error] is.

@@ -336,8 +336,9 @@ const (
 // A Transport is safe for concurrent use by multiple goroutines. It starts
 // goroutines of its own only for opt-in features: the probe loops of
 // [ProbeConfig] and the two of [Config.Shared], which [Transport.Close]
-// stops, and with [HedgeConfig] one per attempt of a hedged request, which
-// ends when Base returns.
+// stops, and with [HedgeConfig], once a hedge's delay has passed, one that
+// runs the rest of the round and one per hedge, which end with the round
+// and when Base returns.
 type Transport struct {
 	upstreams []*upstream
 	hosts     map[string][]*upstream // by hostKey: the upstreams on each host (route)
