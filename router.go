@@ -6,7 +6,10 @@ import (
 	"math/rand/v2"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
+
+	"github.com/failover-go/failover/internal/mono"
 )
 
 // Cost is what an upstream charges, in any currency as long as every
@@ -569,4 +572,428 @@ func (s Score) Order(dst []int, cands []Candidate) []int {
 	spareRecovering(seg, cands)
 	toIndexes(seg, cands)
 	return dst
+}
+
+// The fast path of this package's Routers.
+//
+// A Candidate takes a few hundred instructions to fill (the recent
+// figures, the peak EWMA, the circuit, admit and demotion), so ordering
+// every upstream for every request costs in proportion to their number.
+// For the four Routers of this package the Transport asks instead for the
+// upstream that Order would put first (firstRouted), which each finds by
+// reading only the upstreams it needs; admit and demotion decide, as for
+// Order, whether one is in the first group. Only when that upstream does
+// not settle the request are the others ordered, from every Candidate as
+// they are then (routed), by the same keys as Order (rest). A Router of
+// your own, or a type that embeds one of these, gets every Candidate.
+
+// usableNow reports whether u is in the first group for a request for
+// model at now (groupUsable): admit takes the request and demotion does
+// not defer it.
+func (t *Transport) usableNow(u *upstream, model string, now time.Time) bool {
+	return t.admit(u, model, now, nil).reason == "" && t.demotion(u, now) == ""
+}
+
+// firstRouted returns the upstream that the Router, one of this
+// package's, puts first for a request for model at now, or nil when it is
+// another Router or declines: then routed orders every candidate.
+func (t *Transport) firstRouted(model string, now time.Time) *upstream {
+	i := -1
+	switch r := t.router.(type) {
+	case Priority:
+		i = r.first(t, model, now)
+	case *Weighted:
+		i = r.first(t, model, now)
+	case LeastLatency:
+		i = r.first(t, model, now)
+	case Score:
+		i = r.first(t, model, now)
+	}
+	if i < 0 {
+		return nil
+	}
+	return t.upstreams[i]
+}
+
+// orderRest appends the Indexes of cands but skip's, in the order that
+// Order gives them after its first pick (one of this package's Routers).
+func (t *Transport) orderRest(dst []int, cands []Candidate, skip int) []int {
+	start := len(dst)
+	for i := range cands {
+		if cands[i].Index != skip {
+			dst = append(dst, i)
+		}
+	}
+	seg := dst[start:]
+	switch r := t.router.(type) {
+	case Priority:
+		r.rest(seg, cands)
+	case *Weighted:
+		r.rest(seg, cands)
+	case LeastLatency:
+		r.rest(seg, cands)
+	case Score:
+		r.rest(seg, cands)
+	}
+	toIndexes(seg, cands)
+	return dst
+}
+
+// first returns the first upstream in the first group, -1 when there is
+// none.
+func (Priority) first(t *Transport, model string, now time.Time) int {
+	for i, u := range t.upstreams {
+		if t.usableNow(u, model, now) {
+			return i
+		}
+	}
+	return -1
+}
+
+// rest sorts the positions seg of cands by group, then Index.
+func (Priority) rest(seg []int, cands []Candidate) {
+	slices.SortFunc(seg, func(a, b int) int {
+		ca, cb := &cands[a], &cands[b]
+		return cmp.Or(cmp.Compare(routeGroup(ca), routeGroup(cb)), cmp.Compare(ca.Index, cb.Index), cmp.Compare(a, b))
+	})
+}
+
+// routeCache is what the Transport keeps for Score and Weighted between
+// requests: a snapshot of the upstreams, taken again at most every
+// refreshEvery by one request.
+type routeCache struct {
+	snap       atomic.Pointer[routeSnapshot]
+	refreshing atomic.Bool
+}
+
+// routeSnapshot is what Score and Weighted knew of the upstreams at one
+// instant. It is never written after it is stored, but for out.
+type routeSnapshot struct {
+	until mono.Time // when it is to be taken again
+
+	// Score: what its ranking was computed from, which each request
+	// compares (scoreKey): the time each upstream's recent figures were
+	// computed, and its usage averages.
+	key []uint64
+
+	// Score: every Index, the best score first (ties by Index), the
+	// score computed as if no circuit were open. Weighted: the Indexes
+	// of the upstreams in the first group, ascending.
+	rank []int
+
+	// Weighted: the weights of rank's upstreams, capped for those that
+	// are recovering, and which of them a pick found out of the first
+	// group since.
+	weight []float64
+	out    []atomic.Bool
+}
+
+// snapshot returns the router's snapshot, taken again once its time is
+// up (Weighted's after refreshEvery; Score's when an upstream's recent
+// figures are that old, as Candidate's would be computed again) and, for
+// Score, as soon as what it was computed from changed. Another request
+// may be taking the next one: then the last one is returned, unless Score's
+// changed.
+func (t *Transport) snapshot(now time.Time) *routeSnapshot {
+	s, m := t.routes.snap.Load(), mono.Of(now)
+	current := s != nil && (s.key == nil || t.sameScoreKey(s.key))
+	if current && m < s.until {
+		return s
+	}
+	if !t.routes.refreshing.CompareAndSwap(false, true) {
+		if current {
+			return s
+		}
+		// Another request takes a snapshot: take this one's own.
+	} else {
+		defer t.routes.refreshing.Store(false)
+	}
+	n := &routeSnapshot{until: m.Add(refreshEvery)}
+	score, isScore := t.router.(Score)
+	if isScore {
+		// The key before the candidates: a change in between takes the
+		// snapshot again, rather than going unseen.
+		n.key = make([]uint64, 0, 4*len(t.upstreams))
+		for _, u := range t.upstreams {
+			u.recent.get(&u.window, now) // computed again when due, as for a Candidate
+			at := mono.Time(u.recent.at.Load())
+			n.until = min(n.until, at.Add(refreshEvery))
+			n.key = append(n.key, uint64(at), u.usage.avgCost.Load(), u.usage.avgInput.Load(), u.usage.avgOutput.Load())
+		}
+	}
+	rb := routerBuffers.Get().(*routerBuffer)
+	cands := rb.cands[:0]
+	for i, u := range t.upstreams {
+		cands = append(cands, t.candidate(i, u, "", now))
+	}
+	if w, ok := t.router.(*Weighted); ok {
+		n.rank, n.weight = w.members(cands)
+		n.out = make([]atomic.Bool, len(n.rank))
+	} else if isScore {
+		n.rank = score.rank(cands)
+	}
+	t.routes.snap.Store(n)
+	if cap(cands) <= maxPooledCandidates {
+		clear(cands)
+		rb.cands = cands[:0]
+		routerBuffers.Put(rb)
+	}
+	return n
+}
+
+// sameScoreKey reports whether key is what every upstream's recent
+// figures and usage averages are now (see routeSnapshot).
+func (t *Transport) sameScoreKey(key []uint64) bool {
+	for i, u := range t.upstreams {
+		k := key[4*i : 4*i+4]
+		if k[0] != uint64(u.recent.at.Load()) || k[1] != u.usage.avgCost.Load() || k[2] != u.usage.avgInput.Load() || k[3] != u.usage.avgOutput.Load() {
+			return false
+		}
+	}
+	return true
+}
+
+// members returns the Indexes of the candidates of the first group and
+// their weights (swrrWeight), for Weighted's snapshot: none when the first
+// group is empty.
+func (w *Weighted) members(cands []Candidate) ([]int, []float64) {
+	var others float64
+	for i := range cands {
+		if c := &cands[i]; routeGroup(c) == groupUsable && !c.Recovering {
+			others += swrrWeight(c, 0)
+		}
+	}
+	limit := math.Inf(1)
+	if others > 0 {
+		limit = others * recoveringShare / (1 - recoveringShare)
+	}
+	var idx []int
+	var weight []float64
+	for i := range cands {
+		if c := &cands[i]; routeGroup(c) == groupUsable {
+			idx = append(idx, c.Index)
+			weight = append(weight, swrrWeight(c, limit))
+		}
+	}
+	return idx, weight
+}
+
+// first runs one step of smooth weighted round robin over the snapshot's
+// first group and returns the Index picked, once admit and demotion say
+// it is in the first group now. One that is not is left out until the
+// next snapshot and the step is run again without it. It returns -1 when
+// the snapshot's first group is empty or all left out, or an upstream
+// has Models (whose first group depends on the request's model).
+func (w *Weighted) first(t *Transport, model string, now time.Time) int {
+	if t.models {
+		return -1
+	}
+	s := t.snapshot(now)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if n := len(t.upstreams); len(w.current) < n {
+		w.current = append(w.current, make([]float64, n-len(w.current))...)
+	}
+	for {
+		pick, total := -1, 0.0
+		for k, i := range s.rank {
+			if s.out[k].Load() {
+				continue
+			}
+			w.current[i] += s.weight[k]
+			total += s.weight[k]
+			if pick < 0 || w.current[i] > w.current[s.rank[pick]] {
+				pick = k
+			}
+		}
+		if pick < 0 {
+			return -1
+		}
+		i := s.rank[pick]
+		if t.usableNow(t.upstreams[i], model, now) {
+			w.current[i] -= total
+			return i
+		}
+		for k, i := range s.rank { // undo the step
+			if !s.out[k].Load() {
+				w.current[i] -= s.weight[k]
+			}
+		}
+		s.out[pick].Store(true)
+	}
+}
+
+// rest sorts the positions seg of cands by group, then by descending
+// weight (capped as in Order), then Index.
+func (w *Weighted) rest(seg []int, cands []Candidate) {
+	best, _ := bestGroup(cands)
+	var others float64
+	for i := range cands {
+		if c := &cands[i]; routeGroup(c) == best && !c.Recovering {
+			others += swrrWeight(c, 0)
+		}
+	}
+	limit := math.Inf(1)
+	if others > 0 {
+		limit = others * recoveringShare / (1 - recoveringShare)
+	}
+	slices.SortFunc(seg, func(a, b int) int {
+		ca, cb := &cands[a], &cands[b]
+		if c := cmp.Compare(routeGroup(ca), routeGroup(cb)); c != 0 {
+			return c
+		}
+		return cmp.Or(cmp.Compare(swrrWeight(cb, limit), swrrWeight(ca, limit)), cmp.Compare(ca.Index, cb.Index), cmp.Compare(a, b))
+	})
+}
+
+// twoChoiceTries bounds the draws LeastLatency.first makes for each of its
+// two candidates before it declines.
+const twoChoiceTries = 4
+
+// first draws two distinct upstreams of the first group at random, each
+// by drawing from all of them until admit and demotion say one is in the
+// first group (a uniform draw from the first group, as Order's), and
+// returns the Index of the cheaper (the first drawn on a tie). When the
+// pick is recovering it orders every candidate, as Order does. It
+// returns -1 when either draw finds none within twoChoiceTries: Order,
+// drawing again, then decides, which keeps each pair as likely as in
+// Order (the chance to decline is the same for every first draw).
+func (LeastLatency) first(t *Transport, model string, now time.Time) int {
+	n := len(t.upstreams)
+	if n == 1 {
+		if t.usableNow(t.upstreams[0], model, now) {
+			return 0
+		}
+		return -1
+	}
+	draw := func(not int) int { // not: the first drawn, or -1
+		for range twoChoiceTries {
+			var i int
+			if not < 0 {
+				i = rand.IntN(n)
+			} else if i = rand.IntN(n - 1); i >= not {
+				i++
+			}
+			if t.usableNow(t.upstreams[i], model, now) {
+				return i
+			}
+		}
+		return -1
+	}
+	i := draw(-1)
+	if i < 0 {
+		return -1
+	}
+	j := draw(i)
+	if j < 0 {
+		return -1
+	}
+	ci, cj := latencyCandidate(t.upstreams[i], now), latencyCandidate(t.upstreams[j], now)
+	if compareLatencyCost(&cj, &ci) < 0 {
+		i = j
+	}
+	if !t.upstreams[i].circuit.Recovering(now) {
+		return i
+	}
+	// Recovering: it goes first only for a tenth of the requests, else
+	// the cheapest of its group that is not (spareRecovering).
+	rb := routerBuffers.Get().(*routerBuffer)
+	cands := rb.cands[:0]
+	for k, u := range t.upstreams {
+		cands = append(cands, t.candidate(k, u, model, now))
+	}
+	seg := appendPositions(rb.order[:0], n)
+	LeastLatency{}.rest(seg, cands)
+	moveToFront(seg, slices.Index(seg, i))
+	spareRecovering(seg, cands)
+	first := cands[seg[0]].Index
+	if cap(cands) <= maxPooledCandidates {
+		clear(cands)
+		rb.cands, rb.order = cands[:0], seg[:0]
+		routerBuffers.Put(rb)
+	}
+	return first
+}
+
+// latencyCandidate is the part of u's Candidate that latencyCost reads.
+func latencyCandidate(u *upstream, now time.Time) Candidate {
+	return Candidate{InFlight: int(u.live.inflight.Load()), Latency: u.latency.value(now)}
+}
+
+// rest sorts the positions seg of cands by group, then by ascending cost
+// (latencyCost), then Index.
+func (LeastLatency) rest(seg []int, cands []Candidate) {
+	slices.SortFunc(seg, func(a, b int) int {
+		ca, cb := &cands[a], &cands[b]
+		if c := cmp.Compare(routeGroup(ca), routeGroup(cb)); c != 0 {
+			return c
+		}
+		return cmp.Or(compareLatencyCost(ca, cb), cmp.Compare(ca.Index, cb.Index), cmp.Compare(a, b))
+	})
+}
+
+// rank returns the Indexes of cands by descending score, ties by Index,
+// each scored as if its circuit were not open: Score's snapshot. Which
+// upstreams are open is decided for each request.
+func (s Score) rank(cands []Candidate) []int {
+	s = s.withDefaults()
+	basis := newCostBasis(cands)
+	var maxCost float64
+	score := make([]float64, len(cands))
+	for i := range cands {
+		maxCost = max(maxCost, basis.cost(&cands[i]))
+	}
+	for i := range cands {
+		c := cands[i]
+		c.State = Closed
+		score[i] = s.score(&c, basis.cost(&c), maxCost)
+	}
+	seg := appendPositions(nil, len(cands))
+	slices.SortFunc(seg, func(a, b int) int {
+		return cmp.Or(cmp.Compare(score[b], score[a]), cmp.Compare(cands[a].Index, cands[b].Index))
+	})
+	toIndexes(seg, cands)
+	return seg
+}
+
+// first returns the first upstream of the snapshot's ranking that admit
+// and demotion put in the first group; when it is recovering, the next
+// such that is not goes first for all but recoveringShare of the requests
+// (spareRecovering). It returns -1 when the first group is empty.
+func (s Score) first(t *Transport, model string, now time.Time) int {
+	held := -1 // the best, recovering
+	for _, i := range t.snapshot(now).rank {
+		u := t.upstreams[i]
+		if !t.usableNow(u, model, now) {
+			continue
+		}
+		switch {
+		case !u.circuit.Recovering(now):
+			if held >= 0 && rand.Float64() < recoveringShare {
+				return held
+			}
+			return i
+		case held < 0:
+			held = i
+		}
+	}
+	return held
+}
+
+// rest sorts the positions seg of cands by group, then by descending
+// score, then Index.
+func (s Score) rest(seg []int, cands []Candidate) {
+	s = s.withDefaults()
+	basis := newCostBasis(cands)
+	var maxCost float64
+	for i := range cands {
+		maxCost = max(maxCost, basis.cost(&cands[i]))
+	}
+	slices.SortFunc(seg, func(a, b int) int {
+		ca, cb := &cands[a], &cands[b]
+		if c := cmp.Compare(routeGroup(ca), routeGroup(cb)); c != 0 {
+			return c
+		}
+		return cmp.Or(cmp.Compare(s.score(cb, basis.cost(cb), maxCost), s.score(ca, basis.cost(ca), maxCost)), cmp.Compare(ca.Index, cb.Index), cmp.Compare(a, b))
+	})
 }
