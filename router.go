@@ -671,9 +671,9 @@ type routeCache struct {
 type routeSnapshot struct {
 	until mono.Time // when it is to be taken again
 
-	// Score: what its ranking was computed from, which each request
-	// compares (scoreKey): the time each upstream's recent figures were
-	// computed, and its usage averages.
+	// Score, where some upstream has a Cost: every upstream's usage
+	// averages (as math.Float64bits) when its ranking was computed, which
+	// each request compares (sameUsage).
 	key []uint64
 
 	// Score: every Index, the best score first (ties by Index), the
@@ -686,17 +686,19 @@ type routeSnapshot struct {
 	// group since.
 	weight []float64
 	out    []atomic.Bool
+	outs   atomic.Int32 // how many of out are set
 }
 
 // snapshot returns the router's snapshot, taken again once its time is
-// up (Weighted's after refreshEvery; Score's when an upstream's recent
-// figures are that old, as Candidate's would be computed again) and, for
-// Score, as soon as what it was computed from changed. Another request
-// may be taking the next one: then the last one is returned, unless Score's
-// changed.
+// up: Weighted's after refreshEvery, Score's when the oldest of the
+// recent figures it ranked by is that old (as a Candidate's would then be
+// computed again), and Score's at once when an upstream's usage averages
+// changed, where some upstream has a Cost (without one, usage does not
+// move a score). Another request may be taking the next one: then the
+// last one is returned, unless its usage changed.
 func (t *Transport) snapshot(now time.Time) *routeSnapshot {
 	s, m := t.routes.snap.Load(), mono.Of(now)
-	current := s != nil && (s.key == nil || t.sameScoreKey(s.key))
+	current := s != nil && (s.key == nil || t.sameUsage(s.key))
 	if current && m < s.until {
 		return s
 	}
@@ -709,28 +711,42 @@ func (t *Transport) snapshot(now time.Time) *routeSnapshot {
 		defer t.routes.refreshing.Store(false)
 	}
 	n := &routeSnapshot{until: m.Add(refreshEvery)}
-	score, isScore := t.router.(Score)
-	if isScore {
-		// The key before the candidates: a change in between takes the
-		// snapshot again, rather than going unseen.
-		n.key = make([]uint64, 0, 4*len(t.upstreams))
-		for _, u := range t.upstreams {
-			u.recent.get(&u.window, now) // computed again when due, as for a Candidate
-			at := mono.Time(u.recent.at.Load())
-			n.until = min(n.until, at.Add(refreshEvery))
-			n.key = append(n.key, uint64(at), u.usage.avgCost.Load(), u.usage.avgInput.Load(), u.usage.avgOutput.Load())
-		}
-	}
 	rb := routerBuffers.Get().(*routerBuffer)
 	cands := rb.cands[:0]
-	for i, u := range t.upstreams {
-		cands = append(cands, t.candidate(i, u, "", now))
-	}
-	if w, ok := t.router.(*Weighted); ok {
-		n.rank, n.weight = w.members(cands)
+	switch r := t.router.(type) {
+	case *Weighted:
+		// Only what members reads.
+		for i, u := range t.upstreams {
+			c := Candidate{Index: i, Weight: u.cfg.Weight, State: Open}
+			if t.usableNow(u, "", now) {
+				c.State, c.Recovering = Closed, u.circuit.Recovering(now)
+			}
+			cands = append(cands, c)
+		}
+		n.rank, n.weight = r.members(cands)
 		n.out = make([]atomic.Bool, len(n.rank))
-	} else if isScore {
-		n.rank = score.rank(cands)
+	case Score:
+		// The usage key before the averages are read: a change in
+		// between takes the snapshot again, rather than going unseen.
+		priced := false
+		for _, u := range t.upstreams {
+			priced = priced || u.cfg.Cost.total() > 0
+		}
+		if priced {
+			n.key = make([]uint64, 0, 3*len(t.upstreams))
+			for _, u := range t.upstreams {
+				n.key = append(n.key, u.usage.avgCost.Load(), u.usage.avgInput.Load(), u.usage.avgOutput.Load())
+			}
+		}
+		// Only what rank reads.
+		for i, u := range t.upstreams {
+			f := u.recent.get(&u.window, now)
+			n.until = min(n.until, mono.Time(u.recent.at.Load()).Add(refreshEvery))
+			c := Candidate{Index: i, Cost: u.cfg.Cost, P50: f.p50, SuccessRate: f.rate}
+			c.RequestCost, c.InputTokens, c.OutputTokens = u.usage.averages()
+			cands = append(cands, c)
+		}
+		n.rank = r.rank(cands)
 	}
 	t.routes.snap.Store(n)
 	if cap(cands) <= maxPooledCandidates {
@@ -741,12 +757,16 @@ func (t *Transport) snapshot(now time.Time) *routeSnapshot {
 	return n
 }
 
-// sameScoreKey reports whether key is what every upstream's recent
-// figures and usage averages are now (see routeSnapshot).
-func (t *Transport) sameScoreKey(key []uint64) bool {
-	for i, u := range t.upstreams {
-		k := key[4*i : 4*i+4]
-		if k[0] != uint64(u.recent.at.Load()) || k[1] != u.usage.avgCost.Load() || k[2] != u.usage.avgInput.Load() || k[3] != u.usage.avgOutput.Load() {
+// sameUsage reports whether key holds every upstream's usage averages as
+// they are now (see routeSnapshot).
+func (t *Transport) sameUsage(key []uint64) bool {
+	ups := t.upstreams
+	if len(key) != 3*len(ups) {
+		return false
+	}
+	for i, u := range ups {
+		k, s := key[3*i:3*i+3:3*i+3], &u.usage
+		if k[0] != s.avgCost.Load() || k[1] != s.avgInput.Load() || k[2] != s.avgOutput.Load() {
 			return false
 		}
 	}
@@ -794,32 +814,36 @@ func (w *Weighted) first(t *Transport, model string, now time.Time) int {
 	if n := len(t.upstreams); len(w.current) < n {
 		w.current = append(w.current, make([]float64, n-len(w.current))...)
 	}
+	cur, rank, weight := w.current, s.rank, s.weight[:len(s.rank)]
 	for {
-		pick, total := -1, 0.0
-		for k, i := range s.rank {
-			if s.out[k].Load() {
+		pick, total, most := -1, 0.0, 0.0
+		anyOut := s.outs.Load() > 0
+		for k, i := range rank {
+			if anyOut && s.out[k].Load() {
 				continue
 			}
-			w.current[i] += s.weight[k]
-			total += s.weight[k]
-			if pick < 0 || w.current[i] > w.current[s.rank[pick]] {
-				pick = k
+			c := cur[i] + weight[k]
+			cur[i] = c
+			total += weight[k]
+			if pick < 0 || c > most {
+				pick, most = k, c
 			}
 		}
 		if pick < 0 {
 			return -1
 		}
-		i := s.rank[pick]
+		i := rank[pick]
 		if t.usableNow(t.upstreams[i], model, now) {
-			w.current[i] -= total
+			cur[i] -= total
 			return i
 		}
-		for k, i := range s.rank { // undo the step
-			if !s.out[k].Load() {
-				w.current[i] -= s.weight[k]
+		for k, i := range rank { // undo the step
+			if !anyOut || !s.out[k].Load() {
+				cur[i] -= weight[k]
 			}
 		}
 		s.out[pick].Store(true)
+		s.outs.Add(1)
 	}
 }
 
