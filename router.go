@@ -129,6 +129,15 @@ type Candidate struct {
 // groups. A HalfOpen candidate keeps its place: the circuit closes only
 // after a request probes it, and one ordered last would go unprobed for as
 // long as the others serve.
+//
+// For the Routers of this package (not a type that embeds one) the
+// Transport fills no Candidates for a request that their first pick
+// settles: each finds its pick by reading only the upstreams it needs,
+// with the same admission and demotion decisions, so that a request costs
+// the same with 1 upstream or 64. When the pick does not settle the
+// request, the Transport fills every Candidate then, after that attempt,
+// and tries the others in the order Order gives them after its pick. What
+// else differs is said on each Router.
 type Router interface {
 	Order(dst []int, cands []Candidate) []int
 }
@@ -219,7 +228,8 @@ func spareRecovering(seg []int, cands []Candidate) {
 // Router.
 //
 // Priority keeps no state and takes no lock. Order does not allocate when
-// dst has room.
+// dst has room. Through a Transport, the first upstream of the first
+// group is found by asking each in turn whether it is in that group.
 type Priority struct{}
 
 // Order implements [Router].
@@ -273,6 +283,24 @@ func (Priority) Order(dst []int, cands []Candidate) []int {
 // the ordering runs outside it. The zero value is ready to use. A Weighted
 // must not be copied after first use. Order allocates only when dst lacks
 // room, or when an Index larger than any before shows up.
+//
+// Through a Transport, the round-robin step runs over a snapshot of the
+// first group (its upstreams, their weights, the Recovering caps), taken
+// again at most every 250 ms by one request, and holds the mutex for one
+// pass over those upstreams (an addition and a comparison each) and the
+// admission and demotion check of the pick: no Candidate is filled, no
+// lock or atomic taken per upstream. The pick is sent only once that check
+// puts it in the first group now; one that is not is left out of the
+// snapshot, its step undone, and the step runs again without it. So a
+// circuit that opens, a 429's cooldown or a probe in flight are seen by
+// the next request that would pick the upstream, which never goes there,
+// but an upstream that comes back (its cooldown over, its circuit
+// half-open or closed, no longer demoted) takes part in the round robin
+// again only from the next snapshot, up to 250 ms later, and until then a
+// Recovering cap is the snapshot's. When the snapshot's first group is
+// empty or all left out, and whenever an upstream has Models (whose first
+// group depends on the request's model), every Candidate is filled and
+// Order decides, as before.
 type Weighted struct {
 	mu      sync.Mutex
 	current []float64 // by Index
@@ -382,6 +410,14 @@ func (w *Weighted) pick(cands []Candidate, g int, limit float64, maxIndex int) i
 // LeastLatency keeps no state and takes no lock: it draws from
 // math/rand/v2's global generator. Order does not allocate when dst has
 // room. The zero value is ready to use.
+//
+// Through a Transport, each of the two is drawn from all the upstreams
+// again until the admission and demotion decisions put it in the first
+// group, at most 4 times: a uniform draw from the first group, as Order's.
+// When a draw finds none, every Candidate is filled and Order decides
+// afresh, which leaves every pair as likely as in Order. Only the two
+// drawn upstreams' latencies and requests in flight are read, and every
+// Candidate only when the pick is recovering.
 type LeastLatency struct{}
 
 // latencyCost returns c's cost; +Inf is Finagle's penalty for a candidate
@@ -458,6 +494,16 @@ func (LeastLatency) Order(dst []int, cands []Candidate) []int {
 // Score keeps no state. Order computes the scores while it sorts, and does
 // not allocate when dst has room. The zero value weighs latency 40 %,
 // success rate 40 % and cost 20 %, against a 2 s baseline.
+//
+// Through a Transport, the upstreams are ranked by score in a snapshot,
+// and a request goes to the best ranked that the admission and demotion
+// decisions put in the first group, asked in turn. The snapshot is taken
+// again once the oldest recent figures it read are 250 ms old (when a
+// Candidate's would be computed again) and, when some upstream has a
+// Cost, as soon as an upstream's usage averages change (each request
+// compares them: three loads an upstream). Recent figures that Health or
+// Degraded compute in between are seen from the next snapshot: never
+// older than a Candidate's may be, but not always the latest.
 type Score struct {
 	// Latency, Success and Cost weigh the three terms. When all three
 	// are zero they are 0.4, 0.4 and 0.2.
