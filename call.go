@@ -248,6 +248,23 @@ func (c *call) round(ctx context.Context) (*http.Response, error, bool) {
 		return c.roundInOrder(ctx, now)
 	}
 	var buf [8]*upstream
+	if !hedged && c.ups == nil && len(c.refused) == 0 {
+		// This package's Routers name their first pick without ordering
+		// the others, which are ordered only if it does not settle the
+		// request (see firstRouted).
+		if first := c.t.firstRouted(c.model, now); first != nil {
+			if resp, err, done := c.try(ctx, first, false, &now); done {
+				return resp, err, true
+			}
+			now = time.Now()
+			for i, u := range c.t.routed(buf[:0], c.model, now, first) {
+				if resp, err, done := c.try(ctx, u, i > 0, &now); done {
+					return resp, err, true
+				}
+			}
+			return nil, nil, false
+		}
+	}
 	order := c.servable(c.t.order(buf[:0], c.ups, c.model, now))
 	if hedged && len(order) > 1 {
 		return c.hedgedRound(ctx, order)

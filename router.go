@@ -6,7 +6,10 @@ import (
 	"math/rand/v2"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
+
+	"github.com/failover-go/failover/internal/mono"
 )
 
 // Cost is what an upstream charges, in any currency as long as every
@@ -126,6 +129,15 @@ type Candidate struct {
 // groups. A HalfOpen candidate keeps its place: the circuit closes only
 // after a request probes it, and one ordered last would go unprobed for as
 // long as the others serve.
+//
+// For the Routers of this package (not a type that embeds one) the
+// Transport fills no Candidates for a request that their first pick
+// settles: each finds its pick by reading only the upstreams it needs,
+// with the same admission and demotion decisions, so that a request costs
+// the same with 1 upstream or 64. When the pick does not settle the
+// request, the Transport fills every Candidate then, after that attempt,
+// and tries the others in the order Order gives them after its pick. What
+// else differs is said on each Router.
 type Router interface {
 	Order(dst []int, cands []Candidate) []int
 }
@@ -216,7 +228,8 @@ func spareRecovering(seg []int, cands []Candidate) {
 // Router.
 //
 // Priority keeps no state and takes no lock. Order does not allocate when
-// dst has room.
+// dst has room. Through a Transport, the first upstream of the first
+// group is found by asking each in turn whether it is in that group.
 type Priority struct{}
 
 // Order implements [Router].
@@ -270,6 +283,24 @@ func (Priority) Order(dst []int, cands []Candidate) []int {
 // the ordering runs outside it. The zero value is ready to use. A Weighted
 // must not be copied after first use. Order allocates only when dst lacks
 // room, or when an Index larger than any before shows up.
+//
+// Through a Transport, the round-robin step runs over a snapshot of the
+// first group (its upstreams, their weights, the Recovering caps), taken
+// again at most every 250 ms by one request, and holds the mutex for one
+// pass over those upstreams (an addition and a comparison each) and the
+// admission and demotion check of the pick: no Candidate is filled, no
+// lock or atomic taken per upstream. The pick is sent only once that check
+// puts it in the first group now; one that is not is left out of the
+// snapshot, its step undone, and the step runs again without it. So a
+// circuit that opens, a 429's cooldown or a probe in flight are seen by
+// the next request that would pick the upstream, which never goes there,
+// but an upstream that comes back (its cooldown over, its circuit
+// half-open or closed, no longer demoted) takes part in the round robin
+// again only from the next snapshot, up to 250 ms later, and until then a
+// Recovering cap is the snapshot's. When the snapshot's first group is
+// empty or all left out, and whenever an upstream has Models (whose first
+// group depends on the request's model), every Candidate is filled and
+// Order decides, as before.
 type Weighted struct {
 	mu      sync.Mutex
 	current []float64 // by Index
@@ -379,6 +410,14 @@ func (w *Weighted) pick(cands []Candidate, g int, limit float64, maxIndex int) i
 // LeastLatency keeps no state and takes no lock: it draws from
 // math/rand/v2's global generator. Order does not allocate when dst has
 // room. The zero value is ready to use.
+//
+// Through a Transport, each of the two is drawn from all the upstreams
+// again until the admission and demotion decisions put it in the first
+// group, at most 4 times: a uniform draw from the first group, as Order's.
+// When a draw finds none, every Candidate is filled and Order decides
+// afresh, which leaves every pair as likely as in Order. Only the two
+// drawn upstreams' latencies and requests in flight are read, and every
+// Candidate only when the pick is recovering.
 type LeastLatency struct{}
 
 // latencyCost returns c's cost; +Inf is Finagle's penalty for a candidate
@@ -455,6 +494,16 @@ func (LeastLatency) Order(dst []int, cands []Candidate) []int {
 // Score keeps no state. Order computes the scores while it sorts, and does
 // not allocate when dst has room. The zero value weighs latency 40 %,
 // success rate 40 % and cost 20 %, against a 2 s baseline.
+//
+// Through a Transport, the upstreams are ranked by score in a snapshot,
+// and a request goes to the best ranked that the admission and demotion
+// decisions put in the first group, asked in turn. The snapshot is taken
+// again once the oldest recent figures it read are 250 ms old (when a
+// Candidate's would be computed again) and, when some upstream has a
+// Cost, as soon as an upstream's usage averages change (each request
+// compares them: three loads an upstream). Recent figures that Health or
+// Degraded compute in between are seen from the next snapshot: never
+// older than a Candidate's may be, but not always the latest.
 type Score struct {
 	// Latency, Success and Cost weigh the three terms. When all three
 	// are zero they are 0.4, 0.4 and 0.2.
@@ -569,4 +618,452 @@ func (s Score) Order(dst []int, cands []Candidate) []int {
 	spareRecovering(seg, cands)
 	toIndexes(seg, cands)
 	return dst
+}
+
+// The fast path of this package's Routers.
+//
+// A Candidate takes a few hundred instructions to fill (the recent
+// figures, the peak EWMA, the circuit, admit and demotion), so ordering
+// every upstream for every request costs in proportion to their number.
+// For the four Routers of this package the Transport asks instead for the
+// upstream that Order would put first (firstRouted), which each finds by
+// reading only the upstreams it needs; admit and demotion decide, as for
+// Order, whether one is in the first group. Only when that upstream does
+// not settle the request are the others ordered, from every Candidate as
+// they are then (routed), by the same keys as Order (rest). A Router of
+// your own, or a type that embeds one of these, gets every Candidate.
+
+// usableNow reports whether u is in the first group for a request for
+// model at now (groupUsable): admit takes the request and demotion does
+// not defer it.
+func (t *Transport) usableNow(u *upstream, model string, now time.Time) bool {
+	return t.admit(u, model, now, nil).reason == "" && t.demotion(u, now) == ""
+}
+
+// firstRouted returns the upstream that the Router, one of this
+// package's, puts first for a request for model at now, or nil when it is
+// another Router or declines: then routed orders every candidate.
+func (t *Transport) firstRouted(model string, now time.Time) *upstream {
+	i := -1
+	switch r := t.router.(type) {
+	case Priority:
+		i = r.first(t, model, now)
+	case *Weighted:
+		i = r.first(t, model, now)
+	case LeastLatency:
+		i = r.first(t, model, now)
+	case Score:
+		i = r.first(t, model, now)
+	}
+	if i < 0 {
+		return nil
+	}
+	return t.upstreams[i]
+}
+
+// orderRest appends the Indexes of cands but skip's, in the order that
+// Order gives them after its first pick (one of this package's Routers).
+func (t *Transport) orderRest(dst []int, cands []Candidate, skip int) []int {
+	start := len(dst)
+	for i := range cands {
+		if cands[i].Index != skip {
+			dst = append(dst, i)
+		}
+	}
+	seg := dst[start:]
+	switch r := t.router.(type) {
+	case Priority:
+		r.rest(seg, cands)
+	case *Weighted:
+		r.rest(seg, cands)
+	case LeastLatency:
+		r.rest(seg, cands)
+	case Score:
+		r.rest(seg, cands)
+	}
+	toIndexes(seg, cands)
+	return dst
+}
+
+// first returns the first upstream in the first group, -1 when there is
+// none.
+func (Priority) first(t *Transport, model string, now time.Time) int {
+	for i, u := range t.upstreams {
+		if t.usableNow(u, model, now) {
+			return i
+		}
+	}
+	return -1
+}
+
+// rest sorts the positions seg of cands by group, then Index.
+func (Priority) rest(seg []int, cands []Candidate) {
+	slices.SortFunc(seg, func(a, b int) int {
+		ca, cb := &cands[a], &cands[b]
+		return cmp.Or(cmp.Compare(routeGroup(ca), routeGroup(cb)), cmp.Compare(ca.Index, cb.Index), cmp.Compare(a, b))
+	})
+}
+
+// routeCache is what the Transport keeps for Score and Weighted between
+// requests: a snapshot of the upstreams, taken again at most every
+// refreshEvery by one request.
+type routeCache struct {
+	snap       atomic.Pointer[routeSnapshot]
+	refreshing atomic.Bool
+}
+
+// routeSnapshot is what Score and Weighted knew of the upstreams at one
+// instant. It is never written after it is stored, but for out.
+type routeSnapshot struct {
+	until mono.Time // when it is to be taken again
+
+	// Score, where some upstream has a Cost: every upstream's usage
+	// averages (as math.Float64bits) when its ranking was computed, which
+	// each request compares (sameUsage).
+	key []uint64
+
+	// Score: every Index, the best score first (ties by Index), the
+	// score computed as if no circuit were open. Weighted: the Indexes
+	// of the upstreams in the first group, ascending.
+	rank []int
+
+	// Weighted: the weights of rank's upstreams, capped for those that
+	// are recovering, and which of them a pick found out of the first
+	// group since.
+	weight []float64
+	out    []atomic.Bool
+	outs   atomic.Int32 // how many of out are set
+}
+
+// snapshot returns the router's snapshot, taken again once its time is
+// up: Weighted's after refreshEvery, Score's when the oldest of the
+// recent figures it ranked by is that old (as a Candidate's would then be
+// computed again), and Score's at once when an upstream's usage averages
+// changed, where some upstream has a Cost (without one, usage does not
+// move a score). Another request may be taking the next one: then the
+// last one is returned, unless its usage changed.
+func (t *Transport) snapshot(now time.Time) *routeSnapshot {
+	s, m := t.routes.snap.Load(), mono.Of(now)
+	current := s != nil && (s.key == nil || t.sameUsage(s.key))
+	if current && m < s.until {
+		return s
+	}
+	if !t.routes.refreshing.CompareAndSwap(false, true) {
+		if current {
+			return s
+		}
+		// Another request takes a snapshot: take this one's own.
+	} else {
+		defer t.routes.refreshing.Store(false)
+	}
+	n := &routeSnapshot{until: m.Add(refreshEvery)}
+	rb := routerBuffers.Get().(*routerBuffer)
+	cands := rb.cands[:0]
+	switch r := t.router.(type) {
+	case *Weighted:
+		// Only what members reads.
+		for i, u := range t.upstreams {
+			c := Candidate{Index: i, Weight: u.cfg.Weight, State: Open}
+			if t.usableNow(u, "", now) {
+				c.State, c.Recovering = Closed, u.circuit.Recovering(now)
+			}
+			cands = append(cands, c)
+		}
+		n.rank, n.weight = r.members(cands)
+		n.out = make([]atomic.Bool, len(n.rank))
+	case Score:
+		// The usage key before the averages are read: a change in
+		// between takes the snapshot again, rather than going unseen.
+		priced := false
+		for _, u := range t.upstreams {
+			priced = priced || u.cfg.Cost.total() > 0
+		}
+		if priced {
+			n.key = make([]uint64, 0, 3*len(t.upstreams))
+			for _, u := range t.upstreams {
+				n.key = append(n.key, u.usage.avgCost.Load(), u.usage.avgInput.Load(), u.usage.avgOutput.Load())
+			}
+		}
+		// Only what rank reads.
+		for i, u := range t.upstreams {
+			f := u.recent.get(&u.window, now)
+			n.until = min(n.until, mono.Time(u.recent.at.Load()).Add(refreshEvery))
+			c := Candidate{Index: i, Cost: u.cfg.Cost, P50: f.p50, SuccessRate: f.rate}
+			c.RequestCost, c.InputTokens, c.OutputTokens = u.usage.averages()
+			cands = append(cands, c)
+		}
+		n.rank = r.rank(cands)
+	}
+	t.routes.snap.Store(n)
+	if cap(cands) <= maxPooledCandidates {
+		clear(cands)
+		rb.cands = cands[:0]
+		routerBuffers.Put(rb)
+	}
+	return n
+}
+
+// sameUsage reports whether key holds every upstream's usage averages as
+// they are now (see routeSnapshot).
+func (t *Transport) sameUsage(key []uint64) bool {
+	ups := t.upstreams
+	if len(key) != 3*len(ups) {
+		return false
+	}
+	for i, u := range ups {
+		k, s := key[3*i:3*i+3:3*i+3], &u.usage
+		if k[0] != s.avgCost.Load() || k[1] != s.avgInput.Load() || k[2] != s.avgOutput.Load() {
+			return false
+		}
+	}
+	return true
+}
+
+// members returns the Indexes of the candidates of the first group and
+// their weights (swrrWeight), for Weighted's snapshot: none when the first
+// group is empty.
+func (w *Weighted) members(cands []Candidate) ([]int, []float64) {
+	var others float64
+	for i := range cands {
+		if c := &cands[i]; routeGroup(c) == groupUsable && !c.Recovering {
+			others += swrrWeight(c, 0)
+		}
+	}
+	limit := math.Inf(1)
+	if others > 0 {
+		limit = others * recoveringShare / (1 - recoveringShare)
+	}
+	var idx []int
+	var weight []float64
+	for i := range cands {
+		if c := &cands[i]; routeGroup(c) == groupUsable {
+			idx = append(idx, c.Index)
+			weight = append(weight, swrrWeight(c, limit))
+		}
+	}
+	return idx, weight
+}
+
+// first runs one step of smooth weighted round robin over the snapshot's
+// first group and returns the Index picked, once admit and demotion say
+// it is in the first group now. One that is not is left out until the
+// next snapshot and the step is run again without it. It returns -1 when
+// the snapshot's first group is empty or all left out, or an upstream
+// has Models (whose first group depends on the request's model).
+func (w *Weighted) first(t *Transport, model string, now time.Time) int {
+	if t.models {
+		return -1
+	}
+	s := t.snapshot(now)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if n := len(t.upstreams); len(w.current) < n {
+		w.current = append(w.current, make([]float64, n-len(w.current))...)
+	}
+	cur, rank, weight := w.current, s.rank, s.weight[:len(s.rank)]
+	for {
+		pick, total, most := -1, 0.0, 0.0
+		anyOut := s.outs.Load() > 0
+		for k, i := range rank {
+			if anyOut && s.out[k].Load() {
+				continue
+			}
+			c := cur[i] + weight[k]
+			cur[i] = c
+			total += weight[k]
+			if pick < 0 || c > most {
+				pick, most = k, c
+			}
+		}
+		if pick < 0 {
+			return -1
+		}
+		i := rank[pick]
+		if t.usableNow(t.upstreams[i], model, now) {
+			cur[i] -= total
+			return i
+		}
+		for k, i := range rank { // undo the step
+			if !anyOut || !s.out[k].Load() {
+				cur[i] -= weight[k]
+			}
+		}
+		s.out[pick].Store(true)
+		s.outs.Add(1)
+	}
+}
+
+// rest sorts the positions seg of cands by group, then by descending
+// weight (capped as in Order), then Index.
+func (w *Weighted) rest(seg []int, cands []Candidate) {
+	best, _ := bestGroup(cands)
+	var others float64
+	for i := range cands {
+		if c := &cands[i]; routeGroup(c) == best && !c.Recovering {
+			others += swrrWeight(c, 0)
+		}
+	}
+	limit := math.Inf(1)
+	if others > 0 {
+		limit = others * recoveringShare / (1 - recoveringShare)
+	}
+	slices.SortFunc(seg, func(a, b int) int {
+		ca, cb := &cands[a], &cands[b]
+		if c := cmp.Compare(routeGroup(ca), routeGroup(cb)); c != 0 {
+			return c
+		}
+		return cmp.Or(cmp.Compare(swrrWeight(cb, limit), swrrWeight(ca, limit)), cmp.Compare(ca.Index, cb.Index), cmp.Compare(a, b))
+	})
+}
+
+// twoChoiceTries bounds the draws LeastLatency.first makes for each of its
+// two candidates before it declines.
+const twoChoiceTries = 4
+
+// first draws two distinct upstreams of the first group at random, each
+// by drawing from all of them until admit and demotion say one is in the
+// first group (a uniform draw from the first group, as Order's), and
+// returns the Index of the cheaper (the first drawn on a tie). When the
+// pick is recovering it orders every candidate, as Order does. It
+// returns -1 when either draw finds none within twoChoiceTries: Order,
+// drawing again, then decides, which keeps each pair as likely as in
+// Order (the chance to decline is the same for every first draw).
+func (LeastLatency) first(t *Transport, model string, now time.Time) int {
+	n := len(t.upstreams)
+	if n == 1 {
+		if t.usableNow(t.upstreams[0], model, now) {
+			return 0
+		}
+		return -1
+	}
+	draw := func(not int) int { // not: the first drawn, or -1
+		for range twoChoiceTries {
+			var i int
+			if not < 0 {
+				i = rand.IntN(n)
+			} else if i = rand.IntN(n - 1); i >= not {
+				i++
+			}
+			if t.usableNow(t.upstreams[i], model, now) {
+				return i
+			}
+		}
+		return -1
+	}
+	i := draw(-1)
+	if i < 0 {
+		return -1
+	}
+	j := draw(i)
+	if j < 0 {
+		return -1
+	}
+	ci, cj := latencyCandidate(t.upstreams[i], now), latencyCandidate(t.upstreams[j], now)
+	if compareLatencyCost(&cj, &ci) < 0 {
+		i = j
+	}
+	if !t.upstreams[i].circuit.Recovering(now) {
+		return i
+	}
+	// Recovering: it goes first only for a tenth of the requests, else
+	// the cheapest of its group that is not (spareRecovering).
+	rb := routerBuffers.Get().(*routerBuffer)
+	cands := rb.cands[:0]
+	for k, u := range t.upstreams {
+		cands = append(cands, t.candidate(k, u, model, now))
+	}
+	seg := appendPositions(rb.order[:0], n)
+	LeastLatency{}.rest(seg, cands)
+	moveToFront(seg, slices.Index(seg, i))
+	spareRecovering(seg, cands)
+	first := cands[seg[0]].Index
+	if cap(cands) <= maxPooledCandidates {
+		clear(cands)
+		rb.cands, rb.order = cands[:0], seg[:0]
+		routerBuffers.Put(rb)
+	}
+	return first
+}
+
+// latencyCandidate is the part of u's Candidate that latencyCost reads.
+func latencyCandidate(u *upstream, now time.Time) Candidate {
+	return Candidate{InFlight: int(u.live.inflight.Load()), Latency: u.latency.value(now)}
+}
+
+// rest sorts the positions seg of cands by group, then by ascending cost
+// (latencyCost), then Index.
+func (LeastLatency) rest(seg []int, cands []Candidate) {
+	slices.SortFunc(seg, func(a, b int) int {
+		ca, cb := &cands[a], &cands[b]
+		if c := cmp.Compare(routeGroup(ca), routeGroup(cb)); c != 0 {
+			return c
+		}
+		return cmp.Or(compareLatencyCost(ca, cb), cmp.Compare(ca.Index, cb.Index), cmp.Compare(a, b))
+	})
+}
+
+// rank returns the Indexes of cands by descending score, ties by Index,
+// each scored as if its circuit were not open: Score's snapshot. Which
+// upstreams are open is decided for each request.
+func (s Score) rank(cands []Candidate) []int {
+	s = s.withDefaults()
+	basis := newCostBasis(cands)
+	var maxCost float64
+	score := make([]float64, len(cands))
+	for i := range cands {
+		maxCost = max(maxCost, basis.cost(&cands[i]))
+	}
+	for i := range cands {
+		c := cands[i]
+		c.State = Closed
+		score[i] = s.score(&c, basis.cost(&c), maxCost)
+	}
+	seg := appendPositions(nil, len(cands))
+	slices.SortFunc(seg, func(a, b int) int {
+		return cmp.Or(cmp.Compare(score[b], score[a]), cmp.Compare(cands[a].Index, cands[b].Index))
+	})
+	toIndexes(seg, cands)
+	return seg
+}
+
+// first returns the first upstream of the snapshot's ranking that admit
+// and demotion put in the first group; when it is recovering, the next
+// such that is not goes first for all but recoveringShare of the requests
+// (spareRecovering). It returns -1 when the first group is empty.
+func (s Score) first(t *Transport, model string, now time.Time) int {
+	held := -1 // the best, recovering
+	for _, i := range t.snapshot(now).rank {
+		u := t.upstreams[i]
+		if !t.usableNow(u, model, now) {
+			continue
+		}
+		switch {
+		case !u.circuit.Recovering(now):
+			if held >= 0 && rand.Float64() < recoveringShare {
+				return held
+			}
+			return i
+		case held < 0:
+			held = i
+		}
+	}
+	return held
+}
+
+// rest sorts the positions seg of cands by group, then by descending
+// score, then Index.
+func (s Score) rest(seg []int, cands []Candidate) {
+	s = s.withDefaults()
+	basis := newCostBasis(cands)
+	var maxCost float64
+	for i := range cands {
+		maxCost = max(maxCost, basis.cost(&cands[i]))
+	}
+	slices.SortFunc(seg, func(a, b int) int {
+		ca, cb := &cands[a], &cands[b]
+		if c := cmp.Compare(routeGroup(ca), routeGroup(cb)); c != 0 {
+			return c
+		}
+		return cmp.Or(cmp.Compare(s.score(cb, basis.cost(cb), maxCost), s.score(ca, basis.cost(ca), maxCost)), cmp.Compare(ca.Index, cb.Index), cmp.Compare(a, b))
+	})
 }

@@ -4,8 +4,10 @@ import (
 	"cmp"
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -628,5 +630,144 @@ func TestRouterConfigErrors(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), "Upstreams[0]."+tc.field) {
 			t.Errorf("New(%+v) = %v, want an error naming %s", tc.u, err, tc.field)
 		}
+	}
+}
+
+// scaleTransport is a Transport over n upstreams u0.test, u1.test, ... that
+// answer 200 from memory, routed by r (nil: the configured order), u0
+// weighing 1e6 so that Weighted sends it nearly every request.
+func scaleTransport(t *testing.T, n int, r Router) *Transport {
+	t.Helper()
+	cfg := Config{Router: r, Base: roundTripFunc(func(req *http.Request) (*http.Response, error) {
+		return &http.Response{StatusCode: 200, Header: http.Header{}, Body: http.NoBody, Request: req}, nil
+	})}
+	for i := range n {
+		cfg.Upstreams = append(cfg.Upstreams, Upstream{Name: fmt.Sprint("u", i), BaseURL: fmt.Sprintf("http://u%d.test", i)})
+	}
+	cfg.Upstreams[0].Weight = 1e6
+	return newTestTransport(t, cfg)
+}
+
+// requestAllocs returns the allocations of one request through tr, sent
+// again and again.
+func requestAllocs(t *testing.T, tr *Transport) float64 {
+	t.Helper()
+	req := httptestRequest("GET", "http://u0.test/v1/x", "")
+	send := func() {
+		resp, err := tr.RoundTrip(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+	}
+	for range 10 {
+		send() // Weighted sizes its state, Score and Weighted take a snapshot
+	}
+	return testing.AllocsPerRun(200, send)
+}
+
+// TestRoutersAllocsScale checks that this package's Routers cost a
+// request at 64 upstreams the allocations of the default order, whose
+// request the first upstream serves: no Candidate for each upstream, no
+// order of all of them. LeastLatency spreads the requests over all 64 by
+// design (an answer from an upstream the request was not addressed to
+// costs a few allocations of its own): its count at 64 is its count at 8,
+// where nearly every request is served by another than u0 too.
+func TestRoutersAllocsScale(t *testing.T) {
+	want := requestAllocs(t, scaleTransport(t, 64, nil))
+	for _, r := range []Router{Priority{}, new(Weighted), Score{}} {
+		if got := requestAllocs(t, scaleTransport(t, 64, r)); got != want {
+			t.Errorf("%T at 64 upstreams: got %v allocations per request, want %v as the default order", r, got, want)
+		}
+	}
+	eight := requestAllocs(t, scaleTransport(t, 8, LeastLatency{}))
+	if got := requestAllocs(t, scaleTransport(t, 64, LeastLatency{})); got > eight {
+		t.Errorf("LeastLatency at 64 upstreams: got %v allocations per request, want at most %v as at 8", got, eight)
+	}
+}
+
+// embeddedPriority embeds Priority but orders the upstreams backward: a
+// Router of the user's own, which gets every Candidate and its own Order.
+type embeddedPriority struct{ Priority }
+
+func (embeddedPriority) Order(dst []int, cands []Candidate) []int {
+	for i := len(cands) - 1; i >= 0; i-- {
+		dst = append(dst, cands[i].Index)
+	}
+	return dst
+}
+
+// TestRouterEmbeddedOwnOrder checks that a Router embedding one of this
+// package's is asked its own Order, not the fast path of the one it embeds.
+func TestRouterEmbeddedOwnOrder(t *testing.T) {
+	n := newFakeNet()
+	for _, h := range []string{"a.test", "b.test", "c.test"} {
+		n.status(h, 200, h)
+	}
+	tr := newTestTransport(t, threeUpstreams(n, Config{Router: embeddedPriority{}}))
+	get(t, tr, "http://a.test/")
+	if a, c := n.count("a.test"), n.count("c.test"); a != 0 || c != 1 {
+		t.Errorf("a got %d requests, c %d: want the embedding Router's order, c first", a, c)
+	}
+}
+
+// TestRouterFirstAsOrder checks, on upstreams in random states (circuit
+// open, cooling down, degraded, recovering), that the upstream each Router
+// of this package sends a request to first is the one its Order puts
+// first over the Candidates as they are, and that the others follow in
+// Order's order when it fails: for Priority exactly, and for Score, whose
+// ranking Recovering can change, when none is recovering.
+func TestRouterFirstAsOrder(t *testing.T) {
+	for _, r := range []Router{Priority{}, Score{}} {
+		t.Run(fmt.Sprintf("%T", r), func(t *testing.T) {
+			for seed := range 200 {
+				synctest.Test(t, func(t *testing.T) { checkFirstAsOrder(t, r, uint64(seed)) })
+			}
+		})
+	}
+}
+
+func checkFirstAsOrder(t *testing.T, r Router, seed uint64) {
+	rng := rand.New(rand.NewPCG(seed, 1))
+	const n = 6
+	var tried []int
+	cfg := Config{Router: r, Degraded: DegradedConfig{SuccessRate: 0.9, MinSamples: 1}, Breaker: BreakerConfig{FailureThreshold: 1}}
+	cfg.Base = roundTripFunc(func(req *http.Request) (*http.Response, error) {
+		i, _ := strconv.Atoi(strings.TrimPrefix(strings.TrimSuffix(req.URL.Host, ".test"), "u"))
+		tried = append(tried, i)
+		if req.Header.Get("X-Fail") != "" {
+			return respond(503, "down"), nil
+		}
+		return respond(200, "ok"), nil
+	})
+	for i := range n {
+		cfg.Upstreams = append(cfg.Upstreams, Upstream{BaseURL: fmt.Sprintf("http://u%d.test", i), Cost: Cost{Input: float64(rng.IntN(3))}})
+	}
+	tr := newTestTransport(t, cfg)
+	now := time.Now()
+	for _, u := range tr.upstreams {
+		switch rng.IntN(4) {
+		case 1: // failing: degraded (its circuit stays closed only in the window's view)
+			u.window.add(Failed, time.Duration(rng.IntN(500))*time.Millisecond, now)
+			u.window.add(Success, time.Duration(rng.IntN(500))*time.Millisecond, now)
+		case 2: // cooling down
+			u.cd.extend(now, time.Minute, CooldownRateLimited)
+		case 3: // served, at some latency
+			u.window.add(Success, time.Duration(1+rng.IntN(500))*time.Millisecond, now)
+		}
+	}
+	cands := make([]Candidate, n)
+	for i, u := range tr.upstreams {
+		cands[i] = tr.candidate(i, u, "", now)
+	}
+	want := slices.DeleteFunc(r.Order(nil, cands), func(i int) bool { return cands[i].Unavailable != "" })
+	req := httptestRequest("GET", "http://u0.test/", "")
+	req.Header.Set("X-Fail", "1")
+	resp, err := tr.RoundTrip(req)
+	if err == nil {
+		resp.Body.Close()
+	}
+	if !slices.Equal(tried, want) {
+		t.Errorf("seed %d: tried %v, want %v (Order over %+v)", seed, tried, want, cands)
 	}
 }

@@ -346,6 +346,7 @@ type Transport struct {
 	base      http.RoundTripper
 	classify  Classifier
 	router    Router       // nil: the configured order
+	routes    routeCache   // for Score and Weighted (router.go)
 	stream    *StreamGuard // nil: no stream guard
 	hedge     *hedger      // nil: no hedging
 	fleet     *fleet       // nil: no Config.Shared

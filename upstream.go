@@ -285,7 +285,7 @@ func (t *Transport) demotion(u *upstream, now time.Time) Reason {
 func (t *Transport) order(buf, ups []*upstream, model string, now time.Time) []*upstream {
 	if ups == nil {
 		if t.router != nil {
-			return t.routed(buf, model, now)
+			return t.routed(buf, model, now, nil)
 		}
 		ups = t.upstreams
 	}
@@ -312,8 +312,10 @@ func (t *Transport) order(buf, ups []*upstream, model string, now time.Time) []*
 	return out
 }
 
-// routed asks the router for the order.
-func (t *Transport) routed(buf []*upstream, model string, now time.Time) []*upstream {
+// routed asks the router for the order. With after set (firstRouted's
+// pick, already tried) it returns the others, in the order that the
+// router, one of this package's, gives them after its first pick.
+func (t *Transport) routed(buf []*upstream, model string, now time.Time, after *upstream) []*upstream {
 	// The Router is an interface, so what it is given escapes: the
 	// buffers come from a pool rather than from each request's heap.
 	rb := routerBuffers.Get().(*routerBuffer)
@@ -325,7 +327,12 @@ func (t *Transport) routed(buf []*upstream, model string, now time.Time) []*upst
 	if cap(out) < len(cands) {
 		out = make([]*upstream, 0, len(cands)) // past the caller's room: once, not by doubling
 	}
-	order := t.router.Order(rb.order[:0], cands)
+	var order []int
+	if after == nil {
+		order = t.router.Order(rb.order[:0], cands)
+	} else {
+		order = t.orderRest(rb.order[:0], cands, after.index)
+	}
 	for _, i := range order {
 		out = append(out, t.upstreams[i])
 	}
