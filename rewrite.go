@@ -348,7 +348,7 @@ func (r *request) rewrite(out *http.Request, u *upstream) {
 	out.URL.Scheme = u.scheme
 	out.URL.Host = u.host
 	if u != r.addressed {
-		out.URL.Path = u.path + r.rest
+		out.URL.Path = r.pathAt(u)
 		// url.URL uses RawPath only while it is an encoding of Path;
 		// it keeps an encoded base path (".../proxy%2Fopenai/v1").
 		if rawRest := r.escapedRest(); u.rawPath == u.path && rawRest == r.rest {
@@ -708,14 +708,53 @@ type viewMark struct {
 // a context that names the chain's first request, for a redirect that
 // follows the response (firstRequest).
 func (r *request) view(out *http.Request) *http.Request {
-	m := &viewMark{origin: r.req}
+	all := new(struct { // one allocation
+		v http.Request
+		c viewCtx
+	})
+	m := &all.c.mark
+	m.origin = r.req
 	if r.hop != nil {
 		m.origin = r.hop.origin
 	}
-	v := out.WithContext(context.WithValue(out.Context(), viewKey{}, m))
+	all.c.Context = out.Context()
+	all.v = *out.WithContext(&all.c) // WithContext's copy, inlined, stays on the stack
+	v := &all.v
 	v.Header = r.req.Header
 	m.view = v
 	return v
+}
+
+// viewCtx is a view's context: out's, with its viewMark under viewKey
+// (context.WithValue's, made in the view's allocation).
+type viewCtx struct {
+	context.Context
+	mark viewMark
+}
+
+func (c *viewCtx) Value(key any) any {
+	if key == (viewKey{}) {
+		return &c.mark
+	}
+	return c.Context.Value(key)
+}
+
+// String names it for a panic's or a log's %v, as context.WithValue's
+// does.
+func (c *viewCtx) String() string {
+	return fmt.Sprintf("%v.WithValue(failover.viewKey)", c.Context)
+}
+
+// pathAt is the request's path at u, an upstream it was not addressed
+// to: u's base path and the rest. It is the caller's path itself when u's
+// base path is the addressed upstream's (OpenAI-compatible upstreams'
+// "/v1" alike), so no string is made.
+func (r *request) pathAt(u *upstream) string {
+	p := r.req.URL.Path
+	if n := len(u.path); len(p) == n+len(r.rest) && p[:n] == u.path && p[n:] == r.rest {
+		return p
+	}
+	return u.path + r.rest
 }
 
 // unrouted returns what goes to Base for r, addressed to no upstream: the

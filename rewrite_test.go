@@ -1,6 +1,7 @@
 package failover
 
 import (
+	"context"
 	"encoding/base64"
 	"errors"
 	"fmt"
@@ -1200,5 +1201,54 @@ func TestHedgeLoserKeepsItsURL(t *testing.T) {
 	close(mutated)
 	if got := <-sawPath; got != "b.test/v1/chat/completions" {
 		t.Errorf("the abandoned hedge's request changed under Base: its URL now reads %q, want b.test/v1/chat/completions", got)
+	}
+}
+
+// pathAt gives the path at an upstream the request was not addressed to:
+// its base path and the rest, the caller's own string when the base paths
+// are the same.
+func TestPathAt(t *testing.T) {
+	tr := newTestTransport(t, Config{Base: newFakeNet(), Upstreams: []Upstream{
+		{Name: "a", BaseURL: "http://a.test/v1"},
+		{Name: "b", BaseURL: "http://b.test/v1"},
+		{Name: "c", BaseURL: "http://c.test/openai/v1"},
+		{Name: "d", BaseURL: "http://d.test"},
+	}})
+	for _, tc := range []struct{ url, b, c, d string }{
+		{"http://a.test/v1/chat/completions", "/v1/chat/completions", "/openai/v1/chat/completions", "/chat/completions"},
+		{"http://a.test/v1", "/v1", "/openai/v1", ""},
+		{"http://a.test/v1/", "/v1/", "/openai/v1/", "/"},
+		{"http://a.test/v1/a%2Fb", "/v1/a/b", "/openai/v1/a/b", "/a/b"},
+	} {
+		req := httptestRequest("GET", tc.url, "")
+		var r request
+		r.t, r.req = tr, req
+		r.addressed, r.rest, r.rawRest = tr.address(req.URL)
+		if r.addressed == nil {
+			t.Fatalf("%s: addressed to no upstream", tc.url)
+		}
+		for i, want := range []string{tc.b, tc.c, tc.d} {
+			if got := r.pathAt(tr.upstreams[i+1]); got != want {
+				t.Errorf("%s at %s: path %q, want %q", tc.url, tr.upstreams[i+1].name, got, want)
+			}
+		}
+	}
+}
+
+// A view's context holds its mark and gives every other value of the
+// attempt's context, as context.WithValue's would.
+func TestViewContext(t *testing.T) {
+	type key struct{}
+	req := httptestRequest("GET", "http://a.test/v1/models", "").WithContext(context.WithValue(context.Background(), key{}, "v"))
+	r := request{req: req}
+	v := r.view(req.Clone(req.Context()))
+	if m, ok := v.Context().Value(viewKey{}).(*viewMark); !ok || m.view != v || m.origin != req {
+		t.Fatalf("mark %+v, want one naming the view and the caller's request", v.Context().Value(viewKey{}))
+	}
+	if v.Context().Value(key{}) != "v" {
+		t.Error("the attempt's context's value is lost")
+	}
+	if s := fmt.Sprint(v.Context()); !strings.Contains(s, "viewKey") {
+		t.Errorf("String %q", s)
 	}
 }
