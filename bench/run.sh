@@ -161,6 +161,7 @@ callgrind_table() {
 
 section "instructions per request (callgrind; client and in-process server together)"
 : >"$OUT/callgrind.txt"
+: >"$OUT/callgrind-decision.txt"
 if [ "$CALLGRIND" = 0 ]; then
 	echo "skipped (CALLGRIND=0)"
 elif ! command -v valgrind >/dev/null 2>&1; then
@@ -179,7 +180,7 @@ else
 	callgrind_table BenchmarkDecision "$CG_DECISION" floor "$OUT/callgrind-decision.txt"
 fi
 
-section "targets of issue 5 (medians)"
-go run bench/targets.go "$OUT/bench.txt" "$OUT/callgrind.txt"
+section "targets of issues 5 and 15 (medians)"
+go run bench/targets.go "$OUT/bench.txt" "$OUT/callgrind.txt" "$OUT/callgrind-decision.txt"
 
 section "done in $(($(date +%s) - start)) s; load $(load); results in $OUT"
