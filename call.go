@@ -265,9 +265,16 @@ func (c *call) round(ctx context.Context) (*http.Response, error, bool) {
 			return nil, nil, false
 		}
 	}
+	if hedged && (c.t.router == nil || c.ups != nil) {
+		// The configured order, its demoted upstreams found as the round
+		// goes (as roundInOrder does), not all read first.
+		if ups := c.servable(c.usable()); len(ups) > 1 {
+			return c.hedgedRound(ctx, ups, true)
+		}
+	}
 	order := c.servable(c.t.order(buf[:0], c.ups, c.model, now))
 	if hedged && len(order) > 1 {
-		return c.hedgedRound(ctx, order)
+		return c.hedgedRound(ctx, order, false)
 	}
 	for i, u := range order {
 		if resp, err, done := c.try(ctx, u, i > 0, &now); done {

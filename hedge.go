@@ -248,7 +248,7 @@ const (
 // The round runs on a copy of the call in the heap, made with the first
 // attempt in one allocation: the goroutine that takes the round over
 // needs it, and the caller's call is on a stack, which moves.
-func (c *call) hedgedRound(ctx context.Context, order []*upstream) (*http.Response, error, bool) {
+func (c *call) hedgedRound(ctx context.Context, order []*upstream, lazy bool) (*http.Response, error, bool) {
 	x := new(struct {
 		c call
 		a attempt
@@ -256,13 +256,36 @@ func (c *call) hedgedRound(ctx context.Context, order []*upstream) (*http.Respon
 	})
 	x.c = *c
 	defer func() { *c = x.c }() // after the round is the caller's alone again, even by a panic
-	return x.c.hedgedRoundOn(ctx, order, &x.a, &x.o)
+	return x.c.hedgedRoundOn(ctx, order, lazy, &x.a, &x.o)
 }
 
-func (c *call) hedgedRoundOn(ctx context.Context, order []*upstream, first *attempt, own *outParts) (*http.Response, error, bool) {
+// hedgedRoundOn is hedgedRound on the call's copy. With lazy, order is the
+// configured order, and its demoted upstreams (Transport.demotion) are
+// tried after the others, found as the round goes: an attempt answered in
+// time reads no other upstream's demotion, however many there are.
+func (c *call) hedgedRoundOn(ctx context.Context, order []*upstream, lazy bool, first *attempt, own *outParts) (*http.Response, error, bool) {
 	c.racing = true // every attempt has its own context and URL
 	defer func() { c.racing = false }()
-	for i, u := range order {
+	var buf [8]*upstream
+	demoted := buf[:0]
+	n := len(order)
+	for k := 0; k < n+len(demoted); k++ {
+		var u *upstream
+		var rest []*upstream // the upstreams after u, for the hedges and the failovers
+		unsorted := 0        // how many of rest, from its start, may be demoted
+		if k < n {
+			u = order[k]
+			if lazy && k < 64 && c.t.demotion(u, time.Now()) != "" { // as Transport.order: past 64, none is
+				demoted = append(demoted, u)
+				continue
+			}
+			rest, unsorted = order[k+1:], n-k-1
+			if !lazy {
+				unsorted = 0
+			}
+		} else {
+			u = demoted[k-n]
+		}
 		if err := ctx.Err(); err != nil {
 			c.discardHeld()
 			return nil, err, true
@@ -281,8 +304,14 @@ func (c *call) hedgedRoundOn(ctx context.Context, order []*upstream, first *atte
 		}
 		first, own = nil, nil
 		var w *hedgeWait
-		if i+1 < len(order) && !a.p.Probe() {
-			w = c.t.hedge.arm(c, ctx, a, order, i)
+		if !a.p.Probe() && (len(rest) > 0 || k < n && len(demoted) > 0 || k >= n && k+1 < n+len(demoted)) {
+			var later []*upstream // the demoted upstreams after u
+			if k < n {
+				later = demoted
+			} else {
+				later = demoted[k-n+1:]
+			}
+			w = c.t.hedge.arm(c, ctx, a, rest, unsorted, later, k)
 		}
 		if w == nil {
 			a.send(c.request)
@@ -335,15 +364,16 @@ type hedgeWait struct {
 	final chan raceResult
 	pool  *sync.Pool // where it goes back
 
-	mu      sync.Mutex
-	state   int
-	due     time.Time // when the delay passes; a fire before is an earlier user's
-	c       *call
-	ctx     context.Context
-	a       *attempt
-	order   []*upstream // a copy: the round's may be on the caller's stack
-	index   int         // a's upstream in order
-	results chan *attempt
+	mu       sync.Mutex
+	state    int
+	due      time.Time // when the delay passes; a fire before is an earlier user's
+	c        *call
+	ctx      context.Context
+	a        *attempt
+	order    []*upstream // the upstreams after a's (a copy: the round's may be on the caller's stack)
+	unsorted int         // how many of order, from its start, have their demotions not read (racerOrder)
+	index    int         // a's place in the round's configured order
+	results  chan *attempt
 }
 
 // raceResult is a racer's end of the round, or its panic.
@@ -367,19 +397,52 @@ func (h *hedger) newHedgeWait() any {
 	return w
 }
 
-// arm starts the delay of a, an attempt of c's round on order[i] about to
-// be sent on the caller's goroutine.
-func (h *hedger) arm(c *call, ctx context.Context, a *attempt, order []*upstream, i int) *hedgeWait {
+// arm starts the delay of a, an attempt of c's round about to be sent on
+// the caller's goroutine. The upstreams after a's, for the hedges and the
+// failovers, are rest, of which the first unsorted are in the configured
+// order with their demotions not read yet, then later, demoted ones; index
+// is a's place in the round's configured order (for the 64 whose demotion
+// is read).
+func (h *hedger) arm(c *call, ctx context.Context, a *attempt, rest []*upstream, unsorted int, later []*upstream, index int) *hedgeWait {
 	w := h.waits.Get().(*hedgeWait)
 	now := time.Now()
 	d := c.t.hedgeDelay(a.u, now)
 	w.mu.Lock()
 	w.state, w.due = waiting, now.Add(d)
-	w.c, w.ctx, w.a, w.index = c, ctx, a, i
-	w.order = append(w.order[:0], order...)
+	w.c, w.ctx, w.a, w.index, w.unsorted = c, ctx, a, index, unsorted
+	w.order = append(append(w.order[:0], rest...), later...)
 	w.mu.Unlock()
 	w.timer.Reset(d)
 	return w
+}
+
+// racerOrder is the order of the upstreams a racer may send to: w.order,
+// its first unsorted ones' demotions read now, as Transport.order's, the
+// demoted after the others and before those already found demoted.
+func (w *hedgeWait) racerOrder(now time.Time) []*upstream {
+	head := w.order[:w.unsorted]
+	var demoted uint64
+	for i, u := range head {
+		if w.index+1+i < 64 && w.c.t.demotion(u, now) != "" {
+			demoted |= 1 << i
+		}
+	}
+	if demoted == 0 {
+		return w.order
+	}
+	out := make([]*upstream, 0, len(w.order))
+	for i, u := range head {
+		if demoted&(1<<i) == 0 {
+			out = append(out, u)
+		}
+	}
+	out = append(out, w.order[w.unsorted:]...)
+	for i, u := range head {
+		if demoted&(1<<i) != 0 {
+			out = append(out, u)
+		}
+	}
+	return out
 }
 
 // end is the caller's side once Base has returned a's answer: it disarms
@@ -433,13 +496,11 @@ func (w *hedgeWait) fire() {
 		return
 	}
 	w.state = fired
-	r := &racer{c: w.c, ctx: w.ctx, order: w.order, flying: []*attempt{w.a}}
-	r.results = make(chan *attempt, len(w.order))
-	r.tried = make([]bool, len(w.order))
-	for i := range w.index + 1 {
-		r.tried[i] = true
-	}
-	r.left = len(w.order) - w.index - 1
+	order := w.racerOrder(time.Now())
+	r := &racer{c: w.c, ctx: w.ctx, order: order, flying: []*attempt{w.a}}
+	r.results = make(chan *attempt, len(order)+1)
+	r.tried = make([]bool, len(order))
+	r.left = len(order)
 	w.results = r.results
 	w.mu.Unlock()
 	var res raceResult

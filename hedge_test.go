@@ -651,7 +651,7 @@ func TestHedgeWaitEarlyFire(t *testing.T) {
 	tr := newTestTransport(t, twoUpstreams(n, Config{Hedge: &HedgeConfig{Delay: time.Hour}}))
 	c := &call{request: request{t: tr}}
 	a := &attempt{u: tr.upstreams[0]}
-	w := tr.hedge.arm(c, context.Background(), a, tr.upstreams, 0)
+	w := tr.hedge.arm(c, context.Background(), a, tr.upstreams[1:], 0, nil, 0)
 	w.fire() // as a stale fire would, long before the hour
 	if w.state != waiting {
 		t.Fatalf("state %d after an early fire, want waiting: the round was taken over before its delay", w.state)
@@ -693,4 +693,44 @@ func goroutineID() uint64 {
 	line := strings.TrimPrefix(string(buf[:runtime.Stack(buf[:], false)]), "goroutine ")
 	id, _ := strconv.ParseUint(line[:strings.IndexByte(line, ' ')], 10, 64)
 	return id
+}
+
+// A hedged round tries the demoted upstreams after the others, as a round
+// without hedging does, whether the round stays on the caller's goroutine
+// or a hedge takes it over: the first attempt skips the primary, out of
+// headroom, and the hedge goes to the third upstream before it.
+func TestHedgeDemotedLast(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := newFakeNet()
+		var canceled atomic.Int32
+		var mu sync.Mutex
+		var hosts []string
+		record := func(h func(*http.Request) (*http.Response, error)) func(*http.Request) (*http.Response, error) {
+			return func(r *http.Request) (*http.Response, error) {
+				mu.Lock()
+				hosts = append(hosts, r.URL.Host)
+				mu.Unlock()
+				return h(r)
+			}
+		}
+		n.handle("a.test", record(slowly(0, "a", &canceled)))
+		n.handle("b.test", record(slowly(time.Hour, "b", &canceled)))
+		n.handle("c.test", record(slowly(0, "c", &canceled)))
+		tr := newTestTransport(t, Config{Base: n, Hedge: &HedgeConfig{Delay: 10 * time.Millisecond, Percent: 100}, Upstreams: []Upstream{
+			{Name: "a", BaseURL: "http://a.test"}, {Name: "b", BaseURL: "http://b.test"}, {Name: "c", BaseURL: "http://c.test"},
+		}})
+		tr.upstreams[0].noteHeadroom(http.Header{"X-Ratelimit-Remaining-Requests": {"0"}, "X-Ratelimit-Reset-Requests": {"20s"}}, time.Now(), tr.rate)
+		resp, err := tr.RoundTrip(httptestRequest("GET", "http://a.test/", ""))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := readBody(t, resp); got != "c" {
+			t.Errorf("body %q, want the hedge's to c", got)
+		}
+		resp.Body.Close()
+		synctest.Wait()
+		if want := []string{"b.test", "c.test"}; !slices.Equal(hosts, want) {
+			t.Errorf("attempts went to %v, want %v: the demoted primary last, and not needed", hosts, want)
+		}
+	})
 }
