@@ -324,20 +324,10 @@ func (w *Weighted) Order(dst []int, cands []Candidate) []int {
 		return dst
 	}
 	best, _ := bestGroup(cands)
-	// The cap of a Recovering candidate's weight: share/(1-share) of the
-	// others' weight gives one recovering candidate that share.
-	var others float64
+	limit := recoveringLimit(cands, best)
 	maxIndex := 0
 	for i := range cands {
-		c := &cands[i]
-		maxIndex = max(maxIndex, c.Index)
-		if routeGroup(c) == best && !c.Recovering {
-			others += swrrWeight(c, 0)
-		}
-	}
-	limit := math.Inf(1)
-	if others > 0 {
-		limit = others * recoveringShare / (1 - recoveringShare)
+		maxIndex = max(maxIndex, cands[i].Index)
 	}
 	pick := w.pick(cands, best, limit, maxIndex)
 
@@ -819,20 +809,27 @@ func (t *Transport) sameUsage(key []uint64) bool {
 	return true
 }
 
+// recoveringLimit is the cap of a Recovering candidate's weight in group
+// g: share/(1-share) of the others' weight gives one recovering candidate
+// that share; no cap when there are no others.
+func recoveringLimit(cands []Candidate, g int) float64 {
+	var others float64
+	for i := range cands {
+		if c := &cands[i]; routeGroup(c) == g && !c.Recovering {
+			others += swrrWeight(c, 0)
+		}
+	}
+	if others > 0 {
+		return others * recoveringShare / (1 - recoveringShare)
+	}
+	return math.Inf(1)
+}
+
 // members returns the Indexes of the candidates of the first group and
 // their weights (swrrWeight), for Weighted's snapshot: none when the first
 // group is empty.
 func (w *Weighted) members(cands []Candidate) ([]int, []float64) {
-	var others float64
-	for i := range cands {
-		if c := &cands[i]; routeGroup(c) == groupUsable && !c.Recovering {
-			others += swrrWeight(c, 0)
-		}
-	}
-	limit := math.Inf(1)
-	if others > 0 {
-		limit = others * recoveringShare / (1 - recoveringShare)
-	}
+	limit := recoveringLimit(cands, groupUsable)
 	var idx []int
 	var weight []float64
 	for i := range cands {
@@ -897,16 +894,7 @@ func (w *Weighted) first(t *Transport, model string, now time.Time) int {
 // weight (capped as in Order), then Index.
 func (w *Weighted) rest(seg []int, cands []Candidate) {
 	best, _ := bestGroup(cands)
-	var others float64
-	for i := range cands {
-		if c := &cands[i]; routeGroup(c) == best && !c.Recovering {
-			others += swrrWeight(c, 0)
-		}
-	}
-	limit := math.Inf(1)
-	if others > 0 {
-		limit = others * recoveringShare / (1 - recoveringShare)
-	}
+	limit := recoveringLimit(cands, best)
 	slices.SortFunc(seg, func(a, b int) int {
 		ca, cb := &cands[a], &cands[b]
 		if c := cmp.Compare(routeGroup(ca), routeGroup(cb)); c != 0 {
