@@ -493,6 +493,12 @@ func (r *racer) run() (*http.Response, error, bool) {
 		}
 	}()
 	hedgeNow := func() {
+		if r.ctx.Err() != nil {
+			// The caller gave up (before the delay passed, with a Base
+			// that does not heed it, or as the tick came): no hedge for
+			// a request that is over; the select ends the round.
+			return
+		}
 		if sent, _ := r.next(true); !sent {
 			r.hedges = h.MaxHedges // out of budget, or nowhere to hedge to
 			return

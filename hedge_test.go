@@ -694,3 +694,36 @@ func goroutineID() uint64 {
 	id, _ := strconv.ParseUint(line[:strings.IndexByte(line, ' ')], 10, 64)
 	return id
 }
+
+// A caller that gives up before the delay passes, while Base does not
+// heed the cancellation, gets no hedge: the delay that passes after the
+// request's end sends nothing, spends no budget and counts no hedge. (The
+// hedge would be billed by a Base that sends it whatever the context.)
+func TestHedgeNotSentAfterCallerCanceled(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := newFakeNet()
+		n.handle("a.test", func(*http.Request) (*http.Response, error) {
+			time.Sleep(200 * time.Millisecond) // deaf to its context
+			return respond(200, "a"), nil
+		})
+		n.handle("b.test", slowly(time.Hour, "b", new(atomic.Int32)))
+		var started []TraceAttempt
+		trace := &Trace{AttemptStart: func(a TraceAttempt) { started = append(started, a) }}
+		tr := newTestTransport(t, twoUpstreams(n, Config{Hedge: &HedgeConfig{Delay: 50 * time.Millisecond, Percent: 100}}))
+		ctx, cancel := context.WithCancel(WithTrace(context.Background(), trace))
+		time.AfterFunc(10*time.Millisecond, cancel)
+		if _, err := tr.RoundTrip(httptestRequest("GET", "http://a.test/", "").WithContext(ctx)); !errors.Is(err, context.Canceled) {
+			t.Errorf("err %v, want context.Canceled", err)
+		}
+		time.Sleep(time.Second)
+		if got := n.count("b.test"); got != 0 {
+			t.Errorf("the backup got %d requests after the caller gave up, want 0", got)
+		}
+		if got := metricValue(t, tr, "failover_hedges_total"); got != 0 {
+			t.Errorf("failover_hedges_total = %v, want 0", got)
+		}
+		if len(started) != 1 {
+			t.Errorf("AttemptStart for %+v, want the first attempt only", started)
+		}
+	})
+}
