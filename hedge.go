@@ -397,13 +397,15 @@ func (w *hedgeWait) end(t *Transport, a *attempt) (res raceResult, raced bool) {
 		w.release()
 		return raceResult{}, false
 	}
-	if a.state.CompareAndSwap(flying, delivered) {
+	switch {
+	case a.state.CompareAndSwap(flying, delivered):
 		results <- a // never blocks: it holds every attempt of the round
-	} else {
-		a.cleanup() // the round is over: nobody waits for a
-		if a.panicked != nil {
-			t.logPanic(a)
-		}
+	case a.resp != nil:
+		// The round is over: nobody waits for a. Draining its answer can
+		// take a while: not on the caller's time (see abandon).
+		go t.drop(a)
+	default:
+		t.drop(a)
 	}
 	res = <-w.final
 	w.release()
@@ -632,12 +634,16 @@ func (t *Transport) abandon(attempts []*attempt, results <-chan *attempt) {
 	}
 	for range pending {
 		// Draining an answer can take a while: not on the caller's time.
-		go func(a *attempt) {
-			a.cleanup()
-			if a.panicked != nil {
-				t.logPanic(a)
-			}
-		}(<-results)
+		go t.drop(<-results)
+	}
+}
+
+// drop cleans up after a, an attempt nobody waits for, and logs its
+// panic, if it had one.
+func (t *Transport) drop(a *attempt) {
+	a.cleanup()
+	if a.panicked != nil {
+		t.logPanic(a)
 	}
 }
 

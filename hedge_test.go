@@ -727,3 +727,49 @@ func TestHedgeNotSentAfterCallerCanceled(t *testing.T) {
 		}
 	})
 }
+
+// trickle is a body that gives a byte every 100ms, deaf to its request's
+// context, until it is closed.
+type trickle struct{ closed atomic.Bool }
+
+func (b *trickle) Read(p []byte) (int, error) {
+	if b.closed.Load() {
+		return 0, errors.New("read on closed body")
+	}
+	time.Sleep(100 * time.Millisecond)
+	p[0] = 'x'
+	return 1, nil
+}
+
+func (b *trickle) Close() error { b.closed.Store(true); return nil }
+
+// When the hedge has won and the first attempt's Base returns an answer
+// after all, RoundTrip returns the winner's answer then: draining the
+// loser's body (up to drainTimeout) is not on the caller's time, as it is
+// not for a losing hedge.
+func TestHedgeLoserDrainedOffCallersTime(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := newFakeNet()
+		body := new(trickle)
+		n.handle("a.test", func(*http.Request) (*http.Response, error) {
+			time.Sleep(60 * time.Millisecond) // deaf to its context, past the hedge's answer
+			resp := respond(200, "")
+			resp.Body, resp.ContentLength = body, -1
+			return resp, nil
+		})
+		n.handle("b.test", slowly(5*time.Millisecond, "b", new(atomic.Int32)))
+		tr := newTestTransport(t, twoUpstreams(n, Config{Hedge: &HedgeConfig{Delay: 50 * time.Millisecond, Percent: 100}}))
+		start := time.Now()
+		resp := mustGet(t, tr, "http://a.test/")
+		if d := time.Since(start); d != 60*time.Millisecond {
+			t.Errorf("RoundTrip returned after %v, want 60ms: when the first attempt's Base returned", d)
+		}
+		if got := readBody(t, resp); got != "b" {
+			t.Errorf("body %q, want the hedge's", got)
+		}
+		time.Sleep(time.Second)
+		if !body.closed.Load() {
+			t.Error("the loser's body was not closed")
+		}
+	})
+}
