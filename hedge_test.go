@@ -773,3 +773,28 @@ func TestHedgeLoserDrainedOffCallersTime(t *testing.T) {
 		}
 	})
 }
+
+// Over http.Transport, with a caller's context that is never done (as
+// http.NewRequest's), a hedged request answered within the delay starts
+// no goroutine more than one without Hedge: the Transport's context for
+// the request, derived from the attempt's, waits for it without one.
+func TestHedgeInTimeStartsNoGoroutineOverHTTP(t *testing.T) {
+	srv := newUpstreamServer(t, 200, "ok")
+	var created [2]uint64
+	for i, hedge := range []*HedgeConfig{nil, {Delay: time.Hour}} {
+		base := &http.Transport{}
+		tr := newTestTransport(t, Config{Base: base, Hedge: hedge, Upstreams: []Upstream{
+			{Name: "a", BaseURL: srv.URL}, {Name: "b", BaseURL: srv.URL + "/b"},
+		}})
+		readBody(t, mustGet(t, tr, srv.URL+"/")) // the connection
+		before := goroutinesCreated()
+		for range 100 {
+			readBody(t, mustGet(t, tr, srv.URL+"/"))
+		}
+		created[i] = goroutinesCreated() - before
+		base.CloseIdleConnections()
+	}
+	if created[1] > created[0]+10 {
+		t.Errorf("100 requests started %d goroutines with Hedge, %d without", created[1], created[0])
+	}
+}
