@@ -798,3 +798,30 @@ func TestHedgeInTimeStartsNoGoroutineOverHTTP(t *testing.T) {
 		t.Errorf("100 requests started %d goroutines with Hedge, %d without", created[1], created[0])
 	}
 }
+
+// A Transport used outside a synctest bubble and then inside one (a
+// package-level client shared by a suite's tests) hedges in the bubble's
+// time, as it did before the hedgeWait pool (b31a239). It does not: the
+// pooled timer made outside runs on the real clock, so the bubble's
+// request waits out its slow first attempt unhedged; used outside after a
+// bubble made the pool's timers, Reset is a fatal error ("reset of
+// synctest timer from outside bubble"). Known, not fixed: a timer made
+// per round would cost the allocations the pool saves.
+func TestHedgeTransportSharedWithBubble(t *testing.T) {
+	t.Skip("known defect of the pooled hedgeWait timer (see the comment); remove this line to see it fail")
+	n := newFakeNet()
+	n.status("a.test", 200, "a")
+	tr := newTestTransport(t, twoUpstreams(n, Config{Hedge: &HedgeConfig{Delay: 50 * time.Millisecond, Percent: 100}}))
+	for range 10 {
+		readBody(t, mustGet(t, tr, "http://a.test/")) // the pool's waits, made outside any bubble
+	}
+	synctest.Test(t, func(t *testing.T) {
+		n.handle("a.test", slowly(time.Second, "a", new(atomic.Int32)))
+		n.handle("b.test", slowly(10*time.Millisecond, "b", new(atomic.Int32)))
+		start := time.Now()
+		if got := readBody(t, mustGet(t, tr, "http://a.test/")); got != "b" {
+			t.Errorf("body %q after %v, want the hedge's after 60ms", got, time.Since(start))
+		}
+		time.Sleep(2 * time.Second) // the loser's end
+	})
+}
