@@ -292,6 +292,11 @@ func (c *call) hedgedRoundOn(ctx context.Context, order []*upstream, first *atte
 				if res.panicked != nil {
 					panic(res.panicked)
 				}
+				if a.end.After(c.lastEnd) {
+					// The round ended before Base returned a: the caller
+					// waited for it all the same (see ended's Duration).
+					c.lastEnd = a.end
+				}
 				return res.resp, res.err, res.done
 			}
 			if a.panicked != nil {

@@ -825,3 +825,30 @@ func TestHedgeTransportSharedWithBubble(t *testing.T) {
 		time.Sleep(2 * time.Second) // the loser's end
 	})
 }
+
+// When the hedge has won and RoundTrip waits for the first attempt's Base
+// to return (one deaf to its cancellation), Trace.Done's Duration, the
+// time to RoundTrip's return, counts that wait: the caller waited for it.
+func TestHedgeDoneDurationCountsWaitForFirst(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := newFakeNet()
+		n.handle("a.test", func(*http.Request) (*http.Response, error) {
+			time.Sleep(200 * time.Millisecond) // deaf to its context
+			return nil, errors.New("too late")
+		})
+		n.handle("b.test", slowly(5*time.Millisecond, "b", new(atomic.Int32)))
+		var done TraceDone
+		ctx := WithTrace(context.Background(), &Trace{Done: func(d TraceDone) { done = d }})
+		tr := newTestTransport(t, twoUpstreams(n, Config{Hedge: &HedgeConfig{Delay: 50 * time.Millisecond, Percent: 100}}))
+		start := time.Now()
+		resp, err := tr.RoundTrip(httptestRequest("GET", "http://a.test/", "").WithContext(ctx))
+		if err != nil {
+			t.Fatal(err)
+		}
+		took := time.Since(start)
+		resp.Body.Close()
+		if done.Upstream != "b" || done.Duration != took {
+			t.Errorf("Done %+v; want b's answer after %v, RoundTrip's return", done, took)
+		}
+	})
+}
