@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -91,12 +92,24 @@ func (e ender) ends() bool { return e.cancel != nil || e.ctx != nil }
 // allocations on the path of a hedged attempt that answers in time. With a
 // caller's context that can be done, the attempt takes
 // context.WithCancelCause's, which the parent tells of its end. Its Err is
-// context.Canceled once ended; context.Cause says no more.
+// context.Canceled once ended; context.Cause says no more. A context
+// derived from it (http.Transport derives one for each request) is ended
+// with it through AfterFunc, as a cancelCtx ends its children, without a
+// goroutine that waits for its Done.
 type ownCtx struct {
 	context.Context // the caller's: Deadline and Value
 	mu              sync.Mutex
 	done            chan struct{} // made by Done
 	err             error
+	afters          []afterFunc  // arranged by AfterFunc, neither run nor stopped yet
+	inline          [1]afterFunc // afters' room for the one http.Transport arranges
+	arranged        uint64       // the afterFuncs ever arranged: the next one's id
+}
+
+// afterFunc is an f that ownCtx.AfterFunc arranged, and its id for stop.
+type afterFunc struct {
+	f  func()
+	id uint64
 }
 
 func (c *ownCtx) Done() <-chan struct{} {
@@ -119,12 +132,52 @@ func (c *ownCtx) Err() error {
 
 func (c *ownCtx) end() {
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.err == nil {
-		c.err = context.Canceled
-		if c.done != nil {
-			close(c.done)
+	if c.err != nil {
+		c.mu.Unlock()
+		return
+	}
+	c.err = context.Canceled
+	if c.done != nil {
+		close(c.done)
+	}
+	afters := c.afters
+	c.afters = nil
+	c.mu.Unlock()
+	for _, a := range afters {
+		a.f() // a derived context's cancel (see AfterFunc), without c's lock: it reads Err
+	}
+}
+
+// AfterFunc arranges for f to be called when c ends, and returns what
+// undoes that, reporting whether it did, as context.AfterFunc does. The
+// context package calls it for each context derived from c, with an f
+// that cancels that context: end calls it on its own goroutine, as a
+// cancelCtx cancels its children (context.AfterFunc's own f still runs on
+// a goroutine of its own). Without it, each derived context would take a
+// goroutine waiting for c's Done.
+func (c *ownCtx) AfterFunc(f func()) (stop func() bool) {
+	c.mu.Lock()
+	if c.err != nil {
+		c.mu.Unlock()
+		go f() // the caller may hold a lock that f takes (propagateCancel does)
+		return func() bool { return false }
+	}
+	if c.afters == nil {
+		c.afters = c.inline[:0]
+	}
+	c.arranged++
+	id := c.arranged
+	c.afters = append(c.afters, afterFunc{f: f, id: id})
+	c.mu.Unlock()
+	return func() bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		i := slices.IndexFunc(c.afters, func(a afterFunc) bool { return a.id == id })
+		if i < 0 {
+			return false
 		}
+		c.afters = slices.Delete(c.afters, i, i+1)
+		return true
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"runtime/metrics"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -355,4 +356,48 @@ func TestOwnCtx(t *testing.T) {
 	if s := fmt.Sprint(&asked); !strings.Contains(s, "failover attempt") {
 		t.Errorf("String %q", s)
 	}
+}
+
+// A context derived from an ownCtx, as http.Transport derives one from
+// every request's, takes no goroutine to wait for the ownCtx's end (as one
+// derived from context.WithCancelCause's takes none): it is ended with the
+// ownCtx, at once, and one canceled before leaves nothing registered.
+func TestOwnCtxDerivedTakesNoGoroutine(t *testing.T) {
+	var own ownCtx
+	own.Context = context.Background()
+	before := goroutinesCreated()
+	var kept []context.Context
+	for i := range 100 {
+		ctx, cancel := context.WithCancelCause(&own)
+		if i%2 == 0 {
+			cancel(nil) // net/http's, when the request is done
+			continue
+		}
+		defer cancel(nil)
+		kept = append(kept, ctx)
+	}
+	if n := goroutinesCreated() - before; n > 10 {
+		t.Errorf("100 contexts derived from an ownCtx started %d goroutines, want none", n)
+	}
+	own.end()
+	for _, ctx := range kept {
+		select {
+		case <-ctx.Done():
+		default:
+			t.Fatal("a derived context is not done when the ownCtx ends")
+		}
+		if !errors.Is(ctx.Err(), context.Canceled) {
+			t.Fatalf("derived Err %v, want context.Canceled", ctx.Err())
+		}
+	}
+	ran := make(chan struct{})
+	context.AfterFunc(&own, func() { close(ran) }) // after the end: at once
+	<-ran
+}
+
+// goroutinesCreated is how many goroutines the process has started.
+func goroutinesCreated() uint64 {
+	s := []metrics.Sample{{Name: "/sched/goroutines-created:goroutines"}}
+	metrics.Read(s)
+	return s[0].Value.Uint64()
 }

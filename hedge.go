@@ -321,6 +321,11 @@ func (c *call) hedgedRoundOn(ctx context.Context, order []*upstream, lazy bool, 
 				if res.panicked != nil {
 					panic(res.panicked)
 				}
+				if a.end.After(c.lastEnd) {
+					// The round ended before Base returned a: the caller
+					// waited for it all the same (see ended's Duration).
+					c.lastEnd = a.end
+				}
 				return res.resp, res.err, res.done
 			}
 			if a.panicked != nil {
@@ -460,13 +465,15 @@ func (w *hedgeWait) end(t *Transport, a *attempt) (res raceResult, raced bool) {
 		w.release()
 		return raceResult{}, false
 	}
-	if a.state.CompareAndSwap(flying, delivered) {
+	switch {
+	case a.state.CompareAndSwap(flying, delivered):
 		results <- a // never blocks: it holds every attempt of the round
-	} else {
-		a.cleanup() // the round is over: nobody waits for a
-		if a.panicked != nil {
-			t.logPanic(a)
-		}
+	case a.resp != nil:
+		// The round is over: nobody waits for a. Draining its answer can
+		// take a while: not on the caller's time (see abandon).
+		go t.drop(a)
+	default:
+		t.drop(a)
 	}
 	res = <-w.final
 	w.release()
@@ -554,6 +561,12 @@ func (r *racer) run() (*http.Response, error, bool) {
 		}
 	}()
 	hedgeNow := func() {
+		if r.ctx.Err() != nil {
+			// The caller gave up (before the delay passed, with a Base
+			// that does not heed it, or as the tick came): no hedge for
+			// a request that is over; the select ends the round.
+			return
+		}
 		if sent, _ := r.next(true); !sent {
 			r.hedges = h.MaxHedges // out of budget, or nowhere to hedge to
 			return
@@ -687,12 +700,16 @@ func (t *Transport) abandon(attempts []*attempt, results <-chan *attempt) {
 	}
 	for range pending {
 		// Draining an answer can take a while: not on the caller's time.
-		go func(a *attempt) {
-			a.cleanup()
-			if a.panicked != nil {
-				t.logPanic(a)
-			}
-		}(<-results)
+		go t.drop(<-results)
+	}
+}
+
+// drop cleans up after a, an attempt nobody waits for, and logs its
+// panic, if it had one.
+func (t *Transport) drop(a *attempt) {
+	a.cleanup()
+	if a.panicked != nil {
+		t.logPanic(a)
 	}
 }
 

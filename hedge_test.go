@@ -734,3 +734,134 @@ func TestHedgeDemotedLast(t *testing.T) {
 		}
 	})
 }
+
+// A caller that gives up before the delay passes, while Base does not
+// heed the cancellation, gets no hedge: the delay that passes after the
+// request's end sends nothing, spends no budget and counts no hedge. (The
+// hedge would be billed by a Base that sends it whatever the context.)
+func TestHedgeNotSentAfterCallerCanceled(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := newFakeNet()
+		n.handle("a.test", func(*http.Request) (*http.Response, error) {
+			time.Sleep(200 * time.Millisecond) // deaf to its context
+			return respond(200, "a"), nil
+		})
+		n.handle("b.test", slowly(time.Hour, "b", new(atomic.Int32)))
+		var started []TraceAttempt
+		trace := &Trace{AttemptStart: func(a TraceAttempt) { started = append(started, a) }}
+		tr := newTestTransport(t, twoUpstreams(n, Config{Hedge: &HedgeConfig{Delay: 50 * time.Millisecond, Percent: 100}}))
+		ctx, cancel := context.WithCancel(WithTrace(context.Background(), trace))
+		time.AfterFunc(10*time.Millisecond, cancel)
+		if _, err := tr.RoundTrip(httptestRequest("GET", "http://a.test/", "").WithContext(ctx)); !errors.Is(err, context.Canceled) {
+			t.Errorf("err %v, want context.Canceled", err)
+		}
+		time.Sleep(time.Second)
+		if got := n.count("b.test"); got != 0 {
+			t.Errorf("the backup got %d requests after the caller gave up, want 0", got)
+		}
+		if got := metricValue(t, tr, "failover_hedges_total"); got != 0 {
+			t.Errorf("failover_hedges_total = %v, want 0", got)
+		}
+		if len(started) != 1 {
+			t.Errorf("AttemptStart for %+v, want the first attempt only", started)
+		}
+	})
+}
+
+// trickle is a body that gives a byte every 100ms, deaf to its request's
+// context, until it is closed.
+type trickle struct{ closed atomic.Bool }
+
+func (b *trickle) Read(p []byte) (int, error) {
+	if b.closed.Load() {
+		return 0, errors.New("read on closed body")
+	}
+	time.Sleep(100 * time.Millisecond)
+	p[0] = 'x'
+	return 1, nil
+}
+
+func (b *trickle) Close() error { b.closed.Store(true); return nil }
+
+// When the hedge has won and the first attempt's Base returns an answer
+// after all, RoundTrip returns the winner's answer then: draining the
+// loser's body (up to drainTimeout) is not on the caller's time, as it is
+// not for a losing hedge.
+func TestHedgeLoserDrainedOffCallersTime(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := newFakeNet()
+		body := new(trickle)
+		n.handle("a.test", func(*http.Request) (*http.Response, error) {
+			time.Sleep(60 * time.Millisecond) // deaf to its context, past the hedge's answer
+			resp := respond(200, "")
+			resp.Body, resp.ContentLength = body, -1
+			return resp, nil
+		})
+		n.handle("b.test", slowly(5*time.Millisecond, "b", new(atomic.Int32)))
+		tr := newTestTransport(t, twoUpstreams(n, Config{Hedge: &HedgeConfig{Delay: 50 * time.Millisecond, Percent: 100}}))
+		start := time.Now()
+		resp := mustGet(t, tr, "http://a.test/")
+		if d := time.Since(start); d != 60*time.Millisecond {
+			t.Errorf("RoundTrip returned after %v, want 60ms: when the first attempt's Base returned", d)
+		}
+		if got := readBody(t, resp); got != "b" {
+			t.Errorf("body %q, want the hedge's", got)
+		}
+		time.Sleep(time.Second)
+		if !body.closed.Load() {
+			t.Error("the loser's body was not closed")
+		}
+	})
+}
+
+// Over http.Transport, with a caller's context that is never done (as
+// http.NewRequest's), a hedged request answered within the delay starts
+// no goroutine more than one without Hedge: the Transport's context for
+// the request, derived from the attempt's, waits for it without one.
+func TestHedgeInTimeStartsNoGoroutineOverHTTP(t *testing.T) {
+	srv := newUpstreamServer(t, 200, "ok")
+	var created [2]uint64
+	for i, hedge := range []*HedgeConfig{nil, {Delay: time.Hour}} {
+		base := &http.Transport{}
+		tr := newTestTransport(t, Config{Base: base, Hedge: hedge, Upstreams: []Upstream{
+			{Name: "a", BaseURL: srv.URL}, {Name: "b", BaseURL: srv.URL + "/b"},
+		}})
+		readBody(t, mustGet(t, tr, srv.URL+"/")) // the connection
+		before := goroutinesCreated()
+		for range 100 {
+			readBody(t, mustGet(t, tr, srv.URL+"/"))
+		}
+		created[i] = goroutinesCreated() - before
+		base.CloseIdleConnections()
+	}
+	if created[1] > created[0]+10 {
+		t.Errorf("100 requests started %d goroutines with Hedge, %d without", created[1], created[0])
+	}
+}
+
+// When the hedge has won and RoundTrip waits for the first attempt's Base
+// to return (one deaf to its cancellation), Trace.Done's Duration, the
+// time to RoundTrip's return, counts that wait: the caller waited for it.
+func TestHedgeDoneDurationCountsWaitForFirst(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := newFakeNet()
+		n.handle("a.test", func(*http.Request) (*http.Response, error) {
+			time.Sleep(200 * time.Millisecond) // deaf to its context
+			return nil, errors.New("too late")
+		})
+		n.handle("b.test", slowly(5*time.Millisecond, "b", new(atomic.Int32)))
+		var done TraceDone
+		ctx := WithTrace(context.Background(), &Trace{Done: func(d TraceDone) { done = d }})
+		tr := newTestTransport(t, twoUpstreams(n, Config{Hedge: &HedgeConfig{Delay: 50 * time.Millisecond, Percent: 100}}))
+		start := time.Now()
+		resp, err := tr.RoundTrip(httptestRequest("GET", "http://a.test/", "").WithContext(ctx))
+		if err != nil {
+			t.Fatal(err)
+		}
+		took := time.Since(start)
+		resp.Body.Close()
+		if done.Upstream != "b" || done.Duration != took {
+			t.Errorf("Done %+v; want b's answer after %v, RoundTrip's return", done, took)
+		}
+	})
+}
