@@ -274,7 +274,7 @@ func (c *call) round(ctx context.Context) (*http.Response, error, bool) {
 	}
 	order := c.servable(c.t.order(buf[:0], c.ups, c.model, now))
 	if hedged && len(order) > 1 {
-		return c.hedgedRound(ctx, order, false)
+		return c.hedgedRound(ctx, slices.Clone(order), false) // order may be on this stack; the round keeps it
 	}
 	for i, u := range order {
 		if resp, err, done := c.try(ctx, u, i > 0, &now); done {

@@ -32,7 +32,8 @@ import (
 //
 // The first attempt of a round goes to Base on the caller's goroutine, as
 // without hedging, and a timer waits for its delay: a request answered in
-// time costs no goroutine, channel or allocation more. When the delay
+// time costs no goroutine or channel, and two allocations more (the
+// timer). When the delay
 // passes first, the timer's goroutine runs the rest of the round, and
 // RoundTrip returns the winner's answer once Base has returned from the
 // first attempt, which is canceled when it loses: a Base that does not
@@ -154,8 +155,6 @@ type hedger struct {
 	sent   *metrics.Counter
 	won    *metrics.Counter
 	denied *metrics.Counter
-
-	waits sync.Pool // of *hedgeWait
 }
 
 func newHedger(c HedgeConfig, s *metrics.Set) *hedger {
@@ -168,7 +167,6 @@ func newHedger(c HedgeConfig, s *metrics.Set) *hedger {
 		denied:      s.GetOrCreateCounter(famHedgesDenied.series()),
 	}
 	h.tokens.Store(hedgeBurst * hedgeUnit)
-	h.waits.New = h.newHedgeWait
 	return h
 }
 
@@ -239,8 +237,8 @@ const (
 // hedgedRound is a round with hedging. It tries the upstreams in order,
 // each attempt on the caller's goroutine, as a round without hedging
 // does, with a timer armed for its delay (hedgeWait). An attempt that
-// answers within the delay costs the hedging nothing more: no goroutine,
-// no channel, no timer of its own. When the delay passes first, the timer's
+// answers within the delay costs the hedging its timer and nothing more:
+// no goroutine, no channel. When the delay passes first, the timer's
 // goroutine takes the round over (racer): it sends the hedge, and takes the
 // first answer that ends the request, the caller's attempt's too when Base
 // returns it. It reports done with the result when the request is over.
@@ -253,17 +251,18 @@ func (c *call) hedgedRound(ctx context.Context, order []*upstream, lazy bool) (*
 		c call
 		a attempt
 		o outParts
+		w hedgeWait
 	})
 	x.c = *c
 	defer func() { *c = x.c }() // after the round is the caller's alone again, even by a panic
-	return x.c.hedgedRoundOn(ctx, order, lazy, &x.a, &x.o)
+	return x.c.hedgedRoundOn(ctx, order, lazy, &x.a, &x.o, &x.w)
 }
 
 // hedgedRoundOn is hedgedRound on the call's copy. With lazy, order is the
 // configured order, and its demoted upstreams (Transport.demotion) are
 // tried after the others, found as the round goes: an attempt answered in
 // time reads no other upstream's demotion, however many there are.
-func (c *call) hedgedRoundOn(ctx context.Context, order []*upstream, lazy bool, first *attempt, own *outParts) (*http.Response, error, bool) {
+func (c *call) hedgedRoundOn(ctx context.Context, order []*upstream, lazy bool, first *attempt, own *outParts, w *hedgeWait) (*http.Response, error, bool) {
 	c.racing = true // every attempt has its own context and URL
 	defer func() { c.racing = false }()
 	var buf [8]*upstream
@@ -303,17 +302,17 @@ func (c *call) hedgedRoundOn(ctx context.Context, order []*upstream, lazy bool, 
 			return c.finishRound()
 		}
 		first, own = nil, nil
-		var w *hedgeWait
-		if !a.p.Probe() && (len(rest) > 0 || k < n && len(demoted) > 0 || k >= n && k+1 < n+len(demoted)) {
+		armed := !a.p.Probe() && (len(rest) > 0 || k < n && len(demoted) > 0 || k >= n && k+1 < n+len(demoted))
+		if armed {
 			var later []*upstream // the demoted upstreams after u
 			if k < n {
 				later = demoted
 			} else {
 				later = demoted[k-n+1:]
 			}
-			w = c.t.hedge.arm(c, ctx, a, rest, unsorted, later, k)
+			w.arm(c, ctx, a, rest, unsorted, later, k)
 		}
-		if w == nil {
+		if !armed {
 			a.send(c.request)
 		} else {
 			a.sendCatching(c.request)
@@ -354,28 +353,29 @@ func (a *attempt) sendCatching(r request) {
 
 // A hedgeWait's states.
 const (
-	idle    = iota // in the pool, or its attempt answered in time
+	idle    = iota // not armed, or its attempt answered in time
 	waiting        // the attempt is in Base, the timer armed
 	fired          // the delay passed first: a racer has the round
 )
 
 // hedgeWait is the timer of an attempt of a hedged round, which waits in
 // Base on the caller's goroutine, and what the timer's goroutine needs to
-// take the round over when the delay passes first. It comes from a pool
-// with its timer and channel made: an attempt that answers in time
-// allocates nothing for it.
+// take the round over when the delay passes first. It is made with the
+// round (hedgedRound), its timer at the first attempt and armed again for
+// each after; its channels only when the delay passes. (Not from a pool: a
+// timer belongs to the synctest bubble it was made in, and a pooled one
+// would go to a request in another, or outside any, which is fatal.)
 type hedgeWait struct {
-	timer *time.Timer // time.AfterFunc(fire), made once
+	timer *time.Timer // time.AfterFunc(fire), made by the first arm
 	final chan raceResult
-	pool  *sync.Pool // where it goes back
 
 	mu       sync.Mutex
 	state    int
-	due      time.Time // when the delay passes; a fire before is an earlier user's
+	due      time.Time // when the delay passes; a fire before is an earlier attempt's
 	c        *call
 	ctx      context.Context
 	a        *attempt
-	order    []*upstream // the upstreams after a's (a copy: the round's may be on the caller's stack)
+	order    []*upstream // the upstreams after a's, read only
 	unsorted int         // how many of order, from its start, have their demotions not read (racerOrder)
 	index    int         // a's place in the round's configured order
 	results  chan *attempt
@@ -389,36 +389,32 @@ type raceResult struct {
 	panicked any
 }
 
-// maxPooledOrder bounds the order a pooled hedgeWait keeps room for.
-const maxPooledOrder = 1024
-
-// newHedgeWait makes a hedgeWait for h's pool, which is the Transport's
-// own: its timer and channel belong to the goroutines that use the
-// Transport (a synctest bubble's, in a test).
-func (h *hedger) newHedgeWait() any {
-	w := &hedgeWait{final: make(chan raceResult, 1), pool: &h.waits}
-	w.timer = time.AfterFunc(time.Hour, w.fire)
-	w.timer.Stop()
-	return w
-}
-
 // arm starts the delay of a, an attempt of c's round about to be sent on
 // the caller's goroutine. The upstreams after a's, for the hedges and the
 // failovers, are rest, of which the first unsorted are in the configured
 // order with their demotions not read yet, then later, demoted ones; index
 // is a's place in the round's configured order (for the 64 whose demotion
 // is read).
-func (h *hedger) arm(c *call, ctx context.Context, a *attempt, rest []*upstream, unsorted int, later []*upstream, index int) *hedgeWait {
-	w := h.waits.Get().(*hedgeWait)
+//
+// rest is kept as it is (the round's order is in the heap: the
+// configured order, or a copy), later copied after it when there are
+// any (they may be on the caller's stack).
+func (w *hedgeWait) arm(c *call, ctx context.Context, a *attempt, rest []*upstream, unsorted int, later []*upstream, index int) {
 	now := time.Now()
 	d := c.t.hedgeDelay(a.u, now)
+	order := rest
+	if len(later) > 0 {
+		order = append(slices.Clip(rest), later...)
+	}
 	w.mu.Lock()
 	w.state, w.due = waiting, now.Add(d)
-	w.c, w.ctx, w.a, w.index, w.unsorted = c, ctx, a, index, unsorted
-	w.order = append(append(w.order[:0], rest...), later...)
+	w.c, w.ctx, w.a, w.index, w.unsorted, w.order = c, ctx, a, index, unsorted, order
 	w.mu.Unlock()
+	if w.timer == nil {
+		w.timer = time.AfterFunc(d, w.fire)
+		return
+	}
 	w.timer.Reset(d)
-	return w
 }
 
 // racerOrder is the order of the upstreams a racer may send to: w.order,
@@ -457,7 +453,7 @@ func (w *hedgeWait) racerOrder(now time.Time) []*upstream {
 func (w *hedgeWait) end(t *Transport, a *attempt) (res raceResult, raced bool) {
 	w.mu.Lock()
 	raced = w.state == fired
-	results := w.results
+	results, final := w.results, w.final
 	w.state = idle
 	w.mu.Unlock()
 	if !raced {
@@ -475,22 +471,18 @@ func (w *hedgeWait) end(t *Transport, a *attempt) (res raceResult, raced bool) {
 	default:
 		t.drop(a)
 	}
-	res = <-w.final
+	res = <-final
 	w.release()
 	return res, true
 }
 
-// release clears w and puts it back in the pool. A fire of its timer that
+// release clears w for the round's next attempt. A fire of its timer that
 // is already on its way finds it idle, or armed for a later attempt whose
 // delay has not passed.
 func (w *hedgeWait) release() {
 	w.mu.Lock()
-	clear(w.order)
-	w.c, w.ctx, w.a, w.order, w.results = nil, nil, nil, w.order[:0], nil
+	w.c, w.ctx, w.a, w.order, w.results, w.final = nil, nil, nil, nil, nil, nil
 	w.mu.Unlock()
-	if cap(w.order) <= maxPooledOrder {
-		w.pool.Put(w)
-	}
 }
 
 // fire runs on the timer's goroutine when the delay passes: unless the
@@ -509,6 +501,8 @@ func (w *hedgeWait) fire() {
 	r.tried = make([]bool, len(order))
 	r.left = len(order)
 	w.results = r.results
+	final := make(chan raceResult, 1)
+	w.final = final
 	w.mu.Unlock()
 	var res raceResult
 	func() {
@@ -519,7 +513,7 @@ func (w *hedgeWait) fire() {
 		}()
 		res.resp, res.err, res.done = r.run()
 	}()
-	w.final <- res // never blocks: it holds one
+	final <- res // never blocks: it holds one
 }
 
 // racer is a hedged round once a delay has passed: the attempts in flight,

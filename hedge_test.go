@@ -643,15 +643,16 @@ func TestHedgePanicAfterDelay(t *testing.T) {
 }
 
 // A hedgeWait's timer that fires before the delay of the attempt it waits
-// for (a fire on its way when the wait went back to the pool, meeting the
-// next attempt that took it) takes nothing over: that attempt's delay
-// has not passed.
+// for (a fire on its way when the round's attempt before answered, meeting
+// the next attempt it is armed for) takes nothing over: that attempt's
+// delay has not passed.
 func TestHedgeWaitEarlyFire(t *testing.T) {
 	n := newFakeNet()
 	tr := newTestTransport(t, twoUpstreams(n, Config{Hedge: &HedgeConfig{Delay: time.Hour}}))
 	c := &call{request: request{t: tr}}
 	a := &attempt{u: tr.upstreams[0]}
-	w := tr.hedge.arm(c, context.Background(), a, tr.upstreams[1:], 0, nil, 0)
+	w := new(hedgeWait)
+	w.arm(c, context.Background(), a, tr.upstreams[1:], 0, nil, 0)
 	w.fire() // as a stale fire would, long before the hour
 	if w.state != waiting {
 		t.Fatalf("state %d after an early fire, want waiting: the round was taken over before its delay", w.state)
@@ -864,4 +865,37 @@ func TestHedgeDoneDurationCountsWaitForFirst(t *testing.T) {
 			t.Errorf("Done %+v; want b's answer after %v, RoundTrip's return", done, took)
 		}
 	})
+}
+
+// A Transport used outside a synctest bubble, then inside one, then
+// outside again (a package-level client shared by a suite's tests) hedges
+// in the bubble's time and works after it: each round makes its own timer
+// (found by review: a pooled timer made outside ran on the real clock in
+// the bubble, and one made in the bubble was a fatal error outside).
+func TestHedgeTransportSharedWithBubble(t *testing.T) {
+	n := newFakeNet()
+	n.status("a.test", 200, "a")
+	tr := newTestTransport(t, twoUpstreams(n, Config{Hedge: &HedgeConfig{Delay: 50 * time.Millisecond, Percent: 100}}))
+	for range 10 {
+		readBody(t, mustGet(t, tr, "http://a.test/")) // rounds outside any bubble
+	}
+	synctest.Test(t, func(t *testing.T) {
+		n.handle("a.test", slowly(time.Second, "a", new(atomic.Int32)))
+		n.handle("b.test", slowly(10*time.Millisecond, "b", new(atomic.Int32)))
+		start := time.Now()
+		if got := readBody(t, mustGet(t, tr, "http://a.test/")); got != "b" {
+			t.Errorf("body %q after %v, want the hedge's after 60ms", got, time.Since(start))
+		}
+		for range 10 {
+			n.handle("a.test", slowly(0, "a", new(atomic.Int32)))
+			readBody(t, mustGet(t, tr, "http://a.test/")) // rounds in the bubble, answered in time
+		}
+		time.Sleep(2 * time.Second) // the loser's end
+	})
+	n.status("a.test", 200, "a")
+	for range 10 {
+		if got := readBody(t, mustGet(t, tr, "http://a.test/")); got != "a" { // outside again
+			t.Fatalf("body %q", got)
+		}
+	}
 }

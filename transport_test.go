@@ -561,79 +561,41 @@ func TestHealthyPathAllocations(t *testing.T) {
 	for _, cfg := range []Config{
 		{Base: base, Upstreams: []Upstream{{Name: "a", BaseURL: "http://a.test/v1"}}},
 		{Base: base, Upstreams: two},
-		// A Hedge that does not fire costs no allocation more (issue
+		// A Hedge that does not fire costs only its timer more (issue
 		// 15): the attempt on the caller's goroutine, its parts and its
-		// own context in one allocation with the round's call, the timer
-		// from the Transport's pool.
+		// own context in one allocation with the round's call.
 		{Base: base, Upstreams: two, Hedge: &HedgeConfig{Delay: time.Hour}},
 	} {
 		tr := newTestTransport(t, cfg)
 		req := httptestRequest("GET", "http://a.test/v1/models", "")
 		req.Header.Set("Authorization", "Bearer k")
 		tr.RoundTrip(req) // warm up: the health window and metrics
-		// The race detector makes sync.Pool drop a quarter of what it is
-		// given, on purpose: what the hedge's pool makes anew for lack
-		// of one is counted apart (the pool's own allocations, never a
-		// request's), so that the figures hold with -race too.
-		var made int
-		var newWait allocs
-		if h := tr.hedge; h != nil {
-			newWait = measure(func() {
-				for range 100 {
-					w := h.newHedgeWait().(*hedgeWait) // and armed once, as in use
-					w.order = append(w.order, tr.upstreams...)
-					w.timer.Reset(time.Hour)
-					w.timer.Stop()
-				}
-			})
-			newWait.objects, newWait.bytes = (newWait.objects+50)/100, (newWait.bytes+50)/100
-			h.waits.New = func() any { made++; return h.newHedgeWait() }
+		want := 3.0
+		if cfg.Hedge != nil {
+			// The hedge's timer: time.AfterFunc's Timer and its func.
+			want = 5
 		}
-		const runs = 1000
-		for range runs {
-			tr.RoundTrip(req) // warm up: what the first thousand make once
-		}
-		made = 0
-		got := measure(func() {
-			for range runs {
-				tr.RoundTrip(req)
-			}
-		})
-		got.objects -= uint64(made) * newWait.objects
-		got.bytes -= uint64(made) * newWait.bytes
-		// The average's whole part, as testing.AllocsPerRun gives: the
-		// pool's own bookkeeping (its chain grows now and then, about 2
-		// objects in 1,000 requests) is no request's.
-		if n := got.objects / runs; n > 3 {
-			t.Errorf("%d upstreams, hedged %v: %v allocations per request, want at most 3", len(cfg.Upstreams), cfg.Hedge != nil, n)
+		if n := testing.AllocsPerRun(1000, func() { tr.RoundTrip(req) }); n > want {
+			t.Errorf("%d upstreams, hedged %v: %v allocations per request, want at most %v", len(cfg.Upstreams), cfg.Hedge != nil, n, want)
 		}
 		// The request addressed as its upstream's BaseURL spells it
 		// shares the caller's URL: the clone (352 B), the header map
 		// (48 B) and its entries (352 B). A hedged round's one
 		// allocation holds its call, the attempt and the request with
 		// its own URL.
-		want := uint64(752)
+		wantBytes := int64(752)
 		if cfg.Hedge != nil {
-			want = 1808
+			wantBytes = 2064
 		}
-		if b := got.bytes / runs; b > want {
-			t.Errorf("%d upstreams, hedged %v: %d bytes allocated per request, want at most %d", len(cfg.Upstreams), cfg.Hedge != nil, b, want)
+		if b := testing.Benchmark(func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				tr.RoundTrip(req)
+			}
+		}).AllocedBytesPerOp(); b > wantBytes {
+			t.Errorf("%d upstreams, hedged %v: %d bytes allocated per request, want at most %d", len(cfg.Upstreams), cfg.Hedge != nil, b, wantBytes)
 		}
 	}
-}
-
-// allocs is what a stretch of code allocated: objects and bytes.
-type allocs struct{ objects, bytes uint64 }
-
-// measure runs f once on a locked thread and returns what it allocated
-// (as testing.AllocsPerRun, which counts objects only).
-func measure(f func()) allocs {
-	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
-	var before, after runtime.MemStats
-	runtime.ReadMemStats(&before)
-	f()
-	runtime.ReadMemStats(&after)
-	return allocs{after.Mallocs - before.Mallocs, after.TotalAlloc - before.TotalAlloc}
 }
 
 var soakLong = flag.Bool("soak.long", false, "run the long soak: 100,000 requests instead of 5,000")
