@@ -828,11 +828,11 @@ func TestHedgeInTimeStartsNoGoroutineOverHTTP(t *testing.T) {
 			{Name: "a", BaseURL: srv.URL}, {Name: "b", BaseURL: srv.URL + "/b"},
 		}})
 		readBody(t, mustGet(t, tr, srv.URL+"/")) // the connection
-		before := goroutinesCreated()
+		before := goroutinesCreated(t)
 		for range 100 {
 			readBody(t, mustGet(t, tr, srv.URL+"/"))
 		}
-		created[i] = goroutinesCreated() - before
+		created[i] = goroutinesCreated(t) - before
 		base.CloseIdleConnections()
 	}
 	if created[1] > created[0]+10 {
