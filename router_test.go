@@ -771,3 +771,34 @@ func checkFirstAsOrder(t *testing.T, r Router, seed uint64) {
 		t.Errorf("seed %d: tried %v, want %v (Order over %+v)", seed, tried, want, cands)
 	}
 }
+
+// TestWeightedRecoveringAfterProbe checks that an upstream whose circuit
+// closes on a probe gets no more than Weighted's Recovering share (10 %)
+// of the requests that follow, as under Order: the circuit is half-open,
+// not recovering, when the round robin next takes it in, and closing on
+// its probe makes it recovering.
+func TestWeightedRecoveringAfterProbe(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := newFakeNet()
+		for _, h := range []string{"a.test", "b.test", "c.test"} {
+			n.status(h, 200, h)
+		}
+		cfg := threeUpstreams(n, Config{Router: &Weighted{}, Breaker: BreakerConfig{FailureThreshold: 1, Cooldown: 10 * time.Second}}, 1, 1, 1)
+		tr := newTestTransport(t, cfg)
+		tr.upstreams[2].circuit.Trip(time.Now())
+		time.Sleep(11 * time.Second) // c is half-open: the next request for it probes it
+		const requests = 300
+		for range requests {
+			if code, err := get(t, tr, "http://a.test/"); err != nil || code != 200 {
+				t.Fatalf("%d %v", code, err)
+			}
+			time.Sleep(500 * time.Microsecond) // 150ms in all: well within c's Recovering span
+		}
+		if st := State(tr.upstreams[2].circuit.Status(time.Now())); st != Closed {
+			t.Fatalf("c's circuit is %v, want closed by its probe", st)
+		}
+		if c := n.count("c.test"); c > requests/10+5 {
+			t.Errorf("c, recovering after its probe, got %d of %d requests, want at most about 10 %%", c, requests)
+		}
+	})
+}
