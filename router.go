@@ -774,9 +774,11 @@ func (t *Transport) snapshot(now time.Time) *routeSnapshot {
 	case Score:
 		// The usage key before the averages are read: a change in
 		// between takes the snapshot again, rather than going unseen.
+		// Any price counts: with CachedInput or CacheWrite alone, the
+		// answers' cost (RequestCost) moves the score.
 		priced := false
 		for _, u := range t.upstreams {
-			priced = priced || u.cfg.Cost.total() > 0
+			priced = priced || u.cfg.Cost != (Cost{})
 		}
 		if priced {
 			n.key = make([]uint64, 0, 3*len(t.upstreams))

@@ -3,6 +3,7 @@ package failover
 import (
 	"cmp"
 	"fmt"
+	"io"
 	"math"
 	"math/rand/v2"
 	"net/http"
@@ -799,6 +800,45 @@ func TestWeightedRecoveringAfterProbe(t *testing.T) {
 		}
 		if c := n.count("c.test"); c > requests/10+5 {
 			t.Errorf("c, recovering after its probe, got %d of %d requests, want at most about 10 %%", c, requests)
+		}
+	})
+}
+
+// TestScoreCachedPriceUsage checks that Score ranks by the cost its
+// upstreams' answers reported as soon as they report it, as Order does,
+// when the only price set is CachedInput: a's answer costs its cached
+// tokens, and b, which has reported nothing, is cheaper from the next
+// request on.
+func TestScoreCachedPriceUsage(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := newFakeNet()
+		const usage = `{"usage":{"prompt_tokens":1000,"completion_tokens":0,"prompt_tokens_details":{"cached_tokens":1000}}}`
+		for _, h := range []string{"a.test", "b.test"} {
+			n.status(h, 200, usage, "Content-Type", "application/json")
+		}
+		cfg := twoUpstreams(n, Config{Router: Score{Cost: 1}})
+		for i := range cfg.Upstreams {
+			cfg.Upstreams[i].Cost = Cost{CachedInput: 1}
+		}
+		tr := newTestTransport(t, cfg)
+		send := func() string {
+			t.Helper()
+			resp, err := tr.RoundTrip(httptestRequest("GET", "http://a.test/", ""))
+			if err != nil {
+				t.Fatal(err)
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			return resp.Request.URL.Host
+		}
+		if got := send(); got != "a.test" {
+			t.Fatalf("first request answered by %s, want a.test (a tie, by Index)", got)
+		}
+		if c, _, _ := tr.upstreams[0].usage.averages(); c <= 0 {
+			t.Fatalf("a's answer cost %v, want its cached tokens' price", c)
+		}
+		if got := send(); got != "b.test" {
+			t.Errorf("second request answered by %s, want b.test: a's answers cost more", got)
 		}
 	})
 }
