@@ -288,10 +288,11 @@ func (Priority) Order(dst []int, cands []Candidate) []int {
 // first group (its upstreams, their weights, the Recovering caps), taken
 // again at most every 250 ms by one request, and holds the mutex for one
 // pass over those upstreams (an addition and a comparison each) and the
-// admission and demotion check of the pick: no Candidate is filled, no
-// lock or atomic taken per upstream. The pick is sent only once that check
-// puts it in the first group now; one that is not is left out of the
-// snapshot, its step undone, and the step runs again without it. So a
+// admission, demotion and Recovering check of the pick: no Candidate is
+// filled, no lock or atomic taken per upstream. The pick is sent only
+// once that check puts it in the first group now; one that is not is left
+// out of the snapshot, its step undone, and the step runs again without
+// it. So a
 // circuit that opens, a 429's cooldown or a probe in flight are seen by
 // the next request that would pick the upstream, which never goes there,
 // but an upstream that comes back (its cooldown over, its circuit
