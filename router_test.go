@@ -842,3 +842,53 @@ func TestScoreCachedPriceUsage(t *testing.T) {
 		}
 	})
 }
+
+// orderOnly hides its Router's type from the Transport, which then asks
+// its Order with every Candidate, as it asks a Router of the user's own.
+type orderOnly struct{ Router }
+
+// TestScoreUsageAllocs checks that Score, where the upstreams have prices
+// (which turns metering on) and every answer reports its usage, costs a
+// request no more allocations than its Order over every Candidate does.
+//
+// It fails: each answer moves its upstream's usage averages, so each
+// request takes Score's snapshot again (the snapshot, its usage key, its
+// ranking and the scores: 16 allocations at 1 upstream and 20 at 64,
+// against 13 and 14 through Order, which ranks in pooled buffers). Not
+// fixed: the snapshot is shared by concurrent requests, so it cannot be
+// taken again in place, and keeping it past a change of usage would let
+// Score rank by averages Order no longer has.
+func TestScoreUsageAllocs(t *testing.T) {
+	t.Skip("open defect: Score's snapshot is taken again by every metered request (see the comment)")
+	for _, n := range []int{1, 64} {
+		allocs := func(r Router) float64 {
+			i := 0
+			cfg := Config{Router: r, Base: roundTripFunc(func(req *http.Request) (*http.Response, error) {
+				i++ // a different usage each time, as real answers report
+				resp := respond(200, fmt.Sprintf(`{"usage":{"prompt_tokens":%d,"completion_tokens":10}}`, 1000+i%7), "Content-Type", "application/json")
+				resp.Request = req
+				return resp, nil
+			})}
+			for k := range n {
+				cfg.Upstreams = append(cfg.Upstreams, Upstream{Name: fmt.Sprint("u", k), BaseURL: fmt.Sprintf("http://u%d.test", k), Cost: Cost{Input: 1, Output: 2}})
+			}
+			tr := newTestTransport(t, cfg)
+			req := httptestRequest("GET", "http://u0.test/v1/x", "")
+			send := func() {
+				resp, err := tr.RoundTrip(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+			}
+			for range 10 {
+				send()
+			}
+			return testing.AllocsPerRun(200, send)
+		}
+		if got, want := allocs(Score{}), allocs(orderOnly{Score{}}); got > want {
+			t.Errorf("%d upstreams: got %v allocations per request, want at most %v as through Order", n, got, want)
+		}
+	}
+}
