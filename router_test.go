@@ -681,8 +681,17 @@ func TestRoutersAllocsScale(t *testing.T) {
 			t.Errorf("%T at 64 upstreams: got %v allocations per request, want %v as the default order", r, got, want)
 		}
 	}
-	eight := requestAllocs(t, scaleTransport(t, 8, LeastLatency{}))
-	if got := requestAllocs(t, scaleTransport(t, 64, LeastLatency{})); got > eight {
+	// With u0's circuit open, every request is served by another, at 8
+	// and at 64 alike: else the count at 64, a request in 64 served by u0
+	// (one allocation less), lies a little under the next integer, and
+	// read 5 against 4 at 8 once in about 15 runs.
+	spread := func(n int) *Transport {
+		tr := scaleTransport(t, n, LeastLatency{})
+		tr.upstreams[0].circuit.Trip(time.Now()) // open for the default Cooldown, 30s
+		return tr
+	}
+	eight := requestAllocs(t, spread(8))
+	if got := requestAllocs(t, spread(64)); got > eight {
 		t.Errorf("LeastLatency at 64 upstreams: got %v allocations per request, want at most %v as at 8", got, eight)
 	}
 }
