@@ -288,16 +288,20 @@ func (Priority) Order(dst []int, cands []Candidate) []int {
 // first group (its upstreams, their weights, the Recovering caps), taken
 // again at most every 250 ms by one request, and holds the mutex for one
 // pass over those upstreams (an addition and a comparison each) and the
-// admission and demotion check of the pick: no Candidate is filled, no
-// lock or atomic taken per upstream. The pick is sent only once that check
-// puts it in the first group now; one that is not is left out of the
-// snapshot, its step undone, and the step runs again without it. So a
+// admission, demotion and Recovering check of the pick: no Candidate is
+// filled, no lock or atomic taken per upstream. The pick is sent only
+// once that check puts it in the first group now; one that is not is left
+// out of the snapshot, its step undone, and the step runs again without
+// it. So a
 // circuit that opens, a 429's cooldown or a probe in flight are seen by
 // the next request that would pick the upstream, which never goes there,
 // but an upstream that comes back (its cooldown over, its circuit
 // half-open or closed, no longer demoted) takes part in the round robin
 // again only from the next snapshot, up to 250 ms later, and until then a
-// Recovering cap is the snapshot's. When the snapshot's first group is
+// Recovering cap is the snapshot's. A pick that has become recovering
+// since the snapshot (a half-open circuit that its probe closed), whose
+// weight there is not capped, is left out likewise, and the next request
+// takes the snapshot again, capping it. When the snapshot's first group is
 // empty or all left out, and whenever an upstream has Models (whose first
 // group depends on the request's model), every Candidate is filled and
 // Order decides, as before.
@@ -718,11 +722,18 @@ type routeSnapshot struct {
 	rank []int
 
 	// Weighted: the weights of rank's upstreams, capped for those that
-	// are recovering, and which of them a pick found out of the first
-	// group since.
-	weight []float64
-	out    []atomic.Bool
-	outs   atomic.Int32 // how many of out are set
+	// are recovering, which of them were recovering, and which of them a
+	// pick found out of the first group since.
+	weight     []float64
+	recovering []bool
+	out        []atomic.Bool
+	outs       atomic.Int32 // how many of out are set
+
+	// Weighted: a pick found an upstream recovering that was not when
+	// the snapshot was taken (a half-open circuit closed by its probe):
+	// its weight here is not capped, so the next request takes the
+	// snapshot again.
+	stale atomic.Bool
 }
 
 // snapshot returns the router's snapshot, taken again once its time is
@@ -734,7 +745,7 @@ type routeSnapshot struct {
 // last one is returned, unless its usage changed.
 func (t *Transport) snapshot(now time.Time) *routeSnapshot {
 	s, m := t.routes.snap.Load(), mono.Of(now)
-	current := s != nil && (s.key == nil || t.sameUsage(s.key))
+	current := s != nil && !s.stale.Load() && (s.key == nil || t.sameUsage(s.key))
 	if current && m < s.until {
 		return s
 	}
@@ -759,14 +770,16 @@ func (t *Transport) snapshot(now time.Time) *routeSnapshot {
 			}
 			cands = append(cands, c)
 		}
-		n.rank, n.weight = r.members(cands)
+		n.rank, n.weight, n.recovering = r.members(cands)
 		n.out = make([]atomic.Bool, len(n.rank))
 	case Score:
 		// The usage key before the averages are read: a change in
 		// between takes the snapshot again, rather than going unseen.
+		// Any price counts: with CachedInput or CacheWrite alone, the
+		// answers' cost (RequestCost) moves the score.
 		priced := false
 		for _, u := range t.upstreams {
-			priced = priced || u.cfg.Cost.total() > 0
+			priced = priced || u.cfg.Cost != (Cost{})
 		}
 		if priced {
 			n.key = make([]uint64, 0, 3*len(t.upstreams))
@@ -825,20 +838,22 @@ func recoveringLimit(cands []Candidate, g int) float64 {
 	return math.Inf(1)
 }
 
-// members returns the Indexes of the candidates of the first group and
-// their weights (swrrWeight), for Weighted's snapshot: none when the first
-// group is empty.
-func (w *Weighted) members(cands []Candidate) ([]int, []float64) {
+// members returns the Indexes of the candidates of the first group, their
+// weights (swrrWeight) and which are recovering, for Weighted's snapshot:
+// none when the first group is empty.
+func (w *Weighted) members(cands []Candidate) ([]int, []float64, []bool) {
 	limit := recoveringLimit(cands, groupUsable)
 	var idx []int
 	var weight []float64
+	var recovering []bool
 	for i := range cands {
 		if c := &cands[i]; routeGroup(c) == groupUsable {
 			idx = append(idx, c.Index)
 			weight = append(weight, swrrWeight(c, limit))
+			recovering = append(recovering, c.Recovering)
 		}
 	}
-	return idx, weight
+	return idx, weight, recovering
 }
 
 // first runs one step of smooth weighted round robin over the snapshot's
@@ -876,9 +891,16 @@ func (w *Weighted) first(t *Transport, model string, now time.Time) int {
 			return -1
 		}
 		i := rank[pick]
-		if t.usableNow(t.upstreams[i], model, now) {
-			cur[i] -= total
-			return i
+		u := t.upstreams[i]
+		if t.usableNow(u, model, now) {
+			if s.recovering[pick] || !u.circuit.Recovering(now) {
+				cur[i] -= total
+				return i
+			}
+			// Recovering since the snapshot, which gave it its whole
+			// weight: left out like one out of the first group, until
+			// the snapshot, taken again by the next request, caps it.
+			s.stale.Store(true)
 		}
 		for k, i := range rank { // undo the step
 			if !anyOut || !s.out[k].Load() {

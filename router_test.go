@@ -3,6 +3,7 @@ package failover
 import (
 	"cmp"
 	"fmt"
+	"io"
 	"math"
 	"math/rand/v2"
 	"net/http"
@@ -680,8 +681,17 @@ func TestRoutersAllocsScale(t *testing.T) {
 			t.Errorf("%T at 64 upstreams: got %v allocations per request, want %v as the default order", r, got, want)
 		}
 	}
-	eight := requestAllocs(t, scaleTransport(t, 8, LeastLatency{}))
-	if got := requestAllocs(t, scaleTransport(t, 64, LeastLatency{})); got > eight {
+	// With u0's circuit open, every request is served by another, at 8
+	// and at 64 alike: else the count at 64, a request in 64 served by u0
+	// (one allocation less), lies a little under the next integer, and
+	// read 5 against 4 at 8 once in about 15 runs.
+	spread := func(n int) *Transport {
+		tr := scaleTransport(t, n, LeastLatency{})
+		tr.upstreams[0].circuit.Trip(time.Now()) // open for the default Cooldown, 30s
+		return tr
+	}
+	eight := requestAllocs(t, spread(8))
+	if got := requestAllocs(t, spread(64)); got > eight {
 		t.Errorf("LeastLatency at 64 upstreams: got %v allocations per request, want at most %v as at 8", got, eight)
 	}
 }
@@ -769,5 +779,125 @@ func checkFirstAsOrder(t *testing.T, r Router, seed uint64) {
 	}
 	if !slices.Equal(tried, want) {
 		t.Errorf("seed %d: tried %v, want %v (Order over %+v)", seed, tried, want, cands)
+	}
+}
+
+// TestWeightedRecoveringAfterProbe checks that an upstream whose circuit
+// closes on a probe gets no more than Weighted's Recovering share (10 %)
+// of the requests that follow, as under Order: the circuit is half-open,
+// not recovering, when the round robin next takes it in, and closing on
+// its probe makes it recovering.
+func TestWeightedRecoveringAfterProbe(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := newFakeNet()
+		for _, h := range []string{"a.test", "b.test", "c.test"} {
+			n.status(h, 200, h)
+		}
+		cfg := threeUpstreams(n, Config{Router: &Weighted{}, Breaker: BreakerConfig{FailureThreshold: 1, Cooldown: 10 * time.Second}}, 1, 1, 1)
+		tr := newTestTransport(t, cfg)
+		tr.upstreams[2].circuit.Trip(time.Now())
+		time.Sleep(11 * time.Second) // c is half-open: the next request for it probes it
+		const requests = 300
+		for range requests {
+			if code, err := get(t, tr, "http://a.test/"); err != nil || code != 200 {
+				t.Fatalf("%d %v", code, err)
+			}
+			time.Sleep(500 * time.Microsecond) // 150ms in all: well within c's Recovering span
+		}
+		if st := State(tr.upstreams[2].circuit.Status(time.Now())); st != Closed {
+			t.Fatalf("c's circuit is %v, want closed by its probe", st)
+		}
+		if c := n.count("c.test"); c > requests/10+5 {
+			t.Errorf("c, recovering after its probe, got %d of %d requests, want at most about 10 %%", c, requests)
+		}
+	})
+}
+
+// TestScoreCachedPriceUsage checks that Score ranks by the cost its
+// upstreams' answers reported as soon as they report it, as Order does,
+// when the only price set is CachedInput: a's answer costs its cached
+// tokens, and b, which has reported nothing, is cheaper from the next
+// request on.
+func TestScoreCachedPriceUsage(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := newFakeNet()
+		const usage = `{"usage":{"prompt_tokens":1000,"completion_tokens":0,"prompt_tokens_details":{"cached_tokens":1000}}}`
+		for _, h := range []string{"a.test", "b.test"} {
+			n.status(h, 200, usage, "Content-Type", "application/json")
+		}
+		cfg := twoUpstreams(n, Config{Router: Score{Cost: 1}})
+		for i := range cfg.Upstreams {
+			cfg.Upstreams[i].Cost = Cost{CachedInput: 1}
+		}
+		tr := newTestTransport(t, cfg)
+		send := func() string {
+			t.Helper()
+			resp, err := tr.RoundTrip(httptestRequest("GET", "http://a.test/", ""))
+			if err != nil {
+				t.Fatal(err)
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			return resp.Request.URL.Host
+		}
+		if got := send(); got != "a.test" {
+			t.Fatalf("first request answered by %s, want a.test (a tie, by Index)", got)
+		}
+		if c, _, _ := tr.upstreams[0].usage.averages(); c <= 0 {
+			t.Fatalf("a's answer cost %v, want its cached tokens' price", c)
+		}
+		if got := send(); got != "b.test" {
+			t.Errorf("second request answered by %s, want b.test: a's answers cost more", got)
+		}
+	})
+}
+
+// orderOnly hides its Router's type from the Transport, which then asks
+// its Order with every Candidate, as it asks a Router of the user's own.
+type orderOnly struct{ Router }
+
+// TestScoreUsageAllocs checks that Score, where the upstreams have prices
+// (which turns metering on) and every answer reports its usage, costs a
+// request no more allocations than its Order over every Candidate does.
+//
+// It fails: each answer moves its upstream's usage averages, so each
+// request takes Score's snapshot again (the snapshot, its usage key, its
+// ranking and the scores: 16 allocations at 1 upstream and 20 at 64,
+// against 13 and 14 through Order, which ranks in pooled buffers). Not
+// fixed: the snapshot is shared by concurrent requests, so it cannot be
+// taken again in place, and keeping it past a change of usage would let
+// Score rank by averages Order no longer has.
+func TestScoreUsageAllocs(t *testing.T) {
+	t.Skip("open defect: Score's snapshot is taken again by every metered request (see the comment)")
+	for _, n := range []int{1, 64} {
+		allocs := func(r Router) float64 {
+			i := 0
+			cfg := Config{Router: r, Base: roundTripFunc(func(req *http.Request) (*http.Response, error) {
+				i++ // a different usage each time, as real answers report
+				resp := respond(200, fmt.Sprintf(`{"usage":{"prompt_tokens":%d,"completion_tokens":10}}`, 1000+i%7), "Content-Type", "application/json")
+				resp.Request = req
+				return resp, nil
+			})}
+			for k := range n {
+				cfg.Upstreams = append(cfg.Upstreams, Upstream{Name: fmt.Sprint("u", k), BaseURL: fmt.Sprintf("http://u%d.test", k), Cost: Cost{Input: 1, Output: 2}})
+			}
+			tr := newTestTransport(t, cfg)
+			req := httptestRequest("GET", "http://u0.test/v1/x", "")
+			send := func() {
+				resp, err := tr.RoundTrip(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+			}
+			for range 10 {
+				send()
+			}
+			return testing.AllocsPerRun(200, send)
+		}
+		if got, want := allocs(Score{}), allocs(orderOnly{Score{}}); got > want {
+			t.Errorf("%d upstreams: got %v allocations per request, want at most %v as through Order", n, got, want)
+		}
 	}
 }
