@@ -493,9 +493,13 @@ func (LeastLatency) Order(dst []int, cands []Candidate) []int {
 // and a request goes to the best ranked that the admission and demotion
 // decisions put in the first group, asked in turn. The snapshot is taken
 // again once the oldest recent figures it read are 250 ms old (when a
-// Candidate's would be computed again) and, when some upstream has a
-// Cost, as soon as an upstream's usage averages change (each request
-// compares them: three loads an upstream). Recent figures that Health or
+// Candidate's would be computed again). When some upstream has a Cost
+// and an upstream's usage averages changed since the snapshot (each
+// request compares them: three loads an upstream), the request is ordered
+// from every Candidate, as by Order, until the snapshot's time is up: with
+// metered answers moving the averages on every request, Score then costs
+// what it did before the snapshot, in proportion to the upstreams. Recent
+// figures that Health or
 // Degraded compute in between are seen from the next snapshot: never
 // older than a Candidate's may be, but not always the latest.
 type Score struct {
@@ -1041,6 +1045,14 @@ func (s Score) rank(cands []Candidate) []int {
 // such that is not goes first for all but recoveringShare of the requests
 // (spareRecovering). It returns -1 when the first group is empty.
 func (s Score) first(t *Transport, model string, now time.Time) int {
+	if snap := t.routes.snap.Load(); snap != nil && snap.key != nil && mono.Of(now) < snap.until && !t.sameUsage(snap.key) {
+		// Usage moved the prices' scores since the snapshot: Order
+		// ranks this request from every Candidate, as it would have,
+		// rather than each metered answer taking the snapshot again
+		// (which costs a request more than Order does). The snapshot
+		// is taken again when its time is up.
+		return -1
+	}
 	held := -1 // the best, recovering
 	for _, i := range t.snapshot(now).rank {
 		u := t.upstreams[i]

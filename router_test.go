@@ -860,15 +860,13 @@ type orderOnly struct{ Router }
 // (which turns metering on) and every answer reports its usage, costs a
 // request no more allocations than its Order over every Candidate does.
 //
-// It fails: each answer moves its upstream's usage averages, so each
-// request takes Score's snapshot again (the snapshot, its usage key, its
+// Each answer moves its upstream's usage averages; when every request
+// took Score's snapshot again for it (the snapshot, its usage key, its
 // ranking and the scores: 16 allocations at 1 upstream and 20 at 64,
-// against 13 and 14 through Order, which ranks in pooled buffers). Not
-// fixed: the snapshot is shared by concurrent requests, so it cannot be
-// taken again in place, and keeping it past a change of usage would let
-// Score rank by averages Order no longer has.
+// against 13 and 14 through Order, which ranks in pooled buffers), it
+// failed (found by review). Now a request whose usage moved since the
+// snapshot is ordered by Order, from every Candidate.
 func TestScoreUsageAllocs(t *testing.T) {
-	t.Skip("open defect: Score's snapshot is taken again by every metered request (see the comment)")
 	for _, n := range []int{1, 64} {
 		allocs := func(r Router) float64 {
 			i := 0
