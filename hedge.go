@@ -302,14 +302,12 @@ func (c *call) hedgedRoundOn(ctx context.Context, order []*upstream, lazy bool, 
 			return c.finishRound()
 		}
 		first, own = nil, nil
-		armed := !a.p.Probe() && (len(rest) > 0 || k < n && len(demoted) > 0 || k >= n && k+1 < n+len(demoted))
+		later := demoted // the demoted upstreams after u
+		if k >= n {
+			later = demoted[k-n+1:]
+		}
+		armed := !a.p.Probe() && len(rest)+len(later) > 0 // someone to hedge to
 		if armed {
-			var later []*upstream // the demoted upstreams after u
-			if k < n {
-				later = demoted
-			} else {
-				later = demoted[k-n+1:]
-			}
 			w.arm(c, ctx, a, rest, unsorted, later, k)
 		}
 		if !armed {
