@@ -255,7 +255,9 @@ func (c *call) hedgedRound(ctx context.Context, order []*upstream, lazy bool) (*
 	})
 	x.c = *c
 	defer func() { *c = x.c }() // after the round is the caller's alone again, even by a panic
-	return x.c.hedgedRoundOn(ctx, order, lazy, &x.a, &x.o, &x.w)
+	resp, err, done := x.c.hedgedRoundOn(ctx, order, lazy, &x.a, &x.o, &x.w)
+	x.w.recycle()
+	return resp, err, done
 }
 
 // hedgedRoundOn is hedgedRound on the call's copy. With lazy, order is the
@@ -360,11 +362,14 @@ const (
 // Base on the caller's goroutine, and what the timer's goroutine needs to
 // take the round over when the delay passes first. It is made with the
 // round (hedgedRound), its timer at the first attempt and armed again for
-// each after; its channels only when the delay passes. (Not from a pool: a
-// timer belongs to the synctest bubble it was made in, and a pooled one
-// would go to a request in another, or outside any, which is fatal.)
+// each after; its channels only when the delay passes. (The timer is not
+// from a pool: a timer belongs to the synctest bubble it was made in, and
+// a pooled one would go to a request in another, or outside any, which is
+// fatal. Its func is: see hedgeFire.)
 type hedgeWait struct {
-	timer *time.Timer // time.AfterFunc(fire), made by the first arm
+	timer *time.Timer // time.AfterFunc(f.fn), made by the first arm
+	f     *hedgeFire  // nil until the first arm
+	spent bool        // the timer fired, or may have: f is not given back
 	final chan raceResult
 
 	mu       sync.Mutex
@@ -409,10 +414,47 @@ func (w *hedgeWait) arm(c *call, ctx context.Context, a *attempt, rest []*upstre
 	w.c, w.ctx, w.a, w.index, w.unsorted, w.order = c, ctx, a, index, unsorted, order
 	w.mu.Unlock()
 	if w.timer == nil {
-		w.timer = time.AfterFunc(d, w.fire)
+		w.f = hedgeFires.Get().(*hedgeFire)
+		w.f.w.Store(w)
+		w.timer = time.AfterFunc(d, w.f.fn)
 		return
 	}
 	w.timer.Reset(d)
+}
+
+// hedgeFire is the func a hedgeWait's timer runs, and the hedgeWait it
+// runs for. It is pooled, as a timer cannot be: it belongs to no bubble,
+// and a round whose timer never fired gives it back (recycle), so an
+// unfired hedge costs its round the Timer alone. One whose timer fired, or
+// may have, is left to the garbage collector: its func may still be on its
+// way, and must find the round it was armed for.
+type hedgeFire struct {
+	w  atomic.Pointer[hedgeWait]
+	fn func() // run, made once with the hedgeFire
+}
+
+var hedgeFires = sync.Pool{New: func() any {
+	f := new(hedgeFire)
+	f.fn = f.run
+	return f
+}}
+
+func (f *hedgeFire) run() {
+	if w := f.w.Load(); w != nil {
+		w.fire()
+	}
+}
+
+// recycle gives w's timer's func back to the pool at the round's end
+// when the timer never fired: every Stop found it armed, so the func is
+// not on its way, and cannot be.
+func (w *hedgeWait) recycle() {
+	if w.f == nil || w.spent {
+		return
+	}
+	w.f.w.Store(nil)
+	hedgeFires.Put(w.f)
+	w.f = nil
 }
 
 // racerOrder is the order of the upstreams a racer may send to: w.order,
@@ -455,10 +497,13 @@ func (w *hedgeWait) end(t *Transport, a *attempt) (res raceResult, raced bool) {
 	w.state = idle
 	w.mu.Unlock()
 	if !raced {
-		w.timer.Stop()
+		if !w.timer.Stop() {
+			w.spent = true // its fire is on its way, to find w idle
+		}
 		w.release()
 		return raceResult{}, false
 	}
+	w.spent = true
 	switch {
 	case a.state.CompareAndSwap(flying, delivered):
 		results <- a // never blocks: it holds every attempt of the round

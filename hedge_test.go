@@ -899,3 +899,44 @@ func TestHedgeTransportSharedWithBubble(t *testing.T) {
 		}
 	}
 }
+
+// A hedged round answered in time gives its timer's func back to the pool
+// (an unfired Hedge costs the Timer alone, issue 15); one whose timer fired
+// on its way, to find the round's attempt answered (end took the round's
+// lock first, then found the timer stopped already), keeps it: a func on
+// its way must not meet another round.
+func TestHedgeFireRecycled(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := newFakeNet()
+		tr := newTestTransport(t, twoUpstreams(n, Config{Hedge: &HedgeConfig{Delay: time.Second}}))
+		c := &call{request: request{t: tr}}
+		a := &attempt{u: tr.upstreams[0]}
+
+		w := new(hedgeWait)
+		w.arm(c, context.Background(), a, tr.upstreams[1:], 0, nil, 0)
+		f := w.f
+		if _, raced := w.end(tr, a); raced {
+			t.Fatal("end says the round raced")
+		}
+		w.recycle()
+		if w.f != nil || f.w.Load() != nil {
+			t.Errorf("answered in time: func kept %v, pointing at %p; want it given back, pointing nowhere", w.f != nil, f.w.Load())
+		}
+
+		w = new(hedgeWait)
+		w.arm(c, context.Background(), a, tr.upstreams[1:], 0, nil, 0)
+		f = w.f
+		w.mu.Lock()
+		w.state = idle // as end does, before the fire comes
+		w.mu.Unlock()
+		time.Sleep(2 * time.Second)
+		synctest.Wait() // the fire has come and found w idle
+		if _, raced := w.end(tr, a); raced {
+			t.Fatal("end says the round raced")
+		}
+		w.recycle()
+		if w.f != f || f.w.Load() != w {
+			t.Error("a func whose timer fired was given back to the pool")
+		}
+	})
+}

@@ -572,8 +572,13 @@ func TestHealthyPathAllocations(t *testing.T) {
 		tr.RoundTrip(req) // warm up: the health window and metrics
 		want := 3.0
 		if cfg.Hedge != nil {
-			// The hedge's timer: time.AfterFunc's Timer and its func.
-			want = 5
+			// The hedge's timer: time.AfterFunc's Timer. Its func comes
+			// from a pool (hedgeFire), which under -race is sometimes
+			// empty.
+			want = 4
+			if raceEnabled {
+				want = 4.5
+			}
 		}
 		if n := testing.AllocsPerRun(1000, func() { tr.RoundTrip(req) }); n > want {
 			t.Errorf("%d upstreams, hedged %v: %v allocations per request, want at most %v", len(cfg.Upstreams), cfg.Hedge != nil, n, want)
