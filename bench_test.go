@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/VictoriaMetrics/metrics"
 	"github.com/failsafe-go/failsafe-go/circuitbreaker"
 	"github.com/failsafe-go/failsafe-go/failsafehttp"
 	"github.com/hashicorp/go-retryablehttp"
@@ -26,7 +27,7 @@ import (
 // prints benchstat tables with the ratios to the first column:
 //
 //	BenchmarkRoundTrip/impl={bare,failover,failover_2up,failsafehttp,retryablehttp}/mode={serial,parallel}
-//	BenchmarkDecision/impl={canned,failover,failover_2up}/mode={serial,parallel}
+//	BenchmarkDecision/impl={canned,floor,sketch,failover,failover_2up,failover_2up_hedged,failover_traced}/mode={serial,parallel}
 //	BenchmarkFailover/case={direct,refused,open,429,429_each}/mode={serial,parallel}
 //
 // Every variant has its own clone of http.DefaultTransport (with room for 16
@@ -270,6 +271,114 @@ func (f *floorWrapper) RoundTrip(req *http.Request) (*http.Response, error) {
 	return resp, err
 }
 
+// sketchWrapper is the floor with every per-request step of this
+// package in the least form each could take, with nothing around them: no
+// call or attempt, no Router, no hedging, no Trace, no options, no
+// failover path, no panic safety but the permit's. It routes by a map
+// from host to upstream, admits with two atomic loads, drops the caller's
+// credential headers, checks the body is in memory, classifies the
+// status, counts the breaker's window, the health window's ring and the
+// hang detector's two timestamps, reads two headroom headers, updates the
+// real VictoriaMetrics counters and histograms the metrics export, and
+// looks whether the answer is a stream. What it costs over the floor is
+// the least any design with these features can cost on this path (issue
+// 15): the decision path's target is measured against both.
+type sketchWrapper struct {
+	base  http.RoundTripper
+	hosts map[string]*sketchUpstream
+	epoch time.Time
+	reqs  *metrics.Counter
+	took  *metrics.PrometheusHistogram
+}
+
+type sketchUpstream struct {
+	path                 string
+	auth                 []string // made once, as the Transport's Upstream.Header
+	state, coolUntil     atomic.Int64
+	successes, failures  atomic.Int64
+	busySince, lastReply atomic.Int64
+	ring                 [1024]atomic.Int64
+	next                 atomic.Uint64
+	remaining            atomic.Int64
+	requests             *metrics.Counter
+	duration             *metrics.PrometheusHistogram
+}
+
+func newSketchWrapper(base http.RoundTripper) *sketchWrapper {
+	s := metrics.NewSet()
+	return &sketchWrapper{
+		base:  base,
+		epoch: time.Now(),
+		reqs:  s.NewCounter(`sketch_requests_total{outcome="ok"}`),
+		took:  s.NewPrometheusHistogram(`sketch_request_seconds`),
+		hosts: map[string]*sketchUpstream{"primary.example": {
+			path:     "/v1",
+			auth:     []string{benchPrimaryAuth},
+			requests: s.NewCounter(`sketch_attempts_total{upstream="primary"}`),
+			duration: s.NewPrometheusHistogram(`sketch_attempt_seconds{upstream="primary"}`),
+		}},
+	}
+}
+
+var errSketchRefused = fmt.Errorf("sketch: upstream not admitted")
+
+func (s *sketchWrapper) RoundTrip(req *http.Request) (*http.Response, error) {
+	start := time.Now()
+	u := s.hosts[req.URL.Host]
+	if u == nil || !strings.HasPrefix(req.URL.Path, u.path) {
+		return s.base.RoundTrip(req)
+	}
+	now := int64(start.Sub(s.epoch))
+	if u.state.Load() != 0 || u.coolUntil.Load() > now {
+		return nil, errSketchRefused
+	}
+	defer u.state.CompareAndSwap(2, 0) // the permit, handed back even on a panic
+	out := *req
+	h := make(http.Header, len(req.Header))
+	for k, v := range req.Header {
+		switch k {
+		case "Authorization", "X-Api-Key", "Api-Key", "X-Goog-Api-Key":
+			continue
+		}
+		h[k] = v
+	}
+	h["Authorization"] = u.auth
+	out.Header = h
+	if sr, ok := out.Body.(interface{ Len() int }); ok && int64(sr.Len()) != out.ContentLength {
+		return nil, errSketchRefused
+	}
+	u.busySince.Store(now)
+	resp, err := s.base.RoundTrip(&out)
+	end := time.Now()
+	d := end.Sub(start)
+	at := int64(end.Sub(s.epoch))
+	u.lastReply.Store(at)
+	ok := err == nil && resp.StatusCode < 500 && resp.StatusCode != 429
+	if ok {
+		u.successes.Add(1)
+		if v := resp.Header["X-Ratelimit-Remaining-Requests"]; len(v) > 0 && v[0] == "0" {
+			u.remaining.Store(0)
+		}
+		if v := resp.Header["Anthropic-Ratelimit-Requests-Remaining"]; len(v) > 0 && v[0] == "0" {
+			u.remaining.Store(0)
+		}
+	} else {
+		u.failures.Add(1)
+	}
+	u.ring[u.next.Add(1)%1024].Store(at)
+	u.requests.Inc()
+	u.duration.Update(d.Seconds())
+	s.reqs.Inc()
+	s.took.Update(d.Seconds())
+	if resp != nil {
+		if ct := resp.Header["Content-Type"]; len(ct) > 0 && strings.HasPrefix(ct[0], "text/event-stream") {
+			resp.Body = io.NopCloser(resp.Body)
+		}
+		resp.Request = req
+	}
+	return resp, err
+}
+
 // refusedWorker sends chat requests through rt to url, a port that refuses
 // them: every request must fail.
 func refusedWorker(rt http.RoundTripper, url string) func() func() error {
@@ -362,6 +471,7 @@ func BenchmarkDecision(b *testing.B) {
 	}{
 		{"canned", func(*testing.B) http.RoundTripper { return cannedBase{} }},
 		{"floor", func(*testing.B) http.RoundTripper { return &floorWrapper{base: cannedBase{}, auth: benchPrimaryAuth} }},
+		{"sketch", func(*testing.B) http.RoundTripper { return newSketchWrapper(cannedBase{}) }},
 		{"failover", func(b *testing.B) http.RoundTripper { return newBenchTransport(b, decisionConfig(1)) }},
 		{"failover_2up", func(b *testing.B) http.RoundTripper { return newBenchTransport(b, decisionConfig(2)) }},
 		{"failover_2up_hedged", func(b *testing.B) http.RoundTripper {

@@ -196,6 +196,12 @@ func (c *checker) check15(cg, cgd map[string]float64) {
 	} else {
 		c.skip("decision instructions, failover/floor")
 	}
+	if floor, sk, f := cgd["floor"], cgd["sketch"], cgd["failover"]; floor > 0 && sk > 0 && f > 0 {
+		// Not a target: the least any design with the package's
+		// per-request steps costs (impl=sketch, see bench_test.go), and
+		// how far the package's path is from it.
+		fmt.Printf("  %-44s %s\n", "decision instructions, sketch/floor", fmt.Sprintf("%.2fx (%.0f vs %.0f); failover/sketch %.2fx", sk/floor, sk, floor, f/sk))
+	}
 	if d, ok := c.get("Decision/impl=failover/mode=serial", 1); ok {
 		c.line("decision allocs and bytes", fmt.Sprintf("%.0f, %.0f B", d.allocs, d.bytes), "<= 3, 848 B", d.allocs <= 3 && d.bytes <= 848)
 	} else {
