@@ -30,6 +30,14 @@ var (
 	// request had one attempt, and that attempt failed in a way that would
 	// otherwise have moved on to the next upstream.
 	ErrBodyNotReplayable = errors.New("failover: request body cannot be replayed")
+
+	// ErrBaseGoexit means that [Config.Base] ended the goroutine that
+	// called it (runtime.Goexit, as a t.Fatal in a test's Base does)
+	// during a hedge (see [HedgeConfig]): the request ends with it,
+	// blaming no upstream. When the goroutine Base ends is the caller's,
+	// RoundTrip does not return, as without hedging, and the rest of
+	// the round ends without waiting for that attempt.
+	ErrBaseGoexit = errors.New("failover: Base ended its goroutine (runtime.Goexit)")
 )
 
 // RetryAfterError is implemented by errors that know when to come back:

@@ -8,6 +8,7 @@ import (
 	"log"
 	"net/http"
 	"runtime/debug"
+	"runtime/pprof"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -315,7 +316,7 @@ func (c *call) hedgedRoundOn(ctx context.Context, order []*upstream, lazy bool, 
 		if !armed {
 			a.send(c.request)
 		} else {
-			a.sendCatching(c.request)
+			a.sendCatching(c.request, w)
 			if res, raced := w.end(c.t, a); raced {
 				if res.panicked != nil {
 					panic(res.panicked)
@@ -341,14 +342,31 @@ func (c *call) hedgedRoundOn(ctx context.Context, order []*upstream, lazy bool, 
 // sendCatching is send, the panic of Base or Classify kept in a rather
 // than raised: the attempt's hedgeWait says on which goroutine it is
 // raised.
-func (a *attempt) sendCatching(r request) {
+func (a *attempt) sendCatching(r request, w *hedgeWait) {
+	returned := false
 	defer func() {
 		if v := recover(); v != nil {
 			a.panicked = v
 			a.stack = debug.Stack()
+			return
+		}
+		if !returned {
+			// Base ended the caller's goroutine (runtime.Goexit), which
+			// ends whatever comes: the round must not wait for a.
+			a.goexited()
+			if res, raced := w.end(r.t, a); raced && res.resp != nil {
+				res.resp.Body.Close() // nobody is left to read it
+			}
 		}
 	}()
 	a.send(r)
+	returned = true
+}
+
+// goexited makes a, whose Base ended its goroutine before returning, an
+// attempt that ends the request with ErrBaseGoexit, blaming no upstream.
+func (a *attempt) goexited() {
+	a.resp, a.err, a.o, a.callerFault = nil, ErrBaseGoexit, Canceled, true
 }
 
 // A hedgeWait's states.
@@ -538,6 +556,9 @@ func (w *hedgeWait) fire() {
 		return
 	}
 	w.state = fired
+	// The round's goroutines are the caller's work: its profiler labels
+	// (pprof.Do), which the hedges' goroutines inherit.
+	pprof.SetGoroutineLabels(w.ctx)
 	order := w.racerOrder(time.Now())
 	r := &racer{c: w.c, ctx: w.ctx, order: order, flying: []*attempt{w.a}}
 	r.results = make(chan *attempt, len(order)+1)
@@ -705,10 +726,13 @@ func probing(attempts []*attempt) bool {
 // panic: the caller has its answer, and a panic on a goroutine of our own
 // would end the program.
 func (a *attempt) fly(r request, results chan<- *attempt) {
+	returned := false
 	defer func() {
 		if v := recover(); v != nil {
 			a.panicked = v
 			a.stack = debug.Stack()
+		} else if !returned {
+			a.goexited() // Base ended this goroutine (runtime.Goexit)
 		}
 		if a.state.CompareAndSwap(flying, delivered) {
 			results <- a // never blocks: it holds every attempt of the round
@@ -720,6 +744,7 @@ func (a *attempt) fly(r request, results chan<- *attempt) {
 		}
 	}()
 	a.send(r)
+	returned = true
 }
 
 // abandon ends the attempts still in flight: it cancels those that have
