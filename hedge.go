@@ -365,7 +365,14 @@ func (a *attempt) sendCatching(r request, w *hedgeWait) {
 
 // goexited makes a, whose Base ended its goroutine before returning, an
 // attempt that ends the request with ErrBaseGoexit, blaming no upstream.
+// What it had in hand when it ended (Classify or a read of the body by
+// the stream guard may end it after Base answered) is closed and its
+// context ended, as send does on a panic: nobody else will.
 func (a *attempt) goexited() {
+	if a.resp != nil {
+		a.resp.Body.Close()
+	}
+	a.stop(nil)
 	a.resp, a.err, a.o, a.callerFault = nil, ErrBaseGoexit, Canceled, true
 }
 

@@ -1039,3 +1039,89 @@ func TestHedgeKeepsProfilerLabels(t *testing.T) {
 	}
 	t.Fatalf("no hedge's goroutine in the profile:\n%s", prof.String())
 }
+
+// trackedBody is a response body that says whether it was closed.
+type trackedBody struct {
+	io.Reader
+	closed atomic.Bool
+}
+
+func (b *trackedBody) Close() error { b.closed.Store(true); return nil }
+
+// A Classify that ends its goroutine (runtime.Goexit) with an answer in
+// hand, on a hedge's goroutine or on the caller's, before the delay or
+// after: the answer Base returned is closed and the attempt's context
+// ended, as a discarded answer's are; the attempt's Goexit must not drop
+// them on the floor (goexited cleared a.resp, which nothing had closed:
+// the connection leaked).
+func TestHedgeGoexitInClassifyClosesResponse(t *testing.T) {
+	classify := func(resp *http.Response, err error) Outcome {
+		if resp != nil && resp.Header.Get("X-Goexit") != "" {
+			runtime.Goexit()
+		}
+		return DefaultClassifier(resp, err)
+	}
+	// answering answers after d with body, and keeps the request's context.
+	answering := func(d time.Duration, body *trackedBody, ctx *context.Context) func(*http.Request) (*http.Response, error) {
+		return func(r *http.Request) (*http.Response, error) {
+			*ctx = r.Context()
+			time.Sleep(d)
+			resp := respond(200, "x", "X-Goexit", "1")
+			resp.Body = body
+			return resp, nil
+		}
+	}
+	for _, tc := range []struct {
+		name   string
+		caller bool          // the Goexit is on the caller's goroutine (upstream a), else on the hedge's (b)
+		after  time.Duration // when the goexiting upstream answers
+	}{
+		{"hedge", false, 10 * time.Millisecond},
+		{"caller after the delay", true, time.Second},
+		{"caller before the delay", true, 10 * time.Millisecond},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				n := newFakeNet()
+				body := &trackedBody{Reader: strings.NewReader("x")}
+				var ctx context.Context
+				if tc.caller {
+					n.handle("a.test", answering(tc.after, body, &ctx))
+					n.handle("b.test", slowly(time.Minute, "b", new(atomic.Int32)))
+				} else {
+					n.handle("a.test", slowly(time.Second, "a", new(atomic.Int32)))
+					n.handle("b.test", answering(tc.after, body, &ctx))
+				}
+				tr := newTestTransport(t, twoUpstreams(n, Config{Classify: classify, Hedge: &HedgeConfig{Delay: 50 * time.Millisecond, Percent: 100}}))
+				returned := make(chan error, 1)
+				go func() {
+					resp, err := tr.RoundTrip(httptestRequest("GET", "http://a.test/", ""))
+					if err == nil {
+						resp.Body.Close()
+					}
+					returned <- err
+				}()
+				time.Sleep(time.Minute)
+				synctest.Wait()
+				select {
+				case err := <-returned:
+					if tc.caller {
+						t.Errorf("RoundTrip returned (%v) from a Classify that ended its goroutine", err)
+					} else if !errors.Is(err, ErrBaseGoexit) {
+						t.Errorf("err %v, want ErrBaseGoexit", err)
+					}
+				default:
+					if !tc.caller {
+						t.Error("RoundTrip did not return")
+					}
+				}
+				if !body.closed.Load() {
+					t.Error("the answer of the attempt whose Classify ended its goroutine was never closed")
+				}
+				if ctx == nil || ctx.Err() == nil {
+					t.Error("the attempt whose Classify ended its goroutine still has its context")
+				}
+			})
+		})
+	}
+}
