@@ -373,6 +373,9 @@ func (a *attempt) goexited() {
 		a.resp.Body.Close()
 	}
 	a.stop(nil)
+	if a.end.IsZero() {
+		a.end = time.Now() // Base never returned: the attempt ended now, for the Trace and the call's lastEnd
+	}
 	a.resp, a.err, a.o, a.callerFault = nil, ErrBaseGoexit, Canceled, true
 }
 

@@ -1125,3 +1125,50 @@ func TestHedgeGoexitInClassifyClosesResponse(t *testing.T) {
 		})
 	}
 }
+
+// The Trace of a request whose hedge's Base ended its goroutine tells the
+// attempt's end as when its goroutine ended: its AttemptDone's Duration is
+// the time it was in Base (10ms here), not a.end's zero less its start (a
+// negative Duration of some 292 years).
+func TestHedgeGoexitTraceDuration(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := newFakeNet()
+		n.handle("a.test", slowly(time.Second, "a", new(atomic.Int32)))
+		n.handle("b.test", func(*http.Request) (*http.Response, error) {
+			time.Sleep(10 * time.Millisecond)
+			runtime.Goexit()
+			return nil, nil
+		})
+		tr := newTestTransport(t, twoUpstreams(n, Config{Hedge: &HedgeConfig{Delay: 50 * time.Millisecond, Percent: 100}}))
+		var mu sync.Mutex
+		var done []TraceAttemptDone
+		var total time.Duration
+		ctx := WithTrace(context.Background(), &Trace{
+			AttemptDone: func(d TraceAttemptDone) { mu.Lock(); done = append(done, d); mu.Unlock() },
+			Done:        func(d TraceDone) { total = d.Duration },
+		})
+		_, err := tr.RoundTrip(httptestRequest("GET", "http://a.test/", "").WithContext(ctx))
+		if !errors.Is(err, ErrBaseGoexit) {
+			t.Fatalf("err %v, want ErrBaseGoexit", err)
+		}
+		time.Sleep(time.Minute)
+		synctest.Wait()
+		mu.Lock()
+		defer mu.Unlock()
+		found := false
+		for _, d := range done {
+			if d.Upstream == "b" {
+				found = true
+				if d.Duration != 10*time.Millisecond {
+					t.Errorf("the goexited hedge's AttemptDone Duration %v, want 10ms", d.Duration)
+				}
+			}
+		}
+		if !found {
+			t.Errorf("no AttemptDone for the goexited hedge: %+v", done)
+		}
+		if total != 60*time.Millisecond {
+			t.Errorf("TraceDone Duration %v, want 60ms", total)
+		}
+	})
+}
