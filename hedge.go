@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log"
 	"net/http"
+	"runtime"
 	"runtime/debug"
 	"runtime/pprof"
 	"slices"
@@ -321,6 +322,9 @@ func (c *call) hedgedRoundOn(ctx context.Context, order []*upstream, lazy bool, 
 				if res.panicked != nil {
 					panic(res.panicked)
 				}
+				if res.goexited {
+					runtime.Goexit() // a hook's, on the racer's goroutine: see fire
+				}
 				if a.end.After(c.lastEnd) {
 					// The round ended before Base returned a: the caller
 					// waited for it all the same (see ended's Duration).
@@ -412,12 +416,14 @@ type hedgeWait struct {
 	results  chan *attempt
 }
 
-// raceResult is a racer's end of the round, or its panic.
+// raceResult is a racer's end of the round, or its panic, or its
+// goroutine's end (runtime.Goexit, in a Trace hook).
 type raceResult struct {
 	resp     *http.Response
 	err      error
 	done     bool
 	panicked any
+	goexited bool
 }
 
 // arm starts the delay of a, an attempt of c's round about to be sent on
@@ -558,7 +564,8 @@ func (w *hedgeWait) release() {
 
 // fire runs on the timer's goroutine when the delay passes: unless the
 // attempt answered first, it takes the round over and runs it to its end,
-// which it hands to the caller's goroutine with a panic, if one comes.
+// which it hands to the caller's goroutine with a panic, if one comes, or
+// a hook's runtime.Goexit, which the caller's goroutine then takes.
 func (w *hedgeWait) fire() {
 	w.mu.Lock()
 	if w.state != waiting || time.Now().Before(w.due) {
@@ -579,15 +586,21 @@ func (w *hedgeWait) fire() {
 	w.final = final
 	w.mu.Unlock()
 	var res raceResult
-	func() {
-		defer func() {
-			if v := recover(); v != nil {
-				res = raceResult{panicked: v}
-			}
-		}()
-		res.resp, res.err, res.done = r.run()
+	returned := false
+	defer func() {
+		if v := recover(); v != nil {
+			res = raceResult{panicked: v}
+		} else if !returned {
+			// A Trace hook (or a Logger's handler) ended this goroutine
+			// (runtime.Goexit): r.run's deferred abandon has ended the
+			// round; the caller, whose hook it is, ends as it would have
+			// with the hook on its own goroutine.
+			res = raceResult{goexited: true}
+		}
+		final <- res // never blocks: it holds one
 	}()
-	final <- res // never blocks: it holds one
+	res.resp, res.err, res.done = r.run()
+	returned = true
 }
 
 // racer is a hedged round once a delay has passed: the attempts in flight,

@@ -1172,3 +1172,41 @@ func TestHedgeGoexitTraceDuration(t *testing.T) {
 		}
 	})
 }
+
+// A Trace hook that ends its goroutine (runtime.Goexit, as a t.Fatal in a
+// test's hook does) once the delay has passed runs on the goroutine that
+// took the round over, not the caller's: the caller must not wait for
+// that goroutine's end of the round forever. It ends as it would without
+// hedging, the hook on its own goroutine: RoundTrip does not return, and
+// no goroutine is left behind (synctest fails on one blocked at the
+// bubble's end).
+func TestHedgeTraceHookGoexit(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := newFakeNet()
+		var canceled atomic.Int32
+		n.handle("a.test", slowly(time.Second, "a", &canceled))
+		n.status("b.test", 500, "down")
+		tr := newTestTransport(t, twoUpstreams(n, Config{Hedge: &HedgeConfig{Delay: 50 * time.Millisecond, Percent: 100}}))
+		ctx := WithTrace(context.Background(), &Trace{AttemptDone: func(d TraceAttemptDone) {
+			if d.Upstream == "b" {
+				runtime.Goexit()
+			}
+		}})
+		returned := make(chan bool, 1)
+		go func() {
+			defer func() { returned <- false }()
+			if resp, err := tr.RoundTrip(httptestRequest("GET", "http://a.test/", "").WithContext(ctx)); err == nil {
+				resp.Body.Close()
+			}
+			returned <- true
+		}()
+		if <-returned {
+			t.Fatal("RoundTrip returned from a round whose Trace hook ended its goroutine")
+		}
+		time.Sleep(time.Minute)
+		synctest.Wait()
+		if canceled.Load() != 1 {
+			t.Errorf("the first attempt was canceled %d times, want once", canceled.Load())
+		}
+	})
+}
