@@ -791,10 +791,13 @@ func (t *Transport) snapshot(now time.Time) *routeSnapshot {
 				n.key = append(n.key, u.usage.avgCost.Load(), u.usage.avgInput.Load(), u.usage.avgOutput.Load())
 			}
 		}
-		// Only what rank reads.
+		// Only what rank reads. The figures' own time, not the recent's
+		// (stored when a request starts computing them again): figures
+		// read meanwhile are older, and the snapshot must not outlive
+		// them by more than refreshEvery.
 		for i, u := range t.upstreams {
 			f := u.recent.get(&u.window, now)
-			n.until = min(n.until, mono.Time(u.recent.at.Load()).Add(refreshEvery))
+			n.until = min(n.until, f.of.Add(refreshEvery))
 			c := Candidate{Index: i, Cost: u.cfg.Cost, P50: f.p50, SuccessRate: f.rate}
 			c.RequestCost, c.InputTokens, c.OutputTokens = u.usage.averages()
 			cands = append(cands, c)

@@ -14,6 +14,8 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/failover-go/failover/internal/mono"
 )
 
 // numbered numbers candidates by their position.
@@ -906,4 +908,65 @@ func TestScoreUsageAllocs(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestScoreSnapshotFiguresAge checks that Score's snapshot is taken again
+// once the recent figures it ranked by are 250 ms old, as its doc says,
+// when it was taken while those figures were being computed again: a
+// request that claimed the computation (recent.at, stored first) but has
+// not stored the figures yet. The snapshot then reads the figures of the
+// computation before, already 250 ms old, and was kept for another 250 ms
+// from the claim (found by review): 350 ms after those figures, a request
+// went where they ranked first, not where the figures as they are now
+// rank first.
+func TestScoreSnapshotFiguresAge(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := newFakeNet()
+		n.status("a.test", 200, "a")
+		n.status("b.test", 200, "b")
+		tr := newTestTransport(t, twoUpstreams(n, Config{Router: Score{}}))
+		a, b := tr.upstreams[0], tr.upstreams[1]
+		send := func() string {
+			t.Helper()
+			resp, err := tr.RoundTrip(httptestRequest("GET", "http://a.test/", ""))
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			return resp.Request.URL.Host
+		}
+		a.window.add(Failed, 10*time.Millisecond, time.Now())
+		if got := send(); got != "b.test" {
+			t.Fatalf("first request answered by %s, want b.test: a's one attempt failed", got)
+		}
+		// a serves again and b fails: figures computed from now on rank a first.
+		for range 9 {
+			a.window.add(Success, 10*time.Millisecond, time.Now())
+		}
+		for range 10 {
+			b.window.add(Failed, 10*time.Millisecond, time.Now())
+		}
+		time.Sleep(refreshEvery) // the figures are due
+
+		// Another request claims a's computation as the snapshot is
+		// taken again: what recent.get's CompareAndSwap stores first.
+		claimed := a.recent.at.Load()
+		a.recent.at.Store(int64(mono.Of(time.Now())))
+		if got := send(); got != "b.test" {
+			t.Fatalf("request while a's figures are computed answered by %s, want b.test (a's figures as they were)", got)
+		}
+		// The claiming request stores a's figures.
+		a.recent.at.Store(claimed)
+		a.recent.get(&a.window, time.Now())
+
+		time.Sleep(100 * time.Millisecond)
+		now := time.Now()
+		cands := []Candidate{tr.candidate(0, a, "", now), tr.candidate(1, b, "", now)}
+		if first := (Score{}).Order(nil, cands)[0]; first != 0 {
+			t.Fatalf("Order puts %d first over %+v, want a", first, cands)
+		}
+		if got := send(); got != "a.test" {
+			t.Errorf("request 100 ms after a's figures were computed, 350 ms after the snapshot's, answered by %s, want a.test as Order ranks them", got)
+		}
+	})
 }

@@ -137,7 +137,8 @@ const refreshEvery = 250 * time.Millisecond
 // own window; features with the same window share one.
 type recent struct {
 	span    time.Duration // how far back the figures reach
-	at      atomic.Int64  // mono.Time of the last computation
+	at      atomic.Int64  // mono.Time of the last computation, from its start
+	of      atomic.Int64  // mono.Time of the last computation, once its figures are stored
 	p99     atomic.Int64  // time.Duration
 	p95     atomic.Int64  // time.Duration
 	p50     atomic.Int64  // time.Duration
@@ -152,6 +153,12 @@ type figures struct {
 	samples       int // latencies known (attempts not cut short)
 	n             int // attempts
 	rate          float64
+
+	// of is when they were computed, or before: they are at least that
+	// new; zero when never. It is not recent.at, which a request stores
+	// before it computes them: figures read meanwhile are those of the
+	// computation before.
+	of mono.Time
 }
 
 // get returns the figures over r's span of w at now, recomputing them when
@@ -166,7 +173,9 @@ func (r *recent) get(w *window, now time.Time) figures {
 		r.samples.Store(int64(len(s.latencies)))
 		r.n.Store(int64(s.n))
 		r.rate.Store(math.Float64bits(s.successRate()))
+		r.of.Store(int64(m))
 	}
+	of := mono.Time(r.of.Load()) // before the figures: they are as new at least
 	return figures{
 		p99:     time.Duration(r.p99.Load()),
 		p95:     time.Duration(r.p95.Load()),
@@ -174,6 +183,7 @@ func (r *recent) get(w *window, now time.Time) figures {
 		samples: int(r.samples.Load()),
 		n:       int(r.n.Load()),
 		rate:    r.rateOrOne(),
+		of:      of,
 	}
 }
 
