@@ -298,10 +298,14 @@ func (Priority) Order(dst []int, cands []Candidate) []int {
 // but an upstream that comes back (its cooldown over, its circuit
 // half-open or closed, no longer demoted) takes part in the round robin
 // again only from the next snapshot, up to 250 ms later, and until then a
-// Recovering cap is the snapshot's. A pick that has become recovering
-// since the snapshot (a half-open circuit that its probe closed), whose
-// weight there is not capped, is left out likewise, and the next request
-// takes the snapshot again, capping it. When the snapshot's first group is
+// Recovering cap is the snapshot's (lower than Order's, the others' weight
+// having grown since). A pick that has become recovering since the
+// snapshot (a half-open circuit that its probe closed), whose weight there
+// is not capped, is left out likewise, and the next request takes the
+// snapshot again, capping it; so does the request after a pick found out
+// of the first group while another upstream is recovering, whose cap,
+// computed from the weights of upstreams that no longer take part, would
+// give it more than its 10 %. When the snapshot's first group is
 // empty or all left out, and whenever an upstream has Models (whose first
 // group depends on the request's model), every Candidate is filled and
 // Order decides, as before.
@@ -734,9 +738,11 @@ type routeSnapshot struct {
 	outs       atomic.Int32 // how many of out are set
 
 	// Weighted: a pick found an upstream recovering that was not when
-	// the snapshot was taken (a half-open circuit closed by its probe):
-	// its weight here is not capped, so the next request takes the
-	// snapshot again.
+	// the snapshot was taken (a half-open circuit closed by its probe),
+	// whose weight here is not capped, or found one out of the first
+	// group while another is recovering, whose cap here is a share of
+	// the weights of more upstreams than now take part: the next request
+	// takes the snapshot again.
 	stale atomic.Bool
 }
 
@@ -913,6 +919,12 @@ func (w *Weighted) first(t *Transport, model string, now time.Time) int {
 			if !anyOut || !s.out[k].Load() {
 				cur[i] -= weight[k]
 			}
+		}
+		if !s.recovering[pick] && slices.Contains(s.recovering, true) {
+			// The others' weight that the Recovering caps were
+			// computed from is less now: the next request takes the
+			// snapshot again, capping them as Order would.
+			s.stale.Store(true)
 		}
 		s.out[pick].Store(true)
 		s.outs.Add(1)

@@ -970,3 +970,64 @@ func TestScoreSnapshotFiguresAge(t *testing.T) {
 		}
 	})
 }
+
+// TestWeightedRecoveringCapAsOthersDrop checks that a recovering upstream
+// gets Weighted's Recovering share (10 %) of the requests, as under
+// Order, when other upstreams drop out after the snapshot: its cap, a
+// ninth of the others' weight, was the snapshot's, computed from upstreams
+// no longer there (found by review). Here a, b, c and recovering d weigh
+// 1; once b and c open d's cap was still 1/3 against a's 1, and d got a
+// quarter of the requests until the snapshot was taken again, up to 250
+// ms later.
+func TestWeightedRecoveringCapAsOthersDrop(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := newFakeNet()
+		hosts := []string{"a.test", "b.test", "c.test", "d.test"}
+		for _, h := range hosts {
+			n.status(h, 200, h)
+		}
+		cfg := Config{Base: n, Router: &Weighted{}, Breaker: BreakerConfig{FailureThreshold: 1, Cooldown: 10 * time.Second}}
+		for _, h := range hosts {
+			cfg.Upstreams = append(cfg.Upstreams, Upstream{Name: h, BaseURL: "http://" + h, Weight: 1})
+		}
+		tr := newTestTransport(t, cfg)
+		d := tr.upstreams[3].circuit
+		d.Trip(time.Now())
+		time.Sleep(11 * time.Second) // d is half-open
+		send := func() {
+			t.Helper()
+			if code, err := get(t, tr, "http://a.test/"); err != nil || code != 200 {
+				t.Fatalf("%d %v", code, err)
+			}
+			time.Sleep(500 * time.Microsecond)
+		}
+		for range 10 {
+			send()
+		}
+		if !d.Recovering(time.Now()) {
+			t.Fatal("d is not recovering after its probe")
+		}
+		// b and c fail: each opens on its first 503.
+		n.status("b.test", 503, "down")
+		n.status("c.test", 503, "down")
+		for range 10 {
+			send()
+		}
+		for _, i := range []int{1, 2} {
+			if st := State(tr.upstreams[i].circuit.Status(time.Now())); st != Open {
+				t.Fatalf("%s's circuit is %v, want open", hosts[i], st)
+			}
+		}
+		const requests = 200 // 100 ms in all: within a snapshot's 250 ms
+		before := n.count("d.test")
+		for range requests {
+			send()
+		}
+		if !d.Recovering(time.Now()) {
+			t.Fatal("d is no longer recovering")
+		}
+		if got := n.count("d.test") - before; got > requests/10+5 {
+			t.Errorf("recovering d got %d of %d requests with only a else, want at most about 10 %% as Order gives it", got, requests)
+		}
+	})
+}
