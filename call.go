@@ -252,12 +252,12 @@ func (c *call) round(ctx context.Context) (*http.Response, error, bool) {
 		// This package's Routers name their first pick without ordering
 		// the others, which are ordered only if it does not settle the
 		// request (see firstRouted).
-		if first := c.t.firstRouted(c.model, now); first != nil {
+		if first, then := c.t.firstRouted(c.model, now); first != nil {
 			if resp, err, done := c.try(ctx, first, false, &now); done {
 				return resp, err, true
 			}
 			now = time.Now()
-			for i, u := range c.t.routed(buf[:0], c.model, now, first) {
+			for i, u := range c.t.routed(buf[:0], c.model, now, first, then) {
 				if resp, err, done := c.try(ctx, u, i > 0, &now); done {
 					return resp, err, true
 				}

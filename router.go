@@ -403,7 +403,7 @@ func (w *Weighted) pick(cands []Candidate, g int, limit float64, maxIndex int) i
 // open when there are such, then degraded ones); the rest of the order
 // after the pick is by ascending cost, then Index. A Recovering pick goes
 // first only for 10 % of the requests; the others go to the cheapest
-// candidate of its group that is not recovering.
+// candidate of its group that is not recovering, and then to the pick.
 //
 // LeastLatency keeps no state and takes no lock: it draws from
 // math/rand/v2's global generator. Order does not allocate when dst has
@@ -644,28 +644,37 @@ func (t *Transport) usableNow(u *upstream, model string, now time.Time) bool {
 
 // firstRouted returns the upstream that the Router, one of this
 // package's, puts first for a request for model at now, or nil when it is
-// another Router or declines: then routed orders every candidate.
-func (t *Transport) firstRouted(model string, now time.Time) *upstream {
-	i := -1
+// another Router or declines: then routed orders every candidate. It
+// returns as then the upstream that Order put right after first, where
+// that is not the rest's own order (LeastLatency's recovering pick that
+// another went before), else nil: orderRest puts it first.
+func (t *Transport) firstRouted(model string, now time.Time) (first, then *upstream) {
+	i, j := -1, -1
 	switch r := t.router.(type) {
 	case Priority:
 		i = r.first(t, model, now)
 	case *Weighted:
 		i = r.first(t, model, now)
 	case LeastLatency:
-		i = r.first(t, model, now)
+		i, j = r.first(t, model, now)
 	case Score:
 		i = r.first(t, model, now)
 	}
 	if i < 0 {
-		return nil
+		return nil, nil
 	}
-	return t.upstreams[i]
+	if j >= 0 {
+		then = t.upstreams[j]
+	}
+	return t.upstreams[i], then
 }
 
 // orderRest appends the Indexes of cands but skip's, in the order that
 // Order gives them after its first pick (one of this package's Routers).
-func (t *Transport) orderRest(dst []int, cands []Candidate, skip int) []int {
+// then, unless -1, is the Index that Order put right after skip
+// (firstRouted's): it goes first while it is in the best group of the
+// rest, as Order would put it for the same Candidates.
+func (t *Transport) orderRest(dst []int, cands []Candidate, skip, then int) []int {
 	start := len(dst)
 	for i := range cands {
 		if cands[i].Index != skip {
@@ -682,6 +691,16 @@ func (t *Transport) orderRest(dst []int, cands []Candidate, skip int) []int {
 		r.rest(seg, cands)
 	case Score:
 		r.rest(seg, cands)
+	}
+	if then >= 0 {
+		for k, p := range seg {
+			if cands[p].Index == then {
+				if routeGroup(&cands[p]) == routeGroup(&cands[seg[0]]) {
+					moveToFront(seg, k)
+				}
+				break
+			}
+		}
 	}
 	toIndexes(seg, cands)
 	return dst
@@ -953,17 +972,19 @@ const twoChoiceTries = 4
 // by drawing from all of them until admit and demotion say one is in the
 // first group (a uniform draw from the first group, as Order's), and
 // returns the Index of the cheaper (the first drawn on a tie). When the
-// pick is recovering it orders every candidate, as Order does. It
-// returns -1 when either draw finds none within twoChoiceTries: Order,
-// drawing again, then decides, which keeps each pair as likely as in
-// Order (the chance to decline is the same for every first draw).
-func (LeastLatency) first(t *Transport, model string, now time.Time) int {
+// pick is recovering it orders every candidate, as Order does, and when
+// another goes first it returns the pick as then, which Order puts
+// second, where the rest by cost would not. It returns -1 when either
+// draw finds none within twoChoiceTries: Order, drawing again, then
+// decides, which keeps each pair as likely as in Order (the chance to
+// decline is the same for every first draw).
+func (LeastLatency) first(t *Transport, model string, now time.Time) (first, then int) {
 	n := len(t.upstreams)
 	if n == 1 {
 		if t.usableNow(t.upstreams[0], model, now) {
-			return 0
+			return 0, -1
 		}
-		return -1
+		return -1, -1
 	}
 	draw := func(not int) int { // not: the first drawn, or -1
 		for range twoChoiceTries {
@@ -981,21 +1002,22 @@ func (LeastLatency) first(t *Transport, model string, now time.Time) int {
 	}
 	i := draw(-1)
 	if i < 0 {
-		return -1
+		return -1, -1
 	}
 	j := draw(i)
 	if j < 0 {
-		return -1
+		return -1, -1
 	}
 	ci, cj := latencyCandidate(t.upstreams[i], now), latencyCandidate(t.upstreams[j], now)
 	if compareLatencyCost(&cj, &ci) < 0 {
 		i = j
 	}
 	if !t.upstreams[i].circuit.Recovering(now) {
-		return i
+		return i, -1
 	}
 	// Recovering: it goes first only for a tenth of the requests, else
-	// the cheapest of its group that is not (spareRecovering).
+	// the cheapest of its group that is not (spareRecovering), and it
+	// second.
 	rb := routerBuffers.Get().(*routerBuffer)
 	cands := rb.cands[:0]
 	for k, u := range t.upstreams {
@@ -1005,13 +1027,16 @@ func (LeastLatency) first(t *Transport, model string, now time.Time) int {
 	LeastLatency{}.rest(seg, cands)
 	moveToFront(seg, slices.Index(seg, i))
 	spareRecovering(seg, cands)
-	first := cands[seg[0]].Index
+	first, then = cands[seg[0]].Index, -1
+	if first != i {
+		then = i
+	}
 	if cap(cands) <= maxPooledCandidates {
 		clear(cands)
 		rb.cands, rb.order = cands[:0], seg[:0]
 		routerBuffers.Put(rb)
 	}
-	return first
+	return first, then
 }
 
 // latencyCandidate is the part of u's Candidate that latencyCost reads.

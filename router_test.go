@@ -15,6 +15,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/failover-go/failover/internal/circuit"
 	"github.com/failover-go/failover/internal/mono"
 )
 
@@ -1028,6 +1029,74 @@ func TestWeightedRecoveringCapAsOthersDrop(t *testing.T) {
 		}
 		if got := n.count("d.test") - before; got > requests/10+5 {
 			t.Errorf("recovering d got %d of %d requests with only a else, want at most about 10 %% as Order gives it", got, requests)
+		}
+	})
+}
+
+// TestLeastLatencyRestAfterRecovering checks that when LeastLatency's
+// pick is recovering and the cheapest of its group that is not goes first
+// instead, the others are tried in the order Order gives them: the
+// recovering pick next, then by cost. The Transport tried them by cost
+// alone (found by review), the pick in its place by cost, never second
+// where cheaper ones were left: here a, b, then p, where Order tries a, p,
+// b in about 15 % of the requests (the pair p, c drawn, a tenth of it
+// sent to p).
+func TestLeastLatencyRestAfterRecovering(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const trials = 300
+		ms := time.Millisecond
+		latencies := []time.Duration{10 * ms, 20 * ms, 30 * ms, 40 * ms} // a, b, p, c
+		var tried []int
+		cfg := Config{Router: LeastLatency{}, Breaker: BreakerConfig{Cooldown: time.Second}}
+		cfg.Base = roundTripFunc(func(req *http.Request) (*http.Response, error) {
+			i, _ := strconv.Atoi(strings.TrimPrefix(strings.TrimSuffix(req.URL.Host, ".test"), "u"))
+			tried = append(tried, i)
+			return respond(503, "down"), nil
+		})
+		for i := range latencies {
+			cfg.Upstreams = append(cfg.Upstreams, Upstream{BaseURL: fmt.Sprintf("http://u%d.test", i)})
+		}
+		possible := map[string]bool{}
+		fast, order := map[string]int{}, map[string]int{}
+		for range trials {
+			tr := newTestTransport(t, cfg)
+			p := tr.upstreams[2].circuit
+			p.Trip(time.Now())
+			time.Sleep(time.Second) // half-open
+			permit, v := p.Allow(time.Now())
+			if v.Refusal != circuit.None || !permit.Probe() {
+				t.Fatalf("no probe of the half-open circuit: %+v", v)
+			}
+			p.Done(permit, circuit.Success, time.Now()) // closed by its probe: recovering
+			now := time.Now()
+			for i, u := range tr.upstreams {
+				u.latency.observe(latencies[i], now)
+			}
+			cands := make([]Candidate, len(tr.upstreams))
+			for i, u := range tr.upstreams {
+				cands[i] = tr.candidate(i, u, "", now)
+			}
+			if !cands[2].Recovering {
+				t.Fatalf("p is not recovering: %+v", cands[2])
+			}
+			o := fmt.Sprint(LeastLatency{}.Order(nil, cands))
+			possible[o] = true
+			order[o]++
+
+			tried = tried[:0]
+			if resp, err := tr.RoundTrip(httptestRequest("GET", "http://u0.test/", "")); err == nil {
+				resp.Body.Close()
+			}
+			fast[fmt.Sprint(tried)]++
+		}
+		for o := range fast {
+			if !possible[o] {
+				t.Errorf("tried %s, which Order never gave (it gave %v)", o, order)
+			}
+		}
+		const second = "[0 2 1 3]" // a, then the recovering pick
+		if fast[second] < trials/20 {
+			t.Errorf("tried a, then recovering p, in %d of %d requests, want about 15 %% as Order (%d): tried %v", fast[second], trials, order[second], fast)
 		}
 	})
 }

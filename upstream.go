@@ -285,7 +285,7 @@ func (t *Transport) demotion(u *upstream, now time.Time) Reason {
 func (t *Transport) order(buf, ups []*upstream, model string, now time.Time) []*upstream {
 	if ups == nil {
 		if t.router != nil {
-			return t.routed(buf, model, now, nil)
+			return t.routed(buf, model, now, nil, nil)
 		}
 		ups = t.upstreams
 	}
@@ -314,8 +314,9 @@ func (t *Transport) order(buf, ups []*upstream, model string, now time.Time) []*
 
 // routed asks the router for the order. With after set (firstRouted's
 // pick, already tried) it returns the others, in the order that the
-// router, one of this package's, gives them after its first pick.
-func (t *Transport) routed(buf []*upstream, model string, now time.Time, after *upstream) []*upstream {
+// router, one of this package's, gives them after its first pick: then,
+// when firstRouted names one, first among them.
+func (t *Transport) routed(buf []*upstream, model string, now time.Time, after, then *upstream) []*upstream {
 	// The Router is an interface, so what it is given escapes: the
 	// buffers come from a pool rather than from each request's heap.
 	rb := routerBuffers.Get().(*routerBuffer)
@@ -331,7 +332,11 @@ func (t *Transport) routed(buf []*upstream, model string, now time.Time, after *
 	if after == nil {
 		order = t.router.Order(rb.order[:0], cands)
 	} else {
-		order = t.orderRest(rb.order[:0], cands, after.index)
+		next := -1
+		if then != nil {
+			next = then.index
+		}
+		order = t.orderRest(rb.order[:0], cands, after.index, next)
 	}
 	for _, i := range order {
 		out = append(out, t.upstreams[i])
