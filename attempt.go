@@ -42,6 +42,7 @@ type attempt struct {
 	err         error
 	o           Outcome
 	end         time.Time // when the answer came
+	endM        mono.Time // end, on the monotonic clock (converted once)
 	callerFault bool      // err is the caller's own: its body's (see watchedBody)
 
 	// Hedging: whether the call gave up on it, and who owns its result.
@@ -261,8 +262,12 @@ func (a *attempt) send(r request) {
 		defer r.t.lastResortDone()
 	}
 	answered := false
-	u.live.start(a.start)
-	defer func() { u.live.end(a.end, answered) }() // even if Base panics
+	start := a.p.Start() // a.start, converted once by admit
+	if start == 0 {
+		start = mono.Of(a.start) // the last resort's: no permit
+	}
+	u.live.start(start)
+	defer func() { u.live.end(a.endM, answered) }() // even if Base panics
 	defer func() {
 		if v := recover(); v != nil {
 			// Classify, the stream guard or a hook panicked with an
@@ -282,6 +287,7 @@ func (a *attempt) send(r request) {
 		a.resp = resp
 	}
 	a.end = time.Now()
+	a.endM = mono.Of(a.end)
 	r.showRequest(resp, a)
 	lost := a.lost.Load()
 	a.resp = resp
@@ -426,7 +432,7 @@ func (t *Transport) account(a *attempt, lost bool) {
 			t.fleet.failure(u, now)
 		}
 	}
-	u.observe(a.o, elapsed, now)
+	u.observe(a.o, elapsed, a.endM)
 }
 
 // errNoResponse is what an attempt gets from a Base that returned neither
@@ -487,7 +493,7 @@ func circuitResult(o Outcome, err error) circuit.Result {
 // observe records one attempt at u in its window and metrics; a negative
 // latency is unknown (the attempt was cut short) and counts in no
 // percentile.
-func (u *upstream) observe(o Outcome, d time.Duration, now time.Time) {
+func (u *upstream) observe(o Outcome, d time.Duration, now mono.Time) {
 	u.window.add(o, d, now)
 	u.m.attempts[o].Inc()
 	if o != Canceled && d >= 0 {

@@ -458,7 +458,7 @@ func (c *call) settle(a *attempt) (*http.Response, error, bool) {
 		c.discardHeld()
 		if err == nil {
 			if a.o == Success {
-				u.noteHeadroom(resp.Header, now, c.t.rate)
+				u.noteHeadroom(resp.Header, now, a.endM, c.t.rate)
 			}
 			c.answer = a.ref()
 			return resp, nil, true

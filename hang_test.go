@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/failover-go/failover/internal/clocktest"
+
+	"github.com/failover-go/failover/internal/mono"
 )
 
 // A primary that accepts requests and answers none is routed around once
@@ -113,7 +115,7 @@ func TestHangWallClockStep(t *testing.T) {
 		u := tr.upstreams[0]
 		start := time.Now()
 		for range 3 {
-			u.live.start(start)
+			u.live.start(mono.Of(start))
 		}
 		if tr.suspect(u, clocktest.StepWall(start.Add(50*time.Millisecond), step)) {
 			t.Errorf("step %v: suspect after 50ms of silence, under the 100ms floor", step)
@@ -134,7 +136,7 @@ func TestSilentOwnWindow(t *testing.T) {
 		}))
 		u := tr.upstreams[0]
 		for range 2 {
-			u.observe(Success, 10*time.Millisecond, time.Now())
+			u.observe(Success, 10*time.Millisecond, mono.Of(time.Now()))
 		}
 		time.Sleep(time.Millisecond)
 		start := time.Now()

@@ -428,10 +428,11 @@ func isZero(v string) bool {
 // remaining counts that one had: a 0 in another waits for the next
 // reading.
 //
-// rate is the Transport's, with its defaults.
-func (u *upstream) noteHeadroom(h http.Header, now time.Time, rate RateLimitConfig) {
+// m is now on the monotonic clock (mono.Of(now), converted once by the
+// attempt); rate is the Transport's, with its defaults.
+func (u *upstream) noteHeadroom(h http.Header, now time.Time, m mono.Time, rate RateLimitConfig) {
 	s := &u.headroom
-	at, m := s.at.Load(), mono.Of(now)
+	at := s.at.Load()
 	if mono.Time(s.until.Load()) <= m && !zeroRemaining(h, s.sent.Load()) &&
 		((at != 0 && m.Sub(mono.Time(at)) < headroomEvery) || !s.at.CompareAndSwap(at, int64(m))) {
 		return

@@ -349,7 +349,7 @@ func TestHeadroomWallClockStep(t *testing.T) {
 		start := time.Now()
 		at := func(d time.Duration) time.Time { return clocktest.StepWall(start.Add(d), step) }
 		u := &upstream{}
-		u.noteHeadroom(http.Header{"X-Ratelimit-Remaining-Requests": {"0"}, "X-Ratelimit-Reset-Requests": {"20s"}}, start, RateLimitConfig{}.withDefaults())
+		noteHeadroomAt(u, http.Header{"X-Ratelimit-Remaining-Requests": {"0"}, "X-Ratelimit-Reset-Requests": {"20s"}}, start, RateLimitConfig{}.withDefaults())
 		if !u.outOfHeadroom(at(19 * time.Second)) {
 			t.Errorf("step %v: headroom back 19s into a 20s reset", step)
 		}
@@ -385,7 +385,7 @@ func TestHeadroomDemotionCapped(t *testing.T) {
 		{"reset in the past", "anthropic-ratelimit-requests-remaining: 0\nanthropic-ratelimit-requests-reset: 2001-01-01T00:00:00Z", RateLimitConfig{}, time.Second},
 	} {
 		u := &upstream{}
-		u.noteHeadroom(wireHeader(t, tt.header), start, tt.rate.withDefaults())
+		noteHeadroomAt(u, wireHeader(t, tt.header), start, tt.rate.withDefaults())
 		got := mono.Time(u.headroom.until.Load()).Sub(mono.Of(start))
 		if got != tt.want || !u.outOfHeadroom(start.Add(tt.want-1)) || u.outOfHeadroom(start.Add(tt.want)) {
 			t.Errorf("%s: demoted for %v, want %v", tt.name, got, tt.want)
@@ -455,7 +455,7 @@ func TestHeadroomDemotionLifted(t *testing.T) {
 		u := &upstream{}
 		rate := RateLimitConfig{}.withDefaults()
 		for _, r := range tt.reports {
-			u.noteHeadroom(wireHeader(t, r.header), start.Add(r.at), rate)
+			noteHeadroomAt(u, wireHeader(t, r.header), start.Add(r.at), rate)
 		}
 		for _, d := range tt.demoted {
 			if !u.outOfHeadroom(start.Add(d)) {
@@ -495,12 +495,12 @@ func TestHeadroomReadsWhatItSent(t *testing.T) {
 		{"a 0 among another number of headers", tok0NR, true},
 	} {
 		u := &upstream{}
-		u.noteHeadroom(wireHeader(t, req9), at(0), rate)
-		u.noteHeadroom(wireHeader(t, tc.second), at(time.Millisecond), rate)
+		noteHeadroomAt(u, wireHeader(t, req9), at(0), rate)
+		noteHeadroomAt(u, wireHeader(t, tc.second), at(time.Millisecond), rate)
 		if got := u.outOfHeadroom(at(time.Millisecond)); got != tc.read {
 			t.Errorf("%s: demoted %v, want %v", tc.name, got, tc.read)
 		}
-		u.noteHeadroom(wireHeader(t, tc.second), at(headroomEvery), rate)
+		noteHeadroomAt(u, wireHeader(t, tc.second), at(headroomEvery), rate)
 		if !u.outOfHeadroom(at(headroomEvery)) {
 			t.Errorf("%s: the next reading did not read the 0", tc.name)
 		}
@@ -620,7 +620,7 @@ func FuzzHeadroom(f *testing.F) {
 		if now.Sub(time.Now()).Abs() < 100*365*24*time.Hour {
 			u := &upstream{}
 			rate := RateLimitConfig{}.withDefaults()
-			u.noteHeadroom(h, now, rate)
+			noteHeadroomAt(u, h, now, rate)
 			if got := u.outOfHeadroom(now); got != hr.Exhausted() {
 				t.Fatalf("%s: demoted %v, exhausted %v (%+v)", in(), got, hr.Exhausted(), hr)
 			}
@@ -733,3 +733,8 @@ func TestRateLimitCooldownFromResetHeaders(t *testing.T) {
 }
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
+
+// noteHeadroomAt is u.noteHeadroom at now, converted as an attempt does.
+func noteHeadroomAt(u *upstream, h http.Header, now time.Time, rate RateLimitConfig) {
+	u.noteHeadroom(h, now, mono.Of(now), rate)
+}

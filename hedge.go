@@ -18,6 +18,7 @@ import (
 	"github.com/VictoriaMetrics/metrics"
 
 	"github.com/failover-go/failover/internal/circuit"
+	"github.com/failover-go/failover/internal/mono"
 )
 
 // HedgeConfig turns on hedging: when an attempt has not answered within a
@@ -379,6 +380,7 @@ func (a *attempt) goexited() {
 	a.stop(nil)
 	if a.end.IsZero() {
 		a.end = time.Now() // Base never returned: the attempt ended now, for the Trace and the call's lastEnd
+		a.endM = mono.Of(a.end)
 	}
 	a.resp, a.err, a.o, a.callerFault = nil, ErrBaseGoexit, Canceled, true
 }

@@ -17,6 +17,8 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/failover-go/failover/internal/mono"
 )
 
 // metricValue reads one sample from the Transport's metrics; -1 when
@@ -593,7 +595,7 @@ func TestHedgeDelayOwnWindow(t *testing.T) {
 		}
 		time.Sleep(refreshEvery)
 		for range 3 {
-			u.observe(Success, 50*time.Millisecond, time.Now())
+			u.observe(Success, 50*time.Millisecond, mono.Of(time.Now()))
 		}
 		if d := tr.hedgeDelay(u, time.Now()); d != 50*time.Millisecond {
 			t.Fatalf("delay %v after 3 latencies of 50ms with MinSamples 3, want their p95", d)
@@ -721,7 +723,7 @@ func TestHedgeDemotedLast(t *testing.T) {
 		tr := newTestTransport(t, Config{Base: n, Hedge: &HedgeConfig{Delay: 10 * time.Millisecond, Percent: 100}, Upstreams: []Upstream{
 			{Name: "a", BaseURL: "http://a.test"}, {Name: "b", BaseURL: "http://b.test"}, {Name: "c", BaseURL: "http://c.test"},
 		}})
-		tr.upstreams[0].noteHeadroom(http.Header{"X-Ratelimit-Remaining-Requests": {"0"}, "X-Ratelimit-Reset-Requests": {"20s"}}, time.Now(), tr.rate)
+		noteHeadroomAt(tr.upstreams[0], http.Header{"X-Ratelimit-Remaining-Requests": {"0"}, "X-Ratelimit-Reset-Requests": {"20s"}}, time.Now(), tr.rate)
 		resp, err := tr.RoundTrip(httptestRequest("GET", "http://a.test/", ""))
 		if err != nil {
 			t.Fatal(err)

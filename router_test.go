@@ -761,12 +761,12 @@ func checkFirstAsOrder(t *testing.T, r Router, seed uint64) {
 	for _, u := range tr.upstreams {
 		switch rng.IntN(4) {
 		case 1: // failing: degraded (its circuit stays closed only in the window's view)
-			u.window.add(Failed, time.Duration(rng.IntN(500))*time.Millisecond, now)
-			u.window.add(Success, time.Duration(rng.IntN(500))*time.Millisecond, now)
+			u.window.add(Failed, time.Duration(rng.IntN(500))*time.Millisecond, mono.Of(now))
+			u.window.add(Success, time.Duration(rng.IntN(500))*time.Millisecond, mono.Of(now))
 		case 2: // cooling down
 			u.cd.extend(now, time.Minute, CooldownRateLimited)
 		case 3: // served, at some latency
-			u.window.add(Success, time.Duration(1+rng.IntN(500))*time.Millisecond, now)
+			u.window.add(Success, time.Duration(1+rng.IntN(500))*time.Millisecond, mono.Of(now))
 		}
 	}
 	cands := make([]Candidate, n)
@@ -936,16 +936,16 @@ func TestScoreSnapshotFiguresAge(t *testing.T) {
 			resp.Body.Close()
 			return resp.Request.URL.Host
 		}
-		a.window.add(Failed, 10*time.Millisecond, time.Now())
+		a.window.add(Failed, 10*time.Millisecond, mono.Of(time.Now()))
 		if got := send(); got != "b.test" {
 			t.Fatalf("first request answered by %s, want b.test: a's one attempt failed", got)
 		}
 		// a serves again and b fails: figures computed from now on rank a first.
 		for range 9 {
-			a.window.add(Success, 10*time.Millisecond, time.Now())
+			a.window.add(Success, 10*time.Millisecond, mono.Of(time.Now()))
 		}
 		for range 10 {
-			b.window.add(Failed, 10*time.Millisecond, time.Now())
+			b.window.add(Failed, 10*time.Millisecond, mono.Of(time.Now()))
 		}
 		time.Sleep(refreshEvery) // the figures are due
 

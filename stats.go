@@ -38,13 +38,13 @@ type lastError struct {
 // canceled or unservable attempt is only counted: it says nothing of the
 // upstream's speed or health, so it is in no percentile, no success rate
 // and no number of attempts that Degraded compares with MinSamples.
-func (w *window) add(o Outcome, d time.Duration, now time.Time) {
+func (w *window) add(o Outcome, d time.Duration, now mono.Time) {
 	w.counts[o].Add(1)
 	if o == Canceled || o == Unservable {
 		return // says nothing of the upstream
 	}
 	i := (w.next.Add(1) - 1) % windowSize
-	w.at[i].Store(int64(mono.Of(now)))
+	w.at[i].Store(int64(now))
 	v := int64(max(d, 0))<<5 | int64(o)<<1 | 1
 	if d < 0 {
 		v = 1<<4 | int64(o)<<1 | 1 // an outcome whose latency is unknown
@@ -202,18 +202,18 @@ type liveness struct {
 	lastAnswer atomic.Int64 // mono.Time of the last attempt that got an answer
 }
 
-func (l *liveness) start(now time.Time) {
+func (l *liveness) start(now mono.Time) {
 	if l.inflight.Add(1) == 1 {
-		l.busySince.Store(int64(mono.Of(now)))
+		l.busySince.Store(int64(now))
 	}
 }
 
 // end closes an attempt; answered says whether the upstream answered it (a
 // response, or an error of its own such as a refused connection), as
 // opposed to the attempt timing out or the caller giving up.
-func (l *liveness) end(now time.Time, answered bool) {
+func (l *liveness) end(now mono.Time, answered bool) {
 	if answered {
-		l.lastAnswer.Store(int64(mono.Of(now)))
+		l.lastAnswer.Store(int64(now))
 	}
 	l.inflight.Add(-1)
 }

@@ -126,6 +126,10 @@ type Permit struct {
 // Probe reports whether the permit is the half-open probe.
 func (p Permit) Probe() bool { return p.probe != 0 }
 
+// Start is when the permit was given, on the monotonic clock (the now
+// Allow was given, converted); zero for the zero Permit.
+func (p Permit) Start() mono.Time { return p.start }
+
 // Circuit is the breaker of one upstream. It is safe for concurrent use.
 type Circuit struct {
 	cfg Config
