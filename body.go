@@ -11,6 +11,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 )
 
 // Bounds on reading the body of a response that is thrown away.
@@ -164,9 +165,23 @@ func inMemory(body io.Reader, n int64) bool {
 		return int64(r.Len()) == n
 	}
 	if t := reflect.TypeOf(body); t == nopCloserType || t == nopCloserWriterToType {
-		return inMemory(reflect.ValueOf(body).Field(0).Interface().(io.Reader), n)
+		return inMemory(nopCloserReader(body), n)
 	}
 	return false
+}
+
+// nopCloserReader returns the reader that body, of one of io.NopCloser's
+// types, wraps. Those types are a struct whose one field is that reader,
+// which an interface holds by a pointer to it: the reader is read from
+// there, as reflect's Field(0).Interface() would return it at several
+// times the cost, unless the types' layout is not that one (a Go release
+// that changed it): reflect then reads it.
+func nopCloserReader(body io.Reader) io.Reader {
+	if !nopCloserLayout {
+		return reflect.ValueOf(body).Field(0).Interface().(io.Reader)
+	}
+	data := (*[2]unsafe.Pointer)(unsafe.Pointer(&body))[1]
+	return *(*io.Reader)(data)
 }
 
 // The types io.NopCloser returns (one keeps its reader's WriteTo), whose
@@ -177,7 +192,17 @@ var (
 		io.Reader
 		io.WriterTo
 	}{}))
+
+	// nopCloserLayout: both are a struct of one io.Reader at its start,
+	// too large to be held in an interface's word, so held by pointer.
+	nopCloserLayout = oneReader(nopCloserType) && oneReader(nopCloserWriterToType)
 )
+
+func oneReader(t reflect.Type) bool {
+	return t.Kind() == reflect.Struct && t.NumField() == 1 &&
+		t.Field(0).Type == reflect.TypeFor[io.Reader]() && t.Field(0).Offset == 0 &&
+		t.Size() > unsafe.Sizeof(uintptr(0))
+}
 
 // errBodyLength is a body that disagrees with the request's ContentLength.
 var errBodyLength = errors.New("failover: request body length differs from ContentLength")

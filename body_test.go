@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -370,6 +371,21 @@ func TestInMemory(t *testing.T) {
 	} {
 		if got := inMemory(tc.body, tc.n); got != tc.want {
 			t.Errorf("%s: inMemory %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
+// nopCloserReader finds the reader io.NopCloser wrapped, in both of its
+// types, as reflect does (on this Go, without reflect: nopCloserLayout).
+func TestNopCloserReader(t *testing.T) {
+	t.Logf("io.NopCloser's layout read directly: %v", nopCloserLayout)
+	for _, r := range []io.Reader{strings.NewReader("x"), bytes.NewReader([]byte("x")), iotest.HalfReader(strings.NewReader("x"))} {
+		body := io.NopCloser(r)
+		if got := nopCloserReader(body); got != r {
+			t.Errorf("NopCloser(%T): got %T %p, want %p", r, got, got, r)
+		}
+		if want := reflect.ValueOf(body).Field(0).Interface(); nopCloserReader(body) != want {
+			t.Errorf("NopCloser(%T): not reflect's reader", r)
 		}
 	}
 }
