@@ -56,7 +56,7 @@ func defaultPort(scheme string) string {
 // let a request climb out of a base path once the upstream resolves it. A
 // backslash separates segments too, as some servers read it.
 func hasDotSegment(p string) bool {
-	if !strings.Contains(p, ".") {
+	if strings.IndexByte(p, '.') < 0 {
 		return false
 	}
 	for p != "" {

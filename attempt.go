@@ -292,7 +292,7 @@ func (a *attempt) send(r request) {
 	lost := a.lost.Load()
 	a.resp = resp
 	a.o, a.err = a.judge(&r, resp, err, lost)
-	answered = a.o != Canceled && !errors.Is(a.err, ErrAttemptTimeout) && !lost
+	answered = a.o != Canceled && (a.err == nil || !errors.Is(a.err, ErrAttemptTimeout)) && !lost
 	r.t.account(a, lost)
 }
 
@@ -408,7 +408,7 @@ func (t *Transport) account(a *attempt, lost bool) {
 		u.latency.observe(elapsed, now) // a fast 429 or 401 says nothing of speed
 	}
 	res := circuitResult(a.o, a.err)
-	timedOut := errors.Is(a.err, ErrAttemptTimeout)
+	timedOut := a.err != nil && errors.Is(a.err, ErrAttemptTimeout) // (errors.Is is not inlined: most attempts have no error)
 	if timedOut && t.impatient(a) {
 		// The caller's own bound, shorter than the Transport's: no
 		// verdict on u (see WithAttemptTimeout).
