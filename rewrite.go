@@ -261,8 +261,9 @@ func hasPrefixFold(s, lower string) bool {
 
 // clone copies the caller's request for one attempt to up: its own URL
 // (the caller's, read only, when rewrite changes nothing in it and
-// shareURL allows), its own header map, without the headers keepHeader
-// leaves out, the value slices shared (nothing writes them), and a
+// shareURL allows), its own header map, without the headers up sets and,
+// for an upstream the caller's credentials are not for, those mayCross
+// keeps back, the value slices shared (nothing writes them), and a
 // watchedBody for the attempt's body. Request, URL and body take one
 // allocation, or none when own holds them.
 func (r *request) clone(ctx context.Context, up *upstream, shareURL bool, own *outParts) (*http.Request, *watchedBody) {
@@ -303,8 +304,9 @@ func (r *request) clone(ctx context.Context, up *upstream, shareURL bool, own *o
 		out.URL = &all.u
 	}
 	h := make(http.Header, len(r.req.Header)+len(up.header))
+	owner := up == r.owner()
 	for k, v := range r.req.Header {
-		if r.keepHeader(k, v, up) {
+		if !up.sets(k) && (owner || r.mayCross(k, v)) {
 			h[k] = v
 		}
 	}
@@ -365,18 +367,13 @@ func (r *request) rewrite(out *http.Request, u *upstream) {
 	}
 }
 
-// keepHeader reports whether the caller's header k, with values vs, goes
-// to u: not when u's Header replaces it, in any spelling (net/http would
-// send a non-canonical key as a second header), nor, for an upstream the
-// caller's credentials are not for, when it is a credential or, on a
-// redirect hop, carries one (a Referer with the first URL's key=).
-func (r *request) keepHeader(k string, vs []string, u *upstream) bool {
-	if u.sets(k) {
-		return false
-	}
-	if u == r.owner() {
-		return true
-	}
+// mayCross reports whether the caller's header k, with values vs, may go
+// to an upstream the caller's credentials are not for: not when it is a
+// credential or, on a redirect hop, carries one (a Referer with the first
+// URL's key=). Any upstream's request also goes without the caller's
+// headers it sets itself, in any spelling (upstream.sets: net/http would
+// send a non-canonical key as a second header).
+func (r *request) mayCross(k string, vs []string) bool {
 	return !r.t.creds.header(k) && (r.hop == nil || !r.hop.carries(vs...))
 }
 

@@ -27,6 +27,7 @@ type upstream struct {
 	rawPath string // escaped base path, no trailing slash
 	header  http.Header
 	headers []headerField // header's fields in a slice, sorted by key: what each request reads (rewrite)
+	lens    uint64        // bit n set: a key of headers is n bytes long (n < 64), or, bit 63, 63 or more (sets)
 	models  modelMap      // Upstream.Models
 
 	// The policy in effect (policy.go): Upstream.Breaker over
@@ -121,6 +122,7 @@ func newUpstream(i int, uc Upstream) (*upstream, error) {
 	}
 	for _, k := range slices.Sorted(maps.Keys(u.header)) {
 		u.headers = append(u.headers, headerField{k, u.header[k]})
+		u.lens |= lenBit(len(k))
 	}
 	if len(uc.Models) > 0 {
 		if err := modelMap(uc.Models).validate(field("Models")); err != nil {
@@ -146,6 +148,9 @@ type headerField struct {
 // sets reports whether u's Header sets the caller's header k, in any
 // spelling: net/http would send a non-canonical key as a second header.
 func (u *upstream) sets(k string) bool {
+	if u.lens&lenBit(len(k)) == 0 {
+		return false // no key of its is as long: most of the caller's headers
+	}
 	for i := range u.headers {
 		if h := u.headers[i].key; len(h) == len(k) && (h == k || equalFoldASCII(h, k)) {
 			return true
@@ -153,6 +158,9 @@ func (u *upstream) sets(k string) bool {
 	}
 	return false
 }
+
+// lenBit is the bit of upstream.lens for a key n bytes long.
+func lenBit(n int) uint64 { return 1 << min(n, 63) }
 
 // serves reports whether u serves model ("" serves everywhere).
 func (u *upstream) serves(model string) bool {

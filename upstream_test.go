@@ -236,3 +236,36 @@ func grepLines(s, sub string) string {
 	}
 	return strings.Join(out, "\n")
 }
+
+// sets finds the keys an upstream's Header sets in any spelling and of any
+// length, its first look by length (upstream.lens) included: keys of 63
+// bytes and more share one bit.
+func TestUpstreamSets(t *testing.T) {
+	long := "X-" + strings.Repeat("Long", 20) // 82 bytes
+	u, err := newUpstream(0, Upstream{Name: "a", BaseURL: "https://a.test/v1", Header: http.Header{
+		"Authorization": {"k"},
+		long:            {"v"},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		key  string
+		want bool
+	}{
+		{"Authorization", true},
+		{"authorization", true},
+		{"AUTHORIZATION", true},
+		{"Authorizatio", false},
+		{"Authorizatiom", false},
+		{"Content-Type", false},
+		{strings.ToLower(long), true},
+		{long + "s", false},              // 83 bytes: the same bit, another key
+		{strings.Repeat("x", 63), false}, // the same bit
+		{"", false},
+	} {
+		if got := u.sets(c.key); got != c.want {
+			t.Errorf("sets(%q) = %v, want %v", c.key, got, c.want)
+		}
+	}
+}
