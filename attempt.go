@@ -208,7 +208,7 @@ func (c *call) prepare(ctx context.Context, a *attempt, cancelable bool) error {
 			actx, a.cancel = context.WithCancelCause(ctx)
 		}
 	}
-	out, watch := c.clone(actx, u, !c.racing, a.own)
+	out := c.clone(actx, u, !c.racing, a.own)
 	c.rewrite(out, u)
 	body, err := c.body.next()
 	if err != nil {
@@ -229,6 +229,14 @@ func (c *call) prepare(ctx context.Context, a *attempt, cancelable bool) error {
 		out.ContentLength = int64(len(data))
 	}
 	if out.Body != nil && out.Body != http.NoBody && !inMemory(out.Body, out.ContentLength) {
+		// A body of a kind that may fail to read, or disagree with its
+		// length: watched, to tell the caller's fault (see judge). A
+		// body in memory, the usual one, spares the watcher's
+		// allocation.
+		watch := new(watchedBody)
+		if a.own != nil {
+			watch = &a.own.b
+		}
 		watch.watch(out.Body, out.ContentLength)
 		out.Body, a.body = watch, watch
 	}

@@ -263,10 +263,9 @@ func hasPrefixFold(s, lower string) bool {
 // (the caller's, read only, when rewrite changes nothing in it and
 // shareURL allows), its own header map, without the headers up sets and,
 // for an upstream the caller's credentials are not for, those mayCross
-// keeps back, the value slices shared (nothing writes them), and a
-// watchedBody for the attempt's body. Request, URL and body take one
-// allocation, or none when own holds them.
-func (r *request) clone(ctx context.Context, up *upstream, shareURL bool, own *outParts) (*http.Request, *watchedBody) {
+// keeps back, the value slices shared (nothing writes them). Request and
+// URL take one allocation, or none when own holds them.
+func (r *request) clone(ctx context.Context, up *upstream, shareURL bool, own *outParts) *http.Request {
 	// The request as the caller made it, or with the attempt's own
 	// context (WithContext's copy, inlined, stays on the stack).
 	req := r.req
@@ -274,12 +273,11 @@ func (r *request) clone(ctx context.Context, up *upstream, shareURL bool, own *o
 		req = req.WithContext(ctx)
 	}
 	var out *http.Request
-	var body *watchedBody
 	switch {
 	case own != nil:
 		// Made with the attempt (see hedgedRound): the URL is its own.
 		own.r, own.u = *req, *req.URL
-		out, body = &own.r, &own.b
+		out = &own.r
 		out.URL = &own.u
 	case shareURL && r.keepsURL(up):
 		// The URL as the caller built it from up's BaseURL: shared,
@@ -287,20 +285,15 @@ func (r *request) clone(ctx context.Context, up *upstream, shareURL bool, own *o
 		// attempt of a hedged round (shareURL false): one that loses
 		// may still be in Base after RoundTrip has returned, when the
 		// caller may change its request.
-		all := new(struct {
-			r http.Request
-			b watchedBody
-		})
-		all.r = *req
-		out, body = &all.r, &all.b
+		out = new(http.Request)
+		*out = *req
 	default:
 		all := new(struct {
 			r http.Request
 			u url.URL
-			b watchedBody
 		})
 		all.r, all.u = *req, *req.URL
-		out, body = &all.r, &all.b
+		out = &all.r
 		out.URL = &all.u
 	}
 	h := make(http.Header, len(r.req.Header)+len(up.header))
@@ -311,7 +304,7 @@ func (r *request) clone(ctx context.Context, up *upstream, shareURL bool, own *o
 		}
 	}
 	out.Header = h
-	return out, body
+	return out
 }
 
 // escapedRest is the escaped rest of the request's path after its
