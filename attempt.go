@@ -264,23 +264,27 @@ func (r *request) mapped(u *upstream) ([]byte, bool) {
 // (showRequest), the verdict (judge), and the accounting (account). r is
 // send's own copy of the request, which the steps read through a pointer.
 func (a *attempt) send(r request) {
-	u := a.u
-	defer u.circuit.Release(a.p) // even if Base or Classify panics
-	if a.lastResort {
-		defer r.t.lastResortDone()
-	}
+	u, t := a.u, r.t
 	answered := false
 	start := a.p.Start() // a.start, converted once by admit
 	if start == 0 {
 		start = mono.Of(a.start) // the last resort's: no permit
 	}
 	u.live.start(start)
-	defer func() { u.live.end(a.endM, answered) }() // even if Base panics
+	// One deferred func for all of the hand-back (three of them cost
+	// about 50 instructions more per request): it runs even if Base,
+	// Classify, the stream guard or a hook panics, or ends the goroutine.
 	defer func() {
-		if v := recover(); v != nil {
-			// Classify, the stream guard or a hook panicked with an
-			// answer in hand: close it and end the attempt's context
-			// before the panic goes on, as a discarded answer would be.
+		v := recover()
+		u.live.end(a.endM, answered)
+		if a.lastResort {
+			t.lastResortDone()
+		}
+		u.circuit.Release(a.p)
+		if v != nil {
+			// A panic with an answer in hand: close it and end the
+			// attempt's context before the panic goes on, as a
+			// discarded answer would be.
 			if a.resp != nil {
 				a.resp.Body.Close()
 			}
