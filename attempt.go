@@ -262,8 +262,10 @@ func (r *request) mapped(u *upstream) ([]byte, bool) {
 // and in a.u's circuit and figures: the round trip (roundTrip), the
 // stream's start (guardStream), the response's view of its request
 // (showRequest), the verdict (judge), and the accounting (account). r is
-// send's own copy of the request, which the steps read through a pointer.
-func (a *attempt) send(r request) {
+// the request as a's goroutine has it: the call's on the caller's
+// goroutine, a hedge's own copy on its own (nothing writes either while a
+// is in flight).
+func (a *attempt) send(r *request) {
 	u, t := a.u, r.t
 	answered := false
 	start := a.p.Start() // a.start, converted once by admit
@@ -292,7 +294,7 @@ func (a *attempt) send(r request) {
 			panic(v)
 		}
 	}()
-	resp, err := a.roundTrip(&r)
+	resp, err := a.roundTrip(r)
 	a.resp = resp
 	if r.t.stream != nil {
 		resp, err = r.t.guardStream(r.ctx, resp, err)
@@ -303,7 +305,7 @@ func (a *attempt) send(r request) {
 	r.showRequest(resp, a)
 	lost := a.lost.Load()
 	a.resp = resp
-	a.o, a.err = a.judge(&r, resp, err, lost)
+	a.o, a.err = a.judge(r, resp, err, lost)
 	answered = a.o != Canceled && (a.err == nil || !errors.Is(a.err, ErrAttemptTimeout)) && !lost
 	r.t.account(a, lost)
 }

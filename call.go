@@ -18,9 +18,10 @@ import (
 const maxAttemptErrors = 64
 
 // request is one RoundTrip's request as every attempt reads it. RoundTrip
-// builds it before the first attempt and nothing writes it after: each
-// attempt gets its own copy (attempt.send takes it by value), so hedged
-// attempts running side by side share nothing of the call.
+// builds it before the first attempt and nothing writes it after: an
+// attempt of a hedged round gets its own copy (sendCatching and fly take
+// it by value), so hedged attempts running side by side share nothing of
+// the call; an attempt on the caller's goroutine alone reads the call's.
 type request struct {
 	t         *Transport
 	req       *http.Request // the caller's, never modified
@@ -332,7 +333,7 @@ func (c *call) try(ctx context.Context, u *upstream, later bool, now *time.Time)
 	case over:
 		return c.finishRound()
 	}
-	a.send(c.request)
+	a.send(&c.request)
 	if resp, err, done := c.settle(&a); done {
 		return resp, err, true
 	}
@@ -350,7 +351,7 @@ func (c *call) lastResort(ctx context.Context, u *upstream, now time.Time) (*htt
 	if c.launch(ctx, &a, u, lastResort, now) != ready {
 		return c.finish()
 	}
-	a.send(c.request)
+	a.send(&c.request)
 	if resp, err, done := c.settle(&a); done {
 		return resp, err
 	}

@@ -316,7 +316,7 @@ func (c *call) hedgedRoundOn(ctx context.Context, order []*upstream, lazy bool, 
 			w.arm(c, ctx, a, rest, unsorted, later, k)
 		}
 		if !armed {
-			a.send(c.request)
+			a.send(&c.request)
 		} else {
 			a.sendCatching(c.request, w)
 			if res, raced := w.end(c.t, a); raced {
@@ -364,7 +364,7 @@ func (a *attempt) sendCatching(r request, w *hedgeWait) {
 			}
 		}
 	}()
-	a.send(r)
+	a.send(&r)
 	returned = true
 }
 
@@ -768,7 +768,7 @@ func (a *attempt) fly(r request, results chan<- *attempt) {
 			r.t.logPanic(a)
 		}
 	}()
-	a.send(r)
+	a.send(&r)
 	returned = true
 }
 
