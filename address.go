@@ -85,7 +85,7 @@ func (t *Transport) route(u *url.URL) (up *upstream, rest, rawRest string) {
 	if u.Opaque != "" || u.Host == "" {
 		return nil, "", ""
 	}
-	ups := t.upstreamsAt(u.Scheme, u.Host)
+	ups, sameScheme := t.upstreamsAt(u.Scheme, u.Host)
 	if len(ups) == 0 {
 		return nil, "", ""
 	}
@@ -96,7 +96,7 @@ func (t *Transport) route(u *url.URL) (up *upstream, rest, rawRest string) {
 	var raw string
 	escaped := false
 	for _, c := range ups { // the longest base path first
-		if !equalFoldASCII(u.Scheme, c.scheme) || !underBase(u.Path, c.path) {
+		if (!sameScheme && !equalFoldASCII(u.Scheme, c.scheme)) || !underBase(u.Path, c.path) {
 			continue
 		}
 		if u.RawPath != "" || c.rawPath != c.path {
@@ -122,19 +122,20 @@ func (t *Transport) route(u *url.URL) (up *upstream, rest, rawRest string) {
 // upstreamsAt returns the upstreams on scheme and host's host, the longest
 // base path first (hosts): at once for a host spelled as an upstream's
 // BaseURL spells it (the usual request, made from that BaseURL), else by
-// its key.
-func (t *Transport) upstreamsAt(scheme, host string) []*upstream {
+// its key. sameScheme reports that every one of them has scheme (in any
+// case), as a spelling's upstreams do.
+func (t *Transport) upstreamsAt(scheme, host string) (ups []*upstream, sameScheme bool) {
 	for i := range t.spelled {
 		if e := &t.spelled[i]; e.host == host && e.scheme == scheme {
-			return e.ups
+			return e.ups, true
 		}
 	}
 	var buf [64]byte
-	return t.hosts[hostKeyIn(buf[:0], scheme, host)]
+	return t.hosts[hostKeyIn(buf[:0], scheme, host)], false
 }
 
 // spelling is a scheme and host as an upstream's BaseURL spells them, and
-// the upstreams on that host (see Transport.spelled).
+// the upstreams on that host with that scheme (see Transport.spelled).
 type spelling struct {
 	scheme, host string
 	ups          []*upstream
@@ -154,7 +155,13 @@ func spellings(ups []*upstream, hosts map[string][]*upstream) []spelling {
 		}
 		if !slices.ContainsFunc(out, func(s spelling) bool { return s.scheme == u.scheme && s.host == u.host }) {
 			var buf [64]byte
-			out = append(out, spelling{u.scheme, u.host, hosts[hostKeyIn(buf[:0], u.scheme, u.host)]})
+			var same []*upstream // in hosts' order: the longest base path first
+			for _, v := range hosts[hostKeyIn(buf[:0], u.scheme, u.host)] {
+				if equalFoldASCII(v.scheme, u.scheme) {
+					same = append(same, v)
+				}
+			}
+			out = append(out, spelling{u.scheme, u.host, same})
 		}
 	}
 	return out
@@ -259,8 +266,9 @@ func (t *Transport) address(u *url.URL) (up *upstream, rest, rawRest string) {
 
 // hostOfUpstream reports whether some upstream has u's scheme and host.
 func (t *Transport) hostOfUpstream(u *url.URL) bool {
-	for _, c := range t.upstreamsAt(u.Scheme, u.Host) {
-		if equalFoldASCII(u.Scheme, c.scheme) {
+	ups, sameScheme := t.upstreamsAt(u.Scheme, u.Host)
+	for _, c := range ups {
+		if sameScheme || equalFoldASCII(u.Scheme, c.scheme) {
 			return true
 		}
 	}

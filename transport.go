@@ -517,7 +517,10 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		closeBody(req)
 		return nil, errors.New("failover: nil Request.URL")
 	}
-	var r request
+	// The call is built where it stays, on this stack: its request is
+	// not copied in.
+	var c call
+	r := &c.request
 	if req.Response != nil {
 		r.addressed, r.rest, r.rawRest = t.route(req.URL)
 		r.hop = t.redirected(req)
@@ -529,9 +532,9 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		r.opts = contextOptions(r.ctx)
 	}
 	if r.addressed == nil {
-		return t.roundTripUnrouted(r)
+		return t.roundTripUnrouted(*r)
 	}
-	c := &call{request: r, trace: requestTrace(r.ctx)}
+	c.trace = requestTrace(r.ctx)
 	resp, err := c.run()
 	c.ended(resp, err)
 	return resp, err
