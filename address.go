@@ -77,17 +77,19 @@ func hasDotSegment(p string) bool {
 // route returns the upstream that u is addressed to (the longest matching
 // base path wins) and the rest of the path after its base path, decoded and
 // escaped (the escaped rest "" when u has no RawPath and the base path
-// needs no escaping: see request.escapedRest), or nil. Both the decoded and the escaped path must lie under the
-// base path, so that an encoded slash cannot pass for a path segment. Only
-// the upstreams on u's host are looked at (hosts), so routing costs the
-// same however many upstreams there are.
-func (t *Transport) route(u *url.URL) (up *upstream, rest, rawRest string) {
+// needs no escaping: see request.escapedRest), or nil. Both the decoded and
+// the escaped path must lie under the base path, so that an encoded slash
+// cannot pass for a path segment. spelled reports that u spells the
+// scheme and host as the upstream's BaseURL does, byte for byte. Only the
+// upstreams on u's host are looked at (hosts), so routing costs the same
+// however many upstreams there are.
+func (t *Transport) route(u *url.URL) (up *upstream, rest, rawRest string, spelled bool) {
 	if u.Opaque != "" || u.Host == "" {
-		return nil, "", ""
+		return nil, "", "", false
 	}
-	ups, sameScheme := t.upstreamsAt(u.Scheme, u.Host)
+	ups, sp := t.upstreamsAt(u.Scheme, u.Host)
 	if len(ups) == 0 {
-		return nil, "", ""
+		return nil, "", "", false
 	}
 	// Without a RawPath, the escaped path is the escaping of Path: under
 	// a base path that needs no escaping whenever Path is under it, and
@@ -95,8 +97,8 @@ func (t *Transport) route(u *url.URL) (up *upstream, rest, rawRest string) {
 	// made only for a base path that needs it.
 	var raw string
 	escaped := false
-	for _, c := range ups { // the longest base path first
-		if (!sameScheme && !equalFoldASCII(u.Scheme, c.scheme)) || !underBase(u.Path, c.path) {
+	for i, c := range ups { // the longest base path first
+		if (sp == nil && !equalFoldASCII(u.Scheme, c.scheme)) || !underBase(u.Path, c.path) {
 			continue
 		}
 		if u.RawPath != "" || c.rawPath != c.path {
@@ -108,30 +110,34 @@ func (t *Transport) route(u *url.URL) (up *upstream, rest, rawRest string) {
 			}
 		}
 		up = c
+		if sp != nil {
+			spelled = sp.spells(i)
+		} else {
+			spelled = u.Scheme == c.scheme && u.Host == c.host
+		}
 		break
 	}
 	if up == nil || hasDotSegment(u.Path) {
-		return nil, "", ""
+		return nil, "", "", false
 	}
 	if escaped {
 		rawRest = raw[len(up.rawPath):]
 	}
-	return up, u.Path[len(up.path):], rawRest
+	return up, u.Path[len(up.path):], rawRest, spelled
 }
 
 // upstreamsAt returns the upstreams on scheme and host's host, the longest
 // base path first (hosts): at once for a host spelled as an upstream's
-// BaseURL spells it (the usual request, made from that BaseURL), else by
-// its key. sameScheme reports that every one of them has scheme (in any
-// case), as a spelling's upstreams do.
-func (t *Transport) upstreamsAt(scheme, host string) (ups []*upstream, sameScheme bool) {
+// BaseURL spells it (the usual request, made from that BaseURL), with
+// that spelling, else by its key, with a nil spelling.
+func (t *Transport) upstreamsAt(scheme, host string) ([]*upstream, *spelling) {
 	for i := range t.spelled {
 		if e := &t.spelled[i]; e.host == host && e.scheme == scheme {
-			return e.ups, true
+			return e.ups, e
 		}
 	}
 	var buf [64]byte
-	return t.hosts[hostKeyIn(buf[:0], scheme, host)], false
+	return t.hosts[hostKeyIn(buf[:0], scheme, host)], nil
 }
 
 // spelling is a scheme and host as an upstream's BaseURL spells them, and
@@ -139,7 +145,11 @@ func (t *Transport) upstreamsAt(scheme, host string) (ups []*upstream, sameSchem
 type spelling struct {
 	scheme, host string
 	ups          []*upstream
+	exact        uint64 // bit i: ups[i]'s BaseURL spells scheme and host so too (i < 64)
 }
+
+// spells reports whether ups[i]'s BaseURL spells e's scheme and host.
+func (e *spelling) spells(i int) bool { return i < 64 && e.exact&(1<<i) != 0 }
 
 // maxSpellings bounds Transport.spelled, so that a request to a host spelled
 // otherwise costs the same however many upstreams there are.
@@ -155,13 +165,17 @@ func spellings(ups []*upstream, hosts map[string][]*upstream) []spelling {
 		}
 		if !slices.ContainsFunc(out, func(s spelling) bool { return s.scheme == u.scheme && s.host == u.host }) {
 			var buf [64]byte
-			var same []*upstream // in hosts' order: the longest base path first
-			for _, v := range hosts[hostKeyIn(buf[:0], u.scheme, u.host)] {
-				if equalFoldASCII(v.scheme, u.scheme) {
-					same = append(same, v)
+			e := spelling{scheme: u.scheme, host: u.host}
+			for _, v := range hosts[hostKeyIn(buf[:0], u.scheme, u.host)] { // the longest base path first
+				if !equalFoldASCII(v.scheme, u.scheme) {
+					continue
 				}
+				if v.scheme == u.scheme && v.host == u.host && len(e.ups) < 64 {
+					e.exact |= 1 << len(e.ups)
+				}
+				e.ups = append(e.ups, v)
 			}
-			out = append(out, spelling{u.scheme, u.host, same})
+			out = append(out, e)
 		}
 	}
 	return out
@@ -252,23 +266,23 @@ var pathSafeByte = func() (t [256]bool) {
 // and host no upstream has is addressed to the first when its path lies
 // under that upstream's base path. (A URL on an upstream's own host is
 // that upstream's business: its credentials must not go to the first.)
-func (t *Transport) address(u *url.URL) (up *upstream, rest, rawRest string) {
-	up, rest, rawRest = t.route(u)
+func (t *Transport) address(u *url.URL) (up *upstream, rest, rawRest string, spelled bool) {
+	up, rest, rawRest, spelled = t.route(u)
 	if up != nil || t.unroutedPolicy != UnroutedFirst || u.Opaque != "" || u.Host == "" || hasDotSegment(u.Path) || t.hostOfUpstream(u) {
-		return up, rest, rawRest
+		return up, rest, rawRest, spelled
 	}
 	first, raw := t.upstreams[0], escapedPath(u)
 	if !underBase(u.Path, first.path) || !underBase(raw, first.rawPath) {
-		return nil, "", ""
+		return nil, "", "", false
 	}
-	return first, u.Path[len(first.path):], raw[len(first.rawPath):] // (an escaped rest is a rest's escaping: see escapedRest)
+	return first, u.Path[len(first.path):], raw[len(first.rawPath):], false // (an escaped rest is a rest's escaping: see escapedRest)
 }
 
 // hostOfUpstream reports whether some upstream has u's scheme and host.
 func (t *Transport) hostOfUpstream(u *url.URL) bool {
-	ups, sameScheme := t.upstreamsAt(u.Scheme, u.Host)
+	ups, sp := t.upstreamsAt(u.Scheme, u.Host)
 	for _, c := range ups {
-		if sameScheme || equalFoldASCII(u.Scheme, c.scheme) {
+		if sp != nil || equalFoldASCII(u.Scheme, c.scheme) {
 			return true
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"strings"
 	"testing"
 )
 
@@ -33,7 +34,7 @@ func TestEncodedBasePath(t *testing.T) {
 		}
 	}
 	// An encoded slash is not a path segment: /v1%2Fx is not under /v1.
-	if up, _, _ := tr.route(mustParse(t, "http://a.test/v1%2Fx")); up != nil {
+	if up, _, _, _ := tr.route(mustParse(t, "http://a.test/v1%2Fx")); up != nil {
 		t.Errorf("/v1%%2Fx routed to %s", up.name)
 	}
 }
@@ -49,7 +50,7 @@ func TestIPv6HostsStayApart(t *testing.T) {
 		{"http://[::1]/v1/x", false},
 		{"http://[::1]:80/v1/x", false},
 	} {
-		if up, _, _ := tr.route(mustParse(t, tt.url)); (up != nil) != tt.routed {
+		if up, _, _, _ := tr.route(mustParse(t, tt.url)); (up != nil) != tt.routed {
 			t.Errorf("%s routed = %v, want %v", tt.url, up != nil, tt.routed)
 		}
 	}
@@ -84,7 +85,7 @@ func FuzzRoute(f *testing.F) {
 			return
 		}
 		in := fmt.Sprintf("URL %q against bases %q", raw, accepted)
-		up, rest, rawRest := tr.route(u)
+		up, rest, rawRest, _ := tr.route(u)
 		// The escaped rest as rewrite reads it (route leaves it to be
 		// made from rest when u has no RawPath).
 		rawRest = (&request{req: &http.Request{URL: u}, rest: rest, rawRest: rawRest}).escapedRest()
@@ -111,4 +112,48 @@ func FuzzRoute(f *testing.F) {
 			t.Fatalf("%s: the escaped rest %q decodes to %q (%v), not to the rest %q: another upstream gets a different path", in, rawRest, dec, err, rest)
 		}
 	})
+}
+
+// route says a URL is spelled as its upstream's BaseURL only when scheme
+// and host are the same bytes, for a host among the first spellings
+// (Transport.spelled) and past them alike: only then may an attempt share
+// the caller's URL (keepsURL).
+func TestRouteSpelled(t *testing.T) {
+	cfg := Config{Base: newFakeNet()}
+	for i := range maxSpellings + 2 {
+		cfg.Upstreams = append(cfg.Upstreams, Upstream{Name: fmt.Sprint("u", i), BaseURL: fmt.Sprintf("https://u%d.test/v1", i)})
+	}
+	// Two upstreams on one host, spelled otherwise, and one on its
+	// other scheme.
+	cfg.Upstreams = append(cfg.Upstreams,
+		Upstream{Name: "lower", BaseURL: "https://u0.test/v2"},
+		Upstream{Name: "upper", BaseURL: "https://U0.test/v3"},
+		Upstream{Name: "plain", BaseURL: "http://u0.test/v4"},
+	)
+	tr := newTestTransport(t, cfg)
+	last := fmt.Sprintf("u%d", maxSpellings+1)
+	for _, tt := range []struct {
+		url, up string
+		spelled bool
+	}{
+		{"https://u0.test/v1/x", "u0", true},
+		{"https://U0.test/v1/x", "u0", false},
+		{"https://u0.test:443/v1/x", "u0", false},
+		{"https://u0.test/v2/x", "lower", true},
+		{"https://u0.test/v3/x", "upper", false},
+		{"https://U0.test/v3/x", "upper", true},
+		{"http://u0.test/v4/x", "plain", true},
+		{"http://u0.test/v1/x", "", false}, // u0 is on https
+		{"https://" + last + ".test/v1/x", last, true},
+		{"https://" + strings.ToUpper(last) + ".test/v1/x", last, false},
+	} {
+		up, _, _, spelled := tr.route(mustParse(t, tt.url))
+		name := ""
+		if up != nil {
+			name = up.name
+		}
+		if name != tt.up || spelled != tt.spelled {
+			t.Errorf("%s: routed to %q, spelled %v; want %q, %v", tt.url, name, spelled, tt.up, tt.spelled)
+		}
+	}
 }

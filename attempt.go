@@ -297,7 +297,7 @@ func (a *attempt) send(r *request) {
 	resp, err := a.roundTrip(r)
 	a.resp = resp
 	if r.t.stream != nil {
-		resp, err = r.t.guardStream(r.ctx, resp, err)
+		resp, err = r.t.guardStream(r.req.Context(), resp, err)
 		a.resp = resp
 	}
 	a.end = time.Now()
@@ -328,7 +328,7 @@ func (a *attempt) roundTrip(r *request) (*http.Response, error) {
 	if resp == nil && err == nil {
 		err = errNoResponse // a Base that breaks the RoundTripper contract
 	}
-	if timer != nil && !timer.Stop() && r.ctx.Err() == nil && !a.lost.Load() {
+	if timer != nil && !timer.Stop() && r.req.Context().Err() == nil && !a.lost.Load() {
 		// Our timeout fired, not the caller's.
 		if resp != nil {
 			resp.Body.Close()
@@ -392,7 +392,7 @@ func (a *attempt) judge(r *request, resp *http.Response, err error, lost bool) (
 	t := r.t
 	switch {
 	case lost:
-		if resp == nil && r.ctx.Err() == nil && (t.suspect(a.u, a.end) || t.silent(a.u, a.start, a.end)) {
+		if resp == nil && r.req.Context().Err() == nil && (t.suspect(a.u, a.end) || t.silent(a.u, a.start, a.end)) {
 			return Failed, errHedgeLost
 		}
 		return Canceled, err
@@ -401,7 +401,7 @@ func (a *attempt) judge(r *request, resp *http.Response, err error, lost bool) (
 		// ContentLength: no upstream is to blame.
 		a.callerFault = true
 		return Canceled, err
-	case err == nil || r.ctx.Err() == nil:
+	case err == nil || r.req.Context().Err() == nil:
 		if err == nil && peekable(resp.StatusCode) {
 			peekBody(resp) // for BodyPrefix: is it Unservable?
 		}

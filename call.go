@@ -24,11 +24,11 @@ const maxAttemptErrors = 64
 // the call; an attempt on the caller's goroutine alone reads the call's.
 type request struct {
 	t         *Transport
-	req       *http.Request // the caller's, never modified
-	ctx       context.Context
+	req       *http.Request // the caller's, never modified; its Context is the request's
 	addressed *upstream
 	rest      string // the request's path after the addressed base path
 	rawRest   string // the same, escaped
+	spelled   bool   // the caller's URL spells the scheme and host as addressed's BaseURL does (see keepsURL)
 
 	// On a redirect hop, whom the caller's credentials belong to; nil
 	// otherwise. (One pointer: at 128 bytes or less, request goes to a
@@ -95,7 +95,7 @@ func (c *call) run() (*http.Response, error) {
 	if c.t.hedge != nil {
 		c.t.hedge.earn()
 	}
-	ctx := c.ctx
+	ctx := c.req.Context()
 	var waited time.Duration
 	for round := 0; ; c.roundNo++ {
 		c.attempts, c.fatal, c.notHere = 0, 0, 0
@@ -474,7 +474,7 @@ func (c *call) settle(a *attempt) (*http.Response, error, bool) {
 			c.callerFault = true
 			return nil, err, true // the caller's own error, as it is
 		}
-		if cerr := c.ctx.Err(); cerr != nil {
+		if cerr := c.req.Context().Err(); cerr != nil {
 			if resp != nil {
 				discard(resp)
 			}

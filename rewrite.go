@@ -323,7 +323,7 @@ func (r *request) escapedRest() string {
 // up: up is the upstream the caller addressed, in the scheme and host its
 // BaseURL spells, and the request is not a redirect hop.
 func (r *request) keepsURL(up *upstream) bool {
-	return up == r.addressed && r.hop == nil && r.req.URL.Scheme == up.scheme && r.req.URL.Host == up.host
+	return up == r.addressed && r.hop == nil && r.spelled
 }
 
 // rewrite points out, a clone of the caller's request, at u: scheme, host,
@@ -650,7 +650,7 @@ const maxRedirects = 100
 func (t *Transport) redirected(req *http.Request) *hop {
 	h := &hop{origin: firstRequest(req)}
 	if h.origin != nil {
-		h.owner, _, _ = t.address(h.origin.URL)
+		h.owner, _, _, _ = t.address(h.origin.URL)
 		h.secrets = t.creds.appendRequestSecrets(h.secrets, h.origin)
 	} else {
 		h.secrets = t.creds.appendURLSecrets(h.secrets, req.URL)
@@ -755,7 +755,7 @@ func (r *request) unrouted() *http.Request {
 	if h := r.hop; h == nil || h.origin != nil && h.owner == nil {
 		return r.req
 	}
-	out := r.req.Clone(r.ctx)
+	out := r.req.Clone(r.req.Context())
 	for k, vs := range out.Header {
 		if r.t.creds.header(k) || r.hop.carries(vs...) {
 			delete(out.Header, k)

@@ -1223,7 +1223,7 @@ func TestPathAt(t *testing.T) {
 		req := httptestRequest("GET", tc.url, "")
 		var r request
 		r.t, r.req = tr, req
-		r.addressed, r.rest, r.rawRest = tr.address(req.URL)
+		r.addressed, r.rest, r.rawRest, r.spelled = tr.address(req.URL)
 		if r.addressed == nil {
 			t.Fatalf("%s: addressed to no upstream", tc.url)
 		}

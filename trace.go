@@ -270,7 +270,7 @@ func (c *call) outcome(resp *http.Response, err error) requestOutcome {
 			return reqFailedOver
 		}
 		return reqAnswered
-	case c.callerFault || c.ctx.Err() != nil:
+	case c.callerFault || c.req.Context().Err() != nil:
 		return reqCanceled
 	case c.sent == 0:
 		return reqUnavailable

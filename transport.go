@@ -522,19 +522,19 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	var c call
 	r := &c.request
 	if req.Response != nil {
-		r.addressed, r.rest, r.rawRest = t.route(req.URL)
+		r.addressed, r.rest, r.rawRest, r.spelled = t.route(req.URL)
 		r.hop = t.redirected(req)
 	} else {
-		r.addressed, r.rest, r.rawRest = t.address(req.URL)
+		r.addressed, r.rest, r.rawRest, r.spelled = t.address(req.URL)
 	}
-	r.t, r.req, r.ctx = t, req, req.Context()
+	r.t, r.req = t, req
 	if optioning.Load() { // nothing to look up until a With function was called
-		r.opts = contextOptions(r.ctx)
+		r.opts = contextOptions(req.Context())
 	}
 	if r.addressed == nil {
 		return t.roundTripUnrouted(*r)
 	}
-	c.trace = requestTrace(r.ctx)
+	c.trace = requestTrace(req.Context())
 	resp, err := c.run()
 	c.ended(resp, err)
 	return resp, err

@@ -192,7 +192,7 @@ func (t *Transport) roundTripUnrouted(r request) (*http.Response, error) {
 
 // traceUnrouted calls the Trace's Done, if any, for an unrouted request.
 func (t *Transport) traceUnrouted(r request, resp *http.Response, err error, start time.Time) {
-	tr := requestTrace(r.ctx)
+	tr := requestTrace(r.req.Context())
 	if tr == nil || tr.Done == nil {
 		return
 	}
