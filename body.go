@@ -156,6 +156,11 @@ func inMemory(body io.Reader, n int64) bool {
 	if n <= 0 {
 		return false
 	}
+	// io.NopCloser's first (http.NewRequest wraps the three in it), then
+	// the reader within: one look at the type each.
+	for t := reflect.TypeOf(body); t == nopCloserType || t == nopCloserWriterToType; t = reflect.TypeOf(body) {
+		body = nopCloserReader(body)
+	}
 	switch r := body.(type) {
 	case *bytes.Reader:
 		return int64(r.Len()) == n
@@ -163,9 +168,6 @@ func inMemory(body io.Reader, n int64) bool {
 		return int64(r.Len()) == n
 	case *bytes.Buffer:
 		return int64(r.Len()) == n
-	}
-	if t := reflect.TypeOf(body); t == nopCloserType || t == nopCloserWriterToType {
-		return inMemory(nopCloserReader(body), n)
 	}
 	return false
 }
