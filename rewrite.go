@@ -315,6 +315,9 @@ func (r *request) escapedRest() string {
 	if r.rawRest != "" || r.rest == "" || r.req.URL.RawPath != "" {
 		return r.rawRest
 	}
+	if pathSafe(r.rest) {
+		return r.rest // its escaping, as escapedPath's first look finds
+	}
 	u := url.URL{Path: r.rest}
 	return u.EscapedPath()
 }
