@@ -123,14 +123,28 @@ type headroomReader struct {
 
 func readHeadroom(h http.Header, now time.Time) headroomReader {
 	r := headroomReader{now: now, requests: -1, tokens: -1}
-	if len(h) == 0 {
-		return r
+	if !anyRateLimitHeader(h) {
+		return r // nothing to read: most answers of most upstreams
 	}
 	r.openAI(h)
 	r.anthropic(h)
 	r.xRateLimit(h)
 	r.ietf(h)
 	return r
+}
+
+// anyRateLimitHeader reports whether h has a key that readHeadroom may
+// read: each begins with one of these, in canonical form, as headerValue
+// looks them up. One pass over the keys costs less than the sixteen
+// lookups it spares an answer without them, and stops at the first key
+// of an answer with them.
+func anyRateLimitHeader(h http.Header) bool {
+	for k := range h {
+		if strings.HasPrefix(k, "X-Ratelimit-") || strings.HasPrefix(k, "Ratelimit-") || strings.HasPrefix(k, "Anthropic-Ratelimit-") {
+			return true
+		}
+	}
+	return false
 }
 
 func (r *headroomReader) headroom() Headroom {

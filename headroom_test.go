@@ -308,6 +308,36 @@ anthropic-ratelimit-tokens-reset: ` + now.Add(7*time.Second).Format(time.RFC3339
 	}
 }
 
+// TestParseHeadroomEachHeaderAlone sends each header ParseHeadroom reads
+// as the only rate-limit header among unrelated ones, in the spelling the
+// wire gives: each alone is read (readHeadroom looks up nothing when no key
+// has a rate-limit prefix, so a name outside those prefixes would be lost
+// here).
+func TestParseHeadroomEachHeaderAlone(t *testing.T) {
+	now := openAIDate
+	reset := now.Add(30 * time.Second).Format(time.RFC3339)
+	for _, line := range []string{
+		"x-ratelimit-remaining-requests: 7", "x-ratelimit-reset-requests: 30s",
+		"x-ratelimit-remaining-tokens: 7", "x-ratelimit-reset-tokens: 30s",
+		"anthropic-ratelimit-requests-remaining: 7", "anthropic-ratelimit-requests-reset: " + reset,
+		"anthropic-ratelimit-tokens-remaining: 7", "anthropic-ratelimit-tokens-reset: " + reset,
+		"anthropic-ratelimit-input-tokens-remaining: 7", "anthropic-ratelimit-input-tokens-reset: " + reset,
+		"anthropic-ratelimit-output-tokens-remaining: 7", "anthropic-ratelimit-output-tokens-reset: " + reset,
+		"x-ratelimit-remaining: 7", "x-ratelimit-reset: 30",
+		"ratelimit-remaining: 7", "ratelimit-reset: 30",
+	} {
+		h := wireHeader(t, "content-type: application/json\nx-request-id: req_1\n"+line+"\nserver: cloudflare")
+		hr, ok := ParseHeadroom(h, now)
+		if !ok {
+			t.Errorf("%q among unrelated headers: ParseHeadroom found nothing", line)
+			continue
+		}
+		if hr.RemainingRequests != 7 && hr.RemainingTokens != 7 && !hr.Reset.Equal(now.Add(30*time.Second)) {
+			t.Errorf("%q: got %+v, want a remaining of 7 or a reset at +30s", line, hr)
+		}
+	}
+}
+
 func TestHeadroomExhausted(t *testing.T) {
 	for _, tt := range []struct {
 		h    Headroom
