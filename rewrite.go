@@ -92,11 +92,58 @@ type credentials struct {
 	// costs less than the patterns. Copied on write, never changed once
 	// stored, and at most maxSeenHeaders long, so that callers sending
 	// ever new names cannot grow it.
-	seen atomic.Pointer[map[string]bool]
+	seen atomic.Pointer[seenHeaders]
 }
 
 // maxSeenHeaders bounds credentials.seen.
 const maxSeenHeaders = 256
+
+// seenHeaders is credentials.seen: the first names met in an array, where
+// a look compares lengths before bytes and hashes nothing (a request has a
+// few headers, the same on every request), and the others in a map.
+type seenHeaders struct {
+	n       int
+	names   [8]string
+	verdict [8]bool
+	more    map[string]bool
+}
+
+// lookup returns the verdict on k, and whether there is one.
+func (s *seenHeaders) lookup(k string) (v, ok bool) {
+	for i, name := range s.names[:s.n] {
+		if name == k {
+			return s.verdict[i], true
+		}
+	}
+	v, ok = s.more[k]
+	return v, ok
+}
+
+// with returns a copy of s (nil: none yet) with the verdict v on k, or s
+// itself when it holds maxSeenHeaders already.
+func (s *seenHeaders) with(k string, v bool) *seenHeaders {
+	next := new(seenHeaders)
+	if s != nil {
+		if s.n+len(s.more) >= maxSeenHeaders {
+			return s
+		}
+		next.n, next.names, next.verdict = s.n, s.names, s.verdict
+		if s.more != nil {
+			next.more = make(map[string]bool, len(s.more)+1)
+			maps.Copy(next.more, s.more)
+		}
+	}
+	if next.n < len(next.names) {
+		next.names[next.n], next.verdict[next.n] = k, v
+		next.n++
+		return next
+	}
+	if next.more == nil {
+		next.more = make(map[string]bool, 1)
+	}
+	next.more[k] = v
+	return next
+}
 
 // newCredentials checks Config.CredentialHeaders and CredentialParams and
 // builds the rule, with the upstreams' Header names and values.
@@ -137,20 +184,13 @@ func newCredentials(cfg Config, ups []*upstream) (*credentials, error) {
 func (c *credentials) header(k string) bool {
 	seen := c.seen.Load()
 	if seen != nil {
-		if v, ok := (*seen)[k]; ok {
+		if v, ok := seen.lookup(k); ok {
 			return v
 		}
 	}
 	v := c.judgeHeader(k)
-	var m map[string]bool
-	if seen != nil {
-		m = *seen
-	}
-	if len(m) < maxSeenHeaders {
-		next := make(map[string]bool, len(m)+1)
-		maps.Copy(next, m)
-		next[k] = v
-		c.seen.CompareAndSwap(seen, &next) // when another name won, the next call stores this one
+	if next := seen.with(k, v); next != seen {
+		c.seen.CompareAndSwap(seen, next) // when another name won, the next call stores this one
 	}
 	return v
 }

@@ -707,19 +707,31 @@ func TestCredentialRule(t *testing.T) {
 }
 
 // The cache of header verdicts holds at most maxSeenHeaders names, and a
-// name past it is still judged.
+// name past it is still judged; a name in it, in its array or its map, has
+// the verdict it was judged with.
 func TestCredentialCacheBounded(t *testing.T) {
 	c, err := newCredentials(Config{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for i := range 2 * maxSeenHeaders {
-		if c.header(fmt.Sprintf("X-Plain-%d", i)) || !c.header(fmt.Sprintf("X-Token-%d", i)) {
-			t.Fatalf("wrong verdict for name %d", i)
+	for pass := range 2 {
+		for i := range 2 * maxSeenHeaders {
+			if c.header(fmt.Sprintf("X-Plain-%d", i)) || !c.header(fmt.Sprintf("X-Token-%d", i)) {
+				t.Fatalf("pass %d: wrong verdict for name %d", pass, i)
+			}
 		}
 	}
-	if n := len(*c.seen.Load()); n != maxSeenHeaders {
+	s := c.seen.Load()
+	if n := s.n + len(s.more); n != maxSeenHeaders {
 		t.Errorf("the cache holds %d names, want %d", n, maxSeenHeaders)
+	}
+	for i, k := range []string{"X-Plain-0", "X-Token-0", "X-Plain-100", "X-Token-100"} {
+		if v, ok := s.lookup(k); !ok || v != (i%2 == 1) {
+			t.Errorf("cache lookup %s = %v, %v; want %v, true", k, v, ok, i%2 == 1)
+		}
+	}
+	if _, ok := s.lookup("X-Plain-300"); ok {
+		t.Errorf("X-Plain-300, met past the bound, is in the cache")
 	}
 }
 
