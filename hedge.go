@@ -35,8 +35,8 @@ import (
 //
 // The first attempt of a round goes to Base on the caller's goroutine, as
 // without hedging, and a timer waits for its delay: a request answered in
-// time costs no goroutine or channel, and two allocations more (the
-// timer). When the delay
+// time costs no goroutine or channel, and no allocation more (the timer
+// comes from a pool). When the delay
 // passes first, the timer's goroutine runs the rest of the round, and
 // RoundTrip returns the winner's answer once Base has returned from the
 // first attempt, which is canceled when it loses: a Base that does not
@@ -240,8 +240,8 @@ const (
 // hedgedRound is a round with hedging. It tries the upstreams in order,
 // each attempt on the caller's goroutine, as a round without hedging
 // does, with a timer armed for its delay (hedgeWait). An attempt that
-// answers within the delay costs the hedging its timer and nothing more:
-// no goroutine, no channel. When the delay passes first, the timer's
+// answers within the delay costs the hedging its timer, a pooled one, and
+// nothing more: no goroutine, no channel. When the delay passes first, the timer's
 // goroutine takes the round over (racer): it sends the hedge, and takes the
 // first answer that ends the request, the caller's attempt's too when Base
 // returns it. It reports done with the result when the request is over.
@@ -277,9 +277,10 @@ func (c *call) hedgedRoundOn(ctx context.Context, order []*upstream, lazy bool, 
 		var u *upstream
 		var rest []*upstream // the upstreams after u, for the hedges and the failovers
 		unsorted := 0        // how many of rest, from its start, may be demoted
+		now := time.Now()
 		if k < n {
 			u = order[k]
-			if lazy && k < 64 && c.t.demotion(u, time.Now()) != "" { // as Transport.order: past 64, none is
+			if lazy && k < 64 && c.t.demotion(u, now) != "" { // as Transport.order: past 64, none is
 				demoted = append(demoted, u)
 				continue
 			}
@@ -299,7 +300,7 @@ func (c *call) hedgedRoundOn(ctx context.Context, order []*upstream, lazy bool, 
 			a = new(attempt) // after a failover: the first one's parts are taken
 		}
 		a.own = own
-		switch c.launch(ctx, a, u, plain, time.Now()) {
+		switch c.launch(ctx, a, u, plain, now) {
 		case skipped:
 			*a = attempt{} // not sent: the next upstream's turn takes it
 			continue
@@ -396,15 +397,14 @@ const (
 // Base on the caller's goroutine, and what the timer's goroutine needs to
 // take the round over when the delay passes first. It is made with the
 // round (hedgedRound), its timer at the first attempt and armed again for
-// each after; its channels only when the delay passes. (The timer is not
-// from a pool: a timer belongs to the synctest bubble it was made in, and
-// a pooled one would go to a request in another, or outside any, which is
-// fatal. Its func is: see hedgeFire.)
+// each after; its channels only when the delay passes. (Its timer and the
+// timer's func come from a pool, but in a synctest bubble: see hedgeFire.)
 type hedgeWait struct {
-	timer *time.Timer // time.AfterFunc(f.fn), made by the first arm
-	f     *hedgeFire  // nil until the first arm
-	spent bool        // the timer fired, or may have: f is not given back
-	final chan raceResult
+	timer   *time.Timer // time.AfterFunc(f.fn), made by the first arm or f's
+	f       *hedgeFire  // nil until the first arm
+	spent   bool        // the timer fired, or may have: f is not given back
+	bubbled bool        // the first arm was in a synctest bubble: the timer is the bubble's
+	final   chan raceResult
 
 	mu       sync.Mutex
 	state    int
@@ -428,8 +428,8 @@ type raceResult struct {
 	goexited bool
 }
 
-// arm starts the delay of a, an attempt of c's round about to be sent on
-// the caller's goroutine. The upstreams after a's, for the hedges and the
+// arm starts the delay of a, an attempt of c's round launched and about
+// to be sent on the caller's goroutine: the delay runs from its start. The upstreams after a's, for the hedges and the
 // failovers, are rest, of which the first unsorted are in the configured
 // order with their demotions not read yet, then later, demoted ones; index
 // is a's place in the round's configured order (for the 64 whose demotion
@@ -439,7 +439,7 @@ type raceResult struct {
 // configured order, or a copy), later copied after it when there are
 // any (they may be on the caller's stack).
 func (w *hedgeWait) arm(c *call, ctx context.Context, a *attempt, rest []*upstream, unsorted int, later []*upstream, index int) {
-	now := time.Now()
+	now := a.start // launch's, a moment ago
 	d := c.t.hedgeDelay(a.u, now)
 	order := rest
 	if len(later) > 0 {
@@ -449,24 +449,43 @@ func (w *hedgeWait) arm(c *call, ctx context.Context, a *attempt, rest []*upstre
 	w.state, w.due = waiting, now.Add(d)
 	w.c, w.ctx, w.a, w.index, w.unsorted, w.order = c, ctx, a, index, unsorted, order
 	w.mu.Unlock()
-	if w.timer == nil {
-		w.f = hedgeFires.Get().(*hedgeFire)
-		w.f.w.Store(w)
-		w.timer = time.AfterFunc(d, w.f.fn)
+	if w.timer != nil {
+		w.timer.Reset(d)
 		return
 	}
-	w.timer.Reset(d)
+	w.f = hedgeFires.Get().(*hedgeFire)
+	w.f.w.Store(w)
+	if w.bubbled = inBubble(now); !w.bubbled && w.f.timer != nil {
+		w.timer = w.f.timer
+		w.timer.Reset(d)
+		return
+	}
+	w.timer = time.AfterFunc(d, w.f.fn)
 }
 
 // hedgeFire is the func a hedgeWait's timer runs, and the hedgeWait it
-// runs for. It is pooled, as a timer cannot be: it belongs to no bubble,
-// and a round whose timer never fired gives it back (recycle), so an
-// unfired hedge costs its round the Timer alone. One whose timer fired, or
-// may have, is left to the garbage collector: its func may still be on its
-// way, and must find the round it was armed for.
+// runs for, pooled with the timer that runs it when that was made outside
+// any synctest bubble: a round whose timer never fired gives them back
+// (recycle), stopped, so that an unfired hedge allocates nothing. One whose
+// timer fired, or may have, is left to the garbage collector: its func may
+// still be on its way, and must find the round it was armed for.
+//
+// A timer made in a bubble belongs to it, and to stop or reset it from
+// outside is fatal (a pooled one would go to a request in another bubble,
+// or in none): it is never pooled, nor is a bubble's round given a pooled
+// one (it would run on the real clock).
 type hedgeFire struct {
-	w  atomic.Pointer[hedgeWait]
-	fn func() // run, made once with the hedgeFire
+	w     atomic.Pointer[hedgeWait]
+	fn    func()      // run, made once with the hedgeFire
+	timer *time.Timer // time.AfterFunc(fn), made outside any bubble and stopped; nil until then
+}
+
+// inBubble reports whether now, from time.Now, was read in a synctest
+// bubble: there time.Now has no monotonic reading ("Don't return a
+// monotonic time inside a synctest bubble", runtime/time.go), and outside
+// one it always has (TestInBubble holds both on the Go it runs with).
+func inBubble(now time.Time) bool {
+	return now == now.Round(0) // Round(0) strips the monotonic reading alone
 }
 
 var hedgeFires = sync.Pool{New: func() any {
@@ -489,8 +508,11 @@ func (w *hedgeWait) recycle() {
 		return
 	}
 	w.f.w.Store(nil)
+	if !w.bubbled {
+		w.f.timer = w.timer // stopped: the last Stop found it armed
+	}
 	hedgeFires.Put(w.f)
-	w.f = nil
+	w.f, w.timer = nil, nil
 }
 
 // racerOrder is the order of the upstreams a racer may send to: w.order,

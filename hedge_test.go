@@ -653,7 +653,7 @@ func TestHedgeWaitEarlyFire(t *testing.T) {
 	n := newFakeNet()
 	tr := newTestTransport(t, twoUpstreams(n, Config{Hedge: &HedgeConfig{Delay: time.Hour}}))
 	c := &call{request: request{t: tr}}
-	a := &attempt{u: tr.upstreams[0]}
+	a := &attempt{u: tr.upstreams[0], start: time.Now()} // as launch leaves it
 	w := new(hedgeWait)
 	w.arm(c, context.Background(), a, tr.upstreams[1:], 0, nil, 0)
 	w.fire() // as a stale fire would, long before the hour
@@ -913,7 +913,7 @@ func TestHedgeFireRecycled(t *testing.T) {
 		n := newFakeNet()
 		tr := newTestTransport(t, twoUpstreams(n, Config{Hedge: &HedgeConfig{Delay: time.Second}}))
 		c := &call{request: request{t: tr}}
-		a := &attempt{u: tr.upstreams[0]}
+		a := &attempt{u: tr.upstreams[0], start: time.Now()} // as launch leaves it
 
 		w := new(hedgeWait)
 		w.arm(c, context.Background(), a, tr.upstreams[1:], 0, nil, 0)
@@ -1214,4 +1214,62 @@ func TestHedgeTraceHookGoexit(t *testing.T) {
 			t.Errorf("the first attempt was canceled %d times, want once", canceled.Load())
 		}
 	})
+}
+
+// inBubble tells a time read in a synctest bubble from one read outside,
+// which hedgeFire's pooled timers rely on: a bubble's timer must never be
+// pooled, nor a pooled one given to a bubble's round.
+func TestInBubble(t *testing.T) {
+	if inBubble(time.Now()) {
+		t.Error("time.Now outside a bubble reads as in one")
+	}
+	synctest.Test(t, func(t *testing.T) {
+		if !inBubble(time.Now()) {
+			t.Error("time.Now in a bubble reads as outside one")
+		}
+	})
+}
+
+// An unfired hedge's timer goes back to the pool with its func, stopped,
+// and the next round outside a bubble arms it again, allocating nothing;
+// a bubble's round makes its own and keeps it out of the pool.
+func TestHedgeTimerPooled(t *testing.T) {
+	tr := newTestTransport(t, twoUpstreams(newFakeNet(), Config{Hedge: &HedgeConfig{Delay: time.Hour}}))
+	c := &call{request: request{t: tr}}
+	round := func() (*hedgeFire, *time.Timer) {
+		a := &attempt{u: tr.upstreams[0], start: time.Now()}
+		w := new(hedgeWait)
+		w.arm(c, context.Background(), a, tr.upstreams[1:], 0, nil, 0)
+		f, timer := w.f, w.timer
+		if _, raced := w.end(tr, a); raced {
+			t.Fatal("end says the round raced")
+		}
+		w.recycle()
+		return f, timer
+	}
+	f, timer := round()
+	if f.timer != timer {
+		t.Fatalf("recycled func holds timer %p, want the round's %p", f.timer, timer)
+	}
+	synctest.Test(t, func(t *testing.T) {
+		a := &attempt{u: tr.upstreams[0], start: time.Now()}
+		w := new(hedgeWait)
+		w.arm(c, context.Background(), a, tr.upstreams[1:], 0, nil, 0)
+		if w.f.timer != nil && w.timer == w.f.timer {
+			t.Error("a bubble's round got a pooled timer, which runs on the real clock")
+		}
+		bubbleTimer, f := w.timer, w.f
+		w.end(tr, a)
+		w.recycle()
+		if f.timer == bubbleTimer {
+			t.Error("a bubble's timer went back to the pool")
+		}
+	})
+	want := 2.0 // the attempt and the hedgeWait are this test's; the timer none
+	if raceEnabled {
+		want = 3.25 // the pool drops a quarter of what it is given: then three allocations more
+	}
+	if n := testing.AllocsPerRun(1000, func() { round() }); n > want {
+		t.Errorf("a round outside a bubble allocates %v times, want at most %v (its attempt and hedgeWait)", n, want)
+	}
 }
