@@ -278,7 +278,8 @@ func (t *Transport) address(u *url.URL) (up *upstream, rest, rawRest string, spe
 	return first, u.Path[len(first.path):], raw[len(first.rawPath):], false // (an escaped rest is a rest's escaping: see escapedRest)
 }
 
-// hostOfUpstream reports whether some upstream has u's scheme and host.
+// hostOfUpstream reports whether some upstream has u's scheme and host,
+// in any spelling that reaches the same authority (authorityKey).
 func (t *Transport) hostOfUpstream(u *url.URL) bool {
 	ups, sp := t.upstreamsAt(u.Scheme, u.Host)
 	for _, c := range ups {
@@ -286,7 +287,42 @@ func (t *Transport) hostOfUpstream(u *url.URL) bool {
 			return true
 		}
 	}
-	return false
+	return t.authorities[authorityKey(u.Scheme, u.Host)]
+}
+
+// authorityKey is scheme and host as a client reaches them: hostKey's
+// key, and besides, a host name without its trailing dots and a port
+// without its leading zeros ("b.test.:08080" is b.test:8080, which
+// net/http dials for it). Routing keeps to hostKey (a URL spelled so
+// is addressed to no upstream); address reads it so that UnroutedFirst
+// sends no such URL's credentials to the first upstream.
+func authorityKey(scheme, host string) string {
+	h, port := splitHostPort(host)
+	if !strings.HasPrefix(h, "[") {
+		h = strings.TrimRight(h, ".")
+	}
+	if port != "" {
+		if port = strings.TrimLeft(port, "0"); port == "" {
+			port = "0"
+		}
+	}
+	if port == defaultPort(scheme) {
+		port = ""
+	}
+	k := strings.ToLower(scheme) + "://" + strings.ToLower(h)
+	if port != "" {
+		k += ":" + port
+	}
+	return k
+}
+
+// authorityMap is Transport.authorities for ups.
+func authorityMap(ups []*upstream) map[string]bool {
+	m := make(map[string]bool, len(ups))
+	for _, u := range ups {
+		m[authorityKey(u.scheme, u.host)] = true
+	}
+	return m
 }
 
 // underBase reports whether path is base or lies under it.

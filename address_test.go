@@ -1,8 +1,10 @@
 package failover
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"net/url"
 	"strings"
@@ -154,6 +156,55 @@ func TestRouteSpelled(t *testing.T) {
 		}
 		if name != tt.up || spelled != tt.spelled {
 			t.Errorf("%s: routed to %q, spelled %v; want %q, %v", tt.url, name, spelled, tt.up, tt.spelled)
+		}
+	}
+}
+
+// Under UnroutedFirst, a URL on an upstream's own authority spelled
+// otherwise than hostKey knows (a host name's trailing dot, a port's
+// leading zeros: net/http reaches the same server) is that upstream's
+// business: the caller's credentials for it must not go to the first.
+// Over real connections, each name dialed to its upstream's server.
+func TestUnroutedFirstSparesAnUpstreamsAuthoritySpelledOtherwise(t *testing.T) {
+	first := newUpstreamServer(t, 200, "first")
+	b := newUpstreamServer(t, 200, "b")
+	d := &net.Dialer{}
+	base := &http.Transport{DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+		h, _, _ := net.SplitHostPort(addr)
+		switch strings.TrimRight(strings.ToLower(h), ".") {
+		case "first.test":
+			addr = first.Listener.Addr().String()
+		case "b.test":
+			addr = b.Listener.Addr().String()
+		}
+		return d.DialContext(ctx, network, addr)
+	}}
+	tr := newTestTransport(t, Config{Base: base, Unrouted: UnroutedFirst, Upstreams: []Upstream{
+		{Name: "first", BaseURL: "http://first.test/v1"},
+		{Name: "b", BaseURL: "http://b.test:8080/v1"},
+	}})
+	t.Cleanup(base.CloseIdleConnections)
+	for _, target := range []string{
+		"http://b.test.:8080/v1/chat",
+		"http://B.TEST..:8080/v1/chat",
+		"http://b.test:08080/v1/chat",
+	} {
+		req, err := http.NewRequest("POST", target, strings.NewReader("hi"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Authorization", "Bearer sk-for-b-only-qwqw")
+		resp, err := tr.RoundTrip(req)
+		if err == nil {
+			resp.Body.Close()
+		}
+		for _, s := range first.requests() {
+			if s.Header.Get("Authorization") != "" {
+				t.Fatalf("%s: the first upstream got the credentials the caller sent to b's authority", target)
+			}
+		}
+		if !errors.Is(err, ErrUnrouted) {
+			t.Errorf("%s: err %v, want ErrUnrouted (b's authority, outside b's base path or not spelled as b's BaseURL)", target, err)
 		}
 	}
 }

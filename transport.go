@@ -340,26 +340,27 @@ const (
 // runs the rest of the round and one per hedge, which end with the round
 // and when Base returns.
 type Transport struct {
-	upstreams []*upstream
-	hosts     map[string][]*upstream // by hostKey: the upstreams on each host (route)
-	spelled   []spelling             // the first few hosts as the BaseURLs spell them, looked at before hosts
-	base      http.RoundTripper
-	classify  Classifier
-	router    Router       // nil: the configured order
-	routes    routeCache   // for Score and Weighted (router.go)
-	stream    *StreamGuard // nil: no stream guard
-	hedge     *hedger      // nil: no hedging
-	fleet     *fleet       // nil: no Config.Shared
-	models    bool         // some upstream has Models
-	rate      RateLimitConfig
-	retries   int
-	waitMin   time.Duration
-	waitMax   time.Duration
-	hang      HangConfig
-	degraded  DegradedConfig
-	maxBody   int64
-	metrics   *metrics.Set
-	logger    *slog.Logger
+	upstreams   []*upstream
+	hosts       map[string][]*upstream // by hostKey: the upstreams on each host (route)
+	spelled     []spelling             // the first few hosts as the BaseURLs spell them, looked at before hosts
+	authorities map[string]bool        // by authorityKey: the upstreams' authorities in every spelling (hostOfUpstream)
+	base        http.RoundTripper
+	classify    Classifier
+	router      Router       // nil: the configured order
+	routes      routeCache   // for Score and Weighted (router.go)
+	stream      *StreamGuard // nil: no stream guard
+	hedge       *hedger      // nil: no hedging
+	fleet       *fleet       // nil: no Config.Shared
+	models      bool         // some upstream has Models
+	rate        RateLimitConfig
+	retries     int
+	waitMin     time.Duration
+	waitMax     time.Duration
+	hang        HangConfig
+	degraded    DegradedConfig
+	maxBody     int64
+	metrics     *metrics.Set
+	logger      *slog.Logger
 
 	onStateChange func(StateChange)
 	probes        *prober // nil without probes
@@ -487,6 +488,7 @@ func New(cfg Config) (*Transport, error) {
 	}
 	t.hosts = hostMap(t.upstreams)
 	t.spelled = spellings(t.upstreams, t.hosts)
+	t.authorities = authorityMap(t.upstreams)
 	creds, err := newCredentials(cfg, t.upstreams)
 	if err != nil {
 		return nil, err
