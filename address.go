@@ -2,6 +2,7 @@ package failover
 
 import (
 	"cmp"
+	"net/netip"
 	"net/url"
 	"slices"
 	"strings"
@@ -291,14 +292,21 @@ func (t *Transport) hostOfUpstream(u *url.URL) bool {
 }
 
 // authorityKey is scheme and host as a client reaches them: hostKey's
-// key, and besides, a host name without its trailing dots and a port
-// without its leading zeros ("b.test.:08080" is b.test:8080, which
-// net/http dials for it). Routing keeps to hostKey (a URL spelled so
+// key, and besides, a host name without its trailing dots, an IP
+// address in one form, and a port without its leading zeros
+// ("b.test.:08080" is b.test:8080, which net/http dials for it). Routing keeps to hostKey (a URL spelled so
 // is addressed to no upstream); address reads it so that UnroutedFirst
 // sends no such URL's credentials to the first upstream.
 func authorityKey(scheme, host string) string {
 	h, port := splitHostPort(host)
-	if !strings.HasPrefix(h, "[") {
+	if a, err := netip.ParseAddr(strings.TrimSuffix(strings.TrimPrefix(h, "["), "]")); err == nil {
+		// An IP literal in any of its forms ("[0:0::1]", "[::ffff:10.0.0.1]"
+		// for 10.0.0.1): the address it is.
+		h = a.Unmap().String()
+		if a.Unmap().Is6() {
+			h = "[" + h + "]"
+		}
+	} else {
 		h = strings.TrimRight(h, ".")
 	}
 	if port != "" {

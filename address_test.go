@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"strings"
 	"testing"
@@ -168,26 +169,41 @@ func TestRouteSpelled(t *testing.T) {
 func TestUnroutedFirstSparesAnUpstreamsAuthoritySpelledOtherwise(t *testing.T) {
 	first := newUpstreamServer(t, 200, "first")
 	b := newUpstreamServer(t, 200, "b")
+	c := newUpstreamServer(t, 200, "c")
+	e := newUpstreamServer(t, 200, "e")
 	d := &net.Dialer{}
 	base := &http.Transport{DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
 		h, _, _ := net.SplitHostPort(addr)
+		if a, err := netip.ParseAddr(h); err == nil {
+			h = a.Unmap().String() // as the kernel reaches a v4-mapped address
+		}
 		switch strings.TrimRight(strings.ToLower(h), ".") {
 		case "first.test":
 			addr = first.Listener.Addr().String()
 		case "b.test":
 			addr = b.Listener.Addr().String()
+		case "::1":
+			addr = c.Listener.Addr().String()
+		case "10.9.8.7":
+			addr = e.Listener.Addr().String()
 		}
 		return d.DialContext(ctx, network, addr)
 	}}
 	tr := newTestTransport(t, Config{Base: base, Unrouted: UnroutedFirst, Upstreams: []Upstream{
 		{Name: "first", BaseURL: "http://first.test/v1"},
 		{Name: "b", BaseURL: "http://b.test:8080/v1"},
+		{Name: "c", BaseURL: "http://[::1]:8081/v1"},
+		{Name: "e", BaseURL: "http://10.9.8.7:8082/v1"},
 	}})
 	t.Cleanup(base.CloseIdleConnections)
 	for _, target := range []string{
 		"http://b.test.:8080/v1/chat",
 		"http://B.TEST..:8080/v1/chat",
 		"http://b.test:08080/v1/chat",
+		"http://[0:0:0:0:0:0:0:1]:8081/v1/chat",
+		"http://[0::1]:08081/v1/chat",
+		"http://[::ffff:10.9.8.7]:8082/v1/chat",
+		"http://[::FFFF:0a09:0807]:8082/v1/chat",
 	} {
 		req, err := http.NewRequest("POST", target, strings.NewReader("hi"))
 		if err != nil {
@@ -200,11 +216,11 @@ func TestUnroutedFirstSparesAnUpstreamsAuthoritySpelledOtherwise(t *testing.T) {
 		}
 		for _, s := range first.requests() {
 			if s.Header.Get("Authorization") != "" {
-				t.Fatalf("%s: the first upstream got the credentials the caller sent to b's authority", target)
+				t.Fatalf("%s: the first upstream got the credentials the caller sent to another upstream's authority", target)
 			}
 		}
 		if !errors.Is(err, ErrUnrouted) {
-			t.Errorf("%s: err %v, want ErrUnrouted (b's authority, outside b's base path or not spelled as b's BaseURL)", target, err)
+			t.Errorf("%s: err %v, want ErrUnrouted (an upstream's authority, not spelled as its BaseURL)", target, err)
 		}
 	}
 }
