@@ -904,7 +904,7 @@ func TestHedgeTransportSharedWithBubble(t *testing.T) {
 }
 
 // A hedged round answered in time gives its timer's func back to the pool
-// (an unfired Hedge costs the Timer alone, issue 15); one whose timer fired
+// (an unfired Hedge costs no allocation, issue 15); one whose timer fired
 // on its way, to find the round's attempt answered (end took the round's
 // lock first, then found the timer stopped already), keeps it: a func on
 // its way must not meet another round.
