@@ -45,11 +45,16 @@ const (
 
 	// UnroutedFirst treats a request to a scheme and host that no
 	// upstream has as addressed to the first upstream, when its path
-	// lies under that upstream's base path (it is refused otherwise, and
-	// so is a request to an upstream's own host outside its base path): it is rewritten to that upstream's scheme
-	// and host and fails over like any other, and the caller's
-	// credentials belong to that first upstream. Choose it only when
-	// every host your clients address means that upstream.
+	// lies under that upstream's base path (it is refused otherwise):
+	// it is rewritten to that upstream's scheme and host and fails over
+	// like any other, and the caller's credentials belong to that first
+	// upstream. Choose it only when every host your clients address
+	// means that upstream. A request to an upstream's own authority is
+	// refused when it is not routed to that upstream: outside its base
+	// path, or spelled otherwise than its BaseURL in a way net/http
+	// still reaches it by (a host name's trailing dot, a port's leading
+	// zeros, another form of an IP address), so that credentials meant
+	// for one upstream never go to the first.
 	UnroutedFirst
 )
 
