@@ -269,7 +269,7 @@ var pathSafeByte = func() (t [256]bool) {
 // that upstream's business: its credentials must not go to the first.)
 func (t *Transport) address(u *url.URL) (up *upstream, rest, rawRest string, spelled bool) {
 	up, rest, rawRest, spelled = t.route(u)
-	if up != nil || t.unroutedPolicy != UnroutedFirst || u.Opaque != "" || u.Host == "" || hasDotSegment(u.Path) || t.hostOfUpstream(u) {
+	if up != nil || t.unroutedPolicy != UnroutedFirst || u.Opaque != "" || u.Host == "" || hasDotSegment(u.Path) || t.hostOfUpstream(u) || !asciiHost(u.Host) {
 		return up, rest, rawRest, spelled
 	}
 	first, raw := t.upstreams[0], escapedPath(u)
@@ -322,6 +322,19 @@ func authorityKey(scheme, host string) string {
 		k += ":" + port
 	}
 	return k
+}
+
+// asciiHost reports whether host is all ASCII. net/http dials a host
+// name with other bytes as IDNA maps it ("\uff42.test", a fullwidth b, is
+// b.test), which authorityKey does not model: it may be any upstream's
+// authority, so UnroutedFirst sends no credentials for it to the first.
+func asciiHost(host string) bool {
+	for i := 0; i < len(host); i++ {
+		if host[i] >= 0x80 {
+			return false
+		}
+	}
+	return true
 }
 
 // authorityMap is Transport.authorities for ups.

@@ -8,7 +8,9 @@ import (
 	"net/http"
 	"net/netip"
 	"net/url"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 )
 
@@ -222,5 +224,92 @@ func TestUnroutedFirstSparesAnUpstreamsAuthoritySpelledOtherwise(t *testing.T) {
 		if !errors.Is(err, ErrUnrouted) {
 			t.Errorf("%s: err %v, want ErrUnrouted (an upstream's authority, not spelled as its BaseURL)", target, err)
 		}
+	}
+}
+
+// A host name net/http reaches through IDNA (canonicalAddr's idnaASCII:
+// fullwidth letters, an ideographic full stop, the Kelvin sign, each mapped
+// to its ASCII form) is the authority it maps to: under UnroutedFirst, a
+// URL on an upstream's host spelled so must not carry the caller's
+// credentials for that upstream to the first. The dialer records what
+// net/http dials, and the pass-through half shows it is b's server.
+func TestUnroutedFirstSparesAnUpstreamsAuthorityInUnicode(t *testing.T) {
+	first := newUpstreamServer(t, 200, "first")
+	b := newUpstreamServer(t, 200, "b")
+	d := &net.Dialer{}
+	var mu sync.Mutex
+	var dialed []string
+	base := &http.Transport{DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+		mu.Lock()
+		dialed = append(dialed, addr)
+		mu.Unlock()
+		switch addr {
+		case "first.test:80":
+			addr = first.Listener.Addr().String()
+		case "b.test:8080", "k.test:8080":
+			addr = b.Listener.Addr().String()
+		default:
+			return nil, fmt.Errorf("no such test host %q", addr)
+		}
+		return d.DialContext(ctx, network, addr)
+	}}
+	t.Cleanup(base.CloseIdleConnections)
+	ups := []Upstream{
+		{Name: "first", BaseURL: "http://first.test/v1"},
+		{Name: "b", BaseURL: "http://b.test:8080/v1"},
+		{Name: "k", BaseURL: "http://k.test:8080/v1"},
+	}
+	targets := []struct{ url, dials string }{
+		{"http://\uff42.test:8080/v1/chat", "b.test:8080"},           // fullwidth b
+		{"http://%EF%BD%82.test:8080/v1/chat", "b.test:8080"},        // the same, percent-encoded
+		{"http://b\u3002test:8080/v1/chat", "b.test:8080"},           // ideographic full stop
+		{"http://\uff22\uff0e\uff34EST:8080/v1/chat", "b.test:8080"}, // fullwidth B, full stop, T
+		{"http://\u212a.test:8080/v1/chat", "k.test:8080"},           // Kelvin sign
+	}
+	// What net/http dials for each: b's (or k's) server, as it is.
+	for _, target := range targets {
+		mu.Lock()
+		dialed = nil
+		mu.Unlock()
+		base.CloseIdleConnections()
+		req, err := http.NewRequest("POST", target.url, strings.NewReader("hi"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := base.RoundTrip(req)
+		if err != nil {
+			t.Fatalf("%s: %v", target.url, err)
+		}
+		resp.Body.Close()
+		mu.Lock()
+		got := slices.Clone(dialed)
+		mu.Unlock()
+		if len(got) != 1 || got[0] != target.dials {
+			t.Fatalf("%s: net/http dialed %q, want %q", target.url, got, target.dials)
+		}
+	}
+	before := b.count()
+	tr := newTestTransport(t, Config{Base: base, Unrouted: UnroutedFirst, Upstreams: ups})
+	for _, target := range targets {
+		req, err := http.NewRequest("POST", target.url, strings.NewReader("hi"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Authorization", "Bearer sk-for-b-only-qwqw")
+		resp, err := tr.RoundTrip(req)
+		if err == nil {
+			resp.Body.Close()
+		}
+		for _, s := range first.requests() {
+			if s.Header.Get("Authorization") != "" {
+				t.Fatalf("%s: the first upstream got the credentials the caller sent to another upstream's authority", target.url)
+			}
+		}
+		if !errors.Is(err, ErrUnrouted) {
+			t.Errorf("%s: err %v, want ErrUnrouted (an upstream's authority, not spelled as its BaseURL)", target.url, err)
+		}
+	}
+	if b.count() != before {
+		t.Errorf("b got %d requests through the Transport, want none (refused)", b.count()-before)
 	}
 }

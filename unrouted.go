@@ -54,7 +54,9 @@ const (
 	// path, or spelled otherwise than its BaseURL in a way net/http
 	// still reaches it by (a host name's trailing dot, a port's leading
 	// zeros, another form of an IP address), so that credentials meant
-	// for one upstream never go to the first.
+	// for one upstream never go to the first. So is a request to a host
+	// name beyond ASCII, which net/http dials as IDNA maps it, and may be
+	// an upstream's.
 	UnroutedFirst
 )
 
@@ -243,6 +245,8 @@ func (t *Transport) whyUnrouted(u *url.URL) string {
 	switch {
 	case t.hostOfUpstream(u):
 		return "lies under no upstream's base path on its host"
+	case t.unroutedPolicy == UnroutedFirst && !asciiHost(u.Host):
+		return "has a host name beyond ASCII, which may be an upstream's (net/http dials it as IDNA maps it)"
 	case t.unroutedPolicy == UnroutedFirst:
 		return "lies outside the first upstream's base path"
 	}
