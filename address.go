@@ -301,9 +301,14 @@ func authorityKey(scheme, host string) string {
 	h, port := splitHostPort(host)
 	if a, err := netip.ParseAddr(strings.TrimSuffix(strings.TrimPrefix(h, "["), "]")); err == nil {
 		// An IP literal in any of its forms ("[0:0::1]", "[::ffff:10.0.0.1]"
-		// for 10.0.0.1): the address it is.
-		h = a.Unmap().String()
-		if a.Unmap().Is6() {
+		// for 10.0.0.1): the address it is. A zone matters only to an
+		// address that needs one: [::1%lo] is dialed to ::1 (and an
+		// unknown zone is index 0).
+		if a = a.Unmap(); !a.IsLinkLocalUnicast() && !a.IsLinkLocalMulticast() && !a.IsInterfaceLocalMulticast() {
+			a = a.WithZone("")
+		}
+		h = a.String()
+		if a.Is6() {
 			h = "[" + h + "]"
 		}
 	} else {

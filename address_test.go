@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"net/netip"
 	"net/url"
 	"slices"
@@ -312,4 +314,81 @@ func TestUnroutedFirstSparesAnUpstreamsAuthorityInUnicode(t *testing.T) {
 	if b.count() != before {
 		t.Errorf("b got %d requests through the Transport, want none (refused)", b.count()-before)
 	}
+}
+
+// An IPv6 literal's zone does not change the server of an address that
+// needs none: net/http dials [::1%lo] (and [::1%x], an unknown zone, index
+// 0) to ::1 itself. Under UnroutedFirst, a URL on an upstream's [::1]
+// authority with a zone must not carry the caller's credentials for that
+// upstream to the first. Over real loopback connections, default dialing.
+func TestUnroutedFirstSparesAnUpstreamsIPv6AuthorityWithAZone(t *testing.T) {
+	first := newUpstreamServer(t, 200, "first")
+	ln, err := net.Listen("tcp6", "[::1]:0")
+	if err != nil {
+		t.Skipf("no IPv6 loopback: %v", err)
+	}
+	newServerOn(t, ln, "c")
+	port := ln.Addr().(*net.TCPAddr).Port
+	base := http.DefaultTransport.(*http.Transport).Clone()
+	t.Cleanup(base.CloseIdleConnections)
+	targets := []string{
+		fmt.Sprintf("http://[::1%%25lo]:%d/v1/chat", port),
+		fmt.Sprintf("http://[::1%%25x]:%d/v1/chat", port),
+		fmt.Sprintf("http://[0::1%%251]:%d/v1/chat", port),
+	}
+	for _, target := range targets { // net/http reaches c's server for each
+		req, err := http.NewRequest("POST", target, strings.NewReader("hi"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := base.RoundTrip(req)
+		if err != nil {
+			t.Fatalf("%s: %v", target, err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if string(body) != "c" {
+			t.Fatalf("%s: net/http reached %q, want c's server", target, body)
+		}
+	}
+	tr := newTestTransport(t, Config{Base: base, Unrouted: UnroutedFirst, Upstreams: []Upstream{
+		{Name: "first", BaseURL: first.URL + "/v1"},
+		{Name: "c", BaseURL: fmt.Sprintf("http://[::1]:%d/v1", port)},
+	}})
+	for _, target := range targets {
+		req, err := http.NewRequest("POST", target, strings.NewReader("hi"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Authorization", "Bearer sk-for-c-only-qwqw")
+		resp, err := tr.RoundTrip(req)
+		if err == nil {
+			resp.Body.Close()
+		}
+		for _, s := range first.requests() {
+			if s.Header.Get("Authorization") != "" {
+				t.Fatalf("%s: the first upstream got the credentials the caller sent to another upstream's authority", target)
+			}
+		}
+		if !errors.Is(err, ErrUnrouted) {
+			t.Errorf("%s: err %v, want ErrUnrouted (an upstream's authority, not spelled as its BaseURL)", target, err)
+		}
+	}
+}
+
+// newServerOn is newUpstreamServer answering 200 and body on ln.
+func newServerOn(t *testing.T, ln net.Listener, body string) *server {
+	t.Helper()
+	s := &server{}
+	s.Server = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s.mu.Lock()
+		s.reqs = append(s.reqs, seen{Method: r.Method, Host: r.Host, Path: r.URL.Path, Header: r.Header.Clone()})
+		s.mu.Unlock()
+		io.WriteString(w, body)
+	}))
+	s.Listener.Close()
+	s.Listener = ln
+	s.Start()
+	t.Cleanup(s.Close)
+	return s
 }
