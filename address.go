@@ -269,7 +269,7 @@ var pathSafeByte = func() (t [256]bool) {
 // that upstream's business: its credentials must not go to the first.)
 func (t *Transport) address(u *url.URL) (up *upstream, rest, rawRest string, spelled bool) {
 	up, rest, rawRest, spelled = t.route(u)
-	if up != nil || t.unroutedPolicy != UnroutedFirst || u.Opaque != "" || u.Host == "" || hasDotSegment(u.Path) || t.hostOfUpstream(u) || !asciiHost(u.Host) {
+	if up != nil || t.unroutedPolicy != UnroutedFirst || u.Opaque != "" || u.Host == "" || hasDotSegment(u.Path) || t.hostOfUpstream(u) || t.maybeIDN(u.Host) {
 		return up, rest, rawRest, spelled
 	}
 	first, raw := t.upstreams[0], escapedPath(u)
@@ -342,6 +342,28 @@ func asciiHost(host string) bool {
 	return true
 }
 
+// maybeIDN reports whether host may be an upstream's authority by IDNA,
+// which net/http dials a host name beyond ASCII by: it is beyond ASCII
+// itself, or it has an ACE label ("xn--") while some upstream's host is
+// beyond ASCII (bücher.test is dialed as xn--bcher-kva.test).
+func (t *Transport) maybeIDN(host string) bool {
+	if !asciiHost(host) {
+		return true
+	}
+	return t.idnUpstream && hasACELabel(host)
+}
+
+// hasACELabel reports whether host has a label that begins "xn--", in any
+// case: an IDNA name's ASCII form.
+func hasACELabel(host string) bool {
+	for label := range strings.SplitSeq(host, ".") {
+		if len(label) >= 4 && strings.EqualFold(label[:4], "xn--") {
+			return true
+		}
+	}
+	return false
+}
+
 // authorityMap is Transport.authorities for ups.
 func authorityMap(ups []*upstream) map[string]bool {
 	m := make(map[string]bool, len(ups))
@@ -349,6 +371,12 @@ func authorityMap(ups []*upstream) map[string]bool {
 		m[authorityKey(u.scheme, u.host)] = true
 	}
 	return m
+}
+
+// idnUpstream reports whether some upstream's host is beyond ASCII
+// (Transport.idnUpstream).
+func idnUpstream(ups []*upstream) bool {
+	return slices.ContainsFunc(ups, func(u *upstream) bool { return !asciiHost(u.host) })
 }
 
 // underBase reports whether path is base or lies under it.

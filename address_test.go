@@ -392,3 +392,58 @@ func newServerOn(t *testing.T, ln net.Listener, body string) *server {
 	t.Cleanup(s.Close)
 	return s
 }
+
+// The other way round: an upstream's BaseURL on a host name beyond ASCII
+// is dialed as IDNA maps it (bücher.test as xn--bcher-kva.test), so a URL
+// on that ASCII name is the upstream's authority too, and under
+// UnroutedFirst must not carry the caller's credentials for it to the
+// first.
+func TestUnroutedFirstSparesAnUpstreamsAuthorityInPunycode(t *testing.T) {
+	first := newUpstreamServer(t, 200, "first")
+	b := newUpstreamServer(t, 200, "b")
+	d := &net.Dialer{}
+	base := &http.Transport{DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+		switch addr {
+		case "first.test:80":
+			addr = first.Listener.Addr().String()
+		case "xn--bcher-kva.test:80":
+			addr = b.Listener.Addr().String()
+		default:
+			return nil, fmt.Errorf("no such test host %q", addr)
+		}
+		return d.DialContext(ctx, network, addr)
+	}}
+	t.Cleanup(base.CloseIdleConnections)
+	tr := newTestTransport(t, Config{Base: base, Unrouted: UnroutedFirst, Upstreams: []Upstream{
+		{Name: "first", BaseURL: "http://first.test/v1"},
+		{Name: "b", BaseURL: "http://bücher.test/v1"},
+	}})
+	// net/http dials b's BaseURL, and the name below, to b's server.
+	for _, target := range []string{"http://bücher.test/v1/chat", "http://xn--bcher-kva.test/v1/chat"} {
+		resp, err := base.RoundTrip(httptestRequest("POST", target, "hi"))
+		if err != nil {
+			t.Fatalf("%s: %v", target, err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if string(body) != "b" {
+			t.Fatalf("%s: net/http reached %q, want b's server", target, body)
+		}
+	}
+	for _, target := range []string{"http://xn--bcher-kva.test/v1/chat", "http://XN--BCHER-KVA.test./v1/chat"} {
+		req := httptestRequest("POST", target, "hi")
+		req.Header.Set("Authorization", "Bearer sk-for-b-only-qwqw")
+		resp, err := tr.RoundTrip(req)
+		if err == nil {
+			resp.Body.Close()
+		}
+		for _, s := range first.requests() {
+			if s.Header.Get("Authorization") != "" {
+				t.Fatalf("%s: the first upstream got the credentials the caller sent to another upstream's authority", target)
+			}
+		}
+		if !errors.Is(err, ErrUnrouted) {
+			t.Errorf("%s: err %v, want ErrUnrouted (an upstream's authority, not spelled as its BaseURL)", target, err)
+		}
+	}
+}

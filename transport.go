@@ -344,6 +344,7 @@ type Transport struct {
 	hosts       map[string][]*upstream // by hostKey: the upstreams on each host (route)
 	spelled     []spelling             // the first few hosts as the BaseURLs spell them, looked at before hosts
 	authorities map[string]bool        // by authorityKey: the upstreams' authorities in every spelling (hostOfUpstream)
+	idnUpstream bool                   // some upstream's host is beyond ASCII (maybeIDN)
 	base        http.RoundTripper
 	classify    Classifier
 	router      Router       // nil: the configured order
@@ -489,6 +490,7 @@ func New(cfg Config) (*Transport, error) {
 	t.hosts = hostMap(t.upstreams)
 	t.spelled = spellings(t.upstreams, t.hosts)
 	t.authorities = authorityMap(t.upstreams)
+	t.idnUpstream = idnUpstream(t.upstreams)
 	creds, err := newCredentials(cfg, t.upstreams)
 	if err != nil {
 		return nil, err

@@ -53,10 +53,12 @@ const (
 	// refused when it is not routed to that upstream: outside its base
 	// path, or spelled otherwise than its BaseURL in a way net/http
 	// still reaches it by (a host name's trailing dot, a port's leading
-	// zeros, another form of an IP address), so that credentials meant
-	// for one upstream never go to the first. So is a request to a host
-	// name beyond ASCII, which net/http dials as IDNA maps it, and may be
-	// an upstream's.
+	// zeros, another form of an IP address, an IPv6 zone it needs not),
+	// so that credentials meant for one upstream never go to the first.
+	// So is a request to a host name beyond ASCII, which net/http dials
+	// as IDNA maps it and may be an upstream's, and, when an upstream's
+	// host is beyond ASCII, one to an IDNA name's ASCII form (an xn--
+	// label).
 	UnroutedFirst
 )
 
@@ -245,8 +247,8 @@ func (t *Transport) whyUnrouted(u *url.URL) string {
 	switch {
 	case t.hostOfUpstream(u):
 		return "lies under no upstream's base path on its host"
-	case t.unroutedPolicy == UnroutedFirst && !asciiHost(u.Host):
-		return "has a host name beyond ASCII, which may be an upstream's (net/http dials it as IDNA maps it)"
+	case t.unroutedPolicy == UnroutedFirst && t.maybeIDN(u.Host):
+		return "has a host name that may be an upstream's by IDNA, which net/http dials it by"
 	case t.unroutedPolicy == UnroutedFirst:
 		return "lies outside the first upstream's base path"
 	}
