@@ -269,7 +269,7 @@ var pathSafeByte = func() (t [256]bool) {
 // that upstream's business: its credentials must not go to the first.)
 func (t *Transport) address(u *url.URL) (up *upstream, rest, rawRest string, spelled bool) {
 	up, rest, rawRest, spelled = t.route(u)
-	if up != nil || t.unroutedPolicy != UnroutedFirst || u.Opaque != "" || u.Host == "" || hasDotSegment(u.Path) || t.hostOfUpstream(u) || t.maybeIDN(u.Host) {
+	if up != nil || t.unroutedPolicy != UnroutedFirst || u.Opaque != "" || u.Host == "" || hasDotSegment(u.Path) || t.hostOfUpstream(u) || t.reachesUpstream(u) || t.maybeIDN(u.Host) {
 		return up, rest, rawRest, spelled
 	}
 	first, raw := t.upstreams[0], escapedPath(u)
@@ -279,8 +279,7 @@ func (t *Transport) address(u *url.URL) (up *upstream, rest, rawRest string, spe
 	return first, u.Path[len(first.path):], raw[len(first.rawPath):], false // (an escaped rest is a rest's escaping: see escapedRest)
 }
 
-// hostOfUpstream reports whether some upstream has u's scheme and host,
-// in any spelling that reaches the same authority (authorityKey).
+// hostOfUpstream reports whether some upstream has u's scheme and host.
 func (t *Transport) hostOfUpstream(u *url.URL) bool {
 	ups, sp := t.upstreamsAt(u.Scheme, u.Host)
 	for _, c := range ups {
@@ -288,15 +287,23 @@ func (t *Transport) hostOfUpstream(u *url.URL) bool {
 			return true
 		}
 	}
+	return false
+}
+
+// reachesUpstream reports whether a client connects for u to the host and
+// port of some upstream, however u spells them (authorityKey).
+func (t *Transport) reachesUpstream(u *url.URL) bool {
 	return t.authorities[authorityKey(u.Scheme, u.Host)]
 }
 
-// authorityKey is scheme and host as a client reaches them: hostKey's
-// key, and besides, a host name without its trailing dots, an IP
-// address in one form, and a port without its leading zeros
-// ("b.test.:08080" is b.test:8080, which net/http dials for it). Routing keeps to hostKey (a URL spelled so
-// is addressed to no upstream); address reads it so that UnroutedFirst
-// sends no such URL's credentials to the first upstream.
+// authorityKey is the host and port a client connects to for scheme and
+// host: a host name in lower case without its trailing dots, an IP
+// address in one form, and the port without its leading zeros, the
+// scheme's default when there is none ("b.test.:08080" is b.test:8080,
+// which net/http dials for it; "http://b.test:443" reaches the server of
+// "https://b.test", in plain text). Routing keeps to hostKey (a URL
+// spelled so is addressed to no upstream); address reads it so that
+// UnroutedFirst sends no such URL's credentials to the first upstream.
 func authorityKey(scheme, host string) string {
 	h, port := splitHostPort(host)
 	if a, err := netip.ParseAddr(strings.TrimSuffix(strings.TrimPrefix(h, "["), "]")); err == nil {
@@ -319,14 +326,10 @@ func authorityKey(scheme, host string) string {
 			port = "0"
 		}
 	}
-	if port == defaultPort(scheme) {
-		port = ""
+	if port == "" {
+		port = defaultPort(scheme)
 	}
-	k := strings.ToLower(scheme) + "://" + strings.ToLower(h)
-	if port != "" {
-		k += ":" + port
-	}
-	return k
+	return strings.ToLower(h) + ":" + port
 }
 
 // asciiHost reports whether host is all ASCII. net/http dials a host

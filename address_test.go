@@ -198,6 +198,7 @@ func TestUnroutedFirstSparesAnUpstreamsAuthoritySpelledOtherwise(t *testing.T) {
 		{Name: "b", BaseURL: "http://b.test:8080/v1"},
 		{Name: "c", BaseURL: "http://[::1]:8081/v1"},
 		{Name: "e", BaseURL: "http://10.9.8.7:8082/v1"},
+		{Name: "h", BaseURL: "https://h.test/v1"}, // its port 443, which http://h.test:443 reaches in plain text
 	}})
 	t.Cleanup(base.CloseIdleConnections)
 	for _, target := range []string{
@@ -208,6 +209,8 @@ func TestUnroutedFirstSparesAnUpstreamsAuthoritySpelledOtherwise(t *testing.T) {
 		"http://[0::1]:08081/v1/chat",
 		"http://[::ffff:10.9.8.7]:8082/v1/chat",
 		"http://[::FFFF:0a09:0807]:8082/v1/chat",
+		"http://h.test:443/v1/chat",
+		"http://H.test.:0443/v1/chat",
 	} {
 		req, err := http.NewRequest("POST", target, strings.NewReader("hi"))
 		if err != nil {
@@ -223,9 +226,22 @@ func TestUnroutedFirstSparesAnUpstreamsAuthoritySpelledOtherwise(t *testing.T) {
 				t.Fatalf("%s: the first upstream got the credentials the caller sent to another upstream's authority", target)
 			}
 		}
-		if !errors.Is(err, ErrUnrouted) {
-			t.Errorf("%s: err %v, want ErrUnrouted (an upstream's authority, not spelled as its BaseURL)", target, err)
+		var ue *UnroutedError
+		if !errors.As(err, &ue) || ue.Why != "reaches an upstream's host and port, spelled otherwise than its BaseURL" {
+			t.Errorf("%s: err %v, want ErrUnrouted for an upstream's host and port spelled otherwise", target, err)
 		}
+	}
+	// A host no upstream is reached at still goes to the first, as
+	// UnroutedFirst says, the caller's credentials with it.
+	req, _ := http.NewRequest("POST", "http://gateway.test/v1/chat", strings.NewReader("hi"))
+	req.Header.Set("Authorization", "Bearer sk-for-the-first")
+	resp, err := tr.RoundTrip(req)
+	if err != nil {
+		t.Fatalf("a foreign host under UnroutedFirst: %v, want the first upstream's answer", err)
+	}
+	resp.Body.Close()
+	if p := first.requests(); len(p) == 0 || p[len(p)-1].Header.Get("Authorization") != "Bearer sk-for-the-first" {
+		t.Errorf("a foreign host under UnroutedFirst: the first upstream did not get the request with its credentials")
 	}
 }
 

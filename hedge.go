@@ -429,7 +429,7 @@ type raceResult struct {
 }
 
 // arm starts the delay of a, an attempt of c's round launched and about
-// to be sent on the caller's goroutine: the delay runs from its start. The upstreams after a's, for the hedges and the
+// to be sent on the caller's goroutine. The upstreams after a's, for the hedges and the
 // failovers, are rest, of which the first unsorted are in the configured
 // order with their demotions not read yet, then later, demoted ones; index
 // is a's place in the round's configured order (for the 64 whose demotion
@@ -439,7 +439,7 @@ type raceResult struct {
 // configured order, or a copy), later copied after it when there are
 // any (they may be on the caller's stack).
 func (w *hedgeWait) arm(c *call, ctx context.Context, a *attempt, rest []*upstream, unsorted int, later []*upstream, index int) {
-	now := a.start // launch's, a moment ago
+	now := time.Now() // after launch, which may have taken a while (a Trace hook): the delay runs from the send
 	d := c.t.hedgeDelay(a.u, now)
 	order := rest
 	if len(later) > 0 {

@@ -343,7 +343,7 @@ type Transport struct {
 	upstreams   []*upstream
 	hosts       map[string][]*upstream // by hostKey: the upstreams on each host (route)
 	spelled     []spelling             // the first few hosts as the BaseURLs spell them, looked at before hosts
-	authorities map[string]bool        // by authorityKey: the upstreams' authorities in every spelling (hostOfUpstream)
+	authorities map[string]bool        // by authorityKey: the host and port each upstream is reached at (reachesUpstream)
 	idnUpstream bool                   // some upstream's host is beyond ASCII (maybeIDN)
 	base        http.RoundTripper
 	classify    Classifier
