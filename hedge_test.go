@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net/http"
 	"runtime"
 	"runtime/pprof"
@@ -1272,4 +1273,106 @@ func TestHedgeTimerPooled(t *testing.T) {
 	if n := testing.AllocsPerRun(1000, func() { round() }); n > want {
 		t.Errorf("a round outside a bubble allocates %v times, want at most %v (its attempt and hedgeWait)", n, want)
 	}
+}
+
+// Many hedged requests at once over loopback, on two Transports sharing
+// hedgeFire's pool: on one, a tiny Delay and upstreams slow or failing at
+// random, so that rounds fire, fail over (several arms a round) or answer
+// in time, their timers pooled and reused; on the other, a Delay of an
+// hour, whose hedges must never fire (a pooled timer reaching its round
+// armed for another's delay would). Every request gets its own answer,
+// and every upstream sees a request at most once.
+func TestHedgeStressPooledTimers(t *testing.T) {
+	type key struct{ server, id string }
+	var mu sync.Mutex
+	seenAt := map[key]int{}
+	handler := func(name string, chaos bool) http.HandlerFunc {
+		return func(w http.ResponseWriter, r *http.Request) {
+			id := r.Header.Get("X-Req")
+			mu.Lock()
+			seenAt[key{name, id}]++
+			mu.Unlock()
+			if chaos {
+				switch rand.IntN(10) {
+				case 0:
+					w.WriteHeader(503)
+					return
+				case 1, 2, 3:
+					select {
+					case <-time.After(time.Duration(rand.IntN(8)) * time.Millisecond):
+					case <-r.Context().Done():
+						return
+					}
+				}
+			}
+			io.WriteString(w, name+" "+id)
+		}
+	}
+	var fast, slow []*server
+	for _, n := range []string{"a", "b", "c"} {
+		fast = append(fast, newServer(t, handler(n, true)))
+	}
+	for _, n := range []string{"x", "y"} {
+		slow = append(slow, newServer(t, handler(n, false)))
+	}
+	base := &http.Transport{MaxIdleConnsPerHost: 64}
+	t.Cleanup(base.CloseIdleConnections)
+	breaker := BreakerConfig{FailureThreshold: 1000}
+	firing := newTestTransport(t, Config{Base: base, Breaker: breaker, Hedge: &HedgeConfig{Delay: 3 * time.Millisecond, Percent: 100, MaxHedges: 2}, Upstreams: []Upstream{
+		{Name: "a", BaseURL: fast[0].URL}, {Name: "b", BaseURL: fast[1].URL}, {Name: "c", BaseURL: fast[2].URL},
+	}})
+	quiet := newTestTransport(t, Config{Base: base, Breaker: breaker, Hedge: &HedgeConfig{Delay: time.Hour, Percent: 100}, Upstreams: []Upstream{
+		{Name: "x", BaseURL: slow[0].URL}, {Name: "y", BaseURL: slow[1].URL},
+	}})
+	const requests = 600
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 24)
+	for i := range requests {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			tr, url, names := firing, fast[0].URL, "abc"
+			if i%2 == 1 {
+				tr, url, names = quiet, slow[0].URL, "x"
+			}
+			id := strconv.Itoa(i)
+			req := httptestRequest("POST", url+"/v1/chat", "hi")
+			req.Header.Set("X-Req", id)
+			resp, err := tr.RoundTrip(req)
+			if err != nil {
+				if tr == quiet {
+					t.Errorf("request %s: %v", id, err)
+				}
+				return
+			}
+			body, err := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode == 503 {
+				return // every upstream failed this one
+			}
+			got := string(body)
+			if err != nil || len(got) < 2 || !strings.Contains(names, got[:1]) || got[2:] != id {
+				t.Errorf("request %s: status %d, body %q, err %v", id, resp.StatusCode, got, err)
+			}
+		})
+	}
+	wg.Wait()
+	count := func() {
+		mu.Lock()
+		defer mu.Unlock()
+		for k, n := range seenAt {
+			if n > 1 {
+				t.Errorf("%s got request %s %d times", k.server, k.id, n)
+			}
+			if k.server == "y" {
+				t.Errorf("the hour-delayed transport hedged request %s", k.id)
+			}
+		}
+	}
+	if sent := firing.hedge.sent.Get(); sent == 0 {
+		t.Error("no hedge fired: the test tries nothing")
+	} else {
+		t.Logf("%d hedges sent, %d won", sent, firing.hedge.won.Get())
+	}
+	count()
 }
