@@ -201,7 +201,7 @@ func TestUnroutedFirstSparesAnUpstreamsAuthoritySpelledOtherwise(t *testing.T) {
 		{Name: "h", BaseURL: "https://h.test/v1"}, // its port 443, which http://h.test:443 reaches in plain text
 	}})
 	t.Cleanup(base.CloseIdleConnections)
-	for _, target := range []string{
+	checkSpared(t, tr, first, "reaches an upstream's host and port, spelled otherwise than its BaseURL",
 		"http://b.test.:8080/v1/chat",
 		"http://B.TEST..:8080/v1/chat",
 		"http://b.test:08080/v1/chat",
@@ -211,26 +211,7 @@ func TestUnroutedFirstSparesAnUpstreamsAuthoritySpelledOtherwise(t *testing.T) {
 		"http://[::FFFF:0a09:0807]:8082/v1/chat",
 		"http://h.test:443/v1/chat",
 		"http://H.test.:0443/v1/chat",
-	} {
-		req, err := http.NewRequest("POST", target, strings.NewReader("hi"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		req.Header.Set("Authorization", "Bearer sk-for-b-only-qwqw")
-		resp, err := tr.RoundTrip(req)
-		if err == nil {
-			resp.Body.Close()
-		}
-		for _, s := range first.requests() {
-			if s.Header.Get("Authorization") != "" {
-				t.Fatalf("%s: the first upstream got the credentials the caller sent to another upstream's authority", target)
-			}
-		}
-		var ue *UnroutedError
-		if !errors.As(err, &ue) || ue.Why != "reaches an upstream's host and port, spelled otherwise than its BaseURL" {
-			t.Errorf("%s: err %v, want ErrUnrouted for an upstream's host and port spelled otherwise", target, err)
-		}
-	}
+	)
 	// A host no upstream is reached at still goes to the first, as
 	// UnroutedFirst says, the caller's credentials with it.
 	req, _ := http.NewRequest("POST", "http://gateway.test/v1/chat", strings.NewReader("hi"))
@@ -308,25 +289,11 @@ func TestUnroutedFirstSparesAnUpstreamsAuthorityInUnicode(t *testing.T) {
 	}
 	before := b.count()
 	tr := newTestTransport(t, Config{Base: base, Unrouted: UnroutedFirst, Upstreams: ups})
+	var urls []string
 	for _, target := range targets {
-		req, err := http.NewRequest("POST", target.url, strings.NewReader("hi"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		req.Header.Set("Authorization", "Bearer sk-for-b-only-qwqw")
-		resp, err := tr.RoundTrip(req)
-		if err == nil {
-			resp.Body.Close()
-		}
-		for _, s := range first.requests() {
-			if s.Header.Get("Authorization") != "" {
-				t.Fatalf("%s: the first upstream got the credentials the caller sent to another upstream's authority", target.url)
-			}
-		}
-		if !errors.Is(err, ErrUnrouted) {
-			t.Errorf("%s: err %v, want ErrUnrouted (an upstream's authority, not spelled as its BaseURL)", target.url, err)
-		}
+		urls = append(urls, target.url)
 	}
+	checkSpared(t, tr, first, "has a host name that may be an upstream's by IDNA, which net/http dials it by", urls...)
 	if b.count() != before {
 		t.Errorf("b got %d requests through the Transport, want none (refused)", b.count()-before)
 	}
@@ -352,44 +319,12 @@ func TestUnroutedFirstSparesAnUpstreamsIPv6AuthorityWithAZone(t *testing.T) {
 		fmt.Sprintf("http://[::1%%25x]:%d/v1/chat", port),
 		fmt.Sprintf("http://[0::1%%251]:%d/v1/chat", port),
 	}
-	for _, target := range targets { // net/http reaches c's server for each
-		req, err := http.NewRequest("POST", target, strings.NewReader("hi"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp, err := base.RoundTrip(req)
-		if err != nil {
-			t.Fatalf("%s: %v", target, err)
-		}
-		body, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if string(body) != "c" {
-			t.Fatalf("%s: net/http reached %q, want c's server", target, body)
-		}
-	}
+	checkReaches(t, base, "c", targets...) // net/http reaches c's server for each
 	tr := newTestTransport(t, Config{Base: base, Unrouted: UnroutedFirst, Upstreams: []Upstream{
 		{Name: "first", BaseURL: first.URL + "/v1"},
 		{Name: "c", BaseURL: fmt.Sprintf("http://[::1]:%d/v1", port)},
 	}})
-	for _, target := range targets {
-		req, err := http.NewRequest("POST", target, strings.NewReader("hi"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		req.Header.Set("Authorization", "Bearer sk-for-c-only-qwqw")
-		resp, err := tr.RoundTrip(req)
-		if err == nil {
-			resp.Body.Close()
-		}
-		for _, s := range first.requests() {
-			if s.Header.Get("Authorization") != "" {
-				t.Fatalf("%s: the first upstream got the credentials the caller sent to another upstream's authority", target)
-			}
-		}
-		if !errors.Is(err, ErrUnrouted) {
-			t.Errorf("%s: err %v, want ErrUnrouted (an upstream's authority, not spelled as its BaseURL)", target, err)
-		}
-	}
+	checkSpared(t, tr, first, "reaches an upstream's host and port, spelled otherwise than its BaseURL", targets...)
 }
 
 // newServerOn is newUpstreamServer answering 200 and body on ln.
@@ -435,20 +370,18 @@ func TestUnroutedFirstSparesAnUpstreamsAuthorityInPunycode(t *testing.T) {
 		{Name: "b", BaseURL: "http://bücher.test/v1"},
 	}})
 	// net/http dials b's BaseURL, and the name below, to b's server.
-	for _, target := range []string{"http://bücher.test/v1/chat", "http://xn--bcher-kva.test/v1/chat"} {
-		resp, err := base.RoundTrip(httptestRequest("POST", target, "hi"))
-		if err != nil {
-			t.Fatalf("%s: %v", target, err)
-		}
-		body, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if string(body) != "b" {
-			t.Fatalf("%s: net/http reached %q, want b's server", target, body)
-		}
-	}
-	for _, target := range []string{"http://xn--bcher-kva.test/v1/chat", "http://XN--BCHER-KVA.test./v1/chat"} {
+	checkReaches(t, base, "b", "http://bücher.test/v1/chat", "http://xn--bcher-kva.test/v1/chat")
+	checkSpared(t, tr, first, "has a host name that may be an upstream's by IDNA, which net/http dials it by", "http://xn--bcher-kva.test/v1/chat", "http://XN--BCHER-KVA.test./v1/chat")
+}
+
+// checkSpared sends each target through tr with a credential and checks
+// that it is refused with ErrUnrouted for why and that
+// first, the first upstream's server, got no credential.
+func checkSpared(t *testing.T, tr *Transport, first *server, why string, targets ...string) {
+	t.Helper()
+	for _, target := range targets {
 		req := httptestRequest("POST", target, "hi")
-		req.Header.Set("Authorization", "Bearer sk-for-b-only-qwqw")
+		req.Header.Set("Authorization", "Bearer sk-for-another-only-qwqw")
 		resp, err := tr.RoundTrip(req)
 		if err == nil {
 			resp.Body.Close()
@@ -458,8 +391,26 @@ func TestUnroutedFirstSparesAnUpstreamsAuthorityInPunycode(t *testing.T) {
 				t.Fatalf("%s: the first upstream got the credentials the caller sent to another upstream's authority", target)
 			}
 		}
-		if !errors.Is(err, ErrUnrouted) {
-			t.Errorf("%s: err %v, want ErrUnrouted (an upstream's authority, not spelled as its BaseURL)", target, err)
+		var ue *UnroutedError
+		if !errors.As(err, &ue) || ue.Why != why {
+			t.Errorf("%s: err %v, want ErrUnrouted (an upstream's authority, not spelled as its BaseURL) %q", target, err, why)
+		}
+	}
+}
+
+// checkReaches checks that base, net/http itself, reaches for each target
+// the server that answers body.
+func checkReaches(t *testing.T, base http.RoundTripper, body string, targets ...string) {
+	t.Helper()
+	for _, target := range targets {
+		resp, err := base.RoundTrip(httptestRequest("POST", target, "hi"))
+		if err != nil {
+			t.Fatalf("%s: %v", target, err)
+		}
+		got, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if string(got) != body {
+			t.Fatalf("%s: net/http reached %q, want %s's server", target, got, body)
 		}
 	}
 }

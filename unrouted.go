@@ -247,10 +247,10 @@ func (t *Transport) whyUnrouted(u *url.URL) string {
 	switch {
 	case t.hostOfUpstream(u):
 		return "lies under no upstream's base path on its host"
-	case t.unroutedPolicy == UnroutedFirst && t.reachesUpstream(u):
-		return "reaches an upstream's host and port, spelled otherwise than its BaseURL"
 	case t.unroutedPolicy == UnroutedFirst && t.maybeIDN(u.Host):
 		return "has a host name that may be an upstream's by IDNA, which net/http dials it by"
+	case t.unroutedPolicy == UnroutedFirst && t.reachesUpstream(u):
+		return "reaches an upstream's host and port, spelled otherwise than its BaseURL"
 	case t.unroutedPolicy == UnroutedFirst:
 		return "lies outside the first upstream's base path"
 	}
