@@ -269,7 +269,7 @@ var pathSafeByte = func() (t [256]bool) {
 // that upstream's business: its credentials must not go to the first.)
 func (t *Transport) address(u *url.URL) (up *upstream, rest, rawRest string, spelled bool) {
 	up, rest, rawRest, spelled = t.route(u)
-	if up != nil || t.unroutedPolicy != UnroutedFirst || u.Opaque != "" || u.Host == "" || hasDotSegment(u.Path) || t.hostOfUpstream(u) || t.reachesUpstream(u) || t.maybeIDN(u.Host) {
+	if up != nil || t.unroutedPolicy != UnroutedFirst || u.Opaque != "" || u.Host == "" || hasDotSegment(u.Path) || t.reachesUpstream(u) || t.maybeIDN(u.Host) {
 		return up, rest, rawRest, spelled
 	}
 	first, raw := t.upstreams[0], escapedPath(u)
@@ -291,7 +291,8 @@ func (t *Transport) hostOfUpstream(u *url.URL) bool {
 }
 
 // reachesUpstream reports whether a client connects for u to the host and
-// port of some upstream, however u spells them (authorityKey).
+// port of some upstream, however u spells them (authorityKey): for a URL
+// on an upstream's own scheme and host (hostOfUpstream) too.
 func (t *Transport) reachesUpstream(u *url.URL) bool {
 	return t.authorities[authorityKey(u.Scheme, u.Host)]
 }

@@ -241,10 +241,11 @@ const (
 // each attempt on the caller's goroutine, as a round without hedging
 // does, with a timer armed for its delay (hedgeWait). An attempt that
 // answers within the delay costs the hedging its timer, a pooled one, and
-// nothing more: no goroutine, no channel. When the delay passes first, the timer's
-// goroutine takes the round over (racer): it sends the hedge, and takes the
-// first answer that ends the request, the caller's attempt's too when Base
-// returns it. It reports done with the result when the request is over.
+// nothing more: no goroutine, no channel. When the delay passes first,
+// the timer's goroutine takes the round over (racer): it sends the hedge,
+// and takes the first answer that ends the request, the caller's
+// attempt's too when Base returns it. It reports done with the result
+// when the request is over.
 //
 // The round runs on a copy of the call in the heap, made with the first
 // attempt in one allocation: the goroutine that takes the round over
@@ -429,8 +430,8 @@ type raceResult struct {
 }
 
 // arm starts the delay of a, an attempt of c's round launched and about
-// to be sent on the caller's goroutine. The upstreams after a's, for the hedges and the
-// failovers, are rest, of which the first unsorted are in the configured
+// to be sent on the caller's goroutine. The upstreams after a's, for the
+// hedges and the failovers, are rest, of which the first unsorted are in the configured
 // order with their demotions not read yet, then later, demoted ones; index
 // is a's place in the round's configured order (for the 64 whose demotion
 // is read).

@@ -1256,7 +1256,7 @@ func TestHedgeTimerPooled(t *testing.T) {
 		a := &attempt{u: tr.upstreams[0], start: time.Now()}
 		w := new(hedgeWait)
 		w.arm(c, context.Background(), a, tr.upstreams[1:], 0, nil, 0)
-		if w.f.timer != nil && w.timer == w.f.timer {
+		if w.timer == w.f.timer {
 			t.Error("a bubble's round got a pooled timer, which runs on the real clock")
 		}
 		bubbleTimer, f := w.timer, w.f
