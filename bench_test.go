@@ -27,7 +27,7 @@ import (
 // prints benchstat tables with the ratios to the first column:
 //
 //	BenchmarkRoundTrip/impl={bare,failover,failover_2up,failsafehttp,retryablehttp}/mode={serial,parallel}
-//	BenchmarkDecision/impl={canned,floor,sketch,failover,failover_2up,failover_2up_hedged,failover_traced}/mode={serial,parallel}
+//	BenchmarkDecision/impl={canned,floor,sketch,sketch_full,failover,failover_2up,failover_2up_hedged,failover_traced}/mode={serial,parallel}
 //	BenchmarkFailover/case={direct,refused,open,429,429_each}/mode={serial,parallel}
 //
 // Every variant has its own clone of http.DefaultTransport (with room for 16
@@ -379,6 +379,167 @@ func (s *sketchWrapper) RoundTrip(req *http.Request) (*http.Response, error) {
 	return resp, err
 }
 
+// sketchFullWrapper is the sketch with, in the least form each could
+// take, every other check this package's features make on the healthy
+// path: a flag for each feature that is off (Trace, per-request options,
+// Hedge, Router, Models, StreamGuard, Degraded), the caller's context
+// looked at before the attempt, a candidate loop with the call's state on
+// the stack, Upstream.Header's entries set by a loop, the upstream's own
+// headers left out of the caller's by a lookup, the body kept for replay,
+// the Classifier called through a func value, the hang detector's
+// in-flight count and quiet time, the headroom's and cooldown's
+// deadlines, and one deferred func that hands the permit back and closes
+// the answer on a panic. What it costs over the sketch is the least those
+// features can cost on this path (issue 15).
+type sketchFullWrapper struct {
+	sketchWrapper
+	tracing, optioning, hedge, routed, models, guard, degraded bool
+	classify                                                   func(*http.Response, error) int
+	ups                                                        []*sketchFullUpstream
+	hangMin                                                    int64
+	hangFor                                                    int64
+}
+
+type sketchFullUpstream struct {
+	*sketchUpstream
+	header [1]struct {
+		key    string
+		values []string
+	}
+	inflight     atomic.Int64
+	headroomTill atomic.Int64
+}
+
+type sketchTraceKey struct{}
+
+func newSketchFullWrapper(base http.RoundTripper) *sketchFullWrapper {
+	s := &sketchFullWrapper{sketchWrapper: *newSketchWrapper(base), hangMin: 2, hangFor: int64(time.Minute)}
+	u := &sketchFullUpstream{sketchUpstream: s.hosts["primary.example"]}
+	u.header[0].key, u.header[0].values = "Authorization", u.auth
+	s.ups = []*sketchFullUpstream{u}
+	s.classify = func(resp *http.Response, err error) int {
+		if err != nil || resp.StatusCode >= 500 || resp.StatusCode == 429 {
+			return 1
+		}
+		return 0
+	}
+	return s
+}
+
+func (s *sketchFullWrapper) RoundTrip(req *http.Request) (*http.Response, error) {
+	start := time.Now()
+	ctx := req.Context()
+	if s.tracing && ctx.Value(sketchTraceKey{}) != nil {
+		return nil, errSketchRefused
+	}
+	if s.optioning && ctx.Value(sketchTraceKey{}) != nil {
+		return nil, errSketchRefused
+	}
+	if s.hosts[req.URL.Host] == nil || !strings.HasPrefix(req.URL.Path, "/v1") || req.Response != nil {
+		return s.base.RoundTrip(req)
+	}
+	first, getBody := req.Body, req.GetBody // the body's replay
+	var held *http.Response
+	for i, u := range s.ups {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		if s.hedge || s.routed || s.models {
+			return nil, errSketchRefused
+		}
+		now := int64(start.Sub(s.epoch))
+		if u.state.Load() != 0 || u.coolUntil.Load() > now {
+			continue
+		}
+		if u.headroomTill.Load() > now || s.degraded ||
+			(u.inflight.Load() >= s.hangMin && now-max(u.busySince.Load(), u.lastReply.Load()) > s.hangFor) {
+			continue // demoted: tried after the others
+		}
+		resp, err, ok := s.attempt(req, u, i, first, getBody, start, now)
+		if ok {
+			return resp, err
+		}
+		held = resp // the latest answer, returned if nothing better comes
+	}
+	if held != nil {
+		return held, nil
+	}
+	return nil, errSketchRefused
+}
+
+func (s *sketchFullWrapper) attempt(req *http.Request, u *sketchFullUpstream, i int, body io.ReadCloser, getBody func() (io.ReadCloser, error), start time.Time, now int64) (resp *http.Response, err error, ok bool) {
+	u.inflight.Add(1)
+	u.busySince.Store(now)
+	defer func() {
+		v := recover()
+		u.inflight.Add(-1)
+		u.state.CompareAndSwap(2, 0) // the permit
+		if v != nil {
+			if resp != nil {
+				resp.Body.Close()
+			}
+			panic(v)
+		}
+	}()
+	out := *req
+	h := make(http.Header, len(req.Header)+len(u.header))
+	for k, v := range req.Header {
+		if k == u.header[0].key {
+			continue // the upstream sets it
+		}
+		if i > 0 {
+			switch k {
+			case "Authorization", "X-Api-Key", "Api-Key", "X-Goog-Api-Key":
+				continue
+			}
+		}
+		h[k] = v
+	}
+	for _, f := range u.header {
+		h[f.key] = f.values
+	}
+	out.Header = h
+	out.Body, out.GetBody = body, getBody
+	if sr, ok := out.Body.(interface{ Len() int }); ok && int64(sr.Len()) != out.ContentLength {
+		return nil, errSketchRefused, true
+	}
+	resp, err = s.base.RoundTrip(&out)
+	if s.guard {
+		return nil, errSketchRefused, true
+	}
+	end := time.Now()
+	d := end.Sub(start)
+	at := int64(end.Sub(s.epoch))
+	u.lastReply.Store(at)
+	if s.classify(resp, err) == 0 {
+		u.successes.Add(1)
+		if v := resp.Header["X-Ratelimit-Remaining-Requests"]; len(v) > 0 && v[0] == "0" {
+			u.remaining.Store(0)
+		}
+		if v := resp.Header["Anthropic-Ratelimit-Requests-Remaining"]; len(v) > 0 && v[0] == "0" {
+			u.remaining.Store(0)
+		}
+		ok = true
+	} else {
+		u.failures.Add(1)
+	}
+	u.ring[u.next.Add(1)%1024].Store(at)
+	u.requests.Inc()
+	u.duration.Update(d.Seconds())
+	if !ok {
+		return resp, err, false
+	}
+	s.reqs.Inc()
+	s.took.Update(d.Seconds())
+	if resp != nil {
+		if ct := resp.Header["Content-Type"]; len(ct) > 0 && strings.HasPrefix(ct[0], "text/event-stream") {
+			resp.Body = io.NopCloser(resp.Body)
+		}
+		resp.Request = req
+	}
+	return resp, err, true
+}
+
 // refusedWorker sends chat requests through rt to url, a port that refuses
 // them: every request must fail.
 func refusedWorker(rt http.RoundTripper, url string) func() func() error {
@@ -472,6 +633,7 @@ func BenchmarkDecision(b *testing.B) {
 		{"canned", func(*testing.B) http.RoundTripper { return cannedBase{} }},
 		{"floor", func(*testing.B) http.RoundTripper { return &floorWrapper{base: cannedBase{}, auth: benchPrimaryAuth} }},
 		{"sketch", func(*testing.B) http.RoundTripper { return newSketchWrapper(cannedBase{}) }},
+		{"sketch_full", func(*testing.B) http.RoundTripper { return newSketchFullWrapper(cannedBase{}) }},
 		{"failover", func(b *testing.B) http.RoundTripper { return newBenchTransport(b, decisionConfig(1)) }},
 		{"failover_2up", func(b *testing.B) http.RoundTripper { return newBenchTransport(b, decisionConfig(2)) }},
 		{"failover_2up_hedged", func(b *testing.B) http.RoundTripper {

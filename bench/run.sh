@@ -23,10 +23,11 @@
 #   CG_IMPLS   impls of BenchmarkRoundTrip to count instructions of
 #              ("bare floor failover failsafehttp retryablehttp")
 #   CG_DECISION  impls of BenchmarkDecision to count instructions of
-#              ("floor sketch failover"; impl=floor is the least a
-#              credential-swapping wrapper does, the floor of issue 15;
-#              impl=sketch the floor with the package's per-request
-#              steps in their least form)
+#              ("floor sketch sketch_full failover"; impl=floor is the
+#              least a credential-swapping wrapper does, the floor of
+#              issue 15; impl=sketch the floor with the package's
+#              per-request steps in their least form; impl=sketch_full
+#              the sketch with every feature's check on the path too)
 #   CG_REPS    callgrind measures per impl, the median is kept (3)
 #   CG_N1 CG_N2  the two -benchtime counts whose difference is measured
 #              (1000 and 3000)
@@ -40,7 +41,7 @@ BENCH=${BENCH:-.}
 MEMTEST=${MEMTEST:-1}
 CALLGRIND=${CALLGRIND:-1}
 CG_IMPLS=${CG_IMPLS:-bare floor failover failsafehttp retryablehttp}
-CG_DECISION=${CG_DECISION:-floor sketch failover}
+CG_DECISION=${CG_DECISION:-floor sketch sketch_full failover}
 CG_REPS=${CG_REPS:-3}
 CG_N1=${CG_N1:-1000}
 CG_N2=${CG_N2:-3000}

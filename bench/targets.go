@@ -202,6 +202,12 @@ func (c *checker) check15(cg, cgd map[string]float64) {
 		// how far the package's path is from it.
 		fmt.Printf("  %-44s %s\n", "decision instructions, sketch/floor", fmt.Sprintf("%.2fx (%.0f vs %.0f); failover/sketch %.2fx", sk/floor, sk, floor, f/sk))
 	}
+	if floor, sf, f := cgd["floor"], cgd["sketch_full"], cgd["failover"]; floor > 0 && sf > 0 && f > 0 {
+		// Not a target either: the sketch with every feature's check on
+		// the healthy path in its least form (impl=sketch_full), the
+		// least a design with all of them can cost.
+		fmt.Printf("  %-44s %s\n", "decision instructions, sketch_full/floor", fmt.Sprintf("%.2fx (%.0f vs %.0f); failover/sketch_full %.2fx", sf/floor, sf, floor, f/sf))
+	}
 	if d, ok := c.get("Decision/impl=failover/mode=serial", 1); ok {
 		c.line("decision allocs and bytes", fmt.Sprintf("%.0f, %.0f B", d.allocs, d.bytes), "<= 3, 848 B", d.allocs <= 3 && d.bytes <= 848)
 	} else {
