@@ -922,27 +922,7 @@ func (f roundTripper) RoundTrip(r *http.Request) (*http.Response, error) { retur
 func BenchmarkWritePrometheus(b *testing.B) {
 	for _, n := range []int{1, 64} {
 		b.Run(fmt.Sprintf("upstreams=%d", n), func(b *testing.B) {
-			cfg := failover.Config{
-				Base: roundTripper(func(r *http.Request) (*http.Response, error) {
-					code := http.StatusOK
-					if r.URL.Host == fmt.Sprintf("u%d.example", n-1) && n > 1 {
-						code = http.StatusServiceUnavailable
-					}
-					return &http.Response{StatusCode: code, Header: http.Header{"Content-Type": benchJSON}, Body: http.NoBody, Request: r}, nil
-				}),
-				Hedge: &failover.HedgeConfig{Delay: time.Minute},
-			}
-			for i := range n {
-				cfg.Upstreams = append(cfg.Upstreams, failover.Upstream{Name: fmt.Sprintf("u%d", i), BaseURL: fmt.Sprintf("https://u%d.example/v1", i)})
-			}
-			tr := newBenchTransport(b, cfg)
-			for i := range n {
-				resp, err := tr.RoundTrip(newChatRequest(context.Background(), fmt.Sprintf("https://u%d.example/v1/chat/completions", i)))
-				if err != nil {
-					b.Fatal(err)
-				}
-				resp.Body.Close()
-			}
+			tr := scrapedTransport(b, n)
 			var out strings.Builder
 			tr.WritePrometheus(&out)
 			b.ReportAllocs()
@@ -952,4 +932,50 @@ func BenchmarkWritePrometheus(b *testing.B) {
 			b.ReportMetric(float64(strings.Count(out.String(), "\n")), "lines")
 		})
 	}
+}
+
+// BenchmarkHealth is Health's snapshot of the Transport that
+// BenchmarkWritePrometheus scrapes (issue 15: linear in the number of
+// upstreams).
+func BenchmarkHealth(b *testing.B) {
+	for _, n := range []int{1, 64} {
+		b.Run(fmt.Sprintf("upstreams=%d", n), func(b *testing.B) {
+			tr := scrapedTransport(b, n)
+			if h := tr.Health(); len(h) != n {
+				b.Fatalf("Health has %d upstreams, want %d", len(h), n)
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				tr.Health()
+			}
+		})
+	}
+}
+
+// scrapedTransport is a Transport with n upstreams (and Config.Hedge), each
+// of which has answered one request, the first after failing over from the
+// last.
+func scrapedTransport(b *testing.B, n int) *failover.Transport {
+	cfg := failover.Config{
+		Base: roundTripper(func(r *http.Request) (*http.Response, error) {
+			code := http.StatusOK
+			if r.URL.Host == fmt.Sprintf("u%d.example", n-1) && n > 1 {
+				code = http.StatusServiceUnavailable
+			}
+			return &http.Response{StatusCode: code, Header: http.Header{"Content-Type": benchJSON}, Body: http.NoBody, Request: r}, nil
+		}),
+		Hedge: &failover.HedgeConfig{Delay: time.Minute},
+	}
+	for i := range n {
+		cfg.Upstreams = append(cfg.Upstreams, failover.Upstream{Name: fmt.Sprintf("u%d", i), BaseURL: fmt.Sprintf("https://u%d.example/v1", i)})
+	}
+	tr := newBenchTransport(b, cfg)
+	for i := range n {
+		resp, err := tr.RoundTrip(newChatRequest(context.Background(), fmt.Sprintf("https://u%d.example/v1/chat/completions", i)))
+		if err != nil {
+			b.Fatal(err)
+		}
+		resp.Body.Close()
+	}
+	return tr
 }
