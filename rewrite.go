@@ -476,7 +476,8 @@ var authSchemes = []string{"negotiate", "aws4-hmac-sha256", "sharedkey", "shared
 // (split at spaces, tabs, commas and semicolons, without quotes), except a
 // leading authorization scheme, and of a part "name=value" only the value
 // (a cookie's, a "Signature=..."'s); a Basic credential decoded, and its
-// user and password; and the query- and path-escaped form of each.
+// user and password; and the query-, path- and user-info-escaped form of
+// each.
 func appendSecretForms(dst []string, v string) []string {
 	add := func(s string) {
 		if len(s) < minSecretLen {
@@ -488,6 +489,9 @@ func appendSecretForms(dst []string, v string) []string {
 		}
 		if p := url.PathEscape(s); p != s {
 			dst = append(dst, p)
+		}
+		if u := url.User(s).String(); u != s {
+			dst = append(dst, u) // as a URL's user info: '$' and ';' kept, '@' and ':' escaped
 		}
 	}
 	add(v)

@@ -3,6 +3,7 @@ package failover
 import (
 	"context"
 	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -186,6 +187,64 @@ func TestQueryKeyRedacted(t *testing.T) {
 	for _, s := range []string{err.Error(), tr.Health()[0].LastError} {
 		if strings.Contains(s, key) || strings.Contains(s, pass) {
 			t.Errorf("a secret leaked: %s", s)
+		}
+	}
+}
+
+// A Base that quotes the URL in its errors (a logging or tracing wrapper's
+// "POST http://...: EOF") writes the caller's user info as net/url escapes
+// it: '@' and ':' escaped, '$', '&', '+', '=', ';' and ',' not, which is
+// neither query nor path escaping. Every surface hides it all the same.
+func TestUserInfoRedactedAsURLsWriteIt(t *testing.T) {
+	const user, pass = "ops$team@corp.example", "pa$$w@rd:0123456789"
+	srv := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+		conn, _, err := http.NewResponseController(w).Hijack()
+		if err == nil {
+			conn.Close() // no answer: the client's read fails
+		}
+	})
+	inner := http.DefaultTransport.(*http.Transport).Clone()
+	t.Cleanup(inner.CloseIdleConnections)
+	base := roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		resp, err := inner.RoundTrip(r)
+		if err != nil {
+			return nil, fmt.Errorf("%s %s: %w", r.Method, r.URL, err)
+		}
+		return resp, nil
+	})
+	var logs logBuffer
+	tr := newTestTransport(t, Config{Base: base, Logger: newLogger(&logs), Upstreams: []Upstream{{Name: "a", BaseURL: srv.URL + "/v1"}}})
+	u, err := url.Parse(srv.URL + "/v1/chat")
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.User = url.UserPassword(user, pass)
+	req := httptestRequest("POST", u.String(), chatBody)
+	var rec recordTrace
+	_, err = tr.RoundTrip(traced(req, &rec))
+	if err == nil {
+		t.Fatal("no error")
+	}
+	health, _ := json.Marshal(tr.Health())
+	texts := map[string]string{
+		"Error": err.Error(), "%+v": fmt.Sprintf("%+v", err), "logs": logs.String(),
+		"LastError": tr.Health()[0].LastError, "Health JSON": string(health),
+		"Done.Err": fmt.Sprint(rec.done.Err),
+	}
+	for _, a := range rec.args {
+		if d, ok := a.(TraceAttemptDone); ok {
+			texts["AttemptDone.Err"] = fmt.Sprint(d.Err)
+		}
+	}
+	if !strings.Contains(texts["Error"], "EOF") {
+		t.Fatalf("err = %v, want the cause", err)
+	}
+	secrets := []string{"ops$team", "corp.example", "pa$$w", "rd:0123456789", "rd%3A0123456789"}
+	for where, text := range texts {
+		for _, s := range secrets {
+			if strings.Contains(text, s) {
+				t.Errorf("%s shows %q: %s", where, s, text)
+			}
 		}
 	}
 }
