@@ -832,9 +832,13 @@ func (a *attempt) cleanup() {
 	a.stop(errHedgeLost)
 }
 
-// logPanic reports the panic of an attempt nobody waits for.
+// logPanic reports the panic of an attempt nobody waits for, scrubbed of
+// the credentials of the request Base was given (its upstream's Header,
+// the caller's own when it went to the upstream they are for), which the
+// panic's value may quote.
 func (t *Transport) logPanic(a *attempt) {
 	msg := fmt.Sprintf("failover: panic in an abandoned hedged attempt to %s: %v\n%s", a.u.name, a.panicked, a.stack)
+	msg = redact(msg, t.creds.upstreamSecrets, compactSecrets(t.creds.appendRequestSecrets([]string{}, a.out)))
 	if t.logger != nil {
 		t.logger.Error(msg)
 		return

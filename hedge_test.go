@@ -1376,3 +1376,45 @@ func TestHedgeStressPooledTimers(t *testing.T) {
 	}
 	count()
 }
+
+// A panic of Base in a hedged attempt that nobody waits for any more is
+// logged, not raised; Base may quote the request it was given, and the log
+// shows none of its credentials: the upstream's Header and the caller's
+// key=. Real servers: the first hangs until the hedge's answer ends its
+// attempt, whose Base then panics.
+func TestHedgeAbandonedPanicLogCarriesNoCredential(t *testing.T) {
+	const upstreamKey, callerKey = "sk-upstream-panic-0123456789", "AIzaCallerPanic0123456789"
+	slow := newServer(t, func(w http.ResponseWriter, r *http.Request) { <-r.Context().Done() })
+	fast := newUpstreamServer(t, 200, "ok")
+	inner := http.DefaultTransport.(*http.Transport).Clone()
+	t.Cleanup(inner.CloseIdleConnections)
+	base := roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		resp, err := inner.RoundTrip(r)
+		if err != nil && r.URL.Host == slow.Listener.Addr().String() {
+			panic(fmt.Sprintf("unexpected failure of %s %v", r.URL, r.Header))
+		}
+		return resp, err
+	})
+	var logs logBuffer
+	tr := newTestTransport(t, Config{Base: base, Logger: newLogger(&logs), Hedge: &HedgeConfig{Delay: 5 * time.Millisecond}, Upstreams: []Upstream{
+		{Name: "slow", BaseURL: slow.URL + "/v1", Header: http.Header{"Authorization": {"Bearer " + upstreamKey}}},
+		{Name: "fast", BaseURL: fast.URL + "/v1"},
+	}})
+	resp, err := tr.RoundTrip(httptestRequest("GET", slow.URL+"/v1/models?key="+callerKey, ""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	readBody(t, resp)
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(logs.String(), "unexpected failure") {
+		if time.Now().After(deadline) {
+			t.Fatalf("no panic logged: %s", logs.String())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	for _, s := range []string{upstreamKey, callerKey} {
+		if strings.Contains(logs.String(), s) {
+			t.Errorf("the log shows %q: %s", s, logs.String())
+		}
+	}
+}
