@@ -595,9 +595,22 @@ func (c *credentials) appendURLSecrets(dst []string, u *url.URL) []string {
 
 // redact replaces every secret of the lists in msg with "[REDACTED]",
 // wherever it appears, overlapping ones too: the upstreams' header values
-// and the caller's credentials, in every form appendSecretForms knows.
+// and the caller's credentials, in every form appendSecretForms knows. A
+// message cut short (a stream's error event, clipped) may end in a
+// secret's first bytes: from minSecretLen of them on, they are hidden too,
+// unless they end where a part of the secret does (a value of several
+// parts may begin with an innocent one: "theme=dark; session=...", whose
+// secret parts are in the lists on their own).
 func redact(msg string, lists ...[]string) string {
 	var hidden []bool // which bytes of msg belong to a secret
+	hide := func(i, j int) {
+		if hidden == nil {
+			hidden = make([]bool, len(msg))
+		}
+		for ; i < j; i++ {
+			hidden[i] = true
+		}
+	}
 	for _, list := range lists {
 		for _, s := range list {
 			if s == "" {
@@ -608,14 +621,17 @@ func redact(msg string, lists ...[]string) string {
 				if i < 0 {
 					break
 				}
-				if hidden == nil {
-					hidden = make([]bool, len(msg))
-				}
 				i += off
-				for j := i; j < i+len(s); j++ {
-					hidden[j] = true
-				}
+				hide(i, i+len(s))
 				off = i + 1
+			}
+			for n := min(len(s)-1, len(msg)); n >= minSecretLen; n-- {
+				if strings.HasSuffix(msg, s[:n]) {
+					if !partEnds(s[n:]) {
+						hide(len(msg)-n, len(msg))
+					}
+					break
+				}
 			}
 		}
 	}
@@ -635,6 +651,21 @@ func redact(msg string, lists ...[]string) string {
 		}
 	}
 	return b.String()
+}
+
+// partEnds reports whether rest, what follows the first bytes of a
+// secret, begins with a separator of its parts (see appendSecretForms), as
+// written or escaped.
+func partEnds(rest string) bool {
+	if rest[0] == ' ' || rest[0] == '\t' || rest[0] == ',' || rest[0] == ';' {
+		return true
+	}
+	for _, e := range []string{"%20", "%09", "%2C", "%3B"} {
+		if strings.HasPrefix(rest, e) {
+			return true
+		}
+	}
+	return false
 }
 
 // redact scrubs every known secret from msg: the upstreams' header values

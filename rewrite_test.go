@@ -249,6 +249,55 @@ func TestUserInfoRedactedAsURLsWriteIt(t *testing.T) {
 	}
 }
 
+// A stream's error event is clipped to maxErrorDetail bytes, and an
+// upstream that echoes the key it was sent ("invalid key: Bearer sk-...")
+// may have it cut in the middle: the first bytes of the key are no key to
+// find, yet they are most of it. Real server, caller's key and upstream's.
+func TestRedactClippedStreamError(t *testing.T) {
+	const upstreamKey, callerKey = "sk-upstream-CLIPPED-0123456789abcdef", "caller-clipped-0123456789abcdef"
+	srv := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		key := r.Header.Get("Authorization") + r.Header.Get("X-Api-Key")
+		// The detail is "invalid_api_key: " and the message: 17+158+5 bytes
+		// before the key, so that the clip keeps 20 of its bytes.
+		msg := strings.Repeat("x", 158) + " key " + key
+		fmt.Fprintf(w, "data: {\"error\":{\"code\":\"invalid_api_key\",\"message\":%q}}\n\n", msg)
+	})
+	for _, tt := range []struct{ name, key string }{{"upstream", upstreamKey}, {"caller", callerKey}} {
+		t.Run(tt.name, func(t *testing.T) {
+			up := Upstream{Name: "a", BaseURL: srv.URL + "/v1"}
+			if tt.key == upstreamKey {
+				up.Header = http.Header{"Authorization": {"Bearer " + upstreamKey}}
+			}
+			tr := newTestTransport(t, Config{StreamGuard: &StreamGuard{}, Upstreams: []Upstream{up}})
+			req := httptestRequest("POST", srv.URL+"/v1/chat/completions", chatBody)
+			if tt.key == callerKey {
+				req.Header.Set("X-Api-Key", callerKey)
+			}
+			var rec recordTrace
+			_, err := tr.RoundTrip(traced(req, &rec))
+			if !errors.Is(err, ErrStreamError) {
+				t.Fatalf("err = %v, want ErrStreamError", err)
+			}
+			texts := map[string]string{"Error": err.Error(), "LastError": tr.Health()[0].LastError}
+			for _, a := range rec.args {
+				if d, ok := a.(TraceAttemptDone); ok {
+					texts["AttemptDone.Err"] = fmt.Sprint(d.Err)
+				}
+			}
+			prefix := tt.key[:minSecretLen]
+			for where, text := range texts {
+				if strings.Contains(text, prefix) {
+					t.Errorf("%s shows the key's first bytes: %s", where, text)
+				}
+				if !strings.Contains(text, "invalid_api_key: xxx") {
+					t.Errorf("%s lost the cause: %s", where, text)
+				}
+			}
+		})
+	}
+}
+
 // fuzzCredentialHeaders are the header names that the package documents as
 // a caller's credentials, and X-Custom-Token, which upstream 1 sets.
 var fuzzCredentialHeaders = []string{
