@@ -465,14 +465,15 @@ func (c *call) settle(a *attempt) (*http.Response, error, bool) {
 			return resp, nil, true
 		}
 		// A request no upstream can send (an invalid header): the
-		// caller's own error, as it is.
+		// caller's own error, as it is, but for any credential it
+		// quotes (see Transport.scrub).
 		c.callerFault = true
-		return nil, err, true
+		return nil, c.t.scrub(err, c.req, c.hop), true
 	case Canceled:
 		if a.callerFault {
 			c.discardHeld()
 			c.callerFault = true
-			return nil, err, true // the caller's own error, as it is
+			return nil, c.t.scrub(err, c.req, c.hop), true // the caller's own error, as it is, but for any credential it quotes
 		}
 		if cerr := c.req.Context().Err(); cerr != nil {
 			if resp != nil {

@@ -3,11 +3,13 @@ package failover
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
 	"sync/atomic"
 	"testing"
+	"testing/iotest"
 	"testing/synctest"
 	"time"
 )
@@ -215,4 +217,58 @@ type slowReader struct{ d time.Duration }
 func (r slowReader) Read([]byte) (int, error) {
 	time.Sleep(r.d)
 	return 0, io.EOF
+}
+
+// A request no upstream can send (an invalid header), or whose body fails
+// to read, ends with Base's own error, which a Base that describes the
+// request it was given may make quote the upstream's Header: what
+// RoundTrip returns says the same without it, and unwraps to Base's error.
+// Real server.
+func TestCallersOwnErrorCarriesNoUpstreamKey(t *testing.T) {
+	const upstreamKey = "sk-upstream-rejected-0123456789"
+	errRead := errors.New("caller's body broke")
+	for _, tt := range []struct {
+		name, want string
+		req        func(url string) *http.Request
+	}{
+		{"invalid header", "invalid header field value", func(url string) *http.Request {
+			req := httptestRequest("GET", url, "")
+			req.Header.Set("X-Trace", "a\nb") // net/http refuses to send it
+			return req
+		}},
+		{"body fails", errRead.Error(), func(url string) *http.Request {
+			req := httptestRequest("POST", url, "")
+			req.Body = io.NopCloser(io.MultiReader(strings.NewReader("{"), iotest.ErrReader(errRead)))
+			req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(strings.NewReader("{}")), nil }
+			return req
+		}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			srv := newUpstreamServer(t, 200, "ok")
+			inner := http.DefaultTransport.(*http.Transport).Clone()
+			t.Cleanup(inner.CloseIdleConnections)
+			var baseErr error
+			base := roundTripFunc(func(r *http.Request) (*http.Response, error) {
+				resp, err := inner.RoundTrip(r)
+				if err != nil {
+					baseErr = fmt.Errorf("%w (sent %v)", err, r.Header)
+					return nil, baseErr
+				}
+				return resp, nil
+			})
+			tr := newTestTransport(t, Config{Base: base, Upstreams: []Upstream{
+				{Name: "a", BaseURL: srv.URL + "/v1", Header: http.Header{"Authorization": {"Bearer " + upstreamKey}}},
+			}})
+			_, err := tr.RoundTrip(tt.req(srv.URL + "/v1/chat"))
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("err = %v, want %q", err, tt.want)
+			}
+			if !errors.Is(err, baseErr) {
+				t.Errorf("err = %v does not unwrap to Base's", err)
+			}
+			if s := fmt.Sprintf("%v %+v", err, err); strings.Contains(s, upstreamKey) {
+				t.Errorf("the caller's error shows the upstream's key: %s", s)
+			}
+		})
+	}
 }

@@ -295,10 +295,11 @@ func (c *call) traceDone(a *attempt) {
 	c.trace.AttemptDone(d)
 }
 
-// scrub returns err for a hook: as it is when it is one of this package's
-// (already scrubbed) or its message holds no credential of req's, of its
-// redirect chain's (hop) or of an upstream's; else an error whose message
-// is scrubbed and which unwraps to err.
+// scrub returns err for a hook, or Base's own for the caller: as it is
+// when it is one of this package's (already scrubbed) or its message holds
+// no credential of req's, of its redirect chain's (hop) or of an
+// upstream's; else an error whose message is scrubbed and which unwraps to
+// err.
 func (t *Transport) scrub(err error, req *http.Request, h *hop) error {
 	switch err.(type) {
 	case nil, *Error, *UnroutedError:
