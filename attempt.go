@@ -367,7 +367,10 @@ func (t *Transport) guardStream(ctx context.Context, resp *http.Response, err er
 // showRequest sets resp.Request to where the request went, with the
 // caller's own headers: the upstream's credentials stay out of SDK error
 // dumps, and a redirect that follows the response finds the upstream the
-// caller addressed (see view).
+// caller addressed (see view). An answer from another upstream than the
+// one the caller's URL names loses its Set-Cookie: http.Client's Jar
+// keeps a cookie for the URL the client sent, so that upstream's session
+// would go to the addressed one with the caller's next request.
 func (r *request) showRequest(resp *http.Response, a *attempt) {
 	u := a.u
 	if resp == nil {
@@ -380,6 +383,9 @@ func (r *request) showRequest(resp *http.Response, a *attempt) {
 		return
 	}
 	resp.Request = r.view(a.out)
+	if _, ok := resp.Header["Set-Cookie"]; ok {
+		delete(resp.Header, "Set-Cookie")
+	}
 }
 
 // judge classifies what came back, and returns the attempt's error; a 400,

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/cookiejar"
 	"runtime"
 	"runtime/metrics"
 	"strings"
@@ -407,4 +408,63 @@ func goroutinesCreated(t *testing.T) uint64 {
 		t.Skipf("this Go (%s) has no %s metric (Go 1.26 has)", runtime.Version(), s[0].Name)
 	}
 	return s[0].Value.Uint64()
+}
+
+// An answer from another upstream than the one the caller's URL names
+// reaches a cookie jar without its Set-Cookie: http.Client keeps a cookie
+// for the URL it sent, so the backup's session went to the primary with
+// the caller's next request. The addressed upstream's own cookies are
+// kept, and sent back to it.
+func TestShowRequestKeepsAnotherUpstreamsCookies(t *testing.T) {
+	var primaryUp atomic.Bool
+	primary := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+		if !primaryUp.Load() {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			return
+		}
+		http.SetCookie(w, &http.Cookie{Name: "primary_sid", Value: "primary-session-0123456789"})
+		io.WriteString(w, "primary")
+	})
+	backup := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+		http.SetCookie(w, &http.Cookie{Name: "backup_sid", Value: "backup-session-0123456789"})
+		io.WriteString(w, "backup")
+	})
+	tr := newTestTransport(t, Config{Upstreams: []Upstream{
+		{Name: "primary", BaseURL: primary.URL},
+		{Name: "backup", BaseURL: backup.URL},
+	}})
+	jar, err := cookiejar.New(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &http.Client{Transport: tr, Jar: jar}
+	send := func(want string) {
+		t.Helper()
+		resp, err := c.Get(primary.URL + "/v1/models")
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if string(body) != want {
+			t.Fatalf("answered by %q, want %q", body, want)
+		}
+	}
+	send("backup") // the primary fails: the backup answers, with its cookie
+	primaryUp.Store(true)
+	send("primary") // the primary's own cookie, kept
+	send("primary") // and sent back to it
+	for _, r := range primary.requests() {
+		if c := r.Header.Get("Cookie"); strings.Contains(c, "backup") {
+			t.Errorf("the primary received the backup's cookie: Cookie: %s", c)
+		}
+	}
+	if reqs := primary.requests(); len(reqs) != 3 || !strings.Contains(reqs[2].Header.Get("Cookie"), "primary-session-0123456789") {
+		t.Errorf("the primary's own cookie did not come back to it: %+v", reqs)
+	}
+	for _, r := range backup.requests() {
+		if c := r.Header.Get("Cookie"); c != "" {
+			t.Errorf("the backup received a cookie: %s", c)
+		}
+	}
 }

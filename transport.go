@@ -91,7 +91,10 @@ type Upstream struct {
 	// Header is set on every request sent to this upstream, replacing the
 	// caller's values of those names: the upstream's own credentials
 	// (Authorization, x-api-key, api-key, ...) and anything else it needs.
-	// Its values never appear in logs, errors, Health or metrics.
+	// Its values never appear in logs, errors, Health or metrics (but
+	// for a value, or a part of one, shorter than 8 bytes: one that
+	// short would hide innocent text, a version number, and no
+	// provider's key is that short).
 	Header http.Header
 
 	// Weight is the upstream's share of traffic under the Weighted
