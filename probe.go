@@ -2,6 +2,7 @@ package failover
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
@@ -35,9 +36,14 @@ type ProbeConfig struct {
 	// Request builds the probe of an upstream; the Transport then sets
 	// the upstream's Header on it. Nil means GET {BaseURL}/models, the
 	// cheapest request an OpenAI-compatible API has; a chat completion
-	// with max_tokens 1 suits providers without it.
+	// with max_tokens 1 suits providers without it. An error, or a nil
+	// request, sends no probe to the upstream that time, and is logged.
 	Request func(ctx context.Context, u Upstream) (*http.Request, error)
 }
+
+// errNoProbeRequest is a ProbeConfig.Request that returned neither a
+// request nor an error.
+var errNoProbeRequest = errors.New("ProbeConfig.Request returned neither a request nor an error")
 
 func (c ProbeConfig) validate() error {
 	switch {
@@ -116,6 +122,9 @@ func (t *Transport) probe(u *upstream) {
 	ctx, cancel := context.WithTimeout(p.ctx, p.cfg.Timeout)
 	defer cancel()
 	req, err := p.cfg.Request(ctx, u.cfg)
+	if err == nil && req == nil {
+		err = errNoProbeRequest
+	}
 	if err != nil {
 		t.log(slog.LevelError, "probe request: "+redact(err.Error(), t.creds.upstreamSecrets), u)
 		return

@@ -167,3 +167,34 @@ func TestProbeRequestErrorRedacted(t *testing.T) {
 		}
 	})
 }
+
+// A Request that returns no request and no error, to probe only some
+// upstreams, sends no probe for that upstream and logs why: the probe
+// loop's goroutine does not panic (which would end the process), and the
+// other upstreams are still probed.
+func TestProbeRequestNilRequest(t *testing.T) {
+	var probed atomic.Int64
+	srv := newServer(t, func(http.ResponseWriter, *http.Request) { probed.Add(1) })
+	var logs logBuffer
+	tr := newTestTransport(t, Config{Logger: newLogger(&logs),
+		Upstreams: []Upstream{{Name: "a", BaseURL: srv.URL + "/a"}, {Name: "b", BaseURL: srv.URL + "/b"}},
+		Probe: ProbeConfig{Interval: minProbeInterval, Request: func(ctx context.Context, u Upstream) (*http.Request, error) {
+			if u.Name == "a" {
+				return nil, nil
+			}
+			return http.NewRequestWithContext(ctx, http.MethodGet, u.BaseURL+"/models", nil)
+		}}})
+	defer tr.Close()
+	for deadline := time.Now().Add(5 * time.Second); probed.Load() < 2; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("b got %d probes in 5s, want 2", probed.Load())
+		}
+	}
+	tr.Close()
+	if n := len(srv.requests()); n != int(probed.Load()) {
+		t.Fatalf("%d probes reached the server, %d of them b's", n, probed.Load())
+	}
+	if !strings.Contains(logs.String(), "probe request") || !strings.Contains(logs.String(), "upstream=a") {
+		t.Errorf("the nil probe request of a is not logged:\n%s", logs.String())
+	}
+}
