@@ -38,6 +38,8 @@ type ProbeConfig struct {
 	// cheapest request an OpenAI-compatible API has; a chat completion
 	// with max_tokens 1 suits providers without it. An error, or a nil
 	// request, sends no probe to the upstream that time, and is logged.
+	// The probe ends at Timeout and at Close, whatever context its
+	// request was made with.
 	Request func(ctx context.Context, u Upstream) (*http.Request, error)
 }
 
@@ -128,6 +130,14 @@ func (t *Transport) probe(u *upstream) {
 	if err != nil {
 		t.log(slog.LevelError, "probe request: "+redact(err.Error(), t.creds.upstreamSecrets), u)
 		return
+	}
+	if rctx := req.Context(); rctx != ctx {
+		// Built with a context of its own (http.NewRequest): the
+		// probe's Timeout and Close still end it.
+		bounded, stop := context.WithCancel(rctx)
+		defer stop()
+		defer context.AfterFunc(ctx, stop)()
+		req = req.WithContext(bounded)
 	}
 	if req.Header == nil {
 		req.Header = make(http.Header)

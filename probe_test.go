@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -196,5 +197,52 @@ func TestProbeRequestNilRequest(t *testing.T) {
 	}
 	if !strings.Contains(logs.String(), "probe request") || !strings.Contains(logs.String(), "upstream=a") {
 		t.Errorf("the nil probe request of a is not logged:\n%s", logs.String())
+	}
+}
+
+// A probe request built without the ctx Request is given (http.NewRequest)
+// is still bounded by Probe.Timeout and ended by Close: against an
+// upstream that never answers, the probe fails at its Timeout and Close
+// returns, rather than waiting on the probe loop for ever.
+func TestProbeRequestWithoutContext(t *testing.T) {
+	release := make(chan struct{})
+	unblock := sync.OnceFunc(func() { close(release) })
+	var probed atomic.Int64
+	srv := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+		probed.Add(1)
+		select {
+		case <-r.Context().Done():
+		case <-release:
+		}
+	})
+	defer unblock() // before srv.Close, which waits for its handlers
+	tr, err := New(Config{Upstreams: []Upstream{{Name: "a", BaseURL: srv.URL}},
+		Probe: ProbeConfig{Interval: minProbeInterval, Timeout: 50 * time.Millisecond, Request: func(_ context.Context, u Upstream) (*http.Request, error) {
+			return http.NewRequest(http.MethodGet, u.BaseURL+"/models", nil)
+		}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(5 * time.Second); probed.Load() < 2; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			unblock()
+			tr.Close()
+			t.Fatalf("%d probes in 5s: the first is not bounded by Probe.Timeout", probed.Load())
+		}
+	}
+	closed := make(chan struct{})
+	go func() {
+		tr.Close()
+		close(closed)
+	}()
+	select {
+	case <-closed:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Close waits on a probe in flight") // release then ends it
+	}
+	var m strings.Builder
+	tr.WritePrometheus(&m)
+	if !strings.Contains(m.String(), `failover_probes_total{upstream="a",outcome="failed"}`) {
+		t.Errorf("a probe past its Timeout is not counted as failed:\n%s", m.String())
 	}
 }
