@@ -110,9 +110,13 @@ func (t *Transport) probeLoop(u *upstream) {
 	}
 }
 
-// jitter returns d give or take 10 %.
+// jitter returns d give or take 10 %, saturating at the largest Duration.
 func jitter(d time.Duration) time.Duration {
-	return d + time.Duration((rand.Float64()-0.5)*0.2*float64(d))
+	j := time.Duration((rand.Float64() - 0.5) * 0.2 * float64(d))
+	if j > maxDuration-d {
+		return maxDuration
+	}
+	return d + j
 }
 
 // probe sends u one probe and records what it says.

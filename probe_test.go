@@ -246,3 +246,21 @@ func TestProbeRequestWithoutContext(t *testing.T) {
 		t.Errorf("a probe past its Timeout is not counted as failed:\n%s", m.String())
 	}
 }
+
+// The jitter of a Probe.Interval near the largest Duration saturates
+// rather than wrapping to a negative wait, which fired the probe timer at
+// once: an Interval of 1<<63-1 sent a probe at New half the time, and
+// again after each such probe.
+func TestProbeJitterHugeInterval(t *testing.T) {
+	const d = time.Duration(1<<63 - 1)
+	for range 1000 {
+		if j := jitter(d); j < d/10*9 {
+			t.Fatalf("jitter(%v) = %v, want within 10 %% of it", d, j)
+		}
+	}
+	for range 1000 {
+		if j := jitter(time.Second); j < 900*time.Millisecond || j > 1100*time.Millisecond {
+			t.Fatalf("jitter(1s) = %v, want within 10 %% of it", j)
+		}
+	}
+}
