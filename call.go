@@ -87,6 +87,7 @@ func (c *call) run() (*http.Response, error) {
 		return nil, err
 	}
 	if err := c.body.init(c.req, limit); err != nil {
+		c.callerFault = true // the caller's body failed to read
 		return nil, err
 	}
 	if c.t.models {

@@ -272,3 +272,31 @@ func TestCallersOwnErrorCarriesNoUpstreamKey(t *testing.T) {
 		})
 	}
 }
+
+// A body without GetBody that fails to read while the Transport buffers
+// it for replay (Config.MaxBodyBuffer) is the caller's own fault, as
+// RequestCanceled says: the Trace's Done and failover_requests_total say
+// canceled, not unavailable (which says every upstream was passed over),
+// and no upstream is sent anything or blamed.
+func TestCallBufferedBodyReadErrorIsCallersOwn(t *testing.T) {
+	srv := newUpstreamServer(t, 200, "ok")
+	tr := newTestTransport(t, Config{Upstreams: []Upstream{{Name: "a", BaseURL: srv.URL}}})
+	broken := errors.New("the caller's file went away")
+	req := httptestRequest("POST", srv.URL+"/v1/chat", "")
+	req.Body, req.ContentLength = &failingBody{n: 10, err: broken}, -1
+	var r recordTrace
+	resp, err := tr.RoundTrip(traced(req, &r))
+	if resp != nil || !errors.Is(err, broken) {
+		t.Fatalf("got %v, %v; want the body's error", resp, err)
+	}
+	if r.done.Outcome != RequestCanceled || r.done.Attempts != 0 {
+		t.Errorf("Done = %+v, want canceled with no attempt", r.done)
+	}
+	m := scrapeMetrics(tr)
+	if !strings.Contains(m, `failover_requests_total{upstream="",outcome="canceled"} 1`) || strings.Contains(m, `failover_requests_total{upstream="",outcome="unavailable"} 1`) {
+		t.Errorf("metrics:\n%s\nwant the request counted as canceled", seriesLines(m, "failover_requests_total"))
+	}
+	if h := tr.Health()[0]; srv.count() != 0 || h.LastError != "" || h.Requests.Total() != 0 {
+		t.Errorf("the upstream got %d requests, health %+v; want none, and nothing counted", srv.count(), h)
+	}
+}

@@ -324,8 +324,11 @@ const (
 //     caller's context ended, or for a request addressed to no upstream an
 //     [*UnroutedError] or the Base RoundTripper's error, or for a request
 //     that [WithUpstreams] restricted to a name no upstream has an
-//     [*UnknownUpstreamError]. When any upstream answered, the
-//     latest answer is returned with a nil error, whatever its status.
+//     [*UnknownUpstreamError], or the caller's own error as it is when
+//     its request cannot be sent (its body fails to read, an invalid
+//     header), which counts against no upstream. When any upstream
+//     answered, the latest answer is returned with a nil error, whatever
+//     its status.
 //   - The caller must close the returned response's body, as with any
 //     RoundTripper. Its Request is the attempt that got it (the URL it
 //     went to) with the caller's own headers, never an upstream's. Responses of discarded attempts are drained (up to
