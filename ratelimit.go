@@ -2,6 +2,7 @@ package failover
 
 import (
 	"bytes"
+	"cmp"
 	"errors"
 	"log/slog"
 	"net/http"
@@ -59,8 +60,8 @@ func (c RateLimitConfig) validate() error {
 		return configError("RateLimit.MaxCooldown", "must not be negative")
 	case c.MaxWait < 0:
 		return configError("RateLimit.MaxWait", "must not be negative")
-	case c.DefaultCooldown != 0 && c.MaxCooldown != 0 && c.DefaultCooldown > c.MaxCooldown:
-		return configError("RateLimit.DefaultCooldown", "must not exceed RateLimit.MaxCooldown")
+	case c.DefaultCooldown > cmp.Or(c.MaxCooldown, defaultMaxCooldown):
+		return configError("RateLimit.DefaultCooldown", "must not exceed RateLimit.MaxCooldown (60s when zero)")
 	}
 	return nil
 }

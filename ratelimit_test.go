@@ -769,3 +769,33 @@ func TestStalled429BodyDoesNotBlock(t *testing.T) {
 		t.Fatalf("body %q, want the backup's", got)
 	}
 }
+
+// A DefaultCooldown longer than the MaxCooldown in effect is refused, by
+// New and NewRateLimiter alike, whether MaxCooldown is set or left at its
+// 60s default: before, DefaultCooldown: 2 * time.Minute alone was taken,
+// and a 429 that says nothing cooled down for 60s, not the 2m configured.
+func TestRateLimitDefaultCooldownOverDefaultMax(t *testing.T) {
+	for _, rc := range []RateLimitConfig{
+		{DefaultCooldown: 2 * time.Minute},
+		{DefaultCooldown: 2 * time.Minute, MaxCooldown: time.Minute},
+		{DefaultCooldown: defaultMaxCooldown + 1},
+	} {
+		var cerr *ConfigError
+		_, err := New(Config{Upstreams: []Upstream{{BaseURL: "http://a.test"}}, RateLimit: rc})
+		if !errors.As(err, &cerr) || cerr.Field != "RateLimit.DefaultCooldown" {
+			t.Errorf("New with %+v: %v, want a ConfigError naming RateLimit.DefaultCooldown", rc, err)
+		}
+		if _, err := NewRateLimiter(nil, rc); !errors.As(err, &cerr) || cerr.Field != "RateLimit.DefaultCooldown" {
+			t.Errorf("NewRateLimiter with %+v: %v, want a ConfigError naming RateLimit.DefaultCooldown", rc, err)
+		}
+	}
+	for _, rc := range []RateLimitConfig{
+		{DefaultCooldown: defaultMaxCooldown},
+		{DefaultCooldown: 2 * time.Minute, MaxCooldown: 2 * time.Minute},
+		{MaxCooldown: 500 * time.Millisecond}, // the default 1s is capped, as every cooldown is
+	} {
+		if _, err := NewRateLimiter(nil, rc); err != nil {
+			t.Errorf("NewRateLimiter with %+v: %v", rc, err)
+		}
+	}
+}
