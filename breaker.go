@@ -145,6 +145,9 @@ func newCircuit(c BreakerConfig, lease func(time.Time, bool) bool, onChange func
 // that matches [ErrCircuitOpen] and says how long is left
 // ([RetryAfterError]). Responses and errors of the next RoundTripper are
 // returned as they are; the classifier only decides what they count for.
+// An error that the request's own body caused (a read that failed, a
+// length that disagrees with ContentLength) counts for nothing, as the
+// caller's canceled context does.
 //
 // A Breaker is safe for concurrent use by multiple goroutines.
 type Breaker struct {
@@ -170,16 +173,31 @@ func NewBreaker(next http.RoundTripper, cfg BreakerConfig, classify Classifier) 
 }
 
 // RoundTrip implements http.RoundTripper.
-func (br *Breaker) RoundTrip(req *http.Request) (*http.Response, error) {
+func (br *Breaker) RoundTrip(req *http.Request) (resp *http.Response, err error) {
 	p, v := br.c.Allow(time.Now())
 	if v.Refusal != circuit.None {
 		closeBody(req)
 		return nil, &unavailableError{err: ErrCircuitOpen, retryAfter: v.Wait}
 	}
 	defer br.c.Release(p) // even if next panics
-	resp, err := br.next.RoundTrip(req)
+	var watch *watchedBody
+	if orig := req; req.Body != nil && req.Body != http.NoBody && !inMemory(req.Body, req.ContentLength) {
+		// Watched, as the Transport's attempts are: a body that fails to
+		// read, or disagrees with its ContentLength, is the caller's
+		// fault, not the upstream's. (One in memory does neither.)
+		watch = new(watchedBody)
+		watch.watch(req.Body, req.ContentLength)
+		req = req.WithContext(req.Context()) // a copy: the caller's request is not modified
+		req.Body = watch
+		defer func() {
+			if resp != nil && resp.Request == req {
+				resp.Request = orig
+			}
+		}()
+	}
+	resp, err = br.next.RoundTrip(req)
 	o := Canceled
-	if req.Context().Err() == nil {
+	if req.Context().Err() == nil && (err == nil || watch == nil || !watch.faulted(err)) {
 		o = br.classify(resp, err)
 	}
 	br.c.Done(p, circuitResult(o, err), time.Now())

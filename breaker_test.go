@@ -570,3 +570,45 @@ func TestDetectionIgnoresOlderSuccesses(t *testing.T) {
 		}
 	})
 }
+
+// A Breaker, like the Transport, blames its upstream for nothing the
+// caller's own body does: a body whose read fails, or one shorter than its
+// ContentLength, makes net/http fail the request (the first as a
+// *net.OpError that DefaultClassifier reads as the upstream's), and
+// before, with FailureThreshold 1, either opened the circuit, so that
+// every caller's well-formed requests were then refused.
+func TestBreakerCallerBodyFaultBlamesNoUpstream(t *testing.T) {
+	srv := newUpstreamServer(t, 200, "ok")
+	base := &http.Transport{}
+	defer base.CloseIdleConnections()
+	br, err := NewBreaker(base, BreakerConfig{FailureThreshold: 1}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	broken := errors.New("the caller's file went away")
+	for _, req := range []*http.Request{
+		func() *http.Request {
+			req := httptestRequest("POST", srv.URL+"/v1/chat", "")
+			req.Body, req.ContentLength = &failingBody{n: 10, err: broken}, 1000
+			return req
+		}(),
+		func() *http.Request {
+			req := httptestRequest("POST", srv.URL+"/v1/chat", `{"model":"m"}`)
+			req.ContentLength = 100
+			return req
+		}(),
+	} {
+		if resp, err := br.RoundTrip(req); err == nil {
+			resp.Body.Close()
+			t.Fatalf("got %d, want the body's error", resp.StatusCode)
+		}
+		if s := br.State(); s != Closed {
+			t.Fatalf("circuit %v after the caller's broken body, want closed", s)
+		}
+	}
+	resp, err := br.RoundTrip(httptestRequest("POST", srv.URL+"/v1/chat", `{"model":"m"}`))
+	if err != nil {
+		t.Fatalf("a well-formed request: %v", err)
+	}
+	readBody(t, resp)
+}
