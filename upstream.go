@@ -96,7 +96,7 @@ func newUpstream(i int, uc Upstream) (*upstream, error) {
 			return nil, configError(field("Header"), fmt.Sprintf("has an invalid header name %q", k))
 		}
 		for _, v := range vs {
-			if strings.ContainsAny(v, "\r\n\x00") {
+			if strings.ContainsFunc(v, headerControl) {
 				// Never quote the value: it is likely a key.
 				return nil, configError(field("Header"), fmt.Sprintf("has an invalid value for %q", k))
 			}
@@ -132,6 +132,10 @@ func newUpstream(i int, uc Upstream) (*upstream, error) {
 	}
 	return u, nil
 }
+
+// headerControl reports whether r is a control character that net/http
+// refuses in a header value: any but HT.
+func headerControl(r rune) bool { return r < ' ' && r != '\t' || r == 0x7f }
 
 // finite reports whether x is neither NaN nor infinite.
 func finite(x float64) bool { return !math.IsNaN(x) && !math.IsInf(x, 0) }

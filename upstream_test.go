@@ -2,6 +2,7 @@ package failover
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"strings"
 	"sync"
@@ -267,5 +268,44 @@ func TestUpstreamSets(t *testing.T) {
 		if got := u.sets(c.key); got != c.want {
 			t.Errorf("sets(%q) = %v, want %v", c.key, got, c.want)
 		}
+	}
+}
+
+// An Upstream.Header value with a control character that net/http refuses
+// to send (any but HT, not only CR, LF and NUL) is refused by New, naming
+// the field and not the value: before, New took it, and every request
+// addressed to that upstream then failed with net/http's "invalid header
+// field value", as the caller's own fault, without failing over to the
+// upstream that could answer it.
+func TestUpstreamHeaderControlCharacter(t *testing.T) {
+	primary := newUpstreamServer(t, 200, "primary")
+	backup := newUpstreamServer(t, 200, "backup")
+	for _, v := range []string{"sk-\x01secret", "sk-\x7fsecret", "sk-\x1bsecret"} {
+		tr, err := New(Config{Upstreams: []Upstream{
+			{Name: "primary", BaseURL: primary.URL, Header: http.Header{"Authorization": {"Bearer " + v}}},
+			{Name: "backup", BaseURL: backup.URL},
+		}})
+		if err == nil {
+			resp, rerr := tr.RoundTrip(httptestRequest("GET", primary.URL+"/v1/models", ""))
+			if rerr == nil {
+				resp.Body.Close()
+			}
+			tr.Close()
+			t.Errorf("New took a header value with %q; a request then got %v", v, rerr)
+			continue
+		}
+		var cerr *ConfigError
+		if !errors.As(err, &cerr) || cerr.Field != "Upstreams[0].Header" || strings.Contains(err.Error(), "secret") {
+			t.Errorf("New: %v; want a ConfigError naming Upstreams[0].Header without the value", err)
+		}
+	}
+	tr, err := New(Config{Upstreams: []Upstream{{BaseURL: primary.URL, Header: http.Header{"X-Note": {"a\tb \xff"}}}}})
+	if err != nil {
+		t.Fatalf("a header value with HT and obs-text: %v", err)
+	}
+	defer tr.Close()
+	readBody(t, mustGet(t, tr, primary.URL+"/v1/models"))
+	if got := primary.requests(); len(got) != 1 || got[0].Header.Get("X-Note") != "a\tb \xff" {
+		t.Fatalf("the primary got %+v", got)
 	}
 }
