@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -66,6 +67,8 @@ func newUpstream(i int, uc Upstream) (*upstream, error) {
 		return nil, configError(field("BaseURL"), "must be an absolute http or https URL")
 	case base.Host == "" || base.Hostname() == "":
 		return nil, configError(field("BaseURL"), "has no host")
+	case !validPort(base.Port()):
+		return nil, configError(field("BaseURL"), "has a port outside 1-65535")
 	case base.User != nil:
 		return nil, configError(field("BaseURL"), "must not carry user info: put credentials in Header")
 	case base.RawQuery != "" || base.ForceQuery:
@@ -131,6 +134,13 @@ func newUpstream(i int, uc Upstream) (*upstream, error) {
 		u.models = maps.Clone(uc.Models)
 	}
 	return u, nil
+}
+
+// validPort reports whether p, a URL's port, is empty (the scheme's) or
+// one a connection can have.
+func validPort(p string) bool {
+	n, err := strconv.ParseUint(p, 10, 16)
+	return p == "" || err == nil && n > 0
 }
 
 // headerControl reports whether r is a control character that net/http

@@ -309,3 +309,26 @@ func TestUpstreamHeaderControlCharacter(t *testing.T) {
 		t.Fatalf("the primary got %+v", got)
 	}
 }
+
+// A BaseURL whose port no connection can have (0, or past 65535) is
+// refused by New, naming the field: before, New took it, and every
+// request to the upstream failed to dial ("invalid port"), counting
+// against its circuit as if the provider were down.
+func TestUpstreamBaseURLPortOutOfRange(t *testing.T) {
+	for _, b := range []string{"http://a.test:0/v1", "http://a.test:65536/v1", "https://a.test:99999", "http://[::1]:123456/v1", "http://a.test:00000/v1"} {
+		_, err := New(Config{Upstreams: []Upstream{{BaseURL: b}}})
+		var cerr *ConfigError
+		if !errors.As(err, &cerr) || cerr.Field != "Upstreams[0].BaseURL" {
+			t.Errorf("New with BaseURL %q: %v, want a ConfigError naming Upstreams[0].BaseURL", b, err)
+		}
+	}
+	srv := newUpstreamServer(t, 200, "ok")
+	for _, b := range []string{srv.URL + "/v1", "http://a.test:/v1", "http://a.test:65535/v1", "http://a.test:00080/v1", "http://[::1]:1/v1"} {
+		tr, err := New(Config{Upstreams: []Upstream{{BaseURL: b}}})
+		if err != nil {
+			t.Errorf("New with BaseURL %q: %v", b, err)
+			continue
+		}
+		tr.Close()
+	}
+}
