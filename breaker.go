@@ -1,6 +1,7 @@
 package failover
 
 import (
+	"fmt"
 	"net/http"
 	"time"
 
@@ -162,6 +163,9 @@ type Breaker struct {
 func NewBreaker(next http.RoundTripper, cfg BreakerConfig, classify Classifier) (*Breaker, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
+	}
+	if nilValue(next) {
+		return nil, fmt.Errorf("failover: NewBreaker: next is a nil %T: leave it nil for http.DefaultTransport", next)
 	}
 	if next == nil {
 		next = http.DefaultTransport

@@ -2,6 +2,7 @@ package failover
 
 import (
 	"errors"
+	"reflect"
 	"strings"
 	"time"
 )
@@ -147,3 +148,18 @@ type ConfigError struct {
 func (e *ConfigError) Error() string { return "failover: Config." + e.Field + " " + e.Reason }
 
 func configError(field, reason string) error { return &ConfigError{Field: field, Reason: reason} }
+
+// nilValue reports whether v, the value of an interface field, is a nil
+// pointer, func, map, chan or slice: an interface that is not nil, whose
+// methods would find nil ((*http.Transport)(nil) panics at its first
+// request).
+func nilValue(v any) bool {
+	if v == nil {
+		return false
+	}
+	switch rv := reflect.ValueOf(v); rv.Kind() {
+	case reflect.Pointer, reflect.Func, reflect.Map, reflect.Chan, reflect.Slice, reflect.Interface:
+		return rv.IsNil()
+	}
+	return false
+}

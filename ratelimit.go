@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"cmp"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"strconv"
@@ -403,6 +404,9 @@ type RateLimiter struct {
 func NewRateLimiter(next http.RoundTripper, cfg RateLimitConfig) (*RateLimiter, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
+	}
+	if nilValue(next) {
+		return nil, fmt.Errorf("failover: NewRateLimiter: next is a nil %T: leave it nil for http.DefaultTransport", next)
 	}
 	if next == nil {
 		next = http.DefaultTransport

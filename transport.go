@@ -391,7 +391,9 @@ type Transport struct {
 }
 
 // New returns a Transport for cfg, or an error naming the field of cfg that
-// can never work.
+// can never work (an interface field holding a nil pointer or func, such
+// as a nil *http.Transport for Base, is one). A New that fails registers
+// nothing in cfg.Metrics.
 func New(cfg Config) (*Transport, error) {
 	if len(cfg.Upstreams) == 0 {
 		return nil, configError("Upstreams", "is empty: at least one upstream is required")
@@ -441,6 +443,12 @@ func New(cfg Config) (*Transport, error) {
 		return nil, configError("SharedSync", "must be at least 10ms")
 	case cfg.Unrouted < UnroutedRefuse || cfg.Unrouted > UnroutedFirst:
 		return nil, configError("Unrouted", "must be UnroutedRefuse, UnroutedPass or UnroutedFirst")
+	case nilValue(cfg.Base):
+		return nil, configError("Base", fmt.Sprintf("is a nil %T: leave it nil for a clone of http.DefaultTransport", cfg.Base))
+	case nilValue(cfg.Router):
+		return nil, configError("Router", fmt.Sprintf("is a nil %T: leave it nil for the configured order", cfg.Router))
+	case nilValue(cfg.Shared):
+		return nil, configError("Shared", fmt.Sprintf("is a nil %T: leave it nil for no shared state", cfg.Shared))
 	}
 	t := &Transport{
 		base:     cfg.Base,
@@ -476,9 +484,6 @@ func New(cfg Config) (*Transport, error) {
 	if t.metrics == nil {
 		t.metrics = metrics.NewSet()
 	}
-	if cfg.Hedge != nil {
-		t.hedge = newHedger(*cfg.Hedge, t.metrics)
-	}
 	names := map[string]int{}
 	for i, uc := range cfg.Upstreams {
 		u, err := newUpstream(i, uc)
@@ -502,6 +507,12 @@ func New(cfg Config) (*Transport, error) {
 		return nil, err
 	}
 	t.creds = creds
+	// Nothing is registered in Metrics before the last check that can
+	// refuse the Config: a New that fails leaves the caller's Set as it
+	// was.
+	if cfg.Hedge != nil {
+		t.hedge = newHedger(*cfg.Hedge, t.metrics)
+	}
 	if cfg.Shared != nil {
 		t.fleet = newFleet(t, cfg.Shared, cmp.Or(cfg.SharedSync, defaultSharedSync))
 	}

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/VictoriaMetrics/metrics"
 	"io"
 	"math"
 	"math/rand/v2"
@@ -436,6 +437,14 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		{"NaN cost", Config{Upstreams: []Upstream{{BaseURL: "https://a", Cost: Cost{Input: math.NaN()}}}}, "Upstreams[0].Cost"},
 		{"infinite cost", Config{Upstreams: []Upstream{{BaseURL: "https://a", Cost: Cost{Output: math.Inf(1)}}}}, "Upstreams[0].Cost"},
 		{"NaN hang multiple", Config{Upstreams: []Upstream{ok}, Hang: HangConfig{Multiple: math.NaN()}}, "Hang.Multiple"},
+		// An interface that is not nil but holds a nil pointer or func:
+		// New took it, and the first request (or the fleet's goroutine)
+		// panicked.
+		{"nil *http.Transport", Config{Upstreams: []Upstream{ok}, Base: (*http.Transport)(nil)}, "Base"},
+		{"nil func Base", Config{Upstreams: []Upstream{ok}, Base: roundTripFunc(nil)}, "Base"},
+		{"nil *Weighted", Config{Upstreams: []Upstream{ok}, Router: (*Weighted)(nil)}, "Router"},
+		{"nil *LeastLatency", Config{Upstreams: []Upstream{ok}, Router: (*LeastLatency)(nil)}, "Router"},
+		{"nil shared", Config{Upstreams: []Upstream{ok}, Shared: (*memShared)(nil)}, "Shared"},
 	}
 	for _, tt := range tests {
 		_, err := New(tt.cfg)
@@ -450,6 +459,40 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		if strings.Contains(err.Error(), "k\r\n") {
 			t.Errorf("%s: error quotes a header value", tt.name)
 		}
+	}
+}
+
+// A New that refuses its Config leaves the caller's metrics Set as it
+// was: no series of a Transport that does not exist.
+func TestNewRefusedRegistersNoMetrics(t *testing.T) {
+	set := metrics.NewSet()
+	_, err := New(Config{
+		Metrics:   set,
+		Hedge:     &HedgeConfig{Delay: time.Second},
+		Shared:    newMemShared(),
+		Upstreams: []Upstream{{BaseURL: "https://a.example/v1"}, {BaseURL: "ftp://b.example/v1"}},
+	})
+	if err == nil {
+		t.Fatal("New took an ftp BaseURL")
+	}
+	var out strings.Builder
+	set.WritePrometheus(&out)
+	if out.Len() != 0 {
+		t.Errorf("a refused New registered series:\n%s", out.String())
+	}
+}
+
+// NewBreaker and NewRateLimiter refuse a next that is a nil pointer, which
+// would panic at the first request; a nil next is http.DefaultTransport.
+func TestLayersRefuseNilNext(t *testing.T) {
+	if _, err := NewBreaker((*http.Transport)(nil), BreakerConfig{}, nil); err == nil || !strings.Contains(err.Error(), "*http.Transport") {
+		t.Errorf("NewBreaker: %v, want an error naming the nil *http.Transport", err)
+	}
+	if _, err := NewRateLimiter((*http.Transport)(nil), RateLimitConfig{}); err == nil || !strings.Contains(err.Error(), "*http.Transport") {
+		t.Errorf("NewRateLimiter: %v, want an error naming the nil *http.Transport", err)
+	}
+	if _, err := NewBreaker(nil, BreakerConfig{}, nil); err != nil {
+		t.Errorf("NewBreaker(nil, ...): %v", err)
 	}
 }
 
