@@ -313,7 +313,10 @@ func (a *attempt) send(r *request) {
 // roundTrip sends a.out through Base within the attempt timeout. A
 // response that raced the timeout is closed: its context is canceled and
 // it cannot be read. The attempt's own context, if it has one, ends at
-// once without a response, and when the caller closes the body with one.
+// once without a response, and when the caller closes the body with one;
+// at once, too, for a protocol switch (101), whose Body is the connection,
+// an io.ReadWriteCloser that the caller owns and that no wrapper may hide
+// (net/http ends its own context for the request then).
 func (a *attempt) roundTrip(r *request) (*http.Response, error) {
 	t := r.t
 	var timer *time.Timer
@@ -337,7 +340,7 @@ func (a *attempt) roundTrip(r *request) (*http.Response, error) {
 		err = ErrAttemptTimeout
 	}
 	if a.ends() {
-		if err != nil {
+		if err != nil || switched(resp) {
 			a.stop(nil)
 		} else if a.own != nil {
 			a.own.cc = cancelOnClose{ReadCloser: resp.Body, e: a.ender}
@@ -347,6 +350,13 @@ func (a *attempt) roundTrip(r *request) (*http.Response, error) {
 		}
 	}
 	return resp, err
+}
+
+// switched reports whether resp is a protocol switch whose Body is the
+// connection (net/http's bodyIsWritable).
+func switched(resp *http.Response) bool {
+	_, writable := resp.Body.(io.Writer)
+	return resp.StatusCode == http.StatusSwitchingProtocols && writable
 }
 
 // guardStream holds a successful stream with the StreamGuard until its

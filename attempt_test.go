@@ -1,6 +1,7 @@
 package failover
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -466,5 +467,59 @@ func TestShowRequestKeepsAnotherUpstreamsCookies(t *testing.T) {
 		if c := r.Header.Get("Cookie"); c != "" {
 			t.Errorf("the backup received a cookie: %s", c)
 		}
+	}
+}
+
+// A 101 Switching Protocols answer's Body is the connection, an
+// io.ReadWriteCloser as net/http hands it over, with an AttemptTimeout and
+// with hedging alike (each gives the attempt a context of its own).
+func TestSwitchingProtocolsBodyIsWritable(t *testing.T) {
+	for _, name := range []string{"plain", "AttemptTimeout", "Hedge"} {
+		t.Run(name, func(t *testing.T) {
+			up := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+				conn, brw, err := http.NewResponseController(w).Hijack()
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				defer conn.Close()
+				brw.WriteString("HTTP/1.1 101 Switching Protocols\r\nUpgrade: echo\r\nConnection: Upgrade\r\n\r\n")
+				brw.Flush()
+				line, _ := brw.ReadString('\n')
+				brw.WriteString("echo: " + line)
+				brw.Flush()
+			})
+			backup := newUpstreamServer(t, 200, "ok")
+			cfg := Config{Upstreams: []Upstream{
+				{Name: "up", BaseURL: up.URL + "/v1"},
+				{Name: "backup", BaseURL: backup.URL + "/v1"},
+			}}
+			switch name {
+			case "AttemptTimeout":
+				cfg.AttemptTimeout = time.Minute
+			case "Hedge":
+				cfg.Hedge = &HedgeConfig{Delay: time.Minute}
+			}
+			tr := newTestTransport(t, cfg)
+			req, _ := http.NewRequest("GET", up.URL+"/v1/realtime", nil)
+			req.Header.Set("Connection", "Upgrade")
+			req.Header.Set("Upgrade", "echo")
+			resp, err := tr.RoundTrip(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			rw, ok := resp.Body.(io.ReadWriteCloser)
+			if resp.StatusCode != http.StatusSwitchingProtocols || !ok {
+				t.Fatalf("got %d with a Body of type %T, want 101 with an io.ReadWriteCloser", resp.StatusCode, resp.Body)
+			}
+			if _, err := io.WriteString(rw, "hello\n"); err != nil {
+				t.Fatal(err)
+			}
+			got, err := bufio.NewReader(rw).ReadString('\n')
+			if got != "echo: hello\n" || err != nil {
+				t.Errorf("read %q, %v; want the echo", got, err)
+			}
+		})
 	}
 }
