@@ -331,7 +331,7 @@ func (a *attempt) roundTrip(r *request) (*http.Response, error) {
 	if resp == nil && err == nil {
 		err = errNoResponse // a Base that breaks the RoundTripper contract
 	}
-	if timer != nil && !timer.Stop() && r.req.Context().Err() == nil && !a.lost.Load() {
+	if timer != nil && !timer.Stop() && !canceled(r.req) && !a.lost.Load() {
 		// Our timeout fired, not the caller's.
 		if resp != nil {
 			resp.Body.Close()
@@ -408,7 +408,7 @@ func (a *attempt) judge(r *request, resp *http.Response, err error, lost bool) (
 	t := r.t
 	switch {
 	case lost:
-		if resp == nil && r.req.Context().Err() == nil && (t.suspect(a.u, a.end) || t.silent(a.u, a.start, a.end)) {
+		if resp == nil && !canceled(r.req) && (t.suspect(a.u, a.end) || t.silent(a.u, a.start, a.end)) {
 			return Failed, errHedgeLost
 		}
 		return Canceled, err
@@ -417,13 +417,29 @@ func (a *attempt) judge(r *request, resp *http.Response, err error, lost bool) (
 		// ContentLength: no upstream is to blame.
 		a.callerFault = true
 		return Canceled, err
-	case err == nil || r.req.Context().Err() == nil:
+	case err == nil || !canceled(r.req):
 		if err == nil && peekable(resp.StatusCode) {
 			peekBody(resp) // for BodyPrefix: is it Unservable?
 		}
 		return t.classify(resp, err), err
 	}
 	return Canceled, err
+}
+
+// canceled reports whether the caller ended req: its context is done, or
+// its Cancel channel is closed (deprecated, but http.Client closes it for
+// its Timeout in front of a RoundTripper other than net/http's, and
+// net/http then fails the request with an error of its own).
+func canceled(req *http.Request) bool {
+	if req.Context().Err() != nil {
+		return true
+	}
+	select {
+	case <-req.Cancel: // nil: never
+		return true
+	default:
+		return false
+	}
 }
 
 // account records a's outcome: its latency for the router, its result in

@@ -483,6 +483,12 @@ func (c *call) settle(a *attempt) (*http.Response, error, bool) {
 			c.discardHeld()
 			return nil, cerr, true
 		}
+		if err != nil && canceled(c.req) {
+			// The caller closed the request's Cancel channel: net/http's
+			// error says so, as it is.
+			c.discardHeld()
+			return nil, err, true
+		}
 		// A custom classifier said stop while the caller waits on.
 		if resp != nil {
 			c.discardHeld()

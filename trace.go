@@ -270,7 +270,7 @@ func (c *call) outcome(resp *http.Response, err error) requestOutcome {
 			return reqFailedOver
 		}
 		return reqAnswered
-	case c.callerFault || c.req.Context().Err() != nil:
+	case c.callerFault || canceled(c.req):
 		return reqCanceled
 	case c.sent == 0:
 		return reqUnavailable

@@ -321,7 +321,8 @@ const (
 //     first) and closed, even on errors.
 //   - RoundTrip returns an error only when no upstream produced a
 //     response; the error is an [*Error], or the context's error when the
-//     caller's context ended, or for a request addressed to no upstream an
+//     caller's context ended (net/http's own when the caller closed the
+//     deprecated Request.Cancel, as http.Client's Timeout does), or for a request addressed to no upstream an
 //     [*UnroutedError] or the Base RoundTripper's error, or for a request
 //     that [WithUpstreams] restricted to a name no upstream has an
 //     [*UnknownUpstreamError], or the caller's own error as it is when

@@ -232,6 +232,55 @@ func TestCallerCancellation(t *testing.T) {
 	}
 }
 
+// Closing the request's Cancel channel (deprecated, but what http.Client
+// closes for its Timeout in front of a RoundTripper not its own) is the
+// caller's cancellation too: it blames no upstream and fails over to none.
+func TestCallerCancelChannel(t *testing.T) {
+	release := make(chan struct{})
+	hang := func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-r.Context().Done():
+		case <-release:
+		}
+	}
+	primary, backup := newServer(t, hang), newServer(t, hang)
+	defer close(release)
+	tr := newTestTransport(t, Config{Upstreams: []Upstream{{BaseURL: primary.URL}, {BaseURL: backup.URL}}})
+	cancel := make(chan struct{})
+	req := httptestRequest("POST", primary.URL+"/v1/chat/completions", chatBody)
+	req.Cancel = cancel
+	go func() {
+		for primary.count() == 0 {
+			time.Sleep(time.Millisecond)
+		}
+		close(cancel)
+	}()
+	resp, err := tr.RoundTrip(req)
+	var e *Error
+	if resp != nil || err == nil || errors.As(err, &e) {
+		t.Fatalf("got %v, %v; want net/http's own error for the cancellation", resp, err)
+	}
+	if backup.count() != 0 {
+		t.Fatal("a canceled request failed over")
+	}
+	if h := tr.Health()[0]; h.Requests.Canceled != 1 || h.Requests.Failed != 0 || h.BreakerFailures != 0 {
+		t.Fatalf("primary counts %+v, breaker failures %d: a cancellation is nobody's failure", h.Requests, h.BreakerFailures)
+	}
+
+	// http.Client's Timeout closes the channel as its deadline passes.
+	client := &http.Client{Transport: tr, Timeout: 20 * time.Millisecond}
+	for range 20 {
+		if resp, err := client.Get(primary.URL + "/v1/models"); err == nil {
+			resp.Body.Close()
+		}
+	}
+	for _, h := range tr.Health() {
+		if h.Requests.Failed != 0 || h.BreakerFailures != 0 {
+			t.Errorf("%s counts %+v, breaker failures %d after Client.Timeout: the caller's deadline is nobody's failure", h.Name, h.Requests, h.BreakerFailures)
+		}
+	}
+}
+
 func TestUnroutedRequestPassesThrough(t *testing.T) {
 	other := newUpstreamServer(t, 200, "other")
 	primary := newUpstreamServer(t, 200, "primary")
