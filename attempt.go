@@ -218,7 +218,9 @@ func (c *call) prepare(ctx context.Context, a *attempt, cancelable bool) error {
 	out.Body = body
 	if c.body.buffered != nil {
 		out.GetBody = c.body.getBody
-		out.ContentLength = int64(len(c.body.buffered))
+		if len(out.Trailer) == 0 { // with trailers it goes chunked, as the caller's length says
+			out.ContentLength = int64(len(c.body.buffered))
+		}
 	}
 	if data, ok := c.mapped(u); ok {
 		if body != nil {

@@ -523,3 +523,47 @@ func TestSwitchingProtocolsBodyIsWritable(t *testing.T) {
 		})
 	}
 }
+
+// A request with trailers goes chunked, its trailers after the body, to
+// every upstream it is sent to, when the Transport buffered its body for
+// replay as when it did not.
+func TestRequestTrailersSent(t *testing.T) {
+	for _, max := range []int64{0, -1} {
+		got := make(chan string, 2)
+		handler := func(code int) http.HandlerFunc {
+			return func(w http.ResponseWriter, r *http.Request) {
+				body, _ := io.ReadAll(r.Body)
+				got <- fmt.Sprintf("%s %q length %d", body, r.Trailer.Get("X-Checksum"), r.ContentLength)
+				w.WriteHeader(code)
+			}
+		}
+		primary := newServer(t, handler(503))
+		backup := newServer(t, handler(200))
+		tr := newTestTransport(t, Config{MaxBodyBuffer: max, Upstreams: []Upstream{
+			{Name: "primary", BaseURL: primary.URL + "/v1"},
+			{Name: "backup", BaseURL: backup.URL + "/v1"},
+		}})
+		pr, pw := io.Pipe()
+		req, _ := http.NewRequest("POST", primary.URL+"/v1/files", pr)
+		req.Trailer = http.Header{"X-Checksum": nil}
+		go func() {
+			io.WriteString(pw, "part")
+			req.Trailer.Set("X-Checksum", "c0ffee")
+			pw.Close()
+		}()
+		resp, err := tr.RoundTrip(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		want := []string{`part "c0ffee" length -1`, `part "c0ffee" length -1`}
+		if max < 0 {
+			want = want[:1] // one attempt: the body cannot be sent again
+		}
+		for i, w := range want {
+			if g := <-got; g != w {
+				t.Errorf("MaxBodyBuffer %d, attempt %d: upstream got %s, want %s", max, i+1, g, w)
+			}
+		}
+	}
+}
