@@ -2,6 +2,7 @@ package failover
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"io"
 	"math"
@@ -30,7 +31,8 @@ type replay struct {
 }
 
 // init prepares the caller's body: GetBody when set, else a buffer of at
-// most max bytes.
+// most max bytes, read until the request's context ends (then the body is
+// closed and init returns the context's error).
 func (b *replay) init(req *http.Request, max int64) error {
 	b.first = req.Body
 	switch {
@@ -41,7 +43,18 @@ func (b *replay) init(req *http.Request, max int64) error {
 		b.getBody = req.GetBody
 	case max < 0:
 	default:
+		// Read within the request's context: when it ends, the body is
+		// closed, as net/http closes it, which ends a read that stalls
+		// (a pipe's, a connection's).
+		var stop func() bool
+		if ctx := req.Context(); ctx.Done() != nil {
+			stop = context.AfterFunc(ctx, func() { req.Body.Close() })
+		}
 		data, err := io.ReadAll(io.LimitReader(req.Body, oneMore(max)))
+		if stop != nil && !stop() {
+			b.used = true // closed by the context's end
+			return req.Context().Err()
+		}
 		if err != nil {
 			req.Body.Close()
 			b.used = true

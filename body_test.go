@@ -2,6 +2,7 @@ package failover
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"io"
 	"net/http"
@@ -411,5 +412,39 @@ func TestPeekJudgesTheObject(t *testing.T) {
 				t.Errorf("%s, at most %d: judged %q, read %q, %v; want the object, then the whole body", name, n, prefix, got, err)
 			}
 		}
+	}
+}
+
+// A body the Transport buffers for replay is read within the request's
+// context: a body that stalls does not hold RoundTrip past the caller's
+// cancellation, which it ends with the context's error, as net/http
+// does, having sent nothing.
+func TestBufferingHeedsCancellation(t *testing.T) {
+	up := newUpstreamServer(t, 200, "ok")
+	tr := newTestTransport(t, Config{Upstreams: []Upstream{{Name: "up", BaseURL: up.URL + "/v1"}}})
+	pr, pw := io.Pipe()
+	defer pw.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	req, _ := http.NewRequestWithContext(ctx, "POST", up.URL+"/v1/files", pr)
+	done := make(chan error, 1)
+	go func() {
+		resp, err := tr.RoundTrip(req)
+		if resp != nil {
+			resp.Body.Close()
+		}
+		done <- err
+	}()
+	io.WriteString(pw, "the first part, then nothing") // the Transport is reading
+	cancel()
+	select {
+	case err := <-done:
+		if !errors.Is(err, context.Canceled) {
+			t.Errorf("got %v, want context.Canceled", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("RoundTrip still reads a stalled body 5s after the caller canceled")
+	}
+	if n := up.count(); n != 0 {
+		t.Errorf("the upstream got %d requests, want none", n)
 	}
 }
