@@ -218,7 +218,11 @@ func (c *call) prepare(ctx context.Context, a *attempt, cancelable bool) error {
 	out.Body = body
 	if c.body.buffered != nil {
 		out.GetBody = c.body.getBody
-		if len(out.Trailer) == 0 { // with trailers it goes chunked, as the caller's length says
+		// The buffer's length stands in only for a length the caller
+		// left unknown, and not with trailers (it then goes chunked): a
+		// known length that disagrees with the body fails as net/http
+		// fails it (see watchedBody).
+		if out.ContentLength <= 0 && len(out.Trailer) == 0 {
 			out.ContentLength = int64(len(c.body.buffered))
 		}
 	}

@@ -567,3 +567,35 @@ func TestRequestTrailersSent(t *testing.T) {
 		}
 	}
 }
+
+// A body shorter than its ContentLength fails as net/http fails it,
+// blaming no upstream, when the Transport buffered it for replay (no
+// GetBody) as when it did not: the buffer's length must not stand in for
+// the caller's.
+func TestBufferedBodyKeepsContentLength(t *testing.T) {
+	primary := newUpstreamServer(t, 200, "primary")
+	backup := newUpstreamServer(t, 200, "backup")
+	tr := newTestTransport(t, Config{Upstreams: []Upstream{
+		{Name: "primary", BaseURL: primary.URL},
+		{Name: "backup", BaseURL: backup.URL},
+	}})
+	req, _ := http.NewRequest("POST", primary.URL+"/v1/chat", io.NopCloser(strings.NewReader(`{"model":"m"}`)))
+	req.ContentLength = 100
+	resp, err := tr.RoundTrip(req)
+	if err == nil {
+		resp.Body.Close()
+		t.Fatalf("got %d, want net/http's error for a body shorter than its ContentLength", resp.StatusCode)
+	}
+	var ferr *Error
+	if errors.As(err, &ferr) {
+		t.Fatalf("got %v, want net/http's error as it is", err)
+	}
+	if n := primary.count() + backup.count(); n != 0 {
+		t.Errorf("the upstreams answered %d requests", n)
+	}
+	for _, h := range tr.Health() {
+		if h.Requests.Failed != 0 || h.BreakerFailures != 0 {
+			t.Errorf("%s: %+v: the caller's fault counted", h.Name, h.Requests)
+		}
+	}
+}
