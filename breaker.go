@@ -201,7 +201,7 @@ func (br *Breaker) RoundTrip(req *http.Request) (resp *http.Response, err error)
 	}
 	resp, err = br.next.RoundTrip(req)
 	o := Canceled
-	if req.Context().Err() == nil && (err == nil || watch == nil || !watch.faulted(err)) {
+	if !canceled(req) && (err == nil || watch == nil || !watch.faulted(err)) {
 		o = br.classify(resp, err)
 	}
 	br.c.Done(p, circuitResult(o, err), time.Now())

@@ -612,3 +612,36 @@ func TestBreakerCallerBodyFaultBlamesNoUpstream(t *testing.T) {
 	}
 	readBody(t, resp)
 }
+
+// A request whose Cancel channel the caller closed (http.Client closes it
+// for its Timeout in front of a RoundTripper not its own) counts against
+// no circuit, as a canceled context does not.
+func TestBreakerCancelChannelIsNoFailure(t *testing.T) {
+	release := make(chan struct{})
+	up := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-r.Context().Done():
+		case <-release:
+		}
+	})
+	defer close(release)
+	base := http.DefaultTransport.(*http.Transport).Clone()
+	defer base.CloseIdleConnections()
+	b, err := NewBreaker(base, BreakerConfig{FailureThreshold: 2, Cooldown: time.Minute}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		cancel := make(chan struct{})
+		req, _ := http.NewRequest("GET", up.URL+"/v1/models", nil)
+		req.Cancel = cancel
+		time.AfterFunc(10*time.Millisecond, func() { close(cancel) })
+		if resp, err := b.RoundTrip(req); err == nil {
+			resp.Body.Close()
+			t.Fatal("a canceled request got an answer")
+		}
+	}
+	if b.State() != Closed {
+		t.Fatalf("state %v after the caller's cancellations, want closed", b.State())
+	}
+}
