@@ -2,6 +2,7 @@ package failover
 
 import (
 	"context"
+	"log"
 	"log/slog"
 
 	"github.com/failover-go/failover/internal/circuit"
@@ -39,6 +40,18 @@ func (t *Transport) log(level slog.Level, msg string, u *upstream, attrs ...slog
 	}
 	attrs = append(attrs, slog.String("upstream", u.name))
 	t.logger.LogAttrs(context.Background(), level, "failover: "+msg, attrs...)
+}
+
+// reportPanic tells of a panic on a goroutine of the Transport's own
+// (an abandoned hedged attempt, a probe), which has no caller for it to go
+// on to and must not end the process: to the Logger, else to log.Print,
+// so that it is never silent. msg is scrubbed of credentials already.
+func (t *Transport) reportPanic(msg string) {
+	if t.logger != nil {
+		t.logger.Error(msg)
+		return
+	}
+	log.Print(msg)
 }
 
 // logf writes one record about no upstream in particular, when a Logger is

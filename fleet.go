@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -398,11 +399,13 @@ func (f *fleet) reconcile(ctx context.Context) {
 // a period after each failure.
 func (f *fleet) listen(ctx context.Context) {
 	for {
-		err := f.s.Subscribe(ctx, func(e SharedEvent) {
-			f.received.Inc()
-			if e.Member != f.member {
-				f.apply(e)
-			}
+		err := callShared(ctx, func(ctx context.Context) error {
+			return f.s.Subscribe(ctx, func(e SharedEvent) {
+				f.received.Inc()
+				if e.Member != f.member {
+					f.apply(e)
+				}
+			})
 		})
 		if ctx.Err() != nil {
 			return
@@ -483,7 +486,7 @@ func (f *fleet) apply(e SharedEvent) {
 // whether it succeeded.
 func (f *fleet) call(ctx context.Context, fn func(context.Context) error) bool {
 	cctx, cancel := context.WithTimeout(ctx, max(f.every, minCallBound))
-	err := fn(cctx)
+	err := callShared(cctx, fn)
 	cancel()
 	if err != nil {
 		if ctx.Err() == nil {
@@ -500,6 +503,18 @@ func (f *fleet) call(ctx context.Context, fn func(context.Context) error) bool {
 		f.log(slog.LevelInfo, "shared state reachable again")
 	}
 	return true
+}
+
+// callShared calls fn, a call to the Shared store; a panic in it is the
+// store's failure, as an error would be: on the fleet's goroutine it
+// would end the process.
+func callShared(ctx context.Context, fn func(context.Context) error) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = fmt.Errorf("failover: Shared panicked: %v", v)
+		}
+	}()
+	return fn(ctx)
 }
 
 // minCallBound is the shortest bound on a call to the store: on a loaded

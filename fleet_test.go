@@ -144,6 +144,43 @@ func TestSharedStoreDown(t *testing.T) {
 	})
 }
 
+// A Shared store that panics is a store that fails: the fleet's
+// goroutine, which calls it, would otherwise end the process. Requests
+// are served on each member's own state, and the failures are counted.
+func TestSharedStorePanics(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := newFakeNet()
+		n.status("a.test", 503, "down")
+		n.status("b.test", 200, "b")
+		s := newMemShared()
+		s.panics.Store(true)
+		var logs logBuffer
+		fleet := fleetOf(t, 2, n, s, &logs)
+		time.Sleep(time.Second) // several reconciles and subscriptions, each panicking
+		for _, tr := range fleet {
+			for range 3 {
+				if code, err := get(t, tr, "http://a.test/"); err != nil || code != 200 {
+					t.Fatalf("%d %v", code, err)
+				}
+			}
+		}
+		synctest.Wait()
+		for i, tr := range fleet {
+			if tr.Health()[0].State != "open" {
+				t.Errorf("member %d did not trip on its own", i)
+			}
+			var m strings.Builder
+			tr.WritePrometheus(&m)
+			if !strings.Contains(m.String(), "failover_shared_up 0") || strings.Contains(m.String(), "failover_shared_errors_total 0\n") {
+				t.Errorf("member %d's metrics do not show the store failing:\n%s", i, m.String())
+			}
+		}
+		if !strings.Contains(logs.String(), "Shared panicked") {
+			t.Errorf("the store's panic is not logged:\n%s", logs.String())
+		}
+	})
+}
+
 // A member that learned of an open circuit from the fleet closes it when
 // the store says the fleet closed it (the Closed message was lost), but not
 // a circuit it opened itself; and a store that lost its state (a restart,

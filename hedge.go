@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log"
 	"net/http"
 	"runtime"
 	"runtime/debug"
@@ -838,10 +837,5 @@ func (a *attempt) cleanup() {
 // panic's value may quote.
 func (t *Transport) logPanic(a *attempt) {
 	msg := fmt.Sprintf("failover: panic in an abandoned hedged attempt to %s: %v\n%s", a.u.name, a.panicked, a.stack)
-	msg = redact(msg, t.creds.upstreamSecrets, compactSecrets(t.creds.appendRequestSecrets([]string{}, a.out)))
-	if t.logger != nil {
-		t.logger.Error(msg)
-		return
-	}
-	log.Print(msg)
+	t.reportPanic(redact(msg, t.creds.upstreamSecrets, compactSecrets(t.creds.appendRequestSecrets([]string{}, a.out))))
 }

@@ -306,6 +306,7 @@ type memShared struct {
 	subs   map[chan SharedEvent]bool
 	down   atomic.Bool // every call fails
 	stall  atomic.Bool // Publish waits for its context to end
+	panics atomic.Bool // every call panics
 	kinds  map[SharedKind]int
 }
 
@@ -317,6 +318,9 @@ func newMemShared() *memShared {
 var errStoreDown = errors.New("store down")
 
 func (m *memShared) Publish(ctx context.Context, e SharedEvent) error {
+	if m.panics.Load() {
+		panic("memShared: the store panics")
+	}
 	if m.down.Load() {
 		return errStoreDown
 	}
@@ -366,6 +370,9 @@ func (m *memShared) Publish(ctx context.Context, e SharedEvent) error {
 }
 
 func (m *memShared) Load(ctx context.Context, names []string) ([]SharedEvent, error) {
+	if m.panics.Load() {
+		panic("memShared: the store panics")
+	}
 	if m.down.Load() {
 		return nil, errStoreDown
 	}
@@ -393,6 +400,9 @@ func (m *memShared) Load(ctx context.Context, names []string) ([]SharedEvent, er
 }
 
 func (m *memShared) Subscribe(ctx context.Context, deliver func(SharedEvent)) error {
+	if m.panics.Load() {
+		panic("memShared: the store panics")
+	}
 	if m.down.Load() {
 		return errStoreDown
 	}
@@ -416,6 +426,9 @@ func (m *memShared) Subscribe(ctx context.Context, deliver func(SharedEvent)) er
 }
 
 func (m *memShared) AcquireProbe(ctx context.Context, upstream, member string, ttl time.Duration) (bool, error) {
+	if m.panics.Load() {
+		panic("memShared: the store panics")
+	}
 	if m.down.Load() {
 		return false, errStoreDown
 	}

@@ -3,9 +3,11 @@ package failover
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
+	"runtime/debug"
 	"strings"
 	"sync"
 	"time"
@@ -39,7 +41,8 @@ type ProbeConfig struct {
 	// with max_tokens 1 suits providers without it. An error, or a nil
 	// request, sends no probe to the upstream that time, and is logged.
 	// The probe ends at Timeout and at Close, whatever context its
-	// request was made with.
+	// request was made with. A panic in it (or in Base or Classify during
+	// a probe) is logged and the probe counts for nothing.
 	Request func(ctx context.Context, u Upstream) (*http.Request, error)
 }
 
@@ -119,11 +122,20 @@ func jitter(d time.Duration) time.Duration {
 	return d + j
 }
 
-// probe sends u one probe and records what it says.
+// probe sends u one probe and records what it says. A panic in
+// ProbeConfig.Request, Base or Classify is reported (reportPanic) and the
+// probe counts for nothing: on the probe loop's goroutine it would end
+// the process.
 func (t *Transport) probe(u *upstream) {
 	if u.circuit.Check(time.Now()).Refusal == circuit.Probing {
 		return // a real request is probing it
 	}
+	defer func() {
+		if v := recover(); v != nil {
+			msg := fmt.Sprintf("failover: panic in the probe of %s: %v\n%s", u.name, v, debug.Stack())
+			t.reportPanic(redact(msg, t.creds.upstreamSecrets))
+		}
+	}()
 	p := t.probes
 	ctx, cancel := context.WithTimeout(p.ctx, p.cfg.Timeout)
 	defer cancel()

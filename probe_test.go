@@ -200,6 +200,42 @@ func TestProbeRequestNilRequest(t *testing.T) {
 	}
 }
 
+// A ProbeConfig.Request that panics (here for a, on every probe) is
+// reported to the Logger, and the probe loops go on: on the probe loop's
+// goroutine, the panic ended the process.
+func TestProbeRequestPanics(t *testing.T) {
+	var probed atomic.Int64
+	srv := newServer(t, func(http.ResponseWriter, *http.Request) { probed.Add(1) })
+	var logs logBuffer
+	var panicked atomic.Int64
+	tr := newTestTransport(t, Config{Logger: newLogger(&logs),
+		Upstreams: []Upstream{{Name: "a", BaseURL: srv.URL + "/a", Header: http.Header{"Authorization": {"Bearer sk-probe-key-0123456789"}}}, {Name: "b", BaseURL: srv.URL + "/b"}},
+		Probe: ProbeConfig{Interval: minProbeInterval, Request: func(ctx context.Context, u Upstream) (*http.Request, error) {
+			if u.Name == "a" {
+				panicked.Add(1)
+				panic("a's probe request: " + u.Header.Get("Authorization"))
+			}
+			return http.NewRequestWithContext(ctx, http.MethodGet, u.BaseURL+"/models", nil)
+		}}})
+	defer tr.Close()
+	for deadline := time.Now().Add(5 * time.Second); probed.Load() < 2 || panicked.Load() < 2; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("in 5s, b got %d probes and a's Request panicked %d times; want 2 of each", probed.Load(), panicked.Load())
+		}
+	}
+	tr.Close()
+	out := logs.String()
+	if !strings.Contains(out, "panic in the probe of a") {
+		t.Errorf("a's panic is not logged:\n%s", out)
+	}
+	if strings.Contains(out, "sk-probe-key-0123456789") {
+		t.Errorf("the log shows a's key:\n%s", out)
+	}
+	if h := tr.Health()[0]; h.State != "closed" {
+		t.Errorf("a is %s after its probe's panics, want closed: they count for nothing", h.State)
+	}
+}
+
 // A probe request built without the ctx Request is given (http.NewRequest)
 // is still bounded by Probe.Timeout and ended by Close: against an
 // upstream that never answers, the probe fails at its Timeout and Close

@@ -58,7 +58,8 @@ import (
 // skip an upstream whose probe is in flight, until the verdict; so does the
 // one process until it has the lease, which it asks for in the background.
 // Each call is bounded by Config.SharedSync (at least 1s) through its context: a store
-// must honour the context's deadline (see redisshared on go-redis).
+// must honour the context's deadline (see redisshared on go-redis). A call
+// that panics counts as a call that failed.
 //
 // Durations are relative (how long from now), so that processes need not
 // agree on the time of day.
