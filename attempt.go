@@ -194,9 +194,6 @@ func (c *ownCtx) String() string {
 // done, else context.WithCancelCause's.
 func (c *call) prepare(ctx context.Context, a *attempt, cancelable bool) error {
 	u := a.u
-	if c.last != nil && c.last != u && !a.hedge {
-		c.t.countFailover(c.last, u)
-	}
 	c.attempts++
 	actx := ctx
 	if cancelable {
@@ -245,6 +242,11 @@ func (c *call) prepare(ctx context.Context, a *attempt, cancelable bool) error {
 		}
 		watch.watch(out.Body, out.ContentLength)
 		out.Body, a.body = watch, watch
+	}
+	if c.last != nil && c.last != u && !a.hedge {
+		// Counted once the attempt has its body: one whose GetBody
+		// failed moved on to nothing.
+		c.t.countFailover(c.last, u)
 	}
 	a.out = out
 	return nil

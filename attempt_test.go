@@ -599,3 +599,31 @@ func TestBufferedBodyKeepsContentLength(t *testing.T) {
 		}
 	}
 }
+
+// An attempt whose body GetBody cannot give is no failover: the request
+// ends with the primary's answer (the latest), the backup is sent nothing,
+// and failover_failovers_total counts nothing from the one to the other.
+func TestPrepareGetBodyFailsCountsNoFailover(t *testing.T) {
+	primary := newUpstreamServer(t, http.StatusServiceUnavailable, "down")
+	backup := newUpstreamServer(t, http.StatusOK, "ok")
+	tr := newTestTransport(t, Config{Upstreams: []Upstream{
+		{Name: "primary", BaseURL: primary.URL},
+		{Name: "backup", BaseURL: backup.URL},
+	}})
+	req := httptestRequest("POST", primary.URL+"/v1/chat", `{"model":"m"}`)
+	req.GetBody = func() (io.ReadCloser, error) { return nil, errors.New("the caller's file went away") }
+	resp, err := tr.RoundTrip(req)
+	if err != nil {
+		t.Fatalf("err = %v, want the primary's 503", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusServiceUnavailable {
+		t.Errorf("got %d, want the primary's 503", resp.StatusCode)
+	}
+	if backup.count() != 0 {
+		t.Errorf("the backup got %d requests, want none", backup.count())
+	}
+	if m := scrapeMetrics(tr); strings.Contains(m, "failover_failovers_total") {
+		t.Errorf("a failover was counted:\n%s", seriesLines(m, "failover_failovers_total"))
+	}
+}
