@@ -604,7 +604,11 @@ func (t *Transport) Reset(name string) error {
 // to end, and closes the idle connections of the http.Transport that New
 // made when Config.Base was nil (a Base of the caller's is left alone). It
 // is safe to call more than once, and on a Transport without either.
-// Requests still work after Close.
+// Requests in flight at Close go on to their end (a hedged request's
+// attempts end with it), and net/http closes their connections as they
+// come back rather than keep them idle. Requests still work after Close:
+// a connection one of them opens stays idle until CloseIdleConnections,
+// or Close again.
 func (t *Transport) Close() error {
 	if p := t.probes; p != nil {
 		p.cancel()
