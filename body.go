@@ -333,7 +333,9 @@ func peek(body io.ReadCloser, n int, timeout time.Duration, enough func([]byte) 
 			if p.judged >= 0 {
 				prefix = p.buf[:p.judged:p.judged]
 			}
-			return prefix, &memoryBody{Reader: bytes.NewReader(p.buf), prefix: prefix}
+			m := &memoryBody{prefix: prefix}
+			m.r.Reset(p.buf)
+			return prefix, m
 		}
 	case <-timer.C:
 		p.handed.Store(true) // the read-ahead stops after the read in progress
@@ -360,6 +362,7 @@ type peekedBody struct {
 	judged int           // of buf, the bytes to judge, as enough said (-1: all)
 	err    error         // the error that stopped the read-ahead, if any (set before done)
 	off    int           // bytes of buf Read has returned
+	closed atomic.Bool   // Close was called: Read returns nothing more
 }
 
 // readAhead reads body into buf (see peek).
@@ -394,6 +397,9 @@ func (p *peekedBody) readAhead(n int, enough func([]byte) (bool, int)) {
 }
 
 func (p *peekedBody) Read(b []byte) (int, error) {
+	if p.closed.Load() {
+		return 0, errReadOnClosedBody // not the bytes read ahead either
+	}
 	<-p.done
 	if p.off < len(p.buf) {
 		k := copy(b, p.buf[p.off:])
@@ -408,16 +414,34 @@ func (p *peekedBody) Read(b []byte) (int, error) {
 
 // Close closes body, which ends a read-ahead still waiting on it.
 func (p *peekedBody) Close() error {
+	p.closed.Store(true)
 	return p.body.Close()
 }
 
+// errReadOnClosedBody is what a body the Transport read ahead returns when
+// read after Close: net/http's own error for a response body then (its
+// value is not exported).
+var errReadOnClosedBody = errors.New("http: read on closed response body")
+
 // memoryBody is a peeked body that ended within the bytes read ahead.
+// After Close it reads nothing more, as net/http's own body does.
 type memoryBody struct {
-	*bytes.Reader
+	r      bytes.Reader
 	prefix []byte
+	closed atomic.Bool
 }
 
-func (*memoryBody) Close() error { return nil }
+func (b *memoryBody) Read(p []byte) (int, error) {
+	if b.closed.Load() {
+		return 0, errReadOnClosedBody
+	}
+	return b.r.Read(p)
+}
+
+func (b *memoryBody) Close() error {
+	b.closed.Store(true)
+	return nil
+}
 
 // jsonEnd finds where the JSON object or array that a body begins with
 // ends, scanning each byte once however often it is asked.

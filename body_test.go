@@ -448,3 +448,53 @@ func TestBufferingHeedsCancellation(t *testing.T) {
 		t.Errorf("the upstream got %d requests, want none", n)
 	}
 }
+
+// A body the Transport read ahead (a 400's, peeked whole or in part; a
+// guarded stream's held events) reads nothing after Close, as net/http's
+// own body does: it returned the bytes it held. Each case is checked
+// against a bare http.Transport's answer to the same request first.
+func TestPeekedBodiesReadNothingAfterClose(t *testing.T) {
+	long := `{"error":{"message":"bad request"}}` + strings.Repeat(" ", 64<<10)
+	srv := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/v1/whole":
+			w.WriteHeader(http.StatusBadRequest)
+			io.WriteString(w, `{"error":{"message":"bad request"}}`)
+		case "/v1/part":
+			w.WriteHeader(http.StatusBadRequest)
+			io.WriteString(w, long)
+		case "/v1/stream":
+			w.Header().Set("Content-Type", "text/event-stream")
+			io.WriteString(w, sseChatRole+sseChatRole)
+		}
+	})
+	bare := http.DefaultTransport.(*http.Transport).Clone()
+	t.Cleanup(bare.CloseIdleConnections)
+	tr := newTestTransport(t, Config{
+		StreamGuard: &StreamGuard{HoldEvents: 1},
+		Upstreams:   []Upstream{{Name: "a", BaseURL: srv.URL + "/v1"}},
+	})
+	for _, path := range []string{"/v1/whole", "/v1/part", "/v1/stream"} {
+		var want string // bare's error
+		for _, rt := range []struct {
+			name string
+			rt   http.RoundTripper
+		}{{"bare", bare}, {"failover", tr}} {
+			resp, err := rt.rt.RoundTrip(httptestRequest("GET", srv.URL+path, ""))
+			if err != nil {
+				t.Fatalf("%s %s: %v", rt.name, path, err)
+			}
+			if _, err := resp.Body.Read(make([]byte, 4)); err != nil {
+				t.Fatalf("%s %s: first read: %v", rt.name, path, err)
+			}
+			resp.Body.Close()
+			n, err := resp.Body.Read(make([]byte, 64))
+			if want == "" && err != nil {
+				want = err.Error()
+			}
+			if n != 0 || err == nil || err.Error() != want {
+				t.Errorf("%s %s: a read after Close got %d bytes, %v; want none, and %q", rt.name, path, n, err, want)
+			}
+		}
+	}
+}

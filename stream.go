@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -319,9 +320,13 @@ type heldBody struct {
 
 	closeOnce sync.Once
 	closeErr  error
+	closed    atomic.Bool // Close was called: Read returns nothing more, held bytes neither
 }
 
 func (b *heldBody) Read(p []byte) (int, error) {
+	if b.closed.Load() {
+		return 0, errReadOnClosedBody
+	}
 	if len(p) == 0 {
 		return 0, nil
 	}
@@ -346,6 +351,7 @@ func (b *heldBody) Read(p []byte) (int, error) {
 
 // Close closes the original body, once.
 func (b *heldBody) Close() error {
+	b.closed.Store(true)
 	b.closeOnce.Do(func() { b.closeErr = b.rc.Close() })
 	return b.closeErr
 }
