@@ -274,9 +274,15 @@ func (b *cancelOnClose) Close() error {
 // discard drains a response that will not be returned, so that its
 // connection can be reused, and closes it. It reads at most maxDrain bytes
 // for at most drainTimeout: a body that is larger or stalls costs its
-// connection instead.
+// connection instead. A stream (text/event-stream) is closed unread.
 func discard(resp *http.Response) {
 	if resp.Body == nil {
+		return
+	}
+	if ct := resp.Header["Content-Type"]; len(ct) > 0 && isEventStream(ct[0]) {
+		// A stream does not end within maxDrain: reading it only keeps
+		// its upstream generating (and billing) a while longer.
+		resp.Body.Close()
 		return
 	}
 	readCapped(resp.Body, io.Discard, maxDrain, drainTimeout)

@@ -9,6 +9,7 @@ import (
 	"reflect"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/iotest"
 	"testing/synctest"
@@ -497,4 +498,63 @@ func TestPeekedBodiesReadNothingAfterClose(t *testing.T) {
 			}
 		}
 	}
+}
+
+// A stream thrown away (a hedge's loser, an answer held and then replaced)
+// is closed unread: draining it only keeps its upstream generating, and
+// billing, for up to maxDrain bytes or drainTimeout. A JSON answer is
+// still drained, so that its connection serves again.
+func TestDiscardClosesAStreamUnread(t *testing.T) {
+	srv := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/stream" {
+			w.Header().Set("Content-Type", "text/event-stream")
+			for {
+				if _, err := io.WriteString(w, sseChatRole); err != nil {
+					return
+				}
+				w.(http.Flusher).Flush()
+				select {
+				case <-r.Context().Done():
+					return
+				case <-time.After(time.Millisecond):
+				}
+			}
+		}
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, `{"error":"overloaded"}`)
+	})
+	base := http.DefaultTransport.(*http.Transport).Clone()
+	t.Cleanup(base.CloseIdleConnections)
+	for _, tt := range []struct {
+		path  string
+		reads bool
+	}{{"/stream", false}, {"/json", true}} {
+		resp, err := base.RoundTrip(httptestRequest("GET", srv.URL+tt.path, ""))
+		if err != nil {
+			t.Fatal(err)
+		}
+		body := &countingBody{ReadCloser: resp.Body}
+		resp.Body = body
+		discard(resp)
+		if got := body.reads.Load() > 0; got != tt.reads || !body.closed.Load() {
+			t.Errorf("%s: read %d times, closed %v; want read %v, closed", tt.path, body.reads.Load(), body.closed.Load(), tt.reads)
+		}
+	}
+}
+
+// countingBody counts the reads of a body, and whether it was closed.
+type countingBody struct {
+	io.ReadCloser
+	reads  atomic.Int64
+	closed atomic.Bool
+}
+
+func (b *countingBody) Read(p []byte) (int, error) {
+	b.reads.Add(1)
+	return b.ReadCloser.Read(p)
+}
+
+func (b *countingBody) Close() error {
+	b.closed.Store(true)
+	return b.ReadCloser.Close()
 }
