@@ -47,7 +47,10 @@ import (
 // A hedge counts against no retry: when an attempt fails before the delay,
 // the request fails over as usual. A half-open probe is never hedged, and a
 // hedge never probes: a canceled probe would leave its circuit without a
-// verdict.
+// verdict. An httptrace.ClientTrace in the request's context hears every
+// attempt, hedged ones at the same time: its hooks must be safe for
+// concurrent use, as they are for a request whose dials race (net/http's
+// Happy Eyeballs).
 //
 // A canceled attempt counts as neither success nor failure, unless its
 // upstream looks hung when it is canceled: it is suspected of hanging (see
