@@ -322,6 +322,17 @@ func newSketchWrapper(base http.RoundTripper) *sketchWrapper {
 
 var errSketchRefused = fmt.Errorf("sketch: upstream not admitted")
 
+// handOver is the sketches' last step: it looks whether the answer is a
+// stream (whose body the package wraps), and shows the caller's request.
+func handOver(req *http.Request, resp *http.Response) {
+	if resp != nil {
+		if ct := resp.Header["Content-Type"]; len(ct) > 0 && strings.HasPrefix(ct[0], "text/event-stream") {
+			resp.Body = io.NopCloser(resp.Body)
+		}
+		resp.Request = req
+	}
+}
+
 func (s *sketchWrapper) RoundTrip(req *http.Request) (*http.Response, error) {
 	start := time.Now()
 	u := s.hosts[req.URL.Host]
@@ -370,12 +381,7 @@ func (s *sketchWrapper) RoundTrip(req *http.Request) (*http.Response, error) {
 	u.duration.Update(d.Seconds())
 	s.reqs.Inc()
 	s.took.Update(d.Seconds())
-	if resp != nil {
-		if ct := resp.Header["Content-Type"]; len(ct) > 0 && strings.HasPrefix(ct[0], "text/event-stream") {
-			resp.Body = io.NopCloser(resp.Body)
-		}
-		resp.Request = req
-	}
+	handOver(req, resp)
 	return resp, err
 }
 
@@ -531,12 +537,7 @@ func (s *sketchFullWrapper) attempt(req *http.Request, u *sketchFullUpstream, i 
 	}
 	s.reqs.Inc()
 	s.took.Update(d.Seconds())
-	if resp != nil {
-		if ct := resp.Header["Content-Type"]; len(ct) > 0 && strings.HasPrefix(ct[0], "text/event-stream") {
-			resp.Body = io.NopCloser(resp.Body)
-		}
-		resp.Request = req
-	}
+	handOver(req, resp)
 	return resp, err, true
 }
 

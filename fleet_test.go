@@ -91,27 +91,11 @@ func TestSharedSingleProbe(t *testing.T) {
 // they share again.
 func TestSharedStoreDown(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		n := newFakeNet()
-		n.status("a.test", 503, "down")
-		n.status("b.test", 200, "b")
 		s := newMemShared()
 		s.down.Store(true)
-		var logs logBuffer
-		fleet := fleetOf(t, 2, n, s, &logs)
+		n, fleet, logs := failingFleet(t, s)
 		time.Sleep(time.Second) // several failed reconciles
-		for _, tr := range fleet {
-			for range 2 {
-				if code, err := get(t, tr, "http://a.test/"); err != nil || code != 200 {
-					t.Fatalf("%d %v", code, err)
-				}
-			}
-		}
-		synctest.Wait()
-		for i, tr := range fleet {
-			if tr.Health()[0].State != "open" {
-				t.Fatalf("member %d did not trip on its own", i)
-			}
-		}
+		trippedAlone(t, fleet, 2)
 		time.Sleep(time.Second)
 		before := n.count("a.test")
 		for _, tr := range fleet {
@@ -123,10 +107,8 @@ func TestSharedStoreDown(t *testing.T) {
 		if got := strings.Count(logs.String(), "shared state unreachable"); got != 2 {
 			t.Errorf("%d outage log lines, want one per member:\n%s", got, logs.String())
 		}
-		var m strings.Builder
-		fleet[0].WritePrometheus(&m)
-		if !strings.Contains(m.String(), "failover_shared_up 0") || strings.Contains(m.String(), "failover_shared_errors_total 0\n") {
-			t.Errorf("metrics do not show the outage:\n%s", m.String())
+		if m, down := storeDown(fleet[0]); !down {
+			t.Errorf("metrics do not show the outage:\n%s", m)
 		}
 
 		s.down.Store(false)
@@ -149,36 +131,59 @@ func TestSharedStoreDown(t *testing.T) {
 // are served on each member's own state, and the failures are counted.
 func TestSharedStorePanics(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		n := newFakeNet()
-		n.status("a.test", 503, "down")
-		n.status("b.test", 200, "b")
 		s := newMemShared()
 		s.panics.Store(true)
-		var logs logBuffer
-		fleet := fleetOf(t, 2, n, s, &logs)
+		_, fleet, logs := failingFleet(t, s)
 		time.Sleep(time.Second) // several reconciles and subscriptions, each panicking
-		for _, tr := range fleet {
-			for range 3 {
-				if code, err := get(t, tr, "http://a.test/"); err != nil || code != 200 {
-					t.Fatalf("%d %v", code, err)
-				}
-			}
-		}
-		synctest.Wait()
+		trippedAlone(t, fleet, 3)
 		for i, tr := range fleet {
-			if tr.Health()[0].State != "open" {
-				t.Errorf("member %d did not trip on its own", i)
-			}
-			var m strings.Builder
-			tr.WritePrometheus(&m)
-			if !strings.Contains(m.String(), "failover_shared_up 0") || strings.Contains(m.String(), "failover_shared_errors_total 0\n") {
-				t.Errorf("member %d's metrics do not show the store failing:\n%s", i, m.String())
+			if m, down := storeDown(tr); !down {
+				t.Errorf("member %d's metrics do not show the store failing:\n%s", i, m)
 			}
 		}
 		if !strings.Contains(logs.String(), "Shared panicked") {
 			t.Errorf("the store's panic is not logged:\n%s", logs.String())
 		}
 	})
+}
+
+// failingFleet is a fleet of two members sharing s, in front of a.test,
+// which fails, and b.test, which answers; and the log both write.
+func failingFleet(t *testing.T, s *memShared) (*fakeNet, []*Transport, *logBuffer) {
+	t.Helper()
+	n := newFakeNet()
+	n.status("a.test", 503, "down")
+	n.status("b.test", 200, "b")
+	logs := new(logBuffer)
+	return n, fleetOf(t, 2, n, s, logs), logs
+}
+
+// trippedAlone sends each member of fleet n requests for a.test, which
+// fails (b.test answers them), and checks that each member opened a's
+// circuit on its own.
+func trippedAlone(t *testing.T, fleet []*Transport, n int) {
+	t.Helper()
+	for _, tr := range fleet {
+		for range n {
+			if code, err := get(t, tr, "http://a.test/"); err != nil || code != 200 {
+				t.Fatalf("%d %v", code, err)
+			}
+		}
+	}
+	synctest.Wait()
+	for i, tr := range fleet {
+		if tr.Health()[0].State != "open" {
+			t.Fatalf("member %d did not trip on its own", i)
+		}
+	}
+}
+
+// storeDown returns tr's metrics, and whether they show the shared store
+// failing.
+func storeDown(tr *Transport) (string, bool) {
+	var m strings.Builder
+	tr.WritePrometheus(&m)
+	return m.String(), strings.Contains(m.String(), "failover_shared_up 0") && !strings.Contains(m.String(), "failover_shared_errors_total 0\n")
 }
 
 // A member that learned of an open circuit from the fleet closes it when
