@@ -122,7 +122,11 @@ type Candidate struct {
 //
 // A Router only orders. The Transport still skips upstreams whose circuit
 // is open or already probing, and those cooling down after a 429, and falls
-// back through the rest in the order returned.
+// back through the rest in the order returned. An Index that Order
+// returns out of range, or again, is ignored, and the upstreams it leaves
+// out are tried after the others, by Index: a Router of your own that
+// breaks the contract can neither panic the request, send it twice to one
+// upstream in a round, nor leave it without an upstream to fail over to.
 //
 // The Routers of this package order Demoted candidates after the others
 // and Open ones last, keeping their own order within each of the three

@@ -1100,3 +1100,42 @@ func TestLeastLatencyRestAfterRecovering(t *testing.T) {
 		}
 	})
 }
+
+// orderFunc is a Router of the user's own that orders by a func.
+type orderFunc func(dst []int, cands []Candidate) []int
+
+func (f orderFunc) Order(dst []int, cands []Candidate) []int { return f(dst, cands) }
+
+// TestRouterOwnBadOrder checks that a Router of the user's own that breaks
+// Order's contract (an Index out of range or negative, one given twice,
+// one left out, none at all) neither panics the request, nor sends it
+// twice in a round to one upstream, nor leaves an upstream untried.
+func TestRouterOwnBadOrder(t *testing.T) {
+	for name, order := range map[string][]int{
+		"out of range": {5, 1},
+		"negative":     {-1, 0},
+		"twice":        {0, 0, 0},
+		"left out":     {0},
+		"none":         {},
+	} {
+		t.Run(name, func(t *testing.T) {
+			a := newUpstreamServer(t, 503, "a")
+			b := newUpstreamServer(t, 200, "b")
+			r := orderFunc(func(dst []int, _ []Candidate) []int { return append(dst, order...) })
+			tr := newTestTransport(t, Config{Router: r, Upstreams: []Upstream{{BaseURL: a.URL}, {BaseURL: b.URL}}})
+			func() {
+				defer func() {
+					if v := recover(); v != nil {
+						t.Fatalf("RoundTrip panicked: %v", v)
+					}
+				}()
+				if body := readBody(t, mustGet(t, tr, a.URL+"/v1/models")); body != "b" {
+					t.Errorf("got %q, want b's answer", body)
+				}
+			}()
+			if a.count() > 1 || b.count() != 1 {
+				t.Errorf("a got %d requests, b %d: want at most 1 and 1", a.count(), b.count())
+			}
+		})
+	}
+}

@@ -353,6 +353,11 @@ func (t *Transport) routed(buf []*upstream, model string, now time.Time, after, 
 	var order []int
 	if after == nil {
 		order = t.router.Order(rb.order[:0], cands)
+		switch t.router.(type) {
+		case Priority, *Weighted, LeastLatency, Score:
+		default:
+			order = validOrder(order, len(cands))
+		}
 	} else {
 		next := -1
 		if then != nil {
@@ -367,6 +372,30 @@ func (t *Transport) routed(buf []*upstream, model string, now time.Time, after, 
 		clear(cands) // no Name or reason kept alive by the pool
 		rb.cands, rb.order = cands[:0], order[:0]
 		routerBuffers.Put(rb)
+	}
+	return out
+}
+
+// validOrder returns order, a Router's of your own for n upstreams, with
+// every Index out of range or given before left out and every Index it
+// lacks appended, ascending (see [Router]).
+func validOrder(order []int, n int) []int {
+	var small [1]uint64
+	seen := small[:]
+	if n > 64 {
+		seen = make([]uint64, (n+63)/64)
+	}
+	out := order[:0]
+	for _, i := range order {
+		if i >= 0 && i < n && seen[i/64]&(1<<(i%64)) == 0 {
+			seen[i/64] |= 1 << (i % 64)
+			out = append(out, i)
+		}
+	}
+	for i := range n {
+		if seen[i/64]&(1<<(i%64)) == 0 {
+			out = append(out, i)
+		}
 	}
 	return out
 }
