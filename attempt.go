@@ -229,7 +229,9 @@ func (c *call) prepare(ctx context.Context, a *attempt, cancelable bool) error {
 		}
 		out.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(data)), nil }
 		out.Body, _ = out.GetBody()
-		out.ContentLength = int64(len(data))
+		if out.ContentLength > 0 || len(out.Trailer) == 0 {
+			out.ContentLength = int64(len(data)) // with trailers and no length, it goes chunked, as above
+		}
 	}
 	if out.Body != nil && out.Body != http.NoBody && !inMemory(out.Body, out.ContentLength) {
 		// A body of a kind that may fail to read, or disagree with its

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"io"
 	"net/http"
 	"regexp"
 	"strconv"
@@ -423,5 +425,37 @@ func TestModelMappingSkipError(t *testing.T) {
 	}
 	if _, err := New(Config{Upstreams: []Upstream{{BaseURL: "http://a.test", Models: map[string]string{"": "y"}}}}); err == nil {
 		t.Fatal("New accepted an empty model")
+	}
+}
+
+// A request with trailers goes chunked, its trailers after the renamed
+// body, to an upstream whose Models rename its model, as it does to one
+// that sends it as it is.
+func TestModelMappingTrailers(t *testing.T) {
+	got := make(chan string, 2)
+	handler := func(code int) http.HandlerFunc {
+		return func(w http.ResponseWriter, r *http.Request) {
+			body, _ := io.ReadAll(r.Body)
+			got <- fmt.Sprintf("%s %q length %d", body, r.Trailer.Get("X-Checksum"), r.ContentLength)
+			w.WriteHeader(code)
+		}
+	}
+	primary := newServer(t, handler(503))
+	backup := newServer(t, handler(200))
+	tr := newTestTransport(t, Config{Upstreams: []Upstream{
+		{BaseURL: primary.URL},
+		{BaseURL: backup.URL, Models: map[string]string{"gpt-4o": "claude-sonnet-4"}},
+	}})
+	req, _ := http.NewRequest("POST", primary.URL+"/v1/messages", io.NopCloser(strings.NewReader(`{"model":"gpt-4o"}`)))
+	req.Trailer = http.Header{"X-Checksum": {"c0ffee"}}
+	resp, err := tr.RoundTrip(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	for i, w := range []string{`{"model":"gpt-4o"} "c0ffee" length -1`, `{"model":"claude-sonnet-4"} "c0ffee" length -1`} {
+		if g := <-got; g != w {
+			t.Errorf("attempt %d: upstream got %s, want %s", i+1, g, w)
+		}
 	}
 }
