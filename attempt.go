@@ -457,21 +457,24 @@ func canceled(req *http.Request) bool {
 // attempt cut short (lost) has no latency.
 func (t *Transport) account(a *attempt, lost bool) {
 	u, now := a.u, a.end
-	elapsed := now.Sub(a.start)
-	if lost {
-		elapsed = -1 // how long it would have taken is unknown
-	} else if t.router != nil && (a.o == Success || a.o == Rejected || a.o == Failed) {
-		u.latency.observe(elapsed, now) // a fast 429 or 401 says nothing of speed
-	}
 	res := circuitResult(a.o, a.err)
 	timedOut := a.err != nil && errors.Is(a.err, ErrAttemptTimeout) // (errors.Is is not inlined: most attempts have no error)
+	figure := a.o                                                   // what u's recent figures count
 	if timedOut && t.impatient(a) {
 		// The caller's own bound, shorter than the Transport's: no
-		// verdict on u (see WithAttemptTimeout).
+		// verdict on u (see WithAttemptTimeout), in its circuit or in
+		// the figures that Degraded, Health and the Routers read.
 		timedOut = false
 		if res == circuit.Failure {
 			res = circuit.Neutral
 		}
+		figure = Canceled
+	}
+	elapsed := now.Sub(a.start)
+	if lost {
+		elapsed = -1 // how long it would have taken is unknown
+	} else if t.router != nil && (figure == Success || figure == Rejected || figure == Failed) {
+		u.latency.observe(elapsed, now) // a fast 429 or 401 says nothing of speed
 	}
 	if timedOut {
 		u.timedOut.Store(int64(mono.Of(now)))
@@ -488,7 +491,7 @@ func (t *Transport) account(a *attempt, lost bool) {
 			t.fleet.failure(u, now)
 		}
 	}
-	u.observe(a.o, elapsed, a.endM)
+	u.observe(a.o, figure, elapsed, a.endM)
 }
 
 // errNoResponse is what an attempt gets from a Base that returned neither
@@ -546,11 +549,12 @@ func circuitResult(o Outcome, err error) circuit.Result {
 	return circuit.Neutral
 }
 
-// observe records one attempt at u in its window and metrics; a negative
-// latency is unknown (the attempt was cut short) and counts in no
-// percentile.
-func (u *upstream) observe(o Outcome, d time.Duration, now mono.Time) {
-	u.window.add(o, d, now)
+// observe records one attempt at u in its metrics, with outcome o, and in
+// its window, with outcome figure (Canceled for one that says nothing of
+// u); a negative latency is unknown (the attempt was cut short) and
+// counts in no percentile.
+func (u *upstream) observe(o, figure Outcome, d time.Duration, now mono.Time) {
+	u.window.add(figure, d, now)
 	u.m.attempts[o].Inc()
 	if o != Canceled && d >= 0 {
 		u.m.duration.Update(d.Seconds())

@@ -136,7 +136,7 @@ func TestSilentOwnWindow(t *testing.T) {
 		}))
 		u := tr.upstreams[0]
 		for range 2 {
-			u.observe(Success, 10*time.Millisecond, mono.Of(time.Now()))
+			u.observe(Success, Success, 10*time.Millisecond, mono.Of(time.Now()))
 		}
 		time.Sleep(time.Millisecond)
 		start := time.Now()

@@ -596,7 +596,7 @@ func TestHedgeDelayOwnWindow(t *testing.T) {
 		}
 		time.Sleep(refreshEvery)
 		for range 3 {
-			u.observe(Success, 50*time.Millisecond, mono.Of(time.Now()))
+			u.observe(Success, Success, 50*time.Millisecond, mono.Of(time.Now()))
 		}
 		if d := tr.hedgeDelay(u, time.Now()); d != 50*time.Millisecond {
 			t.Fatalf("delay %v after 3 latencies of 50ms with MinSamples 3, want their p95", d)

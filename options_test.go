@@ -663,3 +663,40 @@ func TestRequestSize(t *testing.T) {
 		t.Errorf("request is %d bytes, want at most 128", n)
 	}
 }
+
+// A request's own attempt timeout, shorter than the Transport's, is the
+// caller's impatience: it counts for neither success nor failure in the
+// upstream's recent figures either, so that impatient callers do not
+// degrade an upstream for every other caller, nor lower the success rate
+// that Health reports and the Routers rank by.
+func TestWithAttemptTimeoutFigures(t *testing.T) {
+	release := make(chan struct{})
+	a := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+		io.WriteString(w, "a")
+	})
+	defer close(release)
+	b := newUpstreamServer(t, 200, "b")
+	tr := newTestTransport(t, Config{
+		AttemptTimeout: time.Minute,
+		Degraded:       DegradedConfig{SuccessRate: 0.5, MinSamples: 3},
+		Upstreams:      []Upstream{{Name: "a", BaseURL: a.URL}, {Name: "b", BaseURL: b.URL}},
+	})
+	ctx := WithAttemptTimeout(context.Background(), 20*time.Millisecond)
+	for range 3 {
+		resp, err := send(tr, ctx, "GET", a.URL+"/v1/models", "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := readBody(t, resp); got != "b" {
+			t.Fatalf("got %q, want b's answer", got)
+		}
+	}
+	time.Sleep(refreshEvery + 50*time.Millisecond) // the recent figures are computed again
+	if h := tr.Health()[0]; h.Demoted != "" || h.SuccessRate != 1 || h.State != "closed" {
+		t.Errorf("a is %s, demoted %q, success rate %v after impatient timeouts; want closed, not demoted, 1", h.State, h.Demoted, h.SuccessRate)
+	}
+}
