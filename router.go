@@ -48,7 +48,8 @@ type Candidate struct {
 
 	// Weight is the upstream's share of the traffic under [Weighted],
 	// relative to the others' (Upstream.Weight). Zero, and anything but
-	// a positive finite number, means 1.
+	// a positive finite number, means 1; more than 1e300 counts as 1e300,
+	// so that the weights' sums stay finite.
 	Weight float64
 
 	// Cost is the upstream's price (Upstream.Cost), for [Score].
@@ -318,12 +319,19 @@ type Weighted struct {
 	current []float64 // by Index
 }
 
+// maxWeight is the largest weight Weighted counts: the sum of any number
+// of them that a Transport could route over, and the round robin's
+// current weights, stay finite (past it, Inf-Inf made NaN of them, which
+// stuck the round robin on one upstream).
+const maxWeight = 1e300
+
 // swrrWeight returns c's weight, capped at limit when it is recovering.
 func swrrWeight(c *Candidate, limit float64) float64 {
 	w := c.Weight
 	if !(w > 0) || math.IsInf(w, 1) {
 		w = 1
 	}
+	w = min(w, maxWeight)
 	if c.Recovering {
 		w = min(w, limit)
 	}

@@ -1139,3 +1139,27 @@ func TestRouterOwnBadOrder(t *testing.T) {
 		})
 	}
 }
+
+// TestWeightedHugeWeights checks that weights as large as a float64 goes,
+// whose sum is past it, still share the traffic in proportion, through a
+// Transport and through Order: their sum made the round robin's current
+// weights NaN, which sent every request to one upstream.
+func TestWeightedHugeWeights(t *testing.T) {
+	a := newUpstreamServer(t, 200, "a")
+	b := newUpstreamServer(t, 200, "b")
+	tr := newTestTransport(t, Config{Router: &Weighted{}, Upstreams: []Upstream{
+		{BaseURL: a.URL, Weight: math.MaxFloat64},
+		{BaseURL: b.URL, Weight: math.MaxFloat64},
+	}})
+	for range 20 {
+		readBody(t, mustGet(t, tr, a.URL+"/v1/models"))
+	}
+	if a.count() != 10 || b.count() != 10 {
+		t.Errorf("a got %d requests, b %d: want 10 each", a.count(), b.count())
+	}
+	cs := numbered(Candidate{Weight: 1e308}, Candidate{Weight: 1e308}, Candidate{Weight: math.MaxFloat64})
+	got := firstPicks(new(Weighted), cs, 30)
+	if !slices.Equal(got, []int{10, 10, 10}) {
+		t.Errorf("picks %v, want 10 each", got)
+	}
+}
