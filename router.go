@@ -17,7 +17,8 @@ import (
 type Cost struct {
 	// Input and Output are the prices of a million input and of a
 	// million output tokens. Zero means unknown or free: the upstream
-	// counts as the cheapest.
+	// counts as the cheapest. New refuses a price that is negative, not
+	// finite or above 1e100, here and in the fields below.
 	Input, Output float64
 
 	// CachedInput and CacheWrite are the prices of a million input

@@ -485,6 +485,9 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		{"huge hold", Config{Upstreams: []Upstream{ok}, StreamGuard: &StreamGuard{HoldBytes: 1 << 40}}, "StreamGuard.HoldBytes"},
 		{"NaN cost", Config{Upstreams: []Upstream{{BaseURL: "https://a", Cost: Cost{Input: math.NaN()}}}}, "Upstreams[0].Cost"},
 		{"infinite cost", Config{Upstreams: []Upstream{{BaseURL: "https://a", Cost: Cost{Output: math.Inf(1)}}}}, "Upstreams[0].Cost"},
+		// A finite price whose answers cost +Inf: Health's JSON failed.
+		{"huge cost", Config{Upstreams: []Upstream{{BaseURL: "https://a", Cost: Cost{Input: math.MaxFloat64}}}}, "Upstreams[0].Cost"},
+		{"huge cache price", Config{Upstreams: []Upstream{{BaseURL: "https://a", Cost: Cost{CacheWrite: 1e101}}}}, "Upstreams[0].Cost"},
 		{"NaN hang multiple", Config{Upstreams: []Upstream{ok}, Hang: HangConfig{Multiple: math.NaN()}}, "Hang.Multiple"},
 		// An interface that is not nil but holds a nil pointer or func:
 		// New took it, and the first request (or the fleet's goroutine)

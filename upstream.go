@@ -89,7 +89,7 @@ func newUpstream(i int, uc Upstream) (*upstream, error) {
 	case uc.Weight < 0 || uc.Weight != uc.Weight:
 		return nil, configError(field("Weight"), "must not be negative")
 	case !price(uc.Cost.Input) || !price(uc.Cost.Output) || !price(uc.Cost.CachedInput) || !price(uc.Cost.CacheWrite):
-		return nil, configError(field("Cost"), "prices must be finite and not negative")
+		return nil, configError(field("Cost"), "prices must be finite, not negative and at most 1e100")
 	}
 	if err := uc.validatePolicy(i); err != nil {
 		return nil, err
@@ -150,8 +150,15 @@ func headerControl(r rune) bool { return r < ' ' && r != '\t' || r == 0x7f }
 // finite reports whether x is neither NaN nor infinite.
 func finite(x float64) bool { return !math.IsNaN(x) && !math.IsInf(x, 0) }
 
-// price reports whether x is a valid price: finite and not negative.
-func price(x float64) bool { return finite(x) && x >= 0 }
+// maxPrice is the largest price New takes: an answer's cost at it (at
+// most maxTokens of each figure) and the sum of any number of answers'
+// stay finite, where a price near the largest float64 made them +Inf,
+// which UpstreamHealth's JSON cannot encode and Score took for free.
+const maxPrice = 1e100
+
+// price reports whether x is a valid price: finite, not negative and at
+// most maxPrice.
+func price(x float64) bool { return finite(x) && x >= 0 && x <= maxPrice }
 
 // headerField is a header's key, canonical, and its values.
 type headerField struct {

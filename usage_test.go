@@ -1151,3 +1151,32 @@ func FuzzUsage(f *testing.F) {
 type fuzzBody struct{ b bodyBase }
 
 func (f *fuzzBody) RoundTrip(r *http.Request) (*http.Response, error) { return f.b.RoundTrip(r) }
+
+// TestUsageLargestPrice checks that the largest prices New takes, priced
+// at counts past any a provider reports, cost a finite amount: Health's
+// JSON encodes them (+Inf it cannot), and a price past them is refused.
+func TestUsageLargestPrice(t *testing.T) {
+	srv := usageServer(t, 200, "application/json", `{"usage":{"input_tokens":1e300,"output_tokens":1e300,"cache_read_input_tokens":1e300,"cache_creation_input_tokens":1e300}}`)
+	cost := failover.Cost{Input: 1e100, Output: 1e100, CachedInput: 1e100, CacheWrite: 1e100}
+	tr, err := failover.New(failover.Config{Upstreams: []failover.Upstream{{BaseURL: srv.URL, Cost: cost}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Close()
+	for range 3 {
+		req, _ := http.NewRequest("POST", srv.URL+"/v1/messages", strings.NewReader("{}"))
+		resp, err := tr.RoundTrip(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
+	if _, err := json.Marshal(tr.Health()); err != nil {
+		t.Errorf("Health's JSON: %v (usage %+v)", err, tr.Health()[0].Usage)
+	}
+	cost.Input = 1e101
+	if _, err := failover.New(failover.Config{Upstreams: []failover.Upstream{{BaseURL: srv.URL, Cost: cost}}}); err == nil {
+		t.Error("New took a price of 1e101")
+	}
+}
