@@ -1,6 +1,7 @@
 package failover
 
 import (
+	"cmp"
 	"context"
 	"io"
 	"log/slog"
@@ -91,7 +92,10 @@ func (c *call) run() (*http.Response, error) {
 		return nil, err
 	}
 	if c.t.models {
-		c.model, c.modelBody = c.body.model(c.t.maxBody)
+		// A body of GetBody is read for its model whatever MaxBodyBuffer,
+		// which is for the bodies without one: within it, or 8 MiB
+		// when it is negative (never buffer).
+		c.model, c.modelBody = c.body.model(cmp.Or(max(c.t.maxBody, 0), defaultMaxBodyBuffer))
 	}
 	if c.t.hedge != nil {
 		c.t.hedge.earn()

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -457,5 +458,31 @@ func TestModelMappingTrailers(t *testing.T) {
 		if g := <-got; g != w {
 			t.Errorf("attempt %d: upstream got %s, want %s", i+1, g, w)
 		}
+	}
+}
+
+// A request with GetBody, as SDKs make them, is read for its model with
+// MaxBodyBuffer negative (never buffer, which is for bodies without
+// GetBody): it was not, and the backup got the caller's model unrenamed,
+// and a model its Models do not serve.
+func TestModelMappingNoBuffer(t *testing.T) {
+	primary := newUpstreamServer(t, 503, "down")
+	backup := newUpstreamServer(t, 200, "ok")
+	tr := newTestTransport(t, Config{MaxBodyBuffer: -1, Upstreams: []Upstream{
+		{BaseURL: primary.URL},
+		{BaseURL: backup.URL, Models: map[string]string{"gpt-4o": "claude-sonnet-4"}},
+	}})
+	readBody(t, mustPost(t, tr, primary.URL+"/v1/messages", `{"model":"gpt-4o","max_tokens":1}`))
+	resp := mustPost(t, tr, primary.URL+"/v1/messages", `{"model":"o3"}`)
+	readBody(t, resp)
+	if resp.StatusCode != 503 {
+		t.Errorf("a model the backup does not serve: got %d, want the primary's 503", resp.StatusCode)
+	}
+	var got []string
+	for _, r := range backup.requests() {
+		got = append(got, r.Body)
+	}
+	if want := []string{`{"model":"claude-sonnet-4","max_tokens":1}`}; !slices.Equal(got, want) {
+		t.Errorf("backup got %q, want %q", got, want)
 	}
 }

@@ -114,7 +114,8 @@ type Upstream struct {
 	// the upstream ([ErrModelNotServed]). Nil means every model is served
 	// as it is. Only the "model" value is rewritten; the rest of the body
 	// goes byte for byte, with Content-Length and GetBody to match. A
-	// body that cannot be replayed is never read for its model.
+	// body that cannot be replayed is never read for its model, nor one
+	// larger than MaxBodyBuffer (8 MiB when it is negative).
 	Models map[string]string
 
 	// Breaker, when set, is this upstream's circuit breaker in place of
