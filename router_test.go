@@ -1138,6 +1138,21 @@ func TestRouterOwnBadOrder(t *testing.T) {
 			}
 		})
 	}
+	// A Router may return a slice of its own, kept between requests:
+	// the Transport reads it, never writes it.
+	kept := []int{1, 1, 7}
+	a := newUpstreamServer(t, 503, "a")
+	b := newUpstreamServer(t, 200, "b")
+	r := orderFunc(func([]int, []Candidate) []int { return kept })
+	tr := newTestTransport(t, Config{Router: r, Upstreams: []Upstream{{BaseURL: a.URL}, {BaseURL: b.URL}}})
+	for range 3 {
+		if body := readBody(t, mustGet(t, tr, a.URL+"/v1/models")); body != "b" {
+			t.Errorf("got %q, want b's answer", body)
+		}
+	}
+	if !slices.Equal(kept, []int{1, 1, 7}) {
+		t.Errorf("the Router's own slice is now %v", kept)
+	}
 }
 
 // TestWeightedHugeWeights checks that weights as large as a float64 goes,

@@ -385,14 +385,28 @@ func (t *Transport) routed(buf []*upstream, model string, now time.Time, after, 
 
 // validOrder returns order, a Router's of your own for n upstreams, with
 // every Index out of range or given before left out and every Index it
-// lacks appended, ascending (see [Router]).
+// lacks appended, ascending (see [Router]). A valid order is returned as
+// it is; any other is copied, never written: the Router may keep its
+// slice.
 func validOrder(order []int, n int) []int {
 	var small [1]uint64
 	seen := small[:]
 	if n > 64 {
 		seen = make([]uint64, (n+63)/64)
 	}
-	out := order[:0]
+	valid := len(order) == n
+	for _, i := range order {
+		if i < 0 || i >= n || seen[i/64]&(1<<(i%64)) != 0 {
+			valid = false
+			break
+		}
+		seen[i/64] |= 1 << (i % 64)
+	}
+	if valid {
+		return order
+	}
+	clear(seen)
+	out := make([]int, 0, n)
 	for _, i := range order {
 		if i >= 0 && i < n && seen[i/64]&(1<<(i%64)) == 0 {
 			seen[i/64] |= 1 << (i % 64)
