@@ -7,7 +7,9 @@ import (
 	"errors"
 	"net"
 	"net/http"
+	"net/textproto"
 	"net/url"
+	"strings"
 
 	"github.com/hashicorp/go-retryablehttp"
 )
@@ -120,8 +122,10 @@ type Classifier func(resp *http.Response, err error) Outcome
 //     [Failed] for an untrusted certificate (the upstream is misconfigured),
 //     [Rejected] otherwise (an invalid header or scheme fails on every
 //     upstream alike).
-//   - any other error (refused, reset, TLS handshake, timeouts, EOF,
-//     [ErrAttemptTimeout]): [Failed]. That includes errors that wrap
+//   - any other error (refused, reset, TLS handshake, timeouts, EOF, an
+//     answer net/http refuses as malformed, over HTTP/1 or HTTP/2, whatever
+//     header its message names, [ErrAttemptTimeout]): [Failed]. That
+//     includes errors that wrap
 //     context.DeadlineExceeded while the caller's context is alive: a dial
 //     timeout, http.Transport's ResponseHeaderTimeout.
 //
@@ -166,8 +170,22 @@ func permanent(err error) bool {
 	if errors.As(err, &oerr) {
 		return false // dial, read, write: retrying can fix these
 	}
+	if malformedAnswer(err) {
+		return false // the upstream's answer: another upstream's may be well formed
+	}
 	retry, _ := retryablehttp.ErrorPropagatedRetryPolicy(context.Background(), nil, &url.Error{Op: "", URL: "", Err: err})
 	return !retry
+}
+
+// malformedAnswer reports whether err is net/http's refusal of what the
+// upstream sent: a malformed HTTP/1 response (a textproto.ProtocolError) or
+// an HTTP/2 stream error (a header field HTTP/2 forbids, a reset). Their
+// messages quote the upstream's bytes ("invalid header field name
+// \"X-Upper\""), which the retry policy's patterns would read as the
+// request's own invalid header.
+func malformedAnswer(err error) bool {
+	var perr textproto.ProtocolError
+	return errors.As(err, &perr) || strings.Contains(err.Error(), "stream error: stream ID ")
 }
 
 // certError reports whether err comes from verifying the server's

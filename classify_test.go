@@ -629,3 +629,143 @@ func fuzzError(kind int, msg string, wrap int) error {
 	}
 	return err
 }
+
+// An upstream whose answer net/http refuses fails over, whatever the
+// refusal's message says: an HTTP/2 header that the protocol forbids (a
+// name in upper case, a control character in a value, as broken proxies
+// send) and a malformed HTTP/1 header line are the upstream's failure, not
+// the caller's invalid header, though net/http's message quotes "invalid
+// header" (go-retryablehttp's pattern for a request no upstream can send).
+func TestMalformedAnswerFailsOver(t *testing.T) {
+	backup := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, "from backup")
+	}))
+	backup.Config.Protocols = new(http.Protocols)
+	backup.Config.Protocols.SetHTTP1(true)
+	backup.Config.Protocols.SetUnencryptedHTTP2(true) // for h2cTransport
+	backup.Start()
+	defer backup.Close()
+	for _, tc := range []struct {
+		name string
+		url  func(t *testing.T) string
+		base func() *http.Transport
+	}{
+		{"HTTP/2 header name in upper case", func(t *testing.T) string {
+			return rawH2Server(t, hpackLiteral("X-Upper", "v"))
+		}, h2cTransport},
+		{"HTTP/2 header value with a control character", func(t *testing.T) string {
+			return rawH2Server(t, hpackLiteral("x-bad", "a\x01b"))
+		}, h2cTransport},
+		{"HTTP/1 header line without a colon", func(t *testing.T) string {
+			s := newFaultServer(t, func(c net.Conn, _ *http.Request) {
+				io.WriteString(c, "HTTP/1.1 200 OK\r\ninvalid header\r\nContent-Length: 2\r\n\r\nok")
+			})
+			return s.URL()
+		}, func() *http.Transport { return http.DefaultTransport.(*http.Transport).Clone() }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			primary := tc.url(t)
+			tr := newTestTransport(t, Config{Base: tc.base(), Upstreams: []Upstream{
+				{Name: "primary", BaseURL: primary + "/v1"},
+				{Name: "backup", BaseURL: backup.URL + "/v1"},
+			}})
+			resp, err := tr.RoundTrip(httptestRequest("POST", primary+"/v1/chat/completions", chatBody))
+			if err != nil {
+				t.Fatalf("RoundTrip: %v, want the backup's answer", err)
+			}
+			if got := readBody(t, resp); got != "from backup" {
+				t.Fatalf("body %q, want the backup's", got)
+			}
+			if h := tr.Health()[0]; h.Requests.Failed != 1 || h.BreakerFailures != 1 {
+				t.Fatalf("primary counted %+v, breaker failures %d; want one failure", h.Requests, h.BreakerFailures)
+			}
+		})
+	}
+}
+
+// h2cTransport is a Base that speaks HTTP/2 without TLS (prior knowledge).
+func h2cTransport() *http.Transport {
+	base := http.DefaultTransport.(*http.Transport).Clone()
+	base.Protocols = new(http.Protocols)
+	base.Protocols.SetUnencryptedHTTP2(true)
+	return base
+}
+
+// hpackLiteral encodes :status 200 and one header field as a literal
+// without indexing, as HPACK writes a name it has no entry for. Lengths
+// are below 127: no Huffman coding, one length byte.
+func hpackLiteral(name, value string) []byte {
+	b := []byte{0x88, 0x00, byte(len(name))} // 0x88: :status 200, from the static table
+	b = append(b, name...)
+	b = append(b, byte(len(value)))
+	return append(b, value...)
+}
+
+// rawH2Server is a loopback HTTP/2 server without TLS that answers every
+// stream with the header block headers, as written: it sends what Go's
+// own server refuses to. It returns its URL.
+func rawH2Server(t *testing.T, headers []byte) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	conns := map[net.Conn]bool{}
+	t.Cleanup(func() {
+		l.Close()
+		mu.Lock()
+		for c := range conns {
+			c.Close()
+		}
+		mu.Unlock()
+		wg.Wait()
+	})
+	frame := func(w io.Writer, typ, flags byte, stream uint32, payload []byte) {
+		hdr := []byte{byte(len(payload) >> 16), byte(len(payload) >> 8), byte(len(payload)), typ, flags,
+			byte(stream >> 24), byte(stream >> 16), byte(stream >> 8), byte(stream)}
+		w.Write(append(hdr, payload...))
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns[c] = true
+			mu.Unlock()
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				defer c.Close()
+				br := bufio.NewReader(c)
+				if _, err := io.ReadFull(br, make([]byte, len("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"))); err != nil {
+					return
+				}
+				frame(c, 0x4, 0, 0, nil) // SETTINGS
+				for {
+					var hdr [9]byte
+					if _, err := io.ReadFull(br, hdr[:]); err != nil {
+						return
+					}
+					n := int(hdr[0])<<16 | int(hdr[1])<<8 | int(hdr[2])
+					if _, err := io.CopyN(io.Discard, br, int64(n)); err != nil {
+						return
+					}
+					switch typ, flags := hdr[3], hdr[4]; {
+					case typ == 0x4 && flags&0x1 == 0: // SETTINGS: acknowledged
+						frame(c, 0x4, 0x1, 0, nil)
+					case typ == 0x1: // HEADERS: answered, END_HEADERS and END_STREAM
+						stream := uint32(hdr[5]&0x7f)<<24 | uint32(hdr[6])<<16 | uint32(hdr[7])<<8 | uint32(hdr[8])
+						frame(c, 0x1, 0x4|0x1, stream, headers)
+					}
+				}
+			}()
+		}
+	}()
+	return "http://" + l.Addr().String()
+}
