@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"slices"
@@ -316,8 +317,17 @@ func (a *attempt) send(r *request) {
 	lost := a.lost.Load()
 	a.resp = resp
 	a.o, a.err = a.judge(r, resp, err, lost)
-	answered = a.o != Canceled && (a.err == nil || !errors.Is(a.err, ErrAttemptTimeout)) && !lost
+	answered = a.o != Canceled && (a.err == nil || !timedOut(a.err)) && !lost
 	r.t.account(a, lost)
+}
+
+// timedOut reports whether err says the attempt timed out rather than
+// that its upstream answered: the attempt timeout, or a timeout of Base's
+// own (http.Transport's ResponseHeaderTimeout, a dial timeout), which is
+// a net.Error whose Timeout is true.
+func timedOut(err error) bool {
+	var nerr net.Error
+	return errors.Is(err, ErrAttemptTimeout) || errors.As(err, &nerr) && nerr.Timeout()
 }
 
 // roundTrip sends a.out through Base within the attempt timeout. A

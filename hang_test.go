@@ -1,6 +1,7 @@
 package failover
 
 import (
+	"context"
 	"net/http"
 	"strings"
 	"sync"
@@ -147,6 +148,61 @@ func TestSilentOwnWindow(t *testing.T) {
 		time.Sleep(2 * time.Second) // the latencies left Hang.Window: the p99 is unknown again
 		if tr.silent(u, start, time.Now()) {
 			t.Fatal("judged silent with no recent latencies in Hang.Window")
+		}
+	})
+}
+
+// headerTimeoutError is what http.Transport's ResponseHeaderTimeout
+// fails a request with: a net.Error that timed out and matches
+// context.DeadlineExceeded.
+type headerTimeoutError struct{}
+
+func (headerTimeoutError) Error() string     { return "net/http: timeout awaiting response headers" }
+func (headerTimeoutError) Timeout() bool     { return true }
+func (headerTimeoutError) Temporary() bool   { return true }
+func (headerTimeoutError) Is(err error) bool { return err == context.DeadlineExceeded }
+
+// An attempt that Base timed out (ResponseHeaderTimeout, a dial timeout)
+// is no answer: it does not clear the suspicion of an upstream that still
+// has requests waiting on it, as the attempt timeout's own does not. (The
+// Base is in memory, and times out as http.Transport's
+// ResponseHeaderTimeout does, so that the test runs in a synctest bubble
+// on its fake clock: a real connection cannot live in one.)
+func TestBaseTimeoutIsNoAnswer(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := newFakeNet()
+		n.handle("a.test", func(r *http.Request) (*http.Response, error) {
+			select {
+			case <-time.After(1200 * time.Millisecond): // Base's ResponseHeaderTimeout
+				return nil, headerTimeoutError{}
+			case <-r.Context().Done():
+				return nil, r.Context().Err()
+			}
+		})
+		n.status("b.test", 200, "b")
+		tr := newTestTransport(t, twoUpstreams(n, Config{
+			// (Multiple: the timed-out attempt's 1.2s is in the p99.)
+			Hang:    HangConfig{MinInFlight: 2, Floor: time.Second, Multiple: 0.1},
+			Breaker: BreakerConfig{FailureThreshold: 100},
+		}))
+		var wg sync.WaitGroup
+		for range 3 { // at 0, 300ms and 600ms, each under the 1s floor: all go to a
+			wg.Add(1)
+			go func() { defer wg.Done(); get(t, tr, "http://a.test/") }()
+			synctest.Wait()
+			time.Sleep(300 * time.Millisecond)
+		}
+		time.Sleep(350 * time.Millisecond) // the first timed out at 1.2s; two still wait on a
+		synctest.Wait()
+		defer wg.Wait()
+		if h := tr.Health()[0]; h.InFlight != 2 || !h.Suspect {
+			t.Errorf("a at 1.25s: %d in flight, suspect %v; want 2 in flight, silent since 0: suspect", h.InFlight, h.Suspect)
+		}
+		if code, err := get(t, tr, "http://a.test/"); code != 200 || err != nil {
+			t.Fatalf("request at 1.25s: %d %v", code, err)
+		}
+		if got := n.count("a.test"); got != 3 {
+			t.Fatalf("a got %d requests, want 3: the one at 1.25s goes to b first", got)
 		}
 	})
 }
