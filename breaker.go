@@ -1,6 +1,7 @@
 package failover
 
 import (
+	"errors"
 	"fmt"
 	"net/http"
 	"time"
@@ -145,7 +146,9 @@ func newCircuit(c BreakerConfig, lease func(time.Time, bool) bool, onChange func
 // While the circuit is open, RoundTrip sends nothing and returns an error
 // that matches [ErrCircuitOpen] and says how long is left
 // ([RetryAfterError]). Responses and errors of the next RoundTripper are
-// returned as they are; the classifier only decides what they count for.
+// returned as they are; the classifier only decides what they count for. A
+// next that returns neither (breaking the RoundTripper contract) gets an
+// error, which counts as a failure.
 // An error that the request's own body caused (a read that failed, a
 // length that disagrees with ContentLength) counts for nothing, as the
 // caller's canceled context does.
@@ -200,6 +203,9 @@ func (br *Breaker) RoundTrip(req *http.Request) (resp *http.Response, err error)
 		}()
 	}
 	resp, err = br.next.RoundTrip(req)
+	if resp == nil && err == nil {
+		err = errNextNoResponse // a next that breaks the RoundTripper contract
+	}
 	o := Canceled
 	if !canceled(req) && (err == nil || watch == nil || !watch.faulted(err)) {
 		o = br.classify(resp, err)
@@ -207,6 +213,10 @@ func (br *Breaker) RoundTrip(req *http.Request) (resp *http.Response, err error)
 	br.c.Done(p, circuitResult(o, err), time.Now())
 	return resp, err
 }
+
+// errNextNoResponse is what a [Breaker] or a [RateLimiter] returns for a
+// next RoundTripper that returned neither a response nor an error.
+var errNextNoResponse = errors.New("failover: next RoundTripper returned no response and no error")
 
 // State returns the circuit's state.
 func (br *Breaker) State() State { return State(br.c.Status(time.Now())) }

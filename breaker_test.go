@@ -645,3 +645,38 @@ func TestBreakerCancelChannelIsNoFailure(t *testing.T) {
 		t.Fatalf("state %v after the caller's cancellations, want closed", b.State())
 	}
 }
+
+// A next that breaks the RoundTripper contract (no response, no error: a
+// middleware that dropped a real server's answer) gets an error that
+// counts as the upstream's failure, as a Transport's Base does, not a nil
+// dereference in the classifier.
+func TestBreakerNextWithoutResponseOrError(t *testing.T) {
+	s := newUpstreamServer(t, 200, "ok")
+	base := http.DefaultTransport.(*http.Transport).Clone()
+	defer base.CloseIdleConnections()
+	next := roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		resp, err := base.RoundTrip(r)
+		if err == nil {
+			resp.Body.Close()
+		}
+		return nil, nil
+	})
+	b, err := NewBreaker(next, BreakerConfig{FailureThreshold: 1}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	func() {
+		defer func() {
+			if v := recover(); v != nil {
+				t.Fatalf("RoundTrip panicked: %v", v)
+			}
+		}()
+		resp, err := b.RoundTrip(httptestRequest("GET", s.URL+"/v1", ""))
+		if resp != nil || !errors.Is(err, errNextNoResponse) {
+			t.Fatalf("got %v, %v; want an error saying next returned nothing", resp, err)
+		}
+	}()
+	if b.State() != Open {
+		t.Fatalf("state %v, want open: no answer is the upstream's failure", b.State())
+	}
+}
