@@ -389,7 +389,8 @@ func (c RateLimitConfig) cooldownFor(resp *http.Response, now time.Time) (time.D
 // matches [ErrRateLimited] and says how long is left ([RetryAfterError]).
 // Every response, the 429 included, is returned as the next RoundTripper
 // gave it (a 429's body is read up to 4 KiB to detect an exhausted quota and
-// handed back whole).
+// handed back whole), and so is every error; a next that returns neither
+// (breaking the RoundTripper contract) gets an error.
 //
 // A RateLimiter is safe for concurrent use by multiple goroutines.
 type RateLimiter struct {
@@ -421,6 +422,9 @@ func (l *RateLimiter) RoundTrip(req *http.Request) (*http.Response, error) {
 		return nil, &unavailableError{err: ErrRateLimited, retryAfter: left}
 	}
 	resp, err := l.next.RoundTrip(req)
+	if resp == nil && err == nil {
+		return nil, errNextNoResponse // a next that breaks the RoundTripper contract
+	}
 	if err == nil && resp.StatusCode == http.StatusTooManyRequests {
 		now := time.Now()
 		d, reason := l.cfg.cooldownFor(resp, now)

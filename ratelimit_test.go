@@ -799,3 +799,32 @@ func TestRateLimitDefaultCooldownOverDefaultMax(t *testing.T) {
 		}
 	}
 }
+
+// A next that breaks the RoundTripper contract (no response, no error: a
+// middleware that dropped a real server's answer) gets an error, not a nil
+// dereference.
+func TestRateLimiterNextWithoutResponseOrError(t *testing.T) {
+	s := newUpstreamServer(t, 429, "slow down")
+	base := http.DefaultTransport.(*http.Transport).Clone()
+	defer base.CloseIdleConnections()
+	next := roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		resp, err := base.RoundTrip(r)
+		if err == nil {
+			resp.Body.Close()
+		}
+		return nil, nil
+	})
+	l, err := NewRateLimiter(next, RateLimitConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if v := recover(); v != nil {
+			t.Fatalf("RoundTrip panicked: %v", v)
+		}
+	}()
+	resp, err := l.RoundTrip(httptestRequest("GET", s.URL+"/v1", ""))
+	if resp != nil || !errors.Is(err, errNextNoResponse) {
+		t.Fatalf("got %v, %v; want an error saying next returned nothing", resp, err)
+	}
+}
