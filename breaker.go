@@ -173,9 +173,7 @@ func NewBreaker(next http.RoundTripper, cfg BreakerConfig, classify Classifier) 
 	if next == nil {
 		next = http.DefaultTransport
 	}
-	if classify == nil {
-		classify = DefaultClassifier
-	}
+	classify = checkedClassifier(classify)
 	return &Breaker{next: next, classify: classify, c: newCircuit(cfg.withDefaults(), nil, nil)}, nil
 }
 

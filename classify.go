@@ -99,7 +99,26 @@ func (o Outcome) MarshalText() ([]byte, error) { return []byte(o.String()), nil 
 // the caller's context is done, so a classifier never turns a caller's
 // cancellation into an upstream failure; an error it sees that wraps a
 // context error is the upstream's (a dial or header timeout).
+//
+// An Outcome that is none of those defined here counts as
+// DefaultClassifier's verdict on the attempt.
 type Classifier func(resp *http.Response, err error) Outcome
+
+// checkedClassifier returns c, or DefaultClassifier for a nil c; a c of
+// the caller's is wrapped so that an Outcome it returns that is none of
+// the defined ones (which would index past the metrics' and windows'
+// arrays) counts as DefaultClassifier's.
+func checkedClassifier(c Classifier) Classifier {
+	if c == nil {
+		return DefaultClassifier
+	}
+	return func(resp *http.Response, err error) Outcome {
+		if o := c(resp, err); o >= Success && o <= Unservable {
+			return o
+		}
+		return DefaultClassifier(resp, err)
+	}
+}
 
 // DefaultClassifier classifies as providers of LLM APIs behave:
 //

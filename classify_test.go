@@ -769,3 +769,44 @@ func rawH2Server(t *testing.T, headers []byte) string {
 	}()
 	return "http://" + l.Addr().String()
 }
+
+// A Classifier of the caller's that returns an Outcome none of the
+// defined ones is taken as DefaultClassifier's verdict: it indexed past
+// the metrics' and the window's arrays, and panicked the request.
+func TestUndefinedOutcomeCountsAsDefault(t *testing.T) {
+	for _, bad := range []Outcome{Unservable + 1, 9, -1} {
+		primary := newUpstreamServer(t, http.StatusServiceUnavailable, "down")
+		backup := newUpstreamServer(t, http.StatusOK, "ok")
+		classify := func(*http.Response, error) Outcome { return bad }
+		tr := newTestTransport(t, Config{Classify: classify, Upstreams: []Upstream{
+			{Name: "primary", BaseURL: primary.URL},
+			{Name: "backup", BaseURL: backup.URL},
+		}})
+		func() {
+			defer func() {
+				if v := recover(); v != nil {
+					t.Fatalf("Outcome(%d): RoundTrip panicked: %v", bad, v)
+				}
+			}()
+			if body := readBody(t, mustGet(t, tr, primary.URL+"/v1/models")); body != "ok" {
+				t.Errorf("Outcome(%d): got %q, want the backup's answer (the primary's 503 failed)", bad, body)
+			}
+		}()
+		if h := tr.Health(); h[0].Requests.Failed != 1 || h[1].Requests.Success != 1 {
+			t.Errorf("Outcome(%d): health %+v, want the primary failed once and the backup served", bad, h)
+		}
+		scrapeMetrics(tr)
+		br, err := NewBreaker(nil, BreakerConfig{FailureThreshold: 1}, classify)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := br.RoundTrip(httptestRequest("GET", primary.URL+"/v1/models", ""))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if br.State() != Open {
+			t.Errorf("Outcome(%d): the Breaker is %v after a 503, want open", bad, br.State())
+		}
+	}
+}

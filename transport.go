@@ -480,9 +480,7 @@ func New(cfg Config) (*Transport, error) {
 		t.base = http.DefaultTransport.(*http.Transport).Clone()
 		t.ownBase = true
 	}
-	if t.classify == nil {
-		t.classify = DefaultClassifier
-	}
+	t.classify = checkedClassifier(t.classify)
 	if t.metrics == nil {
 		t.metrics = metrics.NewSet()
 	}
