@@ -529,16 +529,7 @@ func TestSwitchingProtocolsBodyIsWritable(t *testing.T) {
 // replay as when it did not.
 func TestRequestTrailersSent(t *testing.T) {
 	for _, max := range []int64{0, -1} {
-		got := make(chan string, 2)
-		handler := func(code int) http.HandlerFunc {
-			return func(w http.ResponseWriter, r *http.Request) {
-				body, _ := io.ReadAll(r.Body)
-				got <- fmt.Sprintf("%s %q length %d", body, r.Trailer.Get("X-Checksum"), r.ContentLength)
-				w.WriteHeader(code)
-			}
-		}
-		primary := newServer(t, handler(503))
-		backup := newServer(t, handler(200))
+		got, primary, backup := trailerServers(t)
 		tr := newTestTransport(t, Config{MaxBodyBuffer: max, Upstreams: []Upstream{
 			{Name: "primary", BaseURL: primary.URL + "/v1"},
 			{Name: "backup", BaseURL: backup.URL + "/v1"},

@@ -652,15 +652,7 @@ func TestBreakerCancelChannelIsNoFailure(t *testing.T) {
 // dereference in the classifier.
 func TestBreakerNextWithoutResponseOrError(t *testing.T) {
 	s := newUpstreamServer(t, 200, "ok")
-	base := http.DefaultTransport.(*http.Transport).Clone()
-	defer base.CloseIdleConnections()
-	next := roundTripFunc(func(r *http.Request) (*http.Response, error) {
-		resp, err := base.RoundTrip(r)
-		if err == nil {
-			resp.Body.Close()
-		}
-		return nil, nil
-	})
+	next := droppingNext(t)
 	b, err := NewBreaker(next, BreakerConfig{FailureThreshold: 1}, nil)
 	if err != nil {
 		t.Fatal(err)

@@ -683,3 +683,33 @@ func addRouteSeeds(f *testing.F, withHeader bool) {
 		}
 	}
 }
+
+// droppingNext is a next RoundTripper that breaks the contract: it sends
+// the request to its real server, closes the answer and returns neither a
+// response nor an error (a middleware that dropped it).
+func droppingNext(t *testing.T) http.RoundTripper {
+	base := http.DefaultTransport.(*http.Transport).Clone()
+	t.Cleanup(base.CloseIdleConnections)
+	return roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		resp, err := base.RoundTrip(r)
+		if err == nil {
+			resp.Body.Close()
+		}
+		return nil, nil
+	})
+}
+
+// trailerServers are a primary that answers 503 and a backup that answers
+// 200, each telling got the body it received, its X-Checksum trailer and
+// its ContentLength.
+func trailerServers(t *testing.T) (got chan string, primary, backup *server) {
+	got = make(chan string, 2)
+	handler := func(code int) http.HandlerFunc {
+		return func(w http.ResponseWriter, r *http.Request) {
+			body, _ := io.ReadAll(r.Body)
+			got <- fmt.Sprintf("%s %q length %d", body, r.Trailer.Get("X-Checksum"), r.ContentLength)
+			w.WriteHeader(code)
+		}
+	}
+	return got, newServer(t, handler(503)), newServer(t, handler(200))
+}

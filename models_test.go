@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"io"
 	"net/http"
 	"regexp"
@@ -433,16 +432,7 @@ func TestModelMappingSkipError(t *testing.T) {
 // body, to an upstream whose Models rename its model, as it does to one
 // that sends it as it is.
 func TestModelMappingTrailers(t *testing.T) {
-	got := make(chan string, 2)
-	handler := func(code int) http.HandlerFunc {
-		return func(w http.ResponseWriter, r *http.Request) {
-			body, _ := io.ReadAll(r.Body)
-			got <- fmt.Sprintf("%s %q length %d", body, r.Trailer.Get("X-Checksum"), r.ContentLength)
-			w.WriteHeader(code)
-		}
-	}
-	primary := newServer(t, handler(503))
-	backup := newServer(t, handler(200))
+	got, primary, backup := trailerServers(t)
 	tr := newTestTransport(t, Config{Upstreams: []Upstream{
 		{BaseURL: primary.URL},
 		{BaseURL: backup.URL, Models: map[string]string{"gpt-4o": "claude-sonnet-4"}},

@@ -805,15 +805,7 @@ func TestRateLimitDefaultCooldownOverDefaultMax(t *testing.T) {
 // dereference.
 func TestRateLimiterNextWithoutResponseOrError(t *testing.T) {
 	s := newUpstreamServer(t, 429, "slow down")
-	base := http.DefaultTransport.(*http.Transport).Clone()
-	defer base.CloseIdleConnections()
-	next := roundTripFunc(func(r *http.Request) (*http.Response, error) {
-		resp, err := base.RoundTrip(r)
-		if err == nil {
-			resp.Body.Close()
-		}
-		return nil, nil
-	})
+	next := droppingNext(t)
 	l, err := NewRateLimiter(next, RateLimitConfig{})
 	if err != nil {
 		t.Fatal(err)
