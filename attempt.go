@@ -30,7 +30,7 @@ type attempt struct {
 	hedge      bool // sent as a hedge, beside an attempt still in flight
 	lastResort bool // sent past its circuit's refusal (Transport.lastResort): it counts as an active probe
 	out        *http.Request
-	body       *watchedBody // out's body, when it has one
+	body       *watchedBody // the watcher of out's body, when it has one (see watchBody)
 	ender                   // what ends its own context; zero when nothing needs to end the attempt early
 	own        *outParts    // made with the attempt for out and its wrappers (hedgedRound); nil: prepare makes them
 
@@ -234,18 +234,14 @@ func (c *call) prepare(ctx context.Context, a *attempt, cancelable bool) error {
 			out.ContentLength = int64(len(data)) // with trailers and no length, it goes chunked, as above
 		}
 	}
-	if out.Body != nil && out.Body != http.NoBody && !inMemory(out.Body, out.ContentLength) {
-		// A body of a kind that may fail to read, or disagree with its
-		// length: watched, to tell the caller's fault (see judge). A
-		// body in memory, the usual one, spares the watcher's
-		// allocation.
-		watch := new(watchedBody)
-		if a.own != nil {
-			watch = &a.own.b
-		}
-		watch.watch(out.Body, out.ContentLength)
-		out.Body, a.body = watch, watch
+	// A body of a kind that may fail to read, or disagree with its
+	// length, is watched, to tell the caller's fault (see judge); a body
+	// in memory, the usual one, spares the watcher's allocation.
+	var own *watchedBody
+	if a.own != nil {
+		own = &a.own.b
 	}
+	out.Body, a.body = watchBody(own, out.Body, out.ContentLength)
 	if c.last != nil && c.last != u && !a.hedge {
 		// Counted once the attempt has its body: one whose GetBody
 		// failed moved on to nothing.

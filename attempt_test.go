@@ -562,7 +562,8 @@ func TestRequestTrailersSent(t *testing.T) {
 // A body shorter than its ContentLength fails as net/http fails it,
 // blaming no upstream, when the Transport buffered it for replay (no
 // GetBody) as when it did not: the buffer's length must not stand in for
-// the caller's.
+// the caller's. The upstream is sent nothing, as a bare http.Transport sends
+// it nothing: its headers are not flushed ahead of a body in memory.
 func TestBufferedBodyKeepsContentLength(t *testing.T) {
 	primary := newUpstreamServer(t, 200, "primary")
 	backup := newUpstreamServer(t, 200, "backup")
@@ -581,8 +582,12 @@ func TestBufferedBodyKeepsContentLength(t *testing.T) {
 	if errors.As(err, &ferr) {
 		t.Fatalf("got %v, want net/http's error as it is", err)
 	}
+	// Close waits for the handlers of requests that arrived: a request
+	// whose headers reached an upstream has been counted once it returns.
+	primary.Close()
+	backup.Close()
 	if n := primary.count() + backup.count(); n != 0 {
-		t.Errorf("the upstreams answered %d requests", n)
+		t.Errorf("the upstreams were sent %d requests, want none: net/http fails such a body before writing a byte", n)
 	}
 	for _, h := range tr.Health() {
 		if h.Requests.Failed != 0 || h.BreakerFailures != 0 {

@@ -158,17 +158,13 @@ type watchedBody struct {
 	err    atomic.Pointer[error] // the caller's fault, once seen
 }
 
-// inMemory reports whether body is one that net/http knows to be in
-// memory (a *bytes.Reader, *strings.Reader or *bytes.Buffer, bare or in
-// io.NopCloser, as http.NewRequest and GetBody make them) holding exactly
-// n bytes, n > 0. Such a body fails no read and disagrees with no
-// ContentLength, so it goes to Base unwatched: net/http then writes the
-// request's headers and body in one write, where a body of a type it does
-// not know has its headers flushed first, in a write of their own.
-func inMemory(body io.Reader, n int64) bool {
-	if n <= 0 {
-		return false
-	}
+// memoryLen returns the bytes left in body when it is one that net/http
+// knows to be in memory: a *bytes.Reader, *strings.Reader or *bytes.Buffer,
+// bare or in io.NopCloser, as http.NewRequest and GetBody make them. Such a
+// body fails no read, and net/http writes the request's headers and body at
+// once, where a body of a type it does not know has its headers flushed
+// first, in a write of their own.
+func memoryLen(body io.Reader) (int64, bool) {
 	// io.NopCloser's first (http.NewRequest wraps the three in it), then
 	// the reader within: one look at the type each.
 	for t := reflect.TypeOf(body); t == nopCloserType || t == nopCloserWriterToType; t = reflect.TypeOf(body) {
@@ -176,13 +172,48 @@ func inMemory(body io.Reader, n int64) bool {
 	}
 	switch r := body.(type) {
 	case *bytes.Reader:
-		return int64(r.Len()) == n
+		return int64(r.Len()), true
 	case *strings.Reader:
-		return int64(r.Len()) == n
+		return int64(r.Len()), true
 	case *bytes.Buffer:
-		return int64(r.Len()) == n
+		return int64(r.Len()), true
 	}
-	return false
+	return 0, false
+}
+
+// watchBody prepares a request's body, of ContentLength n, to be sent and
+// judged: it returns the body to send and the watcher that tells the
+// caller's faults (w, or a new one when w is nil), nil when there are none
+// to tell.
+//
+// A body in memory (memoryLen) of n bytes, n > 0, the usual one, goes as it
+// is and unwatched. One in memory that disagrees with n also goes as it is,
+// and the watcher holds the verdict ahead: net/http then fails it as it
+// fails it for a bare http.Transport, without flushing its headers to the
+// upstream first, which a watched body would make it do. Any other body is
+// watched as it is read.
+func watchBody(w *watchedBody, body io.ReadCloser, n int64) (io.ReadCloser, *watchedBody) {
+	if body == nil || body == http.NoBody {
+		return body, nil
+	}
+	if n > 0 {
+		if left, ok := memoryLen(body); ok {
+			if left == n {
+				return body, nil
+			}
+			if w == nil {
+				w = new(watchedBody)
+			}
+			w.watch(nil, n)
+			w.err.Store(&errBodyLength)
+			return body, w
+		}
+	}
+	if w == nil {
+		w = new(watchedBody)
+	}
+	w.watch(body, n)
+	return w, w
 }
 
 // nopCloserReader returns the reader that body, of one of io.NopCloser's

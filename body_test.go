@@ -346,32 +346,59 @@ func TestPeekStalledBody(t *testing.T) {
 	})
 }
 
-// A body net/http knows to be in memory, with as many bytes as the
-// request says, goes to Base unwatched (net/http then writes headers and
-// body at once); any other is watched for the caller's faults.
-func TestInMemory(t *testing.T) {
+// A body net/http knows to be in memory goes to Base as it is (net/http
+// then writes headers and body at once, and fails one that disagrees with
+// its ContentLength before writing a byte), with a watcher that already
+// holds the verdict when the two disagree; any other body is watched as it
+// is read.
+func TestWatchBody(t *testing.T) {
 	const s = "0123456789"
+	const (
+		unwatched = iota
+		misfit    // sent as it is, the caller's fault known ahead
+		watched
+	)
 	for _, tc := range []struct {
 		name string
 		body io.Reader
 		n    int64
-		want bool
+		want int
 	}{
-		{"strings.Reader", strings.NewReader(s), 10, true},
-		{"bytes.Reader", bytes.NewReader([]byte(s)), 10, true},
-		{"bytes.Buffer", bytes.NewBufferString(s), 10, true},
-		{"NopCloser(strings.Reader)", io.NopCloser(strings.NewReader(s)), 10, true},
-		{"NopCloser(bytes.Reader), a WriterTo", io.NopCloser(bytes.NewReader([]byte(s))), 10, true},
-		{"NopCloser(NopCloser(...))", io.NopCloser(io.NopCloser(strings.NewReader(s))), 10, true},
-		{"a ContentLength too short", strings.NewReader(s), 9, false},
-		{"a ContentLength too long", io.NopCloser(strings.NewReader(s)), 11, false},
-		{"ContentLength unknown", strings.NewReader(s), -1, false},
-		{"ContentLength 0", strings.NewReader(s), 0, false},
-		{"a reader of another type", iotest.HalfReader(strings.NewReader(s)), 10, false},
-		{"NopCloser of another type", io.NopCloser(iotest.ErrReader(io.ErrUnexpectedEOF)), 10, false},
+		{"strings.Reader", strings.NewReader(s), 10, unwatched},
+		{"bytes.Reader", bytes.NewReader([]byte(s)), 10, unwatched},
+		{"bytes.Buffer", bytes.NewBufferString(s), 10, unwatched},
+		{"NopCloser(strings.Reader)", io.NopCloser(strings.NewReader(s)), 10, unwatched},
+		{"NopCloser(bytes.Reader), a WriterTo", io.NopCloser(bytes.NewReader([]byte(s))), 10, unwatched},
+		{"NopCloser(NopCloser(...))", io.NopCloser(io.NopCloser(strings.NewReader(s))), 10, unwatched},
+		{"a ContentLength too short", strings.NewReader(s), 9, misfit},
+		{"a ContentLength too long", io.NopCloser(strings.NewReader(s)), 11, misfit},
+		{"a bytes.Buffer too short", bytes.NewBufferString(s), 100, misfit},
+		{"ContentLength unknown", strings.NewReader(s), -1, watched},
+		{"ContentLength 0", strings.NewReader(s), 0, watched},
+		{"a reader of another type", iotest.HalfReader(strings.NewReader(s)), 10, watched},
+		{"NopCloser of another type", io.NopCloser(iotest.ErrReader(io.ErrUnexpectedEOF)), 10, watched},
 	} {
-		if got := inMemory(tc.body, tc.n); got != tc.want {
-			t.Errorf("%s: inMemory %v, want %v", tc.name, got, tc.want)
+		rc := io.NopCloser(tc.body) // as http.NewRequest makes it
+		sent, w := watchBody(nil, rc, tc.n)
+		got := watched
+		switch {
+		case w == nil && sent == rc:
+			got = unwatched
+		case w != nil && sent == rc && w.faulted(errors.New("net/http's own")):
+			got = misfit
+		case w != nil && sent == io.ReadCloser(w) && !w.faulted(errors.New("net/http's own")):
+			got = watched
+		default:
+			t.Errorf("%s: sent %T, watcher %v: none of the three", tc.name, sent, w != nil)
+			continue
+		}
+		if got != tc.want {
+			t.Errorf("%s: %d, want %d (0 unwatched, 1 misfit, 2 watched)", tc.name, got, tc.want)
+		}
+	}
+	for _, body := range []io.ReadCloser{nil, http.NoBody} {
+		if sent, w := watchBody(nil, body, 10); sent != body || w != nil {
+			t.Errorf("%v: sent %v, watcher %v; want it as it is, unwatched", body, sent, w)
 		}
 	}
 }

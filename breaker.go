@@ -185,15 +185,13 @@ func (br *Breaker) RoundTrip(req *http.Request) (resp *http.Response, err error)
 		return nil, &unavailableError{err: ErrCircuitOpen, retryAfter: v.Wait}
 	}
 	defer br.c.Release(p) // even if next panics
-	var watch *watchedBody
-	if orig := req; req.Body != nil && req.Body != http.NoBody && !inMemory(req.Body, req.ContentLength) {
-		// Watched, as the Transport's attempts are: a body that fails to
-		// read, or disagrees with its ContentLength, is the caller's
-		// fault, not the upstream's. (One in memory does neither.)
-		watch = new(watchedBody)
-		watch.watch(req.Body, req.ContentLength)
+	// Watched, as the Transport's attempts are: a body that fails to read,
+	// or disagrees with its ContentLength, is the caller's fault, not the
+	// upstream's.
+	body, watch := watchBody(nil, req.Body, req.ContentLength)
+	if orig := req; body != req.Body {
 		req = req.WithContext(req.Context()) // a copy: the caller's request is not modified
-		req.Body = watch
+		req.Body = body
 		defer func() {
 			if resp != nil && resp.Request == req {
 				resp.Request = orig
