@@ -82,7 +82,7 @@ type call struct {
 }
 
 func (c *call) run() (*http.Response, error) {
-	defer c.body.closeUnused()
+	defer c.end()
 	limit, err := c.options()
 	if err != nil {
 		return nil, err
@@ -192,6 +192,20 @@ func (c *call) ended(resp *http.Response, err error) {
 			}
 		}
 		c.callHook(resp, func() { c.trace.Done(d) })
+	}
+}
+
+// end closes what run leaves behind: the caller's body when no attempt
+// took it, and, when a panic of the caller's own code passes (a Router's,
+// a Classifier's), the answer held for lack of a better one, as a
+// discarded answer is closed, before the panic goes on.
+func (c *call) end() {
+	c.body.closeUnused()
+	if c.held != nil {
+		if v := recover(); v != nil {
+			c.discardHeld()
+			panic(v)
+		}
 	}
 }
 

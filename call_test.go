@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"testing/iotest"
@@ -299,4 +300,77 @@ func TestCallBufferedBodyReadErrorIsCallersOwn(t *testing.T) {
 	if h := tr.Health()[0]; srv.count() != 0 || h.LastError != "" || h.Requests.Total() != 0 {
 		t.Errorf("the upstream got %d requests, health %+v; want none, and nothing counted", srv.count(), h)
 	}
+}
+
+// A panic of the caller's own code on the request's goroutine (here a
+// Router's, between rounds) closes the answer the call holds, as a
+// discarded answer is: the held 503 from the first round, too large to be
+// read into memory while the request waits, kept its connection out of
+// the pool for good.
+func TestPanicClosesHeldAnswer(t *testing.T) {
+	large := strings.Repeat("x", 2*maxDrain)
+	a := newUpstreamServer(t, 503, large)
+	b := newUpstreamServer(t, 503, large)
+	var mu sync.Mutex
+	var bodies []*closedBody
+	base := &http.Transport{}
+	t.Cleanup(base.CloseIdleConnections)
+	track := roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		resp, err := base.RoundTrip(r)
+		if resp != nil {
+			c := &closedBody{ReadCloser: resp.Body}
+			mu.Lock()
+			bodies = append(bodies, c)
+			mu.Unlock()
+			resp.Body = c
+		}
+		return resp, err
+	})
+	calls := 0
+	r := orderFunc(func(dst []int, cands []Candidate) []int {
+		if calls++; calls > 1 {
+			panic("the Router's own bug")
+		}
+		for i := range cands {
+			dst = append(dst, i)
+		}
+		return dst
+	})
+	tr := newTestTransport(t, Config{
+		Base: track, Router: r, Retries: 1, RetryWaitMin: time.Millisecond, RetryWaitMax: time.Millisecond,
+		Upstreams: []Upstream{{BaseURL: a.URL}, {BaseURL: b.URL}},
+	})
+	func() {
+		defer func() {
+			if v := recover(); v != "the Router's own bug" {
+				t.Errorf("recovered %v, want the Router's panic", v)
+			}
+		}()
+		resp, err := tr.RoundTrip(httptestRequest("GET", a.URL+"/v1/models", ""))
+		if err == nil {
+			resp.Body.Close()
+		}
+		t.Errorf("RoundTrip returned %v, want the Router's panic", err)
+	}()
+	mu.Lock()
+	defer mu.Unlock()
+	if len(bodies) == 0 {
+		t.Fatal("no upstream answered before the panic")
+	}
+	for i, c := range bodies {
+		if !c.closed.Load() {
+			t.Errorf("answer %d of %d was left open", i+1, len(bodies))
+		}
+	}
+}
+
+// closedBody is a body that says whether it was closed.
+type closedBody struct {
+	io.ReadCloser
+	closed atomic.Bool
+}
+
+func (b *closedBody) Close() error {
+	b.closed.Store(true)
+	return b.ReadCloser.Close()
 }
