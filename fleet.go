@@ -471,12 +471,16 @@ func (f *fleet) apply(e SharedEvent) {
 			u.fleet.noteRate(e.Member, e.Rate, now)
 		}
 	case SharedCooling:
-		if e.For > 0 && u.cd.remaining(now) < e.For {
+		// Capped as a cooldown a provider asks of this process is: a
+		// member allowed longer ones, or a store's odd value, keeps the
+		// upstream out of rotation here no longer than MaxCooldown.
+		d := min(e.For, f.t.rate.MaxCooldown)
+		if d > 0 && u.cd.remaining(now) < d {
 			reason := e.Reason
 			if reason == "" {
 				reason = CooldownRateLimited
 			}
-			u.cd.extend(now, e.For, reason)
+			u.cd.extend(now, d, reason)
 			f.adopted.Inc()
 		}
 	}

@@ -485,3 +485,36 @@ func TestSharedPolicyDisagreement(t *testing.T) {
 		}
 	})
 }
+
+// A cooldown adopted from the fleet is capped by this member's own
+// RateLimit.MaxCooldown, as one it started on a provider's word is: a
+// member allowed longer cooldowns (or a store that says a year) kept the
+// upstream out of every member's rotation for as long.
+func TestSharedCoolingCappedByMaxCooldown(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := newFakeNet()
+		n.status("a.test", 429, "slow down", "Retry-After", "600")
+		n.status("b.test", 200, "b")
+		s := newMemShared()
+		var fleet []*Transport
+		for _, max := range []time.Duration{time.Hour, 0} { // 0: 60s
+			cfg := twoUpstreams(n, Config{Shared: s, SharedSync: 100 * time.Millisecond, RateLimit: RateLimitConfig{MaxCooldown: max}})
+			tr := newTestTransport(t, cfg)
+			t.Cleanup(func() { tr.Close() })
+			fleet = append(fleet, tr)
+		}
+		synctest.Wait()
+		get(t, fleet[0], "http://a.test/")
+		synctest.Wait()
+		if cd := fleet[0].Health()[0].Cooldown; cd != 600*time.Second {
+			t.Fatalf("setup: member 0 cools down for %v, want the 600s asked for", cd)
+		}
+		if cd := fleet[1].Health()[0].Cooldown; cd != defaultMaxCooldown {
+			t.Errorf("member 1 adopted a cooldown of %v, want its MaxCooldown, %v", cd, defaultMaxCooldown)
+		}
+		time.Sleep(500 * time.Millisecond) // several reconciles, from the store
+		if cd := fleet[1].Health()[0].Cooldown; cd > defaultMaxCooldown {
+			t.Errorf("member 1 cools down for %v after reconciling, past its MaxCooldown", cd)
+		}
+	})
+}

@@ -24,8 +24,9 @@ type RateLimitConfig struct {
 	// means 1s.
 	DefaultCooldown time.Duration
 
-	// MaxCooldown caps every cooldown that a provider asks for and every
-	// headroom demotion, and is the cooldown after a 429 whose body says
+	// MaxCooldown caps every cooldown that a provider asks for (here or,
+	// through Config.Shared, of another member) and every headroom
+	// demotion, and is the cooldown after a 429 whose body says
 	// the quota or spend limit is exhausted (waiting a few seconds does not
 	// help then). Zero means 60s.
 	MaxCooldown time.Duration

@@ -41,6 +41,8 @@ import (
 // Cooldown; its verdict closes every circuit, or reopens every circuit for
 // the prober's Cooldown. Each member judges the fleet's failures by its own
 // FailureThreshold, so the member with the lowest trips the fleet first.
+// A rate limit's cooldown is shared too, and each member caps what it
+// adopts at its own RateLimitConfig.MaxCooldown.
 //
 // Nothing secret is shared: upstream names, durations and request rates
 // only. Upstreams are matched by [Upstream.Name], so every process must
