@@ -327,10 +327,10 @@ func (s *usageState) add(t *Transport, u *upstream, r Usage) {
 	s.mu.Lock()
 	ms := s.series(t, u, r.Model)
 	s.totals.Answers++
-	s.totals.Input += r.Input
-	s.totals.Output += r.Output
-	s.totals.Cached += r.Cached
-	s.totals.CacheWrite += r.CacheWrite
+	s.totals.Input = sumTokens(s.totals.Input, r.Input)
+	s.totals.Output = sumTokens(s.totals.Output, r.Output)
+	s.totals.Cached = sumTokens(s.totals.Cached, r.Cached)
+	s.totals.CacheWrite = sumTokens(s.totals.CacheWrite, r.CacheWrite)
 	s.totals.Cost += r.Cost
 	first := s.totals.Answers == 1
 	for _, a := range [...]struct {
@@ -351,6 +351,16 @@ func (s *usageState) add(t *Transport, u *upstream, r Usage) {
 		}
 	}
 	ms.cost.Add(r.Cost)
+}
+
+// sumTokens returns total+n, n >= 0, saturating: the counts an upstream
+// reports are bounded one by one (maxTokens), not their sum, which would
+// wrap to a negative total after some millions of the largest.
+func sumTokens(total, n int64) int64 {
+	if n > math.MaxInt64-total {
+		return math.MaxInt64
+	}
+	return total + n
 }
 
 // series returns the metric series of u's model, made on first use: past

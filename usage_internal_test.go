@@ -78,3 +78,24 @@ func TestCostOf(t *testing.T) {
 		}
 	}
 }
+
+// An upstream's token totals stop at the largest int64 rather than wrap
+// to a negative count: each report is bounded (maxTokens), their sum is
+// not, and Health showed an upstream that reported 2^23 of the largest
+// counts as having used fewer tokens than none.
+func TestUsageTotalsSaturate(t *testing.T) {
+	tr, err := New(Config{Upstreams: []Upstream{{BaseURL: "http://a.test"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Close()
+	u := tr.upstreams[0]
+	s := &u.usage
+	s.totals.Tokens = Tokens{Input: math.MaxInt64 - maxTokens, Output: math.MaxInt64 - 1, Cached: 1, CacheWrite: math.MaxInt64}
+	s.totals.Answers = 1
+	s.add(tr, u, Usage{Tokens: Tokens{Input: maxTokens, Output: maxTokens, Cached: maxTokens, CacheWrite: maxTokens}})
+	want := Tokens{Input: math.MaxInt64, Output: math.MaxInt64, Cached: 1 + maxTokens, CacheWrite: math.MaxInt64}
+	if got := s.snapshot().Tokens; got != want {
+		t.Errorf("totals %+v, want %+v", got, want)
+	}
+}
