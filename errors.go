@@ -68,6 +68,12 @@ func (e *unavailableError) RetryAfter() time.Duration { return e.retryAfter }
 // AttemptError is what happened at one upstream: an attempt that got no
 // response, or an upstream skipped. Err wraps the cause ([ErrCircuitOpen],
 // [ErrRateLimited], [ErrAttemptTimeout], or the transport's error).
+//
+// Err is the cause as Base returned it, for errors.Is and errors.As, and
+// its own message is not scrubbed: a Base of the caller's that quotes the
+// URL it was sent (with a key in its query) quotes it there. Log the
+// AttemptError (or the [Error] that holds it), whose message is scrubbed,
+// rather than Err.
 type AttemptError struct {
 	Upstream string // the upstream's Name
 	Err      error
