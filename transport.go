@@ -222,7 +222,8 @@ type Config struct {
 	// SharedSync is how often the Transport reads the shared state in
 	// full, besides following its messages, and the bound on each call
 	// to it (never under 1s: a store that answers late on a loaded
-	// machine is not down); at least 10ms. Zero means 1s.
+	// machine is not down); at least 10ms and at most an hour. Zero means
+	// 1s.
 	SharedSync time.Duration
 
 	// LastResort sets what a request does when every upstream it may use
@@ -309,6 +310,7 @@ const (
 	defaultRetryWaitMax  = 5 * time.Second
 	maxRetries           = 100
 	minSharedSync        = 10 * time.Millisecond
+	maxSharedSync        = time.Hour
 )
 
 // Transport is an http.RoundTripper that sends each request to the first
@@ -443,6 +445,11 @@ func New(cfg Config) (*Transport, error) {
 		return nil, configError("SharedSync", "must not be negative")
 	case cfg.SharedSync > 0 && cfg.SharedSync < minSharedSync:
 		return nil, configError("SharedSync", "must be at least 10ms")
+	case cfg.SharedSync > maxSharedSync:
+		// 3×SharedSync, a member's rate's lifetime in the store, wrapped
+		// to a negative one past a third of the largest Duration; a
+		// period of hours is also a store call bounded by hours.
+		return nil, configError("SharedSync", "must be at most 1h")
 	case cfg.Unrouted < UnroutedRefuse || cfg.Unrouted > UnroutedFirst:
 		return nil, configError("Unrouted", "must be UnroutedRefuse, UnroutedPass or UnroutedFirst")
 	case nilValue(cfg.Base):

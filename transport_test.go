@@ -481,6 +481,9 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		{"huge success threshold", Config{Upstreams: []Upstream{ok}, Breaker: BreakerConfig{SuccessThreshold: 1 << 40}}, "Breaker.SuccessThreshold"},
 		{"probe interval in nanoseconds", Config{Upstreams: []Upstream{ok}, Probe: ProbeConfig{Interval: 1}}, "Probe.Interval"},
 		{"shared sync in nanoseconds", Config{Upstreams: []Upstream{ok}, SharedSync: 1}, "SharedSync"},
+		// 3×SharedSync, the rates' lifetime in the store, wrapped negative.
+		{"shared sync of centuries", Config{Upstreams: []Upstream{ok}, SharedSync: math.MaxInt64}, "SharedSync"},
+		{"shared sync past an hour", Config{Upstreams: []Upstream{ok}, SharedSync: time.Hour + 1}, "SharedSync"},
 		{"huge retries", Config{Upstreams: []Upstream{ok}, Retries: 1 << 40}, "Retries"},
 		{"huge hold", Config{Upstreams: []Upstream{ok}, StreamGuard: &StreamGuard{HoldBytes: 1 << 40}}, "StreamGuard.HoldBytes"},
 		{"NaN cost", Config{Upstreams: []Upstream{{BaseURL: "https://a", Cost: Cost{Input: math.NaN()}}}}, "Upstreams[0].Cost"},
