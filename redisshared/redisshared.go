@@ -210,7 +210,9 @@ func (s *Store) Load(ctx context.Context, upstreams []string) ([]failover.Shared
 			rate, until, ok := strings.Cut(v, " ")
 			r, err1 := strconv.ParseFloat(rate, 64)
 			ms, err2 := strconv.ParseInt(until, 10, 64)
-			if ok && err1 == nil && err2 == nil && ms > now && r > 0 && r < 1e9 {
+			// Compared in milliseconds: a far expiry would overflow a
+			// Duration into anything.
+			if ok && err1 == nil && err2 == nil && ms > now && ms-now <= maxFor.Milliseconds() && r > 0 && r < 1e9 {
 				out = append(out, failover.SharedEvent{Upstream: u, Kind: failover.SharedRate, Rate: r, For: time.Duration(ms-now) * time.Millisecond, Member: member})
 			}
 		}
@@ -285,10 +287,12 @@ func (s *Store) decode(payload string) (failover.SharedEvent, bool) {
 		return failover.SharedEvent{}, false
 	}
 	k, ok := kinds[m.Kind]
-	d := time.Duration(m.Millis) * time.Millisecond
-	if !ok || m.Millis < 0 || d > maxFor || m.Rate < 0 || m.Rate > 1e9 || m.Rate != m.Rate {
+	// Compared in milliseconds: a huge count would overflow a Duration
+	// into anything, a plausible hour included.
+	if !ok || m.Millis < 0 || m.Millis > maxFor.Milliseconds() || m.Rate < 0 || m.Rate > 1e9 || m.Rate != m.Rate {
 		return failover.SharedEvent{}, false
 	}
+	d := time.Duration(m.Millis) * time.Millisecond
 	var at time.Time
 	if m.AtMicros > 0 {
 		at = time.UnixMicro(m.AtMicros)
