@@ -5,6 +5,8 @@ import (
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/failover-go/failover"
 )
 
 // A duration past maxFor in a message is corrupt, however it is written:
@@ -43,6 +45,39 @@ func TestLoadRateOverflow(t *testing.T) {
 	for _, e := range evs {
 		if e.For <= 0 || e.For > maxFor {
 			t.Errorf("Load returned %+v: For outside (0, %v]", e, maxFor)
+		}
+	}
+}
+
+// A member's open circuit or cooldown longer than maxFor (a Breaker
+// Cooldown of 48h, a MaxCooldown of 36h for a daily quota) is shared for
+// maxFor, not dropped by every reader as corrupt.
+func TestPublishPastMaxFor(t *testing.T) {
+	srv := startRedis(t)
+	rdb := srv.client(t)
+	s := New(rdb, Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ps := rdb.Subscribe(ctx, "failover:v1:events")
+	defer ps.Close()
+	if _, err := ps.Receive(ctx); err != nil {
+		t.Fatal(err)
+	}
+	publish(t, s, failover.SharedEvent{Upstream: "a", Kind: failover.SharedOpen, For: 48 * time.Hour, Member: "m1"})
+	publish(t, s, failover.SharedEvent{Upstream: "a", Kind: failover.SharedCooling, For: 36 * time.Hour, Reason: failover.CooldownQuotaExhausted, Member: "m1"})
+	for _, kind := range []failover.SharedKind{failover.SharedOpen, failover.SharedCooling} {
+		msg, err := ps.ReceiveMessage(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if e, ok := s.decode(msg.Payload); !ok || e.Kind != kind || e.For != maxFor {
+			t.Errorf("message %s decodes as %+v, %v; want %v for %v", msg.Payload, e, ok, kind, maxFor)
+		}
+	}
+	got := load(t, New(rdb, Options{}), "a")
+	for _, kind := range []failover.SharedKind{failover.SharedOpen, failover.SharedCooling} {
+		if e, ok := got[kind]; !ok || e.For < maxFor-time.Minute || e.For > maxFor {
+			t.Errorf("Load: %v %+v (%v); want it for about %v", kind, e, ok, maxFor)
 		}
 	}
 }

@@ -18,7 +18,8 @@
 // each member's request rate and when it expires (by the Redis server's
 // clock). Every key
 // expires when what it says ends, so nothing stale outlives its deadline;
-// "open" and "cool" only ever grow longer. Events go to the pub/sub channel
+// "open" and "cool" only ever grow longer. A duration past 24h is shared
+// as 24h: readers take a longer one for corrupt. Events go to the pub/sub channel
 // "{Prefix}:v1:events" as small JSON messages. Nothing else is written: no
 // key, header or URL of any upstream. Every command touches one key, so a
 // Redis Cluster serves it too.
@@ -46,7 +47,7 @@ import (
 const schema = "v1"
 
 // maxFor bounds the durations read from Redis or from messages: a value
-// past it is taken as corrupt.
+// past it is taken as corrupt. Publish writes a longer one as maxFor.
 const maxFor = 24 * time.Hour
 
 // Options configure a Store.
@@ -138,11 +139,14 @@ func (s *Store) Publish(ctx context.Context, e failover.SharedEvent) error {
 	if _, ok := kinds[e.Kind.String()]; !ok {
 		return errors.New("redisshared: unknown event kind")
 	}
-	msg, err := json.Marshal(message{Upstream: e.Upstream, Kind: e.Kind.String(), Millis: e.For.Milliseconds(), Reason: string(e.Reason), Rate: e.Rate, AtMicros: micros(e.At), Member: e.Member})
+	// Past maxFor, every reader takes a duration for corrupt: a longer
+	// one is shared for maxFor, not dropped.
+	millis := min(e.For.Milliseconds(), maxFor.Milliseconds())
+	msg, err := json.Marshal(message{Upstream: e.Upstream, Kind: e.Kind.String(), Millis: millis, Reason: string(e.Reason), Rate: e.Rate, AtMicros: micros(e.At), Member: e.Member})
 	if err != nil {
 		return err
 	}
-	ms := max(e.For.Milliseconds(), 1)
+	ms := max(millis, 1)
 	if e.Kind == failover.SharedRate {
 		return setRate.Run(ctx, s.rdb, []string{s.key("rates", e.Upstream)}, e.Member, strconv.FormatFloat(e.Rate, 'g', 6, 64), ms).Err()
 	}
