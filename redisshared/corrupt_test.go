@@ -81,3 +81,51 @@ func TestPublishPastMaxFor(t *testing.T) {
 		}
 	}
 }
+
+// Garbage that another process left in the keys (a TTL of years, no TTL,
+// a key of another type) neither wedges an upstream's state nor fails the
+// reads of the others: the next write replaces it.
+func TestGarbageKeys(t *testing.T) {
+	srv := startRedis(t)
+	rdb := srv.client(t)
+	s := New(rdb, Options{})
+	ctx := context.Background()
+	years := 5 * 365 * 24 * time.Hour
+	for _, err := range []error{
+		rdb.Set(ctx, "failover:v1:open:a", "x", years).Err(),
+		rdb.Set(ctx, "failover:v1:cool:a", "x", years).Err(),
+		rdb.Set(ctx, "failover:v1:probe:a", "ghost", 0).Err(), // no TTL
+		rdb.HSet(ctx, "failover:v1:cool:b", "f", "v").Err(),   // a hash
+		rdb.Set(ctx, "failover:v1:rates:b", "5 9", 0).Err(),   // a string
+		rdb.LPush(ctx, "failover:v1:probe:b", "m2").Err(),     // a list
+	} {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The others' state still loads.
+	publish(t, s, failover.SharedEvent{Upstream: "c", Kind: failover.SharedOpen, For: time.Minute})
+	if _, ok := load(t, s, "a", "b", "c")[failover.SharedOpen]; !ok {
+		t.Fatal("c's open circuit does not load beside the garbage")
+	}
+	for _, u := range []string{"a", "b"} {
+		publish(t, s, failover.SharedEvent{Upstream: u, Kind: failover.SharedOpen, For: time.Minute})
+		publish(t, s, failover.SharedEvent{Upstream: u, Kind: failover.SharedCooling, For: time.Minute, Reason: failover.CooldownQuotaExhausted})
+		publish(t, s, failover.SharedEvent{Upstream: u, Kind: failover.SharedRate, Rate: 5, For: time.Minute, Member: "m1"})
+		got := load(t, s, u)
+		for _, kind := range []failover.SharedKind{failover.SharedOpen, failover.SharedCooling, failover.SharedRate} {
+			if e, ok := got[kind]; !ok || e.For <= 50*time.Second || e.For > time.Minute {
+				t.Errorf("%s: %v %+v (%v); want it for about a minute", u, kind, e, ok)
+			}
+		}
+		if r := got[failover.SharedCooling].Reason; r != failover.CooldownQuotaExhausted {
+			t.Errorf("%s: cooling reason %q", u, r)
+		}
+		if ok, err := s.AcquireProbe(ctx, u, "m1", time.Minute); !ok || err != nil {
+			t.Errorf("%s: AcquireProbe = %v, %v; want the lease", u, ok, err)
+		}
+		if ok, err := s.AcquireProbe(ctx, u, "m2", time.Minute); ok || err != nil {
+			t.Errorf("%s: m2 took m1's lease: %v, %v", u, ok, err)
+		}
+	}
+}

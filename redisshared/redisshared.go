@@ -87,10 +87,11 @@ func New(rdb redis.UniversalClient, opts Options) *Store {
 func (s *Store) key(kind, upstream string) string { return s.prefix + kind + ":" + upstream }
 
 // extend sets KEYS[1] to ARGV[2] for ARGV[1] milliseconds, unless it
-// already lasts longer.
+// already lasts longer, and not past ARGV[3] milliseconds: a key that lasts
+// longer than that (maxFor) is garbage, which it replaces.
 var extend = redis.NewScript(`
 local left = redis.call('PTTL', KEYS[1])
-if left < tonumber(ARGV[1]) then
+if left < tonumber(ARGV[1]) or left > tonumber(ARGV[3]) then
 	redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[1])
 	return 1
 end
@@ -99,8 +100,12 @@ return 0
 
 // setRate sets member ARGV[1]'s rate ARGV[2] in hash KEYS[1] until ARGV[3]
 // milliseconds from the server's now, keeps the hash as long, and drops
-// the members whose rate expired.
+// the members whose rate expired. A KEYS[1] that is not a hash is garbage,
+// which it replaces.
 var setRate = redis.NewScript(`
+if redis.call('TYPE', KEYS[1]).ok ~= 'hash' then
+	redis.call('DEL', KEYS[1])
+end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 redis.call('HSET', KEYS[1], ARGV[1], ARGV[2] .. ' ' .. (now + tonumber(ARGV[3])))
@@ -154,13 +159,13 @@ func (s *Store) Publish(ctx context.Context, e failover.SharedEvent) error {
 		switch e.Kind {
 		case failover.SharedOpen:
 			p.Del(ctx, s.key("closed", e.Upstream))
-			extend.Eval(ctx, p, []string{s.key("open", e.Upstream)}, ms, "1")
+			extend.Eval(ctx, p, []string{s.key("open", e.Upstream)}, ms, "1", maxFor.Milliseconds())
 		case failover.SharedCooling:
 			reason := string(e.Reason)
 			if reason == "" {
 				reason = string(failover.CooldownRateLimited)
 			}
-			extend.Eval(ctx, p, []string{s.key("cool", e.Upstream)}, ms, reason)
+			extend.Eval(ctx, p, []string{s.key("cool", e.Upstream)}, ms, reason, maxFor.Milliseconds())
 		case failover.SharedClosed, failover.SharedReset:
 			p.Del(ctx, s.key("open", e.Upstream))
 			p.Del(ctx, s.key("probe", e.Upstream))
@@ -198,9 +203,11 @@ func (s *Store) Load(ctx context.Context, upstreams []string) ([]failover.Shared
 		return nil
 	})
 	for _, c := range cmds {
-		// A missing key is an answer; any other error makes the whole
-		// read unusable, or absent state would read as closed.
-		if err := c.Err(); err != nil && !errors.Is(err, redis.Nil) {
+		// A missing key is an answer, and so is one of another type
+		// (garbage another process left, which the next write
+		// replaces); any other error makes the whole read unusable, or
+		// absent state would read as closed.
+		if err := c.Err(); err != nil && !errors.Is(err, redis.Nil) && !redis.HasErrorPrefix(err, "WRONGTYPE") {
 			return nil, err
 		}
 	}
@@ -313,8 +320,13 @@ func micros(t time.Time) int64 {
 }
 
 // acquire takes KEYS[1] for ARGV[1] for ARGV[2] milliseconds (SET NX PX),
-// or renews it when ARGV[1] holds it already.
+// or renews it when ARGV[1] holds it already. A KEYS[1] that never
+// expires or is not a string is garbage (no member's lease), which it
+// replaces: left, it would keep every member from probing.
 var acquire = redis.NewScript(`
+if redis.call('TYPE', KEYS[1]).ok ~= 'string' or redis.call('PTTL', KEYS[1]) == -1 then
+	redis.call('DEL', KEYS[1])
+end
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
 	return 1
 end
