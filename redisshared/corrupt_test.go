@@ -129,3 +129,20 @@ func TestGarbageKeys(t *testing.T) {
 		}
 	}
 }
+
+// A member whose rates are good for less (a shorter SharedSync) does not
+// cut the hash's life short: the others' rates stay until they expire.
+func TestRateKeepsLongerMembers(t *testing.T) {
+	srv := startRedis(t)
+	rdb := srv.client(t)
+	s := New(rdb, Options{})
+	publish(t, s, failover.SharedEvent{Upstream: "a", Kind: failover.SharedRate, Rate: 2, For: time.Minute, Member: "slow"})
+	publish(t, s, failover.SharedEvent{Upstream: "a", Kind: failover.SharedRate, Rate: 50, For: 300 * time.Millisecond, Member: "fast"})
+	left, err := rdb.PTTL(context.Background(), "failover:v1:rates:a").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if left < 50*time.Second {
+		t.Fatalf("the rates hash expires in %v, taking the slow member's rate (good for 1m) with it", left)
+	}
+}

@@ -99,7 +99,8 @@ return 0
 `)
 
 // setRate sets member ARGV[1]'s rate ARGV[2] in hash KEYS[1] until ARGV[3]
-// milliseconds from the server's now, keeps the hash as long, and drops
+// milliseconds from the server's now, keeps the hash at least as long
+// (never shorter: the other members' rates may last longer), and drops
 // the members whose rate expired. A KEYS[1] that is not a hash is garbage,
 // which it replaces.
 var setRate = redis.NewScript(`
@@ -109,7 +110,9 @@ end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 redis.call('HSET', KEYS[1], ARGV[1], ARGV[2] .. ' ' .. (now + tonumber(ARGV[3])))
-redis.call('PEXPIRE', KEYS[1], ARGV[3])
+if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[3]) then
+	redis.call('PEXPIRE', KEYS[1], ARGV[3])
+end
 local all = redis.call('HGETALL', KEYS[1])
 for i = 1, #all, 2 do
 	local untilMs = tonumber(string.match(all[i + 1], ' (%d+)$'))
