@@ -2,11 +2,14 @@ package redisshared
 
 import (
 	"context"
+	"fmt"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/failover-go/failover"
+	"github.com/redis/go-redis/v9"
 )
 
 // A duration past maxFor in a message is corrupt, however it is written:
@@ -144,5 +147,21 @@ func TestRateKeepsLongerMembers(t *testing.T) {
 	}
 	if left < 50*time.Second {
 		t.Fatalf("the rates hash expires in %v, taking the slow member's rate (good for 1m) with it", left)
+	}
+}
+
+// New refuses a nil client, saying so, instead of returning a Store whose
+// every call panics (which a Transport would count as an unreachable store,
+// silently running unshared).
+func TestNewNilClient(t *testing.T) {
+	for _, rdb := range []redis.UniversalClient{nil, (*redis.Client)(nil), (*redis.ClusterClient)(nil)} {
+		func() {
+			defer func() {
+				if v := recover(); v == nil || !strings.Contains(fmt.Sprint(v), "nil client") {
+					t.Errorf("New(%T(nil)) panicked with %v; want a panic that names the nil client", rdb, v)
+				}
+			}()
+			New(rdb, Options{})
+		}()
 	}
 }

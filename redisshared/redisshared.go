@@ -35,6 +35,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net"
+	"reflect"
 	"strconv"
 	"strings"
 	"time"
@@ -75,7 +76,13 @@ var _ failover.Shared = (*Store)(nil)
 // a context's deadline without it (a Redis that accepts connections and
 // never answers then holds each call for the client's ReadTimeout, 3s by
 // default, and Transport.Close as long).
+//
+// New panics if rdb is nil (or a nil pointer), as every call of the Store
+// would.
 func New(rdb redis.UniversalClient, opts Options) *Store {
+	if v := reflect.ValueOf(rdb); rdb == nil || v.Kind() == reflect.Pointer && v.IsNil() {
+		panic("redisshared: New called with a nil client")
+	}
 	p := opts.Prefix
 	if p == "" {
 		p = "failover"
