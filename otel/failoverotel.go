@@ -36,8 +36,12 @@ import (
 
 // NewProducer returns a metric.Producer of t's metrics, for
 // metric.WithProducer on a Reader. It is safe for concurrent use, as
-// WritePrometheus is.
+// WritePrometheus is. It panics if t is nil, as each collection would, on
+// the Reader's goroutine.
 func NewProducer(t *failover.Transport) metric.Producer {
+	if t == nil {
+		panic("failoverotel: NewProducer called with a nil Transport")
+	}
 	return otelprom.NewMetricProducer(otelprom.WithGatherer(gatherer{t}))
 }
 
