@@ -3,6 +3,7 @@ module github.com/failover-go/failover/otel
 go 1.26.0
 
 require (
+	github.com/VictoriaMetrics/metrics v1.45.0
 	github.com/failover-go/failover v0.0.0-00010101000000-000000000000
 	github.com/prometheus/client_model v0.6.3
 	github.com/prometheus/common v0.73.1
@@ -12,7 +13,6 @@ require (
 )
 
 require (
-	github.com/VictoriaMetrics/metrics v1.45.0 // indirect
 	github.com/beorn7/perks v1.0.1 // indirect
 	github.com/bits-and-blooms/bitset v1.24.4 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
