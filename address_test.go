@@ -238,7 +238,12 @@ func TestUnroutedFirstSparesAnUpstreamsAuthorityInUnicode(t *testing.T) {
 	d := &net.Dialer{}
 	var mu sync.Mutex
 	var dialed []string
-	base := &http.Transport{DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+	// No keep-alive: each request dials, so that what it dials is seen.
+	// With them, the last request's connection, put back in the pool by
+	// its readLoop after CloseIdleConnections had run on a loaded
+	// machine, was reused for a spelling of the same host, which then
+	// dialed nothing.
+	base := &http.Transport{DisableKeepAlives: true, DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
 		mu.Lock()
 		dialed = append(dialed, addr)
 		mu.Unlock()
@@ -270,7 +275,6 @@ func TestUnroutedFirstSparesAnUpstreamsAuthorityInUnicode(t *testing.T) {
 		mu.Lock()
 		dialed = nil
 		mu.Unlock()
-		base.CloseIdleConnections()
 		req, err := http.NewRequest("POST", target.url, strings.NewReader("hi"))
 		if err != nil {
 			t.Fatal(err)
