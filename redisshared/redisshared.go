@@ -75,7 +75,8 @@ var _ failover.Shared = (*Store)(nil)
 // each call by Config.SharedSync through its context, and go-redis ignores
 // a context's deadline without it (a Redis that accepts connections and
 // never answers then holds each call for the client's ReadTimeout, 3s by
-// default, and Transport.Close as long).
+// default, and Transport.Close as long; with a ReadTimeout of -1, no
+// timeout, Close waits until Redis answers).
 //
 // New panics if rdb is nil (or a nil pointer), as every call of the Store
 // would.
