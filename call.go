@@ -196,33 +196,32 @@ func (c *call) ended(resp *http.Response, err error) {
 }
 
 // end closes what run leaves behind: the caller's body when no attempt
-// took it, and, when a panic of the caller's own code passes (a Router's,
-// a Classifier's), the answer held for lack of a better one, as a
-// discarded answer is closed, before the panic goes on.
+// took it, and the answer held for lack of a better one, as a discarded
+// answer is closed. On a return, none is held (finish hands it on); one is
+// when the caller's own code (a Router's, a Classifier's) panics or ends
+// the goroutine (runtime.Goexit, which recover does not see), which then
+// goes on.
 func (c *call) end() {
 	c.body.closeUnused()
-	if c.held != nil {
-		if v := recover(); v != nil {
-			c.discardHeld()
-			panic(v)
-		}
-	}
+	c.discardHeld()
 }
 
-// callHook calls f, one of the Trace's hooks. When it panics, the answers
-// the call has in hand (resp and the held one) are closed before the panic
-// goes on, as a discarded answer would be.
+// callHook calls f, one of the Trace's hooks. When it panics or ends the
+// goroutine (runtime.Goexit), the answers the call has in hand (resp and
+// the held one) are closed before the panic or the Goexit goes on, as a
+// discarded answer would be.
 func (c *call) callHook(resp *http.Response, f func()) {
+	returned := false
 	defer func() {
-		if v := recover(); v != nil {
+		if !returned {
 			if resp != nil {
 				resp.Body.Close()
 			}
 			c.discardHeld()
-			panic(v)
 		}
 	}()
 	f()
+	returned = true
 }
 
 // firstByteBody is a streamed answer's body, which observes the time from

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -373,4 +374,67 @@ type closedBody struct {
 func (b *closedBody) Close() error {
 	b.closed.Store(true)
 	return b.ReadCloser.Close()
+}
+
+// A Router that ends the request's goroutine (runtime.Goexit, as a
+// t.FailNow in a test's Router does) between rounds closes the answer the
+// call holds too: recover sees no panic then, and the held 503, too large
+// to be read into memory, kept its connection for good.
+func TestGoexitClosesHeldAnswer(t *testing.T) {
+	large := strings.Repeat("x", 2*maxDrain)
+	a := newUpstreamServer(t, 503, large)
+	b := newUpstreamServer(t, 503, large)
+	var mu sync.Mutex
+	var bodies []*closedBody
+	base := &http.Transport{}
+	t.Cleanup(base.CloseIdleConnections)
+	track := roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		resp, err := base.RoundTrip(r)
+		if resp != nil {
+			c := &closedBody{ReadCloser: resp.Body}
+			mu.Lock()
+			bodies = append(bodies, c)
+			mu.Unlock()
+			resp.Body = c
+		}
+		return resp, err
+	})
+	calls := 0
+	r := orderFunc(func(dst []int, cands []Candidate) []int {
+		if calls++; calls > 1 {
+			runtime.Goexit()
+		}
+		for i := range cands {
+			dst = append(dst, i)
+		}
+		return dst
+	})
+	tr := newTestTransport(t, Config{
+		Base: track, Router: r, Retries: 1, RetryWaitMin: time.Millisecond, RetryWaitMax: time.Millisecond,
+		Upstreams: []Upstream{{BaseURL: a.URL}, {BaseURL: b.URL}},
+	})
+	returned := false
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		resp, err := tr.RoundTrip(httptestRequest("GET", a.URL+"/v1/models", ""))
+		if err == nil {
+			resp.Body.Close()
+		}
+		returned = true
+	}()
+	<-done
+	if returned {
+		t.Fatal("RoundTrip returned, want the Router's Goexit")
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(bodies) == 0 {
+		t.Fatal("no upstream answered before the Goexit")
+	}
+	for i, c := range bodies {
+		if !c.closed.Load() {
+			t.Errorf("answer %d of %d was left open", i+1, len(bodies))
+		}
+	}
 }
