@@ -62,6 +62,24 @@ type fleetState struct {
 	failures []mono.Time           // the fleet's last FailureThreshold failures, a ring
 	next     int                   // where the next one goes
 	members  map[string]memberRate // the other members' request rates
+	coolEnd  time.Time             // when the fleet's cooldown last adopted ends, as the fleet said
+	coolCap  time.Time             // until when this process keeps to it: MaxCooldown from its adoption
+}
+
+// coolFor returns how long to cool down, at now, for the fleet's cooldown
+// of d, capped at max from the adoption of that cooldown: the store says the
+// same one again at each reconcile with less of it to go (ending later by
+// the read's latency, within slack), and capping each of those afresh
+// kept the upstream cooling for as long as the store held it. A cooldown
+// that ends elsewhere is another, capped from now.
+func (s *fleetState) coolFor(now time.Time, d, max, slack time.Duration) time.Duration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	end := now.Add(d)
+	if s.coolCap.IsZero() || end.Sub(s.coolEnd).Abs() > slack {
+		s.coolEnd, s.coolCap = end, now.Add(max)
+	}
+	return min(d, s.coolCap.Sub(now))
 }
 
 type memberRate struct {
@@ -473,8 +491,12 @@ func (f *fleet) apply(e SharedEvent) {
 	case SharedCooling:
 		// Capped as a cooldown a provider asks of this process is: a
 		// member allowed longer ones, or a store's odd value, keeps the
-		// upstream out of rotation here no longer than MaxCooldown.
-		d := min(e.For, f.t.rate.MaxCooldown)
+		// upstream out of rotation here no longer than MaxCooldown from
+		// its adoption, however often the store says it again.
+		if e.For <= 0 {
+			return
+		}
+		d := u.fleet.coolFor(now, e.For, f.t.rate.MaxCooldown, max(f.every, minCallBound))
 		if d > 0 && u.cd.remaining(now) < d {
 			reason := e.Reason
 			if reason == "" {
