@@ -242,6 +242,7 @@ func (c *call) prepare(ctx context.Context, a *attempt, cancelable bool) error {
 		own = &a.own.b
 	}
 	out.Body, a.body = watchBody(own, out.Body, out.ContentLength)
+	out = a.body.traced(out)
 	if c.last != nil && c.last != u && !a.hedge {
 		// Counted once the attempt has its body: one whose GetBody
 		// failed moved on to nothing.

@@ -7,6 +7,7 @@ import (
 	"io"
 	"math"
 	"net/http"
+	"net/http/httptrace"
 	"reflect"
 	"strings"
 	"sync"
@@ -156,6 +157,7 @@ type watchedBody struct {
 	n      atomic.Int64
 	closed atomic.Bool
 	err    atomic.Pointer[error] // the caller's fault, once seen
+	wrote  atomic.Bool           // Base wrote the request (a misfit's: see traced)
 }
 
 // memoryLen returns the bytes left in body when it is one that net/http
@@ -187,10 +189,12 @@ func memoryLen(body io.Reader) (int64, bool) {
 // to tell.
 //
 // A body in memory (memoryLen) of n bytes, n > 0, the usual one, goes as it
-// is and unwatched. One in memory that disagrees with n also goes as it is,
-// and the watcher holds the verdict ahead: net/http then fails it as it
-// fails it for a bare http.Transport, without flushing its headers to the
-// upstream first, which a watched body would make it do. Any other body is
+// is and unwatched. One in memory that disagrees with n (a misfit) also
+// goes as it is, and the watcher holds the verdict ahead: net/http then
+// fails it as it fails it for a bare http.Transport, without flushing its
+// headers to the upstream first, which a watched body would make it do.
+// The verdict stands once Base has written the request (see traced): an
+// error before, a refused dial's, is not the body's. Any other body is
 // watched as it is read.
 func watchBody(w *watchedBody, body io.ReadCloser, n int64) (io.ReadCloser, *watchedBody) {
 	if body == nil || body == http.NoBody {
@@ -250,6 +254,18 @@ func oneReader(t reflect.Type) bool {
 		t.Size() > unsafe.Sizeof(uintptr(0))
 }
 
+// traced returns req, whose body b watches, with a ClientTrace that tells
+// b when Base has written it, when b is a misfit's (see watchBody), which
+// reads nothing to tell; req itself otherwise. A Base other than net/http
+// tells nothing, and its errors are then judged as any other.
+func (b *watchedBody) traced(req *http.Request) *http.Request {
+	if b == nil || b.rc != nil {
+		return req
+	}
+	trace := &httptrace.ClientTrace{WroteRequest: func(httptrace.WroteRequestInfo) { b.wrote.Store(true) }}
+	return req.WithContext(httptrace.WithClientTrace(req.Context(), trace))
+}
+
 // errBodyLength is a body that disagrees with the request's ContentLength.
 var errBodyLength = errors.New("failover: request body length differs from ContentLength")
 
@@ -286,6 +302,9 @@ func (b *watchedBody) Close() error {
 // attempt whose body disagreed with its ContentLength (net/http fails such
 // a request with an error of its own type).
 func (b *watchedBody) faulted(err error) bool {
+	if b.rc == nil && !b.wrote.Load() {
+		return false // a misfit that Base failed before writing it
+	}
 	e := b.err.Load()
 	return e != nil && (*e == errBodyLength || errors.Is(err, *e))
 }

@@ -5,7 +5,9 @@ import (
 	"context"
 	"errors"
 	"io"
+	"net"
 	"net/http"
+	"net/http/httptrace"
 	"reflect"
 	"strings"
 	"sync"
@@ -346,6 +348,19 @@ func TestPeekStalledBody(t *testing.T) {
 	})
 }
 
+// wrote tells w, as net/http does through the request's ClientTrace,
+// that Base wrote the request, and reports whether w's request has that
+// trace.
+func wrote(w *watchedBody) bool {
+	req := w.traced(httptestRequest("GET", "http://a.test/", ""))
+	trace := httptrace.ContextClientTrace(req.Context())
+	if trace == nil || trace.WroteRequest == nil {
+		return false
+	}
+	trace.WroteRequest(httptrace.WroteRequestInfo{})
+	return true
+}
+
 // A body net/http knows to be in memory goes to Base as it is (net/http
 // then writes headers and body at once, and fails one that disagrees with
 // its ContentLength before writing a byte), with a watcher that already
@@ -384,8 +399,8 @@ func TestWatchBody(t *testing.T) {
 		switch {
 		case w == nil && sent == rc:
 			got = unwatched
-		case w != nil && sent == rc && w.faulted(errors.New("net/http's own")):
-			got = misfit
+		case w != nil && sent == rc && !w.faulted(errors.New("a dial's")) && wrote(w) && w.faulted(errors.New("net/http's own")):
+			got = misfit // the caller's fault once Base has written the request
 		case w != nil && sent == io.ReadCloser(w) && !w.faulted(errors.New("net/http's own")):
 			got = watched
 		default:
@@ -567,5 +582,40 @@ func TestDiscardClosesAStreamUnread(t *testing.T) {
 		if got := body.reads.Load() > 0; got != tt.reads || !body.closed.Load() {
 			t.Errorf("%s: read %d times, closed %v; want read %v, closed", tt.path, body.reads.Load(), body.closed.Load(), tt.reads)
 		}
+	}
+}
+
+// A body in memory that disagrees with its ContentLength is the caller's
+// fault only once Base has written the request, which reads it: an
+// upstream that refuses the connection failed before, and is to blame as
+// for any request. Here the next upstream renames the model, and its body,
+// the renamed one, has the right length: the request is served. The
+// verdict held ahead blamed the caller for the refused dial, and the
+// request ended there, with the dial's error.
+func TestMisfitBodyDialErrorIsTheUpstreams(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	refused := "http://" + l.Addr().String()
+	l.Close()
+	backup := newUpstreamServer(t, http.StatusOK, "ok")
+	tr := newTestTransport(t, Config{Upstreams: []Upstream{
+		{BaseURL: refused},
+		{BaseURL: backup.URL, Models: map[string]string{"gpt-x": "b-model"}},
+	}})
+	body := `{"model":"gpt-x"}`
+	req := httptestRequest("POST", refused+"/v1/chat", body)
+	req.ContentLength = int64(len(body)) + 5
+	resp, err := tr.RoundTrip(req)
+	if err != nil {
+		t.Fatalf("got %v, want the backup's answer", err)
+	}
+	readBody(t, resp)
+	if got := backup.requests(); len(got) != 1 || !strings.Contains(got[0].Body, "b-model") {
+		t.Errorf("the backup got %+v, want the renamed body", got)
+	}
+	if h := tr.Health()[0]; h.Requests.Failed != 1 {
+		t.Errorf("the refusing upstream's health %+v, want its failure counted", h.Requests)
 	}
 }

@@ -189,8 +189,8 @@ func (br *Breaker) RoundTrip(req *http.Request) (resp *http.Response, err error)
 	// or disagrees with its ContentLength, is the caller's fault, not the
 	// upstream's.
 	body, watch := watchBody(nil, req.Body, req.ContentLength)
-	if orig := req; body != req.Body {
-		req = req.WithContext(req.Context()) // a copy: the caller's request is not modified
+	if orig := req; body != req.Body || watch != nil {
+		req = watch.traced(req.WithContext(req.Context())) // a copy: the caller's request is not modified
 		req.Body = body
 		defer func() {
 			if resp != nil && resp.Request == req {
