@@ -370,19 +370,16 @@ func (r *request) keepsURL(up *upstream) bool {
 }
 
 // rewrite points out, a clone of the caller's request, at u: scheme, host,
-// base path and u's headers. The Host header is u's host, unless u is the
-// upstream the caller addressed and the caller set a Host of its own
-// (one that is not its URL's host), which that upstream gets as a bare
-// http.Transport would send it. Credentials the caller set go only to the
+// base path and u's headers. The Host header is u's host, even for the
+// upstream the caller addressed when the caller set another: a gateway
+// built on httputil.ReverseProxy keeps its own client's Host, which would
+// reach the provider with u's credentials. Credentials the caller set go only to the
 // upstream the caller addressed (clone left the caller's credential
 // headers out for any other); a redirect hop's URL loses its user info and
 // the query pairs that carry them for any other. A URL clone shares with
 // the caller (keepsURL) is not written.
 func (r *request) rewrite(out *http.Request, u *upstream) {
 	out.Host = u.host
-	if h := r.req.Host; h != "" && u == r.addressed && h != r.req.URL.Host {
-		out.Host = h // the caller's own Host header, for the upstream it addressed
-	}
 	for _, f := range u.headers {
 		out.Header[f.key] = f.values
 	}
