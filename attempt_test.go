@@ -106,28 +106,32 @@ func TestResponseRequestHidesUpstreamKey(t *testing.T) {
 }
 
 func TestAttemptTimeout(t *testing.T) {
-	primary := newServer(t, func(w http.ResponseWriter, r *http.Request) {
-		<-r.Context().Done() // accepts, never answers
-	})
-	backup := newUpstreamServer(t, 200, "ok")
-	tr := newTestTransport(t, Config{
-		AttemptTimeout: 50 * time.Millisecond,
-		Upstreams:      []Upstream{{BaseURL: primary.URL}, {BaseURL: backup.URL}},
-	})
-	if resp := mustGet(t, tr, primary.URL+"/v1/models"); readBody(t, resp) != "ok" {
-		t.Fatal("not served by the backup")
-	}
-	h := tr.Health()[0]
-	if h.Requests.Failed != 1 || !strings.Contains(h.LastError, "attempt timed out") {
-		t.Fatalf("primary: %+v", h)
-	}
+	// In a bubble: the backup's attempt has 50ms too, which a real server
+	// on a loaded machine could overrun.
+	synctest.Test(t, func(t *testing.T) {
+		n := newFakeNet()
+		n.handle("a.test", slowly(time.Hour, "a", new(atomic.Int32))) // accepts, never answers
+		n.status("b.test", 200, "ok")
+		tr := newTestTransport(t, twoUpstreams(n, Config{AttemptTimeout: 50 * time.Millisecond}))
+		start := time.Now()
+		if resp := mustGet(t, tr, "http://a.test/v1/models"); readBody(t, resp) != "ok" {
+			t.Fatal("not served by the backup")
+		}
+		if took := time.Since(start); took != 50*time.Millisecond {
+			t.Errorf("served after %v, want after the 50ms attempt timeout", took)
+		}
+		h := tr.Health()[0]
+		if h.Requests.Failed != 1 || !strings.Contains(h.LastError, "attempt timed out") {
+			t.Fatalf("primary: %+v", h)
+		}
 
-	// With no backup the caller gets ErrAttemptTimeout.
-	tr = newTestTransport(t, Config{AttemptTimeout: 50 * time.Millisecond, Upstreams: []Upstream{{BaseURL: primary.URL}}})
-	_, err := tr.RoundTrip(httptestRequest("GET", primary.URL+"/v1/models", ""))
-	if !errors.Is(err, ErrAttemptTimeout) {
-		t.Fatalf("err = %v, want ErrAttemptTimeout", err)
-	}
+		// With no backup the caller gets ErrAttemptTimeout.
+		tr = newTestTransport(t, Config{Base: n, AttemptTimeout: 50 * time.Millisecond, Upstreams: []Upstream{{BaseURL: "http://a.test"}}})
+		_, err := tr.RoundTrip(httptestRequest("GET", "http://a.test/v1/models", ""))
+		if !errors.Is(err, ErrAttemptTimeout) {
+			t.Fatalf("err = %v, want ErrAttemptTimeout", err)
+		}
+	})
 }
 
 // When every upstream times out at once, the evidence points at this
