@@ -378,39 +378,55 @@ func (c *readCounter) Close() error { return nil }
 // event while the upstream has not yet written the second, and an attempt
 // timeout shorter than the stream does not cut it.
 func TestStreamingPassesThrough(t *testing.T) {
-	firstRead := make(chan struct{})
-	primary := newUpstreamServer(t, 503, "down")
-	backup := newServer(t, func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "text/event-stream")
-		io.WriteString(w, "data: {\"n\":1}\n\n")
-		w.(http.Flusher).Flush()
-		select {
-		case <-firstRead:
-		case <-r.Context().Done():
-			return
+	// In a bubble, over a body that fails once its request's context is
+	// done, as net/http's does: the backup's headers had to come within
+	// the 50ms AttemptTimeout of wall clock, which a loaded machine could
+	// overrun.
+	synctest.Test(t, func(t *testing.T) {
+		firstRead := make(chan struct{})
+		n := newFakeNet()
+		n.status("a.test", 503, "down")
+		n.handle("b.test", func(r *http.Request) (*http.Response, error) {
+			pr, pw := io.Pipe()
+			go func() {
+				ctx := r.Context()
+				io.WriteString(pw, "data: {\"n\":1}\n\n")
+				select {
+				case <-firstRead:
+				case <-ctx.Done():
+					pw.CloseWithError(ctx.Err())
+					return
+				}
+				select {
+				case <-time.After(150 * time.Millisecond): // longer than AttemptTimeout
+				case <-ctx.Done():
+					pw.CloseWithError(ctx.Err())
+					return
+				}
+				io.WriteString(pw, "data: {\"n\":2}\n\ndata: [DONE]\n\n")
+				pw.Close()
+			}()
+			resp := respond(200, "", "Content-Type", "text/event-stream")
+			resp.Body, resp.ContentLength = pr, -1
+			return resp, nil
+		})
+		tr := newTestTransport(t, twoUpstreams(n, Config{AttemptTimeout: 50 * time.Millisecond}))
+		resp := mustPost(t, tr, "http://a.test/v1/chat/completions", `{"stream":true}`)
+		defer resp.Body.Close()
+		buf := make([]byte, 64)
+		n0, err := resp.Body.Read(buf)
+		if err != nil || !bytes.HasPrefix(buf[:n0], []byte("data: {\"n\":1}")) {
+			t.Fatalf("first read %q, %v", buf[:n0], err)
 		}
-		time.Sleep(150 * time.Millisecond) // longer than AttemptTimeout
-		io.WriteString(w, "data: {\"n\":2}\n\ndata: [DONE]\n\n")
+		close(firstRead)
+		rest, err := io.ReadAll(resp.Body)
+		if err != nil {
+			t.Fatalf("the stream was cut: %v", err)
+		}
+		if !strings.HasSuffix(string(rest), "data: [DONE]\n\n") {
+			t.Fatalf("rest of stream %q", rest)
+		}
 	})
-	tr := newTestTransport(t, Config{
-		AttemptTimeout: 50 * time.Millisecond,
-		Upstreams:      []Upstream{{BaseURL: primary.URL}, {BaseURL: backup.URL}},
-	})
-	resp := mustPost(t, tr, primary.URL+"/v1/chat/completions", `{"stream":true}`)
-	defer resp.Body.Close()
-	buf := make([]byte, 64)
-	n, err := resp.Body.Read(buf)
-	if err != nil || !bytes.HasPrefix(buf[:n], []byte("data: {\"n\":1}")) {
-		t.Fatalf("first read %q, %v", buf[:n], err)
-	}
-	close(firstRead)
-	rest, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatalf("the stream was cut: %v", err)
-	}
-	if !strings.HasSuffix(string(rest), "data: [DONE]\n\n") {
-		t.Fatalf("rest of stream %q", rest)
-	}
 }
 
 func TestReset(t *testing.T) {
