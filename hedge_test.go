@@ -328,8 +328,19 @@ func TestHedgeNeedsReplayableBody(t *testing.T) {
 // canceled, and no goroutine or connection is left behind (TestMain
 // checks goroutines).
 func TestHedgeOverHTTP(t *testing.T) {
+	const requests = 20
+	// The fast upstream answers a request only once the slow one has it:
+	// else, on a loaded machine, the hedge could win before the slow
+	// attempt reached its server, whose handler then never saw it
+	// canceled.
+	var arrived [requests]chan struct{}
+	for i := range arrived {
+		arrived[i] = make(chan struct{})
+	}
+	reqID := func(r *http.Request) int { i, _ := strconv.Atoi(r.Header.Get("X-Req")); return i }
 	var slowCanceled atomic.Int32
 	slow := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+		close(arrived[reqID(r)])
 		select {
 		case <-time.After(5 * time.Second):
 		case <-r.Context().Done():
@@ -337,6 +348,12 @@ func TestHedgeOverHTTP(t *testing.T) {
 		}
 	})
 	fast := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-arrived[reqID(r)]:
+		case <-time.After(5 * time.Second): // it never will: the count of those canceled fails
+		case <-r.Context().Done():
+			return
+		}
 		w.Header().Set("Content-Type", "text/event-stream")
 		f := w.(http.Flusher)
 		for i := range 3 {
@@ -351,11 +368,12 @@ func TestHedgeOverHTTP(t *testing.T) {
 	tr := newTestTransport(t, Config{Base: base, Hedge: &HedgeConfig{Delay: 20 * time.Millisecond, Percent: 100}, Upstreams: []Upstream{
 		{Name: "slow", BaseURL: slow.URL}, {Name: "fast", BaseURL: fast.URL},
 	}})
-	const requests = 20
 	var wg sync.WaitGroup
-	for range requests {
+	for i := range requests {
 		wg.Go(func() {
-			resp, err := tr.RoundTrip(httptestRequest("POST", slow.URL+"/v1/chat/completions", `{"stream":true}`))
+			req := httptestRequest("POST", slow.URL+"/v1/chat/completions", `{"stream":true}`)
+			req.Header.Set("X-Req", strconv.Itoa(i))
+			resp, err := tr.RoundTrip(req)
 			if err != nil {
 				t.Error(err)
 				return
