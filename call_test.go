@@ -309,6 +309,44 @@ func TestCallBufferedBodyReadErrorIsCallersOwn(t *testing.T) {
 // read into memory while the request waits, kept its connection out of
 // the pool for good.
 func TestPanicClosesHeldAnswer(t *testing.T) {
+	checkHeldAnswerClosed(t, "panic", func() { panic("the Router's own bug") }, func(send func()) {
+		defer func() {
+			if v := recover(); v != "the Router's own bug" {
+				t.Errorf("recovered %v, want the Router's panic", v)
+			}
+		}()
+		send()
+		t.Error("RoundTrip returned, want the Router's panic")
+	})
+}
+
+// A Router that ends the request's goroutine (runtime.Goexit, as a
+// t.FailNow in a test's Router does) between rounds closes the answer the
+// call holds too: recover sees no panic then, and the held 503, too large
+// to be read into memory, kept its connection for good.
+func TestGoexitClosesHeldAnswer(t *testing.T) {
+	checkHeldAnswerClosed(t, "Goexit", runtime.Goexit, func(send func()) {
+		returned := false
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			send()
+			returned = true
+		}()
+		<-done
+		if returned {
+			t.Error("RoundTrip returned, want the Router's Goexit")
+		}
+	})
+}
+
+// checkHeldAnswerClosed sends a request over two upstreams that answer a
+// 503 too large to be read into memory, with one more round, and a Router
+// that calls fail when asked for the second; run calls send (which runs
+// the request) and checks how it ended. Every answer Base gave must be
+// closed after it.
+func checkHeldAnswerClosed(t *testing.T, how string, fail func(), run func(send func())) {
+	t.Helper()
 	large := strings.Repeat("x", 2*maxDrain)
 	a := newUpstreamServer(t, 503, large)
 	b := newUpstreamServer(t, 503, large)
@@ -330,7 +368,7 @@ func TestPanicClosesHeldAnswer(t *testing.T) {
 	calls := 0
 	r := orderFunc(func(dst []int, cands []Candidate) []int {
 		if calls++; calls > 1 {
-			panic("the Router's own bug")
+			fail()
 		}
 		for i := range cands {
 			dst = append(dst, i)
@@ -341,26 +379,20 @@ func TestPanicClosesHeldAnswer(t *testing.T) {
 		Base: track, Router: r, Retries: 1, RetryWaitMin: time.Millisecond, RetryWaitMax: time.Millisecond,
 		Upstreams: []Upstream{{BaseURL: a.URL}, {BaseURL: b.URL}},
 	})
-	func() {
-		defer func() {
-			if v := recover(); v != "the Router's own bug" {
-				t.Errorf("recovered %v, want the Router's panic", v)
-			}
-		}()
+	run(func() {
 		resp, err := tr.RoundTrip(httptestRequest("GET", a.URL+"/v1/models", ""))
 		if err == nil {
 			resp.Body.Close()
 		}
-		t.Errorf("RoundTrip returned %v, want the Router's panic", err)
-	}()
+	})
 	mu.Lock()
 	defer mu.Unlock()
 	if len(bodies) == 0 {
-		t.Fatal("no upstream answered before the panic")
+		t.Fatalf("no upstream answered before the %s", how)
 	}
 	for i, c := range bodies {
 		if !c.closed.Load() {
-			t.Errorf("answer %d of %d was left open", i+1, len(bodies))
+			t.Errorf("answer %d of %d was left open after the %s", i+1, len(bodies), how)
 		}
 	}
 }
@@ -374,67 +406,4 @@ type closedBody struct {
 func (b *closedBody) Close() error {
 	b.closed.Store(true)
 	return b.ReadCloser.Close()
-}
-
-// A Router that ends the request's goroutine (runtime.Goexit, as a
-// t.FailNow in a test's Router does) between rounds closes the answer the
-// call holds too: recover sees no panic then, and the held 503, too large
-// to be read into memory, kept its connection for good.
-func TestGoexitClosesHeldAnswer(t *testing.T) {
-	large := strings.Repeat("x", 2*maxDrain)
-	a := newUpstreamServer(t, 503, large)
-	b := newUpstreamServer(t, 503, large)
-	var mu sync.Mutex
-	var bodies []*closedBody
-	base := &http.Transport{}
-	t.Cleanup(base.CloseIdleConnections)
-	track := roundTripFunc(func(r *http.Request) (*http.Response, error) {
-		resp, err := base.RoundTrip(r)
-		if resp != nil {
-			c := &closedBody{ReadCloser: resp.Body}
-			mu.Lock()
-			bodies = append(bodies, c)
-			mu.Unlock()
-			resp.Body = c
-		}
-		return resp, err
-	})
-	calls := 0
-	r := orderFunc(func(dst []int, cands []Candidate) []int {
-		if calls++; calls > 1 {
-			runtime.Goexit()
-		}
-		for i := range cands {
-			dst = append(dst, i)
-		}
-		return dst
-	})
-	tr := newTestTransport(t, Config{
-		Base: track, Router: r, Retries: 1, RetryWaitMin: time.Millisecond, RetryWaitMax: time.Millisecond,
-		Upstreams: []Upstream{{BaseURL: a.URL}, {BaseURL: b.URL}},
-	})
-	returned := false
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		resp, err := tr.RoundTrip(httptestRequest("GET", a.URL+"/v1/models", ""))
-		if err == nil {
-			resp.Body.Close()
-		}
-		returned = true
-	}()
-	<-done
-	if returned {
-		t.Fatal("RoundTrip returned, want the Router's Goexit")
-	}
-	mu.Lock()
-	defer mu.Unlock()
-	if len(bodies) == 0 {
-		t.Fatal("no upstream answered before the Goexit")
-	}
-	for i, c := range bodies {
-		if !c.closed.Load() {
-			t.Errorf("answer %d of %d was left open", i+1, len(bodies))
-		}
-	}
 }
