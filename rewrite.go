@@ -373,9 +373,9 @@ func (r *request) keepsURL(up *upstream) bool {
 // base path and u's headers. The Host header is u's host, even for the
 // upstream the caller addressed when the caller set another: a gateway
 // built on httputil.ReverseProxy keeps its own client's Host, which would
-// reach the provider with u's credentials. Credentials the caller set go only to the
-// upstream the caller addressed (clone left the caller's credential
-// headers out for any other); a redirect hop's URL loses its user info and
+// reach the provider with u's credentials. Credentials the caller set go
+// only to the upstream the caller addressed (clone left the caller's
+// credential headers out for any other); a redirect hop's URL loses its user info and
 // the query pairs that carry them for any other. A URL clone shares with
 // the caller (keepsURL) is not written.
 func (r *request) rewrite(out *http.Request, u *upstream) {

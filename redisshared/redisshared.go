@@ -19,8 +19,8 @@
 // clock). Every key
 // expires when what it says ends, so nothing stale outlives its deadline;
 // "open" and "cool" only ever grow longer. A duration past 24h is shared
-// as 24h: readers take a longer one for corrupt. Events go to the pub/sub channel
-// "{Prefix}:v1:events" as small JSON messages. Nothing else is written: no
+// as 24h: readers take a longer one for corrupt. Events go to the pub/sub
+// channel "{Prefix}:v1:events" as small JSON messages. Nothing else is written: no
 // key, header or URL of any upstream. Every command touches one key, so a
 // Redis Cluster serves it too.
 //
