@@ -159,6 +159,11 @@ type Circuit struct {
 	clean   atomic.Bool
 	failing atomic.Bool // the last attempt that counted failed
 
+	// streak is how many failures in a row a closed circuit counts under
+	// the consecutive-failure rule; 0 otherwise. Written under mu, read
+	// without it (Streak).
+	streak atomic.Int32
+
 	// lastFailure is when the attempt of the latest failure counted
 	// started (a mono.Time): under the consecutive-failure rule, a success
 	// of an attempt that started before it is older evidence than that
@@ -212,6 +217,7 @@ func (c *Circuit) changed(e circuitbreaker.StateChangedEvent) {
 	c.failing.Store(false)
 	c.held.Store(false)
 	c.openUntil.Store(0)
+	c.streak.Store(0)
 	if to == Open {
 		c.openUntil.Store(int64(at.Add(c.cfg.Cooldown)))
 		if from == Closed {
@@ -246,6 +252,25 @@ func (c *Circuit) unlock() {
 func (c *Circuit) settleClean() {
 	c.clean.Store(c.Counting() && State(c.state.Load()) == Closed && c.cb.Metrics().Failures() == 0)
 }
+
+// recordSuccess and recordFailure count a result in cb, and in streak.
+// Requires that c.mu is held.
+func (c *Circuit) recordSuccess() {
+	c.streak.Store(0)
+	c.cb.RecordSuccess()
+}
+
+func (c *Circuit) recordFailure() {
+	if c.Counting() && State(c.state.Load()) == Closed {
+		c.streak.Store(min(c.streak.Load()+1, 1<<30))
+	}
+	c.cb.RecordFailure() // a trip sets streak back to 0 (changed)
+}
+
+// Streak is how many failures in a row the circuit counts while closed,
+// under the consecutive-failure rule; 0 when it is not closed, or trips
+// on a failure rate. It takes no lock.
+func (c *Circuit) Streak() int { return int(c.streak.Load()) }
 
 // Check is Allow without taking anything: what Allow would say at now.
 func (c *Circuit) Check(now time.Time) Verdict { return c.verdict(now, false) }
@@ -371,12 +396,12 @@ func (c *Circuit) Done(p Permit, r Result, now time.Time) {
 			// of failures that are newer evidence.
 			return
 		}
-		c.cb.RecordSuccess()
+		c.recordSuccess()
 	} else {
 		if p.start > mono.Time(c.lastFailure.Load()) {
 			c.lastFailure.Store(int64(p.start))
 		}
-		c.cb.RecordFailure()
+		c.recordFailure()
 	}
 	c.failing.Store(r == Failure)
 	c.settleClean()
@@ -391,11 +416,11 @@ func (c *Circuit) Probed(r Result, now time.Time) {
 	defer c.unlock()
 	switch st := State(c.state.Load()); {
 	case r == Failure && st != Open:
-		c.cb.RecordFailure()
+		c.recordFailure()
 	case r == Success && st == Open:
 		c.cb.HalfOpen()
 	case r == Success && st == Closed:
-		c.cb.RecordSuccess()
+		c.recordSuccess()
 	}
 	c.settleClean()
 }

@@ -372,3 +372,35 @@ func TestOlderSuccessResetsNothing(t *testing.T) {
 		t.Fatalf("a newer success did not count: %+v, want closed with 2 failures in the last 3", s)
 	}
 }
+
+// Streak counts the failures in a row of a closed circuit: a success that
+// counts ends it, one older than the latest failure does not, a trip
+// starts it again, and a failure rate keeps none.
+func TestStreak(t *testing.T) {
+	now := time.Now()
+	c := newTest(t, Config{FailureThreshold: 4})
+	old, _ := c.Allow(now)
+	now = now.Add(time.Millisecond)
+	fail(t, c, now, 2)
+	if got := c.Streak(); got != 2 {
+		t.Fatalf("Streak after 2 failures: %d", got)
+	}
+	c.Done(old, Success, now) // sent before them: older evidence
+	if got := c.Streak(); got != 2 {
+		t.Fatalf("Streak after an older success: %d, want 2", got)
+	}
+	p, _ := c.Allow(now)
+	c.Done(p, Success, now)
+	if got := c.Streak(); got != 0 {
+		t.Fatalf("Streak after a success: %d", got)
+	}
+	fail(t, c, now, 4)
+	if got, st := c.Streak(), c.Status(now); got != 0 || st != Open {
+		t.Fatalf("after a trip: Streak %d, %v", got, st)
+	}
+	r := newTest(t, Config{FailureRate: 0.5, MinRequests: 10, FailurePeriod: time.Minute})
+	fail(t, r, now, 3)
+	if got := r.Streak(); got != 0 {
+		t.Fatalf("Streak under a failure rate: %d", got)
+	}
+}
