@@ -286,7 +286,7 @@ func (a *attempt) send(r *request) {
 	// Classify, the stream guard or a hook panics, or ends the goroutine.
 	defer func() {
 		v := recover()
-		u.live.end(a.endM, answered)
+		u.live.end(start, answered)
 		if a.lastResort {
 			t.lastResortDone()
 		}
@@ -498,6 +498,7 @@ func (t *Transport) account(a *attempt, lost bool) {
 			t.fleet.failure(u, now)
 		}
 	}
+	t.noteAuth(u, a.o, a.resp != nil && !lost, a.endM)
 	u.observe(a.o, figure, elapsed, a.endM)
 }
 

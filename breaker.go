@@ -219,3 +219,21 @@ func (br *Breaker) State() State { return State(br.c.Status(time.Now())) }
 
 // Reset closes the circuit by hand.
 func (br *Breaker) Reset() { br.c.Reset(time.Now()) }
+
+// failing reports whether u's circuit counts failures in a row and, with
+// the requests in flight at u, has as many as would open it if those
+// failed too (see [ReasonFailing]). Requests already in flight when a
+// fault begins cannot be called back; once its failures are counted,
+// every request sent counts toward the threshold, so that no more reach u
+// than open its circuit. One failure alone is the background noise of a
+// well upstream (providers fail 0.3-0.8 % of requests on a good day) and
+// holds nothing back, unless the next one opens the circuit: two in a
+// row are a fault's. Two atomic loads while u is well.
+func (u *upstream) failing() bool {
+	f := u.circuit.Streak()
+	if f == 0 {
+		return false
+	}
+	threshold := u.circuit.Threshold()
+	return f >= min(2, threshold-1) && f+int(u.live.inflight.Load()) >= threshold
+}

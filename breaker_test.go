@@ -3,6 +3,7 @@ package failover
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"net/http"
 	"sync"
@@ -298,6 +299,8 @@ func TestLateResultIsDropped(t *testing.T) {
 		slow := make(chan struct{})
 		probe := make(chan struct{})
 		var phase atomic.Int32
+		var both sync.WaitGroup
+		both.Add(2)
 		n.handle("a.test", func(r *http.Request) (*http.Response, error) {
 			switch {
 			case r.Header.Get("X-Slow") != "":
@@ -307,6 +310,8 @@ func TestLateResultIsDropped(t *testing.T) {
 				<-probe
 				return respond(503, "still down"), nil
 			}
+			both.Done() // the two failures are in flight at once: with
+			both.Wait() // the slow one, two more could not go after one
 			return respond(503, "down"), nil
 		})
 		n.status("b.test", 200, "b")
@@ -323,8 +328,11 @@ func TestLateResultIsDropped(t *testing.T) {
 			close(slowDone)
 		}()
 		synctest.Wait()
-		get(t, tr, "http://a.test/")
-		get(t, tr, "http://a.test/")
+		var two sync.WaitGroup
+		for range 2 {
+			two.Go(func() { get(t, tr, "http://a.test/") })
+		}
+		two.Wait()
 		time.Sleep(time.Second)
 		phase.Store(1)
 		probeDone := make(chan struct{})
@@ -558,17 +566,73 @@ func TestDetectionIgnoresOlderSuccesses(t *testing.T) {
 			time.Sleep(time.Millisecond)
 		}
 		faulty.Store(true)
-		sent := 0
-		for tr.Health()[0].State == "closed" && sent < 50 {
-			get(t, tr, "http://a.test/") // a's 503, then b's answer
-			sent++
+		before := n.count("a.test")
+		for sent := 0; tr.Health()[0].State == "closed" && sent < 50; sent++ {
+			get(t, tr, "http://a.test/") // a's 503, then b's answer; or b's, while a is failing
 			time.Sleep(3 * time.Millisecond)
 		}
 		wg.Wait()
-		if sent != defaultFailureThreshold {
-			t.Fatalf("the circuit opened after %d failed requests sent since the fault, want %d", sent, defaultFailureThreshold)
+		if got := n.count("a.test") - before; got != defaultFailureThreshold {
+			t.Fatalf("the circuit opened after %d requests reached a since the fault, want %d", got, defaultFailureThreshold)
 		}
 	})
+}
+
+// A failing upstream gets no more requests than its FailureThreshold,
+// however many are in flight when its fault begins: in an open loop of 200
+// requests a second whose 503s take 18ms, four more had gone out before
+// the first came back, and nine reached it before its circuit opened with
+// FailureThreshold 5. Once two failures in a row are counted, the
+// requests in flight count toward the threshold as if they failed too
+// (ReasonFailing), and the others serve the rest. Below the four sent
+// before anything was known, those four are the figure.
+func TestFailingUpstreamGetsThresholdRequests(t *testing.T) {
+	for _, threshold := range []uint{2, 5, 8} {
+		t.Run(fmt.Sprint("threshold=", threshold), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				n := newFakeNet()
+				var faulty atomic.Bool
+				n.handle("a.test", func(*http.Request) (*http.Response, error) {
+					time.Sleep(18 * time.Millisecond) // off the 5ms beat: no answer comes as a request goes
+					if faulty.Load() {
+						return respond(503, "down"), nil
+					}
+					return respond(200, "a"), nil
+				})
+				n.status("b.test", 200, "b")
+				tr := newTestTransport(t, twoUpstreams(n, Config{Breaker: BreakerConfig{FailureThreshold: threshold, Cooldown: time.Hour}}))
+				var wg sync.WaitGroup
+				fire := func(k int) {
+					for range k {
+						wg.Add(1)
+						go func() {
+							defer wg.Done()
+							if code, err := get(t, tr, "http://a.test/"); err != nil || code != 200 {
+								t.Errorf("got %d, %v; want 200 from a or b", code, err)
+							}
+						}()
+						time.Sleep(5 * time.Millisecond)
+					}
+				}
+				fire(20) // well: a serves them all
+				wg.Wait()
+				if got := n.count("a.test"); got != 20 {
+					t.Fatalf("a served %d of 20 before the fault", got)
+				}
+				faulty.Store(true)
+				fire(40) // 200ms of requests, four in flight when the first 503 is back
+				wg.Wait()
+				if got := tr.Health()[0].State; got != "open" {
+					t.Fatalf("a's circuit is %s after the fault, want open", got)
+				}
+				// The four sent before the first 503 came back cannot
+				// be called back.
+				if got, want := n.count("a.test")-20, max(int(threshold), 4); got != want {
+					t.Errorf("%d requests reached a after its fault began, want %d (FailureThreshold %d)", got, want, threshold)
+				}
+			})
+		})
+	}
 }
 
 // A Breaker, like the Transport, blames its upstream for nothing the

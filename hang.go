@@ -10,11 +10,16 @@ import (
 // requests and answers none. A hung upstream costs every request a whole
 // AttemptTimeout before failover, and its breaker learns only after
 // FailureThreshold of them timed out; by then many requests wait on it.
-// Instead, once at least MinInFlight requests are in flight there and none
-// has answered for Multiple times its recent p99 (never less than Floor),
-// while nothing else from it answered in that time, new requests try it
-// only after every other upstream. The first answer from it clears the
-// suspicion; requests that time out count as failures as usual.
+// Instead, once at least MinInFlight requests are in flight there and it
+// has answered none of the requests sent to it for Multiple times its
+// recent p99 (never less than Floor), new requests try it only after every
+// other upstream. What counts is when the answered requests were sent, not
+// when their answers came: the requests sent just before a hang go on
+// answering for up to a p99 after it began, and they say nothing of the
+// ones sent after. An answer to a request sent since clears the suspicion;
+// requests that time out count as failures as usual. An upstream that is
+// failing (ReasonFailing) takes fewer requests than MinInFlight may be:
+// then as many as it can take are enough.
 type HangConfig struct {
 	// Off turns hang detection off.
 	Off bool
@@ -24,7 +29,7 @@ type HangConfig struct {
 	MinInFlight int
 
 	// Multiple of the upstream's recent p99 that a wait must exceed.
-	// Zero means 2.
+	// Zero means 1.
 	Multiple float64
 
 	// Floor is the shortest wait that can raise suspicion, whatever the
@@ -45,7 +50,7 @@ func (c HangConfig) withDefaults() HangConfig {
 		c.MinInFlight = 3
 	}
 	if c.Multiple == 0 {
-		c.Multiple = 2
+		c.Multiple = 1
 	}
 	if c.Floor == 0 {
 		c.Floor = 100 * time.Millisecond
@@ -79,22 +84,32 @@ func (c HangConfig) validate() error {
 // refreshing it only when enough requests wait to matter.
 func (t *Transport) suspect(u *upstream, now time.Time) bool {
 	c := t.hang
-	if c.Off || int(u.live.inflight.Load()) < c.MinInFlight {
+	if c.Off {
+		return false
+	}
+	need := c.MinInFlight
+	if f := u.circuit.Streak(); f > 0 {
+		// A failing upstream takes no more requests than its threshold
+		// has room for (ReasonFailing): as many waiting are as many as
+		// can.
+		need = min(need, max(u.circuit.Threshold()-f, 1))
+	}
+	if int(u.live.inflight.Load()) < need {
 		return false
 	}
 	f := u.hangRecent.get(&u.window, now)
-	quiet := mono.Of(now).Sub(max(mono.Time(u.live.busySince.Load()), mono.Time(u.live.lastAnswer.Load())))
+	quiet := mono.Of(now).Sub(max(mono.Time(u.live.busySince.Load()), mono.Time(u.live.answered.Load())))
 	return quiet > c.limit(f)
 }
 
-// silent reports whether u has answered nothing since start, longer ago
-// than the hang limit: an attempt started then and still unanswered looks
-// hung even when it is the only one in flight. Only an upstream with
+// silent reports whether u has answered nothing sent since start, longer
+// ago than the hang limit: an attempt started then and still unanswered
+// looks hung even when it is the only one in flight. Only an upstream with
 // enough recent latencies (Hang.MinSamples) is judged: without its p99, a
 // slow upstream and a hung one look alike.
 func (t *Transport) silent(u *upstream, start, now time.Time) bool {
 	c := t.hang
-	if c.Off || mono.Time(u.live.lastAnswer.Load()) >= mono.Of(start) {
+	if c.Off || mono.Time(u.live.answered.Load()) >= mono.Of(start) {
 		return false
 	}
 	f := u.hangRecent.get(&u.window, now)

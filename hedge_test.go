@@ -459,7 +459,7 @@ func TestHedgeHungUpstreamTrips(t *testing.T) {
 		wg.Wait()
 		h := tr.Health()[0]
 		if h.State != "open" || h.Requests.Failed < 5 {
-			t.Fatalf("hung primary: state %s, %+v; want its circuit open on the canceled attempts", h.State, h.Requests)
+			t.Fatalf("hung primary: state %s, %+v; want its circuit open on the canceled attempts (%+v)", h.State, h.Requests, h)
 		}
 		if n.count("a.test") > 50 {
 			t.Errorf("the hung primary got %d of 200 requests", n.count("a.test"))

@@ -106,7 +106,9 @@ type Candidate struct {
 	Recovering bool
 
 	// Demoted says why the Transport would try the upstream after the
-	// others ("" when it would not): it is out of rate-limit headroom
+	// others ("" when it would not): its circuit is about to open
+	// (ReasonFailing), its key looks revoked (ReasonAuthFailing,
+	// Config.Auth), it is out of rate-limit headroom
 	// (ReasonOutOfHeadroom), its recent latency or success rate is bad
 	// (ReasonDegraded, Config.Degraded), or it looks hung (ReasonSuspect,
 	// Config.Hang). Its circuit may still be closed.

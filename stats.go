@@ -194,12 +194,18 @@ func (r *recent) rateOrOne() float64 {
 	return math.Float64frombits(r.rate.Load())
 }
 
-// liveness tracks an upstream's requests in flight and its last answer,
-// lock-free.
+// liveness tracks an upstream's requests in flight and the newest of them
+// it answered, lock-free.
 type liveness struct {
-	inflight   atomic.Int32
-	busySince  atomic.Int64 // mono.Time when inflight last went from 0 to 1
-	lastAnswer atomic.Int64 // mono.Time of the last attempt that got an answer
+	inflight  atomic.Int32
+	busySince atomic.Int64 // mono.Time when inflight last went from 0 to 1
+
+	// answered is when the newest attempt that got an answer was sent
+	// (a mono.Time): the upstream answered what it was sent until
+	// then. An answer to an older request, sent before the upstream
+	// hung, says nothing of the ones sent after it, however late it
+	// comes.
+	answered atomic.Int64
 }
 
 func (l *liveness) start(now mono.Time) {
@@ -208,12 +214,17 @@ func (l *liveness) start(now mono.Time) {
 	}
 }
 
-// end closes an attempt; answered says whether the upstream answered it (a
-// response, or an error of its own such as a refused connection), as
-// opposed to the attempt timing out or the caller giving up.
-func (l *liveness) end(now mono.Time, answered bool) {
-	if answered {
-		l.lastAnswer.Store(int64(now))
+// end closes an attempt sent at start; answered says whether the upstream
+// answered it (a response, or an error of its own such as a refused
+// connection), as opposed to the attempt timing out or the caller giving
+// up. Most answers are to the newest request answered yet, and write; an
+// older one's reads only.
+func (l *liveness) end(start mono.Time, answered bool) {
+	for answered {
+		old := l.answered.Load()
+		if int64(start) <= old || l.answered.CompareAndSwap(old, int64(start)) {
+			break
+		}
 	}
 	l.inflight.Add(-1)
 }

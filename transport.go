@@ -195,6 +195,10 @@ type Config struct {
 	// after the others without opening its circuit. Off by default.
 	Degraded DegradedConfig
 
+	// Auth configures when an upstream whose key answers 401 or 403 to
+	// every request is tried after the others. On by default.
+	Auth AuthConfig
+
 	// Probe configures active health probes, run by a background loop
 	// that New starts only when Probe.Interval is set and Close stops.
 	Probe ProbeConfig
@@ -368,6 +372,7 @@ type Transport struct {
 	waitMin     time.Duration
 	waitMax     time.Duration
 	hang        HangConfig
+	auth        AuthConfig
 	degraded    DegradedConfig
 	maxBody     int64
 	metrics     *metrics.Set
@@ -409,6 +414,9 @@ func New(cfg Config) (*Transport, error) {
 		return nil, err
 	}
 	if err := cfg.Hang.validate(); err != nil {
+		return nil, err
+	}
+	if err := cfg.Auth.validate(); err != nil {
 		return nil, err
 	}
 	if err := cfg.Degraded.validate(); err != nil {
@@ -470,6 +478,7 @@ func New(cfg Config) (*Transport, error) {
 		waitMax:  cmp.Or(cfg.RetryWaitMax, defaultRetryWaitMax),
 		hang:     cfg.Hang.withDefaults(),
 		degraded: cfg.Degraded.withDefaults(),
+		auth:     cfg.Auth.withDefaults(),
 		maxBody:  cmp.Or(cfg.MaxBodyBuffer, defaultMaxBodyBuffer),
 		metrics:  cfg.Metrics,
 		logger:   cfg.Logger,

@@ -96,9 +96,11 @@ func TestAuthFailure(t *testing.T) {
 			t.Fatalf("body %q, want the backup's", got)
 		}
 	}
+	// After Auth.Threshold (3) refusals in a row the primary is tried
+	// last, so the last two requests go to the backup first.
 	h := tr.Health()
-	if h[0].State != "closed" || h[0].Trips != 0 || h[0].Requests.AuthFailed != 5 {
-		t.Fatalf("primary after 5 x 401: state %s trips %d auth %d; a 401 must never trip", h[0].State, h[0].Trips, h[0].Requests.AuthFailed)
+	if h[0].State != "closed" || h[0].Trips != 0 || h[0].Requests.AuthFailed != 3 || h[0].Demoted != ReasonAuthFailing {
+		t.Fatalf("primary after 5 requests: state %s trips %d auth %d demoted %q; a 401 must never trip, 3 must demote", h[0].State, h[0].Trips, h[0].Requests.AuthFailed, h[0].Demoted)
 	}
 	out := logs.String()
 	if !strings.Contains(out, "level=ERROR") || !strings.Contains(out, "upstream=primary") || !strings.Contains(out, "status=401") {
@@ -108,14 +110,15 @@ func TestAuthFailure(t *testing.T) {
 		t.Errorf("a key appears in the log:\n%s", out)
 	}
 
-	// When no upstream accepts its key, the caller sees the provider's 401.
+	// When no upstream accepts its key, the caller sees the answer of the
+	// last one tried: the demoted primary's 401, after the backup's 403.
 	backup.Config.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(403)
 		io.WriteString(w, "forbidden")
 	})
 	resp := mustGet(t, tr, primary.URL+"/v1/models")
-	if resp.StatusCode != 403 || readBody(t, resp) != "forbidden" {
-		t.Fatalf("every upstream refusing: got %d, want the last answer, 403", resp.StatusCode)
+	if resp.StatusCode != 401 || readBody(t, resp) != `{"error":{"code":"invalid_api_key"}}` {
+		t.Fatalf("every upstream refusing: got %d, want the last answer, the primary's 401", resp.StatusCode)
 	}
 }
 
@@ -508,6 +511,8 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		{"huge cost", Config{Upstreams: []Upstream{{BaseURL: "https://a", Cost: Cost{Input: math.MaxFloat64}}}}, "Upstreams[0].Cost"},
 		{"huge cache price", Config{Upstreams: []Upstream{{BaseURL: "https://a", Cost: Cost{CacheWrite: 1e101}}}}, "Upstreams[0].Cost"},
 		{"NaN hang multiple", Config{Upstreams: []Upstream{ok}, Hang: HangConfig{Multiple: math.NaN()}}, "Hang.Multiple"},
+		{"negative auth threshold", Config{Upstreams: []Upstream{ok}, Auth: AuthConfig{Threshold: -1}}, "Auth.Threshold"},
+		{"negative auth for", Config{Upstreams: []Upstream{ok}, Auth: AuthConfig{For: -time.Second}}, "Auth.For"},
 		// An interface that is not nil but holds a nil pointer or func:
 		// New took it, and the first request (or the fleet's goroutine)
 		// panicked.
@@ -1044,6 +1049,7 @@ func fuzzConfig(r *fuzzReader, base http.RoundTripper) Config {
 		RetryWaitMin:   r.duration(),
 		RetryWaitMax:   r.duration(),
 		Hang:           HangConfig{Off: r.bool(), MinInFlight: r.int(), Multiple: r.float(), Floor: r.duration(), Window: r.duration(), MinSamples: r.int()},
+		Auth:           AuthConfig{Off: r.bool(), Threshold: r.int(), For: r.duration()},
 		Degraded:       DegradedConfig{Latency: r.duration(), SuccessRate: r.float(), Window: r.duration(), MinSamples: r.int()},
 		AttemptTimeout: r.duration(),
 		MaxBodyBuffer:  r.int64(),

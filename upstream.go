@@ -45,6 +45,7 @@ type upstream struct {
 	latency  peakEWMA // for LeastLatency
 	headroom headroomState
 	fleet    fleetState // with Config.Shared
+	auth     authState
 	m        upstreamMetrics
 	usage    usageState
 
@@ -220,6 +221,18 @@ const (
 // Why an upstream is tried after the others, in the order they are
 // decided.
 const (
+	// ReasonFailing: its latest requests failed in a row (two, or one
+	// when FailureThreshold is 2), and with the requests in flight there
+	// it has as many as would open its circuit if they failed too
+	// ([BreakerConfig]). Until one of them ends, a new request tries it
+	// after the others: a failing upstream gets FailureThreshold
+	// requests before its circuit opens, however many were in flight
+	// when its fault began (or one more than were sent before its first
+	// failure came back, when that is more).
+	ReasonFailing Reason = "failing"
+	// ReasonAuthFailing: its last answers were all 401 or 403: its key
+	// looks revoked ([AuthConfig]).
+	ReasonAuthFailing Reason = "auth_failing"
 	// ReasonOutOfHeadroom: a success said a rate-limit window is
 	// exhausted, and that window has not reset yet (for at most
 	// RateLimit.MaxCooldown; a later success that reports the same
@@ -290,11 +303,15 @@ func (t *Transport) admit(u *upstream, model string, now time.Time, p *circuit.P
 }
 
 // demotion is the one decision whether u is tried after the others at
-// now, and why: its rate-limit headroom is exhausted, its recent figures
-// are degraded, or it looks hung. Ordering, the Router's candidates and
-// Health ask it.
+// now, and why: its circuit is about to open, its key looks revoked,
+// its rate-limit headroom is exhausted, its recent figures are degraded,
+// or it looks hung. Ordering, the Router's candidates and Health ask it.
 func (t *Transport) demotion(u *upstream, now time.Time) Reason {
 	switch {
+	case u.failing():
+		return ReasonFailing
+	case t.authFailing(u, now):
+		return ReasonAuthFailing
 	case u.outOfHeadroom(now):
 		return ReasonOutOfHeadroom
 	case t.isDegraded(u, now):
