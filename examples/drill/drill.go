@@ -82,8 +82,8 @@ const (
 	attemptTimeouts = 3                      // AttemptTimeout is this many times the slowest p99
 )
 
-// hangMultiple is the failover runs' failover.HangConfig.Multiple; see
-// options.hangConfig.
+// hangMultiple is the failover runs' failover.HangConfig.Multiple, its
+// default; see options.hangConfig.
 const hangMultiple = 1
 
 // breakerThreshold is failover.BreakerConfig.FailureThreshold (its
@@ -641,25 +641,21 @@ func newMember(o options, r *run, i int, ups []failover.Upstream) (*member, erro
 	return m, nil
 }
 
-// hangConfig is the failover runs' hang detection: an upstream is suspect
-// once at least 3 requests wait on it (the default) and none has answered
-// for its recent p99 (Multiple 1, not the default 2), never less than
-// the default Floor of 100 ms, scaled like every other time. Unscaled, the
-// Floor would be twice the primary's p99 at the default timescale and set
-// the pace alone.
+// hangConfig is the failover runs' hang detection: the defaults (an
+// upstream is suspect once at least 3 requests wait on it and none sent
+// to it for its recent p99 has answered), with the Floor of 100 ms scaled
+// like every other time. Unscaled, the Floor would be twice the primary's
+// p99 at the default timescale and set the pace alone.
 //
-// A hung primary takes a request every 5 ms at 200 req/s, and the requests
-// sent just before the hang go on answering for a few dozen milliseconds,
-// so each p99 of waiting leaves about ten more on it. One p99 of silence
-// while three requests wait is already a strong sign: a healthy upstream
-// answers one of them well within it. A false suspicion costs little (the
-// upstream goes last until its next answer), and going below one p99 buys
-// little, the answers of the requests sent just before the hang being
-// most of the wait. Measured at the defaults: the default HangConfig left
-// about 25 requests on the hung primary, Multiple 1.5 about 18, Multiple
-// 1 about 10 to 13, and Multiple 0.5 about 9.
+// A hung primary takes a request every 5 ms at 200 req/s. The requests
+// sent just before the hang go on answering for a few dozen milliseconds;
+// their answers say nothing of the requests sent after the hang began,
+// and the Transport does not count them as signs of life. One p99 of
+// silence after the hang began is then about ten requests, and with the
+// primary's own FailureThreshold of 3, the first timeout already leaves
+// room for only two more (failover.ReasonFailing).
 func (o options) hangConfig() failover.HangConfig {
-	return failover.HangConfig{Multiple: hangMultiple, Floor: o.scaled(hangFloor)}
+	return failover.HangConfig{Floor: o.scaled(hangFloor)}
 }
 
 // attemptTimeout is a few times the slowest upstream's p99, scaled.

@@ -158,6 +158,13 @@ type hangResult struct {
 	// until a hedge or the caller gave up.
 	PrimaryAttempts int `json:"primary_attempts"`
 
+	// BeforeOpen counts those that started before the primary's circuit
+	// first opened in the hang (see phaseResult.BeforeOpen): the requests
+	// that went into the hang before the Transport left it, hang
+	// detection's figure; the rest are the half-open probes and what they
+	// let through. Nil in the plain run.
+	BeforeOpen *int `json:"primary_before_open,omitempty"`
+
 	// P99S is the caller's p99 over the requests due in the hang phase,
 	// WarmUpP99S the same over the warm-up, when all was well.
 	P99S       float64 `json:"p99_s"`
@@ -184,6 +191,14 @@ type phaseResult struct {
 	P50S            float64 `json:"p50_s"`            // end to end, every request
 	P99S            float64 `json:"p99_s"`            // end to end, every request
 	PrimaryAttempts int     `json:"primary_attempts"` // attempts sent to the primary
+
+	// BeforeOpen counts the attempts sent to the primary in a fault
+	// phase before its circuit first opened in it (all of them when it
+	// never did), summed over a fleet's members, each up to its own
+	// circuit's opening: the requests the fault cost before the breaker
+	// acted. Nil in the plain run, in healthy phases and in the 429
+	// storm, whose answers open no circuit.
+	BeforeOpen *int `json:"primary_before_open,omitempty"`
 }
 
 func seconds(d time.Duration) float64 { return d.Seconds() }
@@ -285,6 +300,19 @@ func (r *run) report(o options, phases []phase) runReport {
 
 	if r.transport() == nil {
 		return rr
+	}
+	for i, p := range phases {
+		if p.fault == healthy || p.fault == storm429 { // a 429 opens no circuit
+			continue
+		}
+		n := 0
+		for mi, m := range r.members {
+			n += beforeOpen(attempts, m.events.events(), mi, r.names[0], p)
+		}
+		rr.Phases[i].BeforeOpen = &n
+		if p.fault == hang {
+			rr.HangPhase.BeforeOpen = &n
+		}
 	}
 	for _, m := range r.members {
 		for i, h := range m.ft.Health() {
@@ -449,6 +477,26 @@ func breakerFigures(evs []event, primary string, phases []phase, grace time.Dura
 	return detection, recovery, trips, falseTrips
 }
 
+// beforeOpen counts member's attempts at the primary (upstream 0) that
+// started in phase p before the primary's circuit first opened in it, by
+// the member's state changes evs.
+func beforeOpen(attempts []attempt, evs []event, member int, primary string, p phase) int {
+	open := p.end
+	for _, e := range evs {
+		if e.upstream == primary && e.msg == "circuit open" && e.at >= p.start && e.at < p.end {
+			open = e.at
+			break
+		}
+	}
+	n := 0
+	for _, a := range attempts {
+		if a.member == member && a.upstream == 0 && a.at >= p.start && a.at < open {
+			n++
+		}
+	}
+	return n
+}
+
 func ptr[T any](v T) *T { return &v }
 
 func ratio(a, b int) float64 {
@@ -592,6 +640,13 @@ func writeTable(out io.Writer, rep *report) error {
 		row("  primary's circuit at its start", "no breaker", func(r runReport) string { return r.HangPhase.CircuitAtStart })
 		sent := func(r runReport) string { return fmt.Sprint(r.HangPhase.PrimaryAttempts) }
 		row("  requests sent to the primary", sent(plain), sent)
+		before := func(r runReport) string {
+			if r.HangPhase.BeforeOpen == nil {
+				return "-"
+			}
+			return fmt.Sprint(*r.HangPhase.BeforeOpen)
+		}
+		row("    before its circuit opened", before(plain), before)
 		p99 := func(r runReport) string { return fmtDur(sec(r.HangPhase.P99S)) }
 		row("  latency p99", p99(plain), p99)
 		warm := func(r runReport) string { return fmtDur(sec(r.HangPhase.WarmUpP99S)) }
@@ -602,7 +657,11 @@ func writeTable(out io.Writer, rep *report) error {
 		row("  "+p.Name, pct1(plain.Phases[i].SuccessRate), func(r runReport) string {
 			cell := pct1(r.Phases[i].SuccessRate)
 			if p.Fault {
-				cell += fmt.Sprintf("  (%d sent to primary)", r.Phases[i].PrimaryAttempts)
+				if b := r.Phases[i].BeforeOpen; b != nil {
+					cell += fmt.Sprintf("  (%d sent to primary, %d before open)", r.Phases[i].PrimaryAttempts, *b)
+				} else {
+					cell += fmt.Sprintf("  (%d sent to primary)", r.Phases[i].PrimaryAttempts)
+				}
 			}
 			return cell
 		})
