@@ -185,11 +185,40 @@ func (f *fleet) start() {
 	}()
 }
 
+// stop ends the fleet's goroutines and waits for them, for no longer than
+// closeWait: a call to the store in flight ends at its context's deadline
+// when the store honours it, and one that does not is left to end on its
+// own, its goroutine with it (see Transport.Close).
 func (f *fleet) stop() {
 	f.stopped.Store(true)
 	f.cancel()
-	f.wg.Wait()
+	done := make(chan struct{})
+	go func() {
+		f.wg.Wait()
+		close(done)
+	}()
+	wait := time.NewTimer(f.closeWait())
+	defer wait.Stop()
+	select {
+	case <-done:
+	case <-wait.C:
+		f.log(slog.LevelWarn, "Close returns while a call to the shared state goes on past its context's deadline; the goroutine that made it ends when it returns")
+	}
 }
+
+// closeWait is how long Close waits for the fleet's goroutines: the bound
+// of the call in flight, and closeGrace for it to return once its deadline
+// has passed.
+func (f *fleet) closeWait() time.Duration { return f.callBound() + closeGrace }
+
+// closeGrace is how long past a call's deadline Close waits for it to
+// return: on a loaded machine, a client that honours the deadline can
+// take a few hundred milliseconds to notice it and unwind.
+const closeGrace = time.Second
+
+// callBound bounds each call to the store: the period, at least
+// minCallBound.
+func (f *fleet) callBound() time.Duration { return max(f.every, minCallBound) }
 
 // mayProbe reports whether this process may send u's half-open probe: it
 // holds the fleet's lease, or the store is unreachable, or the Transport
@@ -496,7 +525,7 @@ func (f *fleet) apply(e SharedEvent) {
 		if e.For <= 0 {
 			return
 		}
-		d := u.fleet.coolFor(now, e.For, f.t.rate.MaxCooldown, max(f.every, minCallBound))
+		d := u.fleet.coolFor(now, e.For, f.t.rate.MaxCooldown, f.callBound())
 		if d > 0 && u.cd.remaining(now) < d {
 			reason := e.Reason
 			if reason == "" {
@@ -511,13 +540,19 @@ func (f *fleet) apply(e SharedEvent) {
 // call runs one call to the store, bounded by the period, and reports
 // whether it succeeded.
 func (f *fleet) call(ctx context.Context, fn func(context.Context) error) bool {
-	cctx, cancel := context.WithTimeout(ctx, max(f.every, minCallBound))
+	if ctx.Err() != nil {
+		return false // Close was called: no more calls
+	}
+	cctx, cancel := context.WithTimeout(ctx, f.callBound())
 	err := callShared(cctx, fn)
 	cancel()
+	if ctx.Err() != nil {
+		// Close was called meanwhile, and may have returned: what came
+		// back is not adopted, and nothing is counted.
+		return false
+	}
 	if err != nil {
-		if ctx.Err() == nil {
-			f.failed(err)
-		}
+		f.failed(err)
 		return false
 	}
 	f.started.Store(true)

@@ -1,6 +1,7 @@
 package failover
 
 import (
+	"context"
 	"net/http"
 	"strings"
 	"sync/atomic"
@@ -273,6 +274,54 @@ func TestSharedAfterClose(t *testing.T) {
 		get(t, tr, "http://a.test/")
 		if h := tr.Health()[0]; h.State != "closed" {
 			t.Errorf("after Close and the cooldown, the circuit is %s; no probe went", h.State)
+		}
+	})
+}
+
+// deafShared is a store whose Load, once deaf is set, ignores its context:
+// it returns, with an open circuit for "a", only when release is closed.
+type deafShared struct {
+	*memShared
+	deaf    atomic.Bool
+	loading chan struct{} // closed when a deaf Load begins
+	release chan struct{}
+}
+
+func (d *deafShared) Load(ctx context.Context, names []string) ([]SharedEvent, error) {
+	if !d.deaf.Load() {
+		return d.memShared.Load(ctx, names)
+	}
+	close(d.loading)
+	<-d.release
+	return []SharedEvent{{Upstream: "a", Kind: SharedOpen, For: time.Minute}}, nil
+}
+
+// Close returns within the bound of a call and closeGrace even when a call
+// to the store ignores its context; the goroutine that made it ends when
+// the call returns, and adopts nothing of what it returned.
+func TestSharedCloseBounded(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := newFakeNet()
+		n.status("a.test", 200, "a")
+		n.status("b.test", 200, "b")
+		s := &deafShared{memShared: newMemShared(), loading: make(chan struct{}), release: make(chan struct{})}
+		var logs logBuffer
+		tr := newTestTransport(t, twoUpstreams(n, Config{Shared: s, SharedSync: 100 * time.Millisecond, Logger: newLogger(&logs)}))
+		synctest.Wait()
+		s.deaf.Store(true)
+		<-s.loading // the next reconcile's Load
+		start := time.Now()
+		tr.Close()
+		if got, want := time.Since(start), minCallBound+closeGrace; got > want {
+			t.Errorf("Close took %v, want at most %v", got, want)
+		}
+		if !strings.Contains(logs.String(), "goes on past its context's deadline") {
+			t.Errorf("Close did not log the call it left: %q", logs.String())
+		}
+		close(s.release)
+		synctest.Wait() // the fleet's goroutine ends, or synctest.Test fails
+		if h := tr.Health()[0]; h.State != "closed" {
+			t.Errorf("the circuit is %s: what a call returned after Close was adopted", h.State)
 		}
 	})
 }

@@ -59,9 +59,11 @@ import (
 // cooldown is over is probed by one process: the others skip it, as they
 // skip an upstream whose probe is in flight, until the verdict; so does the
 // one process until it has the lease, which it asks for in the background.
-// Each call is bounded by Config.SharedSync (at least 1s) through its context: a store
-// must honour the context's deadline (see redisshared on go-redis). A call
-// that panics counts as a call that failed.
+// Each call is bounded by Config.SharedSync (at least 1s) through its
+// context: a store must honour the context's deadline (redisshared does,
+// see its New). Transport.Close cancels the context, and waits for the
+// call no longer than its deadline and a second (see Transport.Close). A
+// call that panics counts as a call that failed.
 //
 // Durations are relative (how long from now), so that processes need not
 // agree on the time of day.

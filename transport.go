@@ -624,6 +624,16 @@ func (t *Transport) Reset(name string) error {
 // come back rather than keep them idle. Requests still work after Close:
 // a connection one of them opens stays idle until CloseIdleConnections,
 // or Close again.
+//
+// With Config.Shared, Close waits for a call to the store in flight to
+// end, which it does at its context's deadline at the latest (SharedSync,
+// at least 1s, from its start) if the store honours it; Close waits one
+// second more, and no longer: it returns within SharedSync (at least 1s)
+// and a second, whatever the store does. A call that outlives that (a
+// store that ignores its context) is left to end on its own, and the
+// goroutine that made it ends when it returns, adopting nothing of what it
+// returned; Close logs it. Package redisshared honours the deadline
+// whatever the Redis client's options, except as its New says.
 func (t *Transport) Close() error {
 	if p := t.probes; p != nil {
 		p.cancel()
