@@ -2,7 +2,7 @@
 // fleet of processes, each with its own [failover.Transport], learns once
 // that an upstream is down:
 //
-//	rdb := redis.NewClient(&redis.Options{Addr: "localhost:6379", ContextTimeoutEnabled: true})
+//	rdb := redis.NewClient(&redis.Options{Addr: "localhost:6379"})
 //	t, err := failover.New(failover.Config{
 //		Upstreams: upstreams,
 //		Shared:    redisshared.New(rdb, redisshared.Options{Prefix: "myservice"}),
@@ -61,8 +61,8 @@ type Options struct {
 // Store is a [failover.Shared] on a Redis client. It is safe for concurrent
 // use. It does not close the client.
 type Store struct {
-	rdb     redis.UniversalClient
-	prefix  string // "{Prefix}:v1:"
+	rdb     redis.UniversalClient // the client of New, or its clone that honours deadlines (see bounded)
+	prefix  string                // "{Prefix}:v1:"
 	channel string
 }
 
@@ -71,12 +71,26 @@ var _ failover.Shared = (*Store)(nil)
 // New returns a Store on rdb, a *redis.Client, *redis.ClusterClient or any
 // other redis.UniversalClient the program already has.
 //
-// Set ContextTimeoutEnabled in the client's options: the Transport bounds
-// each call by Config.SharedSync through its context, and go-redis ignores
-// a context's deadline without it (a Redis that accepts connections and
-// never answers then holds each call for the client's ReadTimeout, 3s by
-// default, and Transport.Close as long; with a ReadTimeout of -1, no
-// timeout, Close waits until Redis answers).
+// The Transport bounds each call by Config.SharedSync through its
+// context, and go-redis ignores a context's deadline on the socket unless
+// the client's ContextTimeoutEnabled is set: without it, a Redis that
+// accepts connections and never answers holds each call for the client's
+// ReadTimeout, and with a ReadTimeout of -1 until Redis answers. On a
+// *redis.Client, the Store therefore sends its commands through a clone of
+// rdb (rdb.WithTimeout, with rdb's own timeouts) that has
+// ContextTimeoutEnabled set: it shares rdb's connections, and each of the
+// Store's calls ends at its context's deadline whatever rdb's options,
+// while rdb's own commands keep rdb's. The clone runs none of rdb's hooks
+// (go-redis does not carry them over to WithTimeout's clones): a hook that
+// traces or counts rdb's commands sees the Store's only when rdb has
+// ContextTimeoutEnabled set, and the Store then uses rdb itself. Two other
+// cases keep the client's way, and a call then ends only when
+// Redis answers or the client's timeout fires, with Transport.Close
+// waiting for it no longer than it says: a client with a ReadTimeout or
+// WriteTimeout of -2 (go-redis then sets no deadline on its connections,
+// and the Store sets none behind its back), and any client but a
+// *redis.Client (a *redis.ClusterClient, a *redis.Ring), which has no such
+// clone: set ContextTimeoutEnabled in its options.
 //
 // New panics if rdb is nil (or a nil pointer), as every call of the Store
 // would.
@@ -89,7 +103,28 @@ func New(rdb redis.UniversalClient, opts Options) *Store {
 		p = "failover"
 	}
 	p += ":" + schema + ":"
-	return &Store{rdb: rdb, prefix: p, channel: p + "events"}
+	return &Store{rdb: bounded(rdb), prefix: p, channel: p + "events"}
+}
+
+// bounded returns a client like rdb whose commands end at their context's
+// deadline: rdb itself when it already does so or cannot, else a clone.
+func bounded(rdb redis.UniversalClient) redis.UniversalClient {
+	c, ok := rdb.(*redis.Client)
+	if !ok {
+		return rdb
+	}
+	o := c.Options()
+	// Options holds the timeouts as go-redis uses them: -1 is the -2 of
+	// the client's options, no deadline set at all.
+	if o.ContextTimeoutEnabled || o.ReadTimeout < 0 || o.WriteTimeout < 0 {
+		return rdb
+	}
+	read, write := o.ReadTimeout, o.WriteTimeout
+	clone := c.WithTimeout(read)
+	co := clone.Options() // the clone's own copy
+	co.WriteTimeout = write
+	co.ContextTimeoutEnabled = true
+	return clone
 }
 
 func (s *Store) key(kind, upstream string) string { return s.prefix + kind + ":" + upstream }

@@ -1,0 +1,129 @@
+//go:build unix
+
+package redisshared
+
+import (
+	"context"
+	"log/slog"
+	"runtime"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/failover-go/failover"
+	"github.com/redis/go-redis/v9"
+)
+
+// inFlight is a Store that counts its calls under way (Subscribe aside).
+type inFlight struct {
+	*Store
+	n atomic.Int32
+}
+
+func (s *inFlight) Publish(ctx context.Context, e failover.SharedEvent) error {
+	s.n.Add(1)
+	defer s.n.Add(-1)
+	return s.Store.Publish(ctx, e)
+}
+
+func (s *inFlight) Load(ctx context.Context, upstreams []string) ([]failover.SharedEvent, error) {
+	s.n.Add(1)
+	defer s.n.Add(-1)
+	return s.Store.Load(ctx, upstreams)
+}
+
+func (s *inFlight) AcquireProbe(ctx context.Context, upstream, member string, ttl time.Duration) (bool, error) {
+	s.n.Add(1)
+	defer s.n.Add(-1)
+	return s.Store.AcquireProbe(ctx, upstream, member, ttl)
+}
+
+// A Transport on a client that never times out (ReadTimeout -1, no
+// ContextTimeoutEnabled) closes while a call waits on a Redis that stopped
+// answering (SIGSTOP: the connection stays open, nothing comes back): the
+// call ends at its context's deadline, so that Close does not have to leave
+// it behind (it would log so), and no goroutine of the fleet's or the
+// Store's outlives Close.
+func TestCloseRedisStopped(t *testing.T) {
+	srv := startRedis(t)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, ReadTimeout: -1, MaxRetries: -1})
+	defer rdb.Close()
+	calls := &inFlight{Store: New(rdb, Options{Prefix: t.Name()})}
+	if o := rdb.Options(); o.ContextTimeoutEnabled || o.ReadTimeout != 0 {
+		t.Fatalf("New changed the client's options: ContextTimeoutEnabled %v, ReadTimeout %v", o.ContextTimeoutEnabled, o.ReadTimeout)
+	}
+	var logs lockedBuffer
+	tr, err := failover.New(failover.Config{
+		Upstreams:  []failover.Upstream{{Name: "primary", BaseURL: "http://127.0.0.1:1"}},
+		Shared:     calls,
+		SharedSync: 10 * time.Millisecond,
+		Logger:     slog.New(slog.NewTextHandler(&logs, nil)),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Close()
+	waitFor(t, "the Transport to share", func() bool { return metric(tr, "failover_shared_up") == 1 })
+
+	if err := srv.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Skipf("cannot stop redis-server: %v", err)
+	}
+	defer srv.cmd.Process.Signal(syscall.SIGCONT)
+	waitFor(t, "a call to wait on the stopped Redis", func() bool { return calls.n.Load() > 0 })
+
+	start := time.Now()
+	closed := make(chan struct{})
+	go func() {
+		tr.Close()
+		close(closed)
+	}()
+	select {
+	case <-closed:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("Close still waits after 10s; its goroutines:\n%s", ours())
+	}
+	t.Logf("Close returned after %v", time.Since(start).Round(time.Millisecond))
+	if logs.count("goes on past its context's deadline") > 0 {
+		t.Errorf("Close left a call to Redis behind:\n%s", logs.b.String())
+	}
+	if n := calls.n.Load(); n != 0 {
+		t.Errorf("%d calls to Redis still under way after Close", n)
+	}
+	// The fleet's goroutines have ended when Close returns; the one
+	// that waited for them for Close may still be on its way out.
+	deadline := time.Now().Add(time.Second)
+	for ours() != "" && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if s := ours(); s != "" {
+		t.Errorf("goroutines of the Transport's or the Store's outlive Close:\n%s", s)
+	}
+}
+
+// ours returns the stacks of the goroutines that run code of the fleet's
+// or of the Store's.
+func ours() string {
+	buf := make([]byte, 1<<20)
+	buf = buf[:runtime.Stack(buf, true)]
+	var out []string
+	for g := range strings.SplitSeq(string(buf), "\n\n") {
+		if strings.Contains(g, "failover.(*fleet)") || strings.Contains(g, "redisshared.(*Store)") {
+			out = append(out, g)
+		}
+	}
+	return strings.Join(out, "\n\n")
+}
+
+// waitFor polls cond until it holds, for 10s at most.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("no %s after 10s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
