@@ -13,18 +13,30 @@ import (
 	"unicode/utf8"
 )
 
-// The credential rule. A request header or query parameter carries the
-// caller's credentials when its name, in any case:
+// The credential rule. A request header carries the caller's credentials
+// when its name, in any case:
 //
-//   - is one of credentialHeaders or credentialParams;
-//   - is a name some Upstream.Header sets (headers only);
-//   - is in Config.CredentialHeaders or Config.CredentialParams;
+//   - is one of credentialHeaders;
+//   - is a name some Upstream.Header sets;
+//   - is in Config.CredentialHeaders;
 //   - contains one of secretSubstrings, or has one of secretWords as a
 //     word, unless it is one of notCredentialHeaders.
 //
 // The patterns make the rule fail closed: a gateway's new key header is a
-// credential without anyone listing it, at the price of stripping, on
-// failover, a few names that carry no secret (a pagination pageToken).
+// credential without anyone listing it.
+//
+// A query parameter carries them unless its name, in any case and
+// unescaped, is known to carry none: one of forwardParams (what LLM APIs
+// put in their queries) or Config.ForwardParams, and not in
+// Config.CredentialParams. A deny list of query names cannot fail closed:
+// a credential's name in a query says nothing (Azure Functions' code=, a
+// SAS token's sv, sp and se beside its sig=, whatever a gateway chose), and
+// a query holds few names that an SDK put there. So an upstream the
+// caller did not address (a failover, a hedge, a last resort, a redirect
+// hop's) gets only the pairs with such a name, at the price of the others,
+// which may carry no secret (a pageToken, a name nobody listed); the
+// addressed upstream gets the query as the caller wrote it. The values of
+// the others are scrubbed from errors and logs like any credential's.
 var (
 	// credentialHeaders are the header names that no pattern catches,
 	// or that matter too much to leave to one.
@@ -41,9 +53,21 @@ var (
 	}
 
 	// credentialParams are query parameters that carry a caller's
-	// credentials (Gemini's key=, Azure SAS's sig=, and the usual
-	// spellings of others).
-	credentialParams = []string{"key", "api_key", "api-key", "apikey", "access_token", "sig"}
+	// credentials whatever Config.ForwardParams says (Gemini's key=,
+	// Azure SAS's sig=, and the usual spellings of others).
+	credentialParams = []string{"key", "api_key", "api-key", "apikey", "access_token", "sig", "code"}
+
+	// forwardParams are the query parameters LLM APIs define that carry
+	// no secret, which go to every upstream (see the rule above).
+	forwardParams = []string{
+		"api-version",                  // Azure OpenAI and Azure AI
+		"alt", "$alt", "enum-encoding", // Gemini and Vertex: alt=sse, the Google SDKs' $alt=json;enum-encoding=int
+		"beta",                          // Anthropic's beta=true
+		"model", "deployment", "intent", // OpenAI's and Azure's Realtime
+		"stream", "starting_after", "include", "include[]", // OpenAI's Responses
+		"limit", "after", "before", "order", "after_id", "before_id", "pageSize", // pagination: OpenAI, Anthropic, Gemini
+		"purpose", "filter", // OpenAI's files and lists
+	}
 
 	// secretSubstrings make a name a credential's wherever they appear
 	// in it: X-Amz-Security-Token, Ocp-Apim-Subscription-Key,
@@ -82,6 +106,7 @@ const minSecretLen = 8
 type credentials struct {
 	headers map[string]bool // lower case: credentialHeaders, every Upstream.Header name, Config.CredentialHeaders
 	params  map[string]bool // lower case: credentialParams, Config.CredentialParams
+	forward map[string]bool // lower case: forwardParams and Config.ForwardParams, less params
 
 	// upstreamSecrets are every form of every Upstream.Header value,
 	// scrubbed from every error message.
@@ -145,10 +170,11 @@ func (s *seenHeaders) with(k string, v bool) *seenHeaders {
 	return next
 }
 
-// newCredentials checks Config.CredentialHeaders and CredentialParams and
-// builds the rule, with the upstreams' Header names and values.
+// newCredentials checks Config.CredentialHeaders, CredentialParams and
+// ForwardParams and builds the rule, with the upstreams' Header names and
+// values.
 func newCredentials(cfg Config, ups []*upstream) (*credentials, error) {
-	c := &credentials{headers: map[string]bool{}, params: map[string]bool{}}
+	c := &credentials{headers: map[string]bool{}, params: map[string]bool{}, forward: map[string]bool{}}
 	for _, h := range credentialHeaders {
 		c.headers[strings.ToLower(h)] = true
 	}
@@ -166,6 +192,25 @@ func newCredentials(cfg Config, ups []*upstream) (*credentials, error) {
 			return nil, configError(fmt.Sprintf("CredentialParams[%d]", i), "is empty")
 		}
 		c.params[strings.ToLower(p)] = true
+	}
+	for _, p := range forwardParams {
+		c.forward[strings.ToLower(p)] = true
+	}
+	for i, p := range cfg.ForwardParams {
+		field := fmt.Sprintf("ForwardParams[%d]", i)
+		switch lower := strings.ToLower(p); {
+		case p == "":
+			return nil, configError(field, "is empty")
+		case slices.Contains(credentialParams, lower):
+			return nil, configError(field, "is a credential parameter")
+		case c.params[lower]:
+			return nil, configError(field, "is in CredentialParams")
+		default:
+			c.forward[lower] = true
+		}
+	}
+	for p := range c.params {
+		delete(c.forward, p) // CredentialParams takes a name off forwardParams
 	}
 	for _, u := range ups {
 		for k, vs := range u.header {
@@ -208,10 +253,10 @@ func (c *credentials) judgeHeader(k string) bool {
 	return looksSecret(k)
 }
 
-// param reports whether the query parameter named name (unescaped)
-// carries a caller's credentials.
+// param reports whether the query parameter named name (unescaped) may
+// carry a caller's credentials: unless its name is known to carry none.
 func (c *credentials) param(name string) bool {
-	return inLower(c.params, name) || looksSecret(name)
+	return !inLower(c.forward, name)
 }
 
 // inLower reports whether name, in lower case, is in set.
@@ -416,8 +461,8 @@ func (r *request) mayCross(k string, vs []string) bool {
 	return !r.t.creds.header(k) && (r.hop == nil || !r.hop.carries(vs...))
 }
 
-// stripQuery drops the pairs of a raw query whose name is a credential
-// parameter.
+// stripQuery drops the pairs of a raw query whose name may be a
+// credential parameter's: all but those known to carry none.
 func (c *credentials) stripQuery(raw string) string {
 	return stripQuery(raw, func(pair string) bool { return c.param(queryName(pair)) })
 }

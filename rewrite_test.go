@@ -15,7 +15,9 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 )
 
@@ -140,23 +142,30 @@ func findSecret(s seen, secret string) string {
 	return ""
 }
 
+// stripQuery keeps, byte for byte and in order, only the pairs whose
+// name is known to carry no secret.
 func TestStripQueryCredentials(t *testing.T) {
 	tests := []struct{ in, want string }{
 		{"", ""},
 		{"model=x", "model=x"},
 		{"key=s&alt=json", "alt=json"},
 		{"$alt=json;enum-encoding=int&key=s", "$alt=json;enum-encoding=int"},
-		{"z=%2F1&KEY=s&a=1&a=2", "z=%2F1&a=1&a=2"},
-		{"%6Bey=s&x=1", "x=1"}, // an escaped name is still key
+		{"%24alt=json%3Benum-encoding%3Dint&key=s", "%24alt=json%3Benum-encoding%3Dint"}, // one pair, as the Google SDKs send it
+		{"limit=%2F1&KEY=s&after=1&after=2", "limit=%2F1&after=1&after=2"},
+		{"%6Bey=s&limit=1", "limit=1"}, // an escaped name is still key
+		{"%61lt=sse", "%61lt=sse"},     // and alt still alt
+		{"API-Version=1&ALT=sse", "API-Version=1&ALT=sse"},
 		{"api_key=s&api-key=s&apikey=s&access_token=s", ""},
-		{"keyboard=1&monkey=2", ""}, // the rule fails closed: "key" is in both
-		{"sig=s&design=1&signal=2&sigV4=s", "design=1&signal=2"},
-		{"X-Amz-Signature=s&X-Amz-Date=d&X-Amz-Security-Token=s", "X-Amz-Date=d"},
+		{"code=s&sv=2024-05-04&sp=r&se=2026&sig=s&api-version=1", "api-version=1"}, // Azure Functions' key, a SAS token
+		{"design=1&x=2&q=3", ""},                                                   // unknown names: they may carry a secret
 		{"model=x&token=s&client_secret=s&alt=sse", "model=x&alt=sse"},
+		{"pageToken=t&pageSize=2", "pageSize=2"},
 		{"key", ""},
-		{"a=1&&b=2", "a=1&&b=2"},
-		{"a=1;key=s;b=2", "a=1;b=2"}, // some servers split at ';'
-		{"key=s;b=2&c=3", "b=2&c=3"},
+		{"stream", "stream"},
+		{"limit=1&&before=2", "limit=1&before=2"},
+		{"alt=sse;code=s;limit=2", "alt=sse;limit=2"}, // some servers split at ';'
+		{"code=s;beta=true&order=asc", "beta=true&order=asc"},
+		{"alt%3Dsse%26code=s", ""}, // the name is "alt=sse&code"
 	}
 	c, err := newCredentials(Config{}, nil)
 	if err != nil {
@@ -169,25 +178,32 @@ func TestStripQueryCredentials(t *testing.T) {
 	}
 }
 
-// A caller's key= value and URL password never appear in errors or Health,
-// even when Base quotes the URL.
+// A caller's key= and code= values and URL password never appear in
+// errors, Health or logs, even when Base quotes the URL: code= (Azure
+// Functions' key) is a credential because it is not known to be none.
 func TestQueryKeyRedacted(t *testing.T) {
-	const key, pass = "AIzaSyCALLERSECRET0123456789", "callerpassword99"
+	const key, code, pass = "AIzaSyCALLERSECRET0123456789", "fnCALLERCODE0123456789==", "callerpassword99"
 	n := newFakeNet()
 	n.handle("gen.test", func(r *http.Request) (*http.Response, error) {
 		return nil, &url.Error{Op: "Post", URL: "https://u:" + pass + "@gen.test" + r.URL.RequestURI(), Err: io.ErrUnexpectedEOF}
 	})
-	tr := newTestTransport(t, Config{Base: n, Upstreams: []Upstream{{Name: "g", BaseURL: "https://gen.test/v1"}}})
-	req := httptestRequest("POST", "https://u:"+pass+"@gen.test/v1/models/x:generateContent?key="+key, "{}")
+	var logs logBuffer
+	tr := newTestTransport(t, Config{Base: n, Logger: newLogger(&logs), Upstreams: []Upstream{{Name: "g", BaseURL: "https://gen.test/v1"}}})
+	req := httptestRequest("POST", "https://u:"+pass+"@gen.test/v1/models/x:generateContent?key="+key+"&code="+url.QueryEscape(code), "{}")
 	// The addressed upstream keeps the caller's key: the fake quotes it.
 	_, err := tr.RoundTrip(req)
 	if err == nil {
 		t.Fatal("no error")
 	}
-	for _, s := range []string{err.Error(), tr.Health()[0].LastError} {
-		if strings.Contains(s, key) || strings.Contains(s, pass) {
-			t.Errorf("a secret leaked: %s", s)
+	for _, s := range []string{err.Error(), tr.Health()[0].LastError, logs.String()} {
+		for _, secret := range []string{key, code, url.QueryEscape(code), pass} {
+			if strings.Contains(s, secret) {
+				t.Errorf("a secret leaked: %s", s)
+			}
 		}
+	}
+	if !strings.Contains(err.Error(), "generateContent") {
+		t.Errorf("the error lost the cause: %v", err)
 	}
 }
 
@@ -305,8 +321,14 @@ var fuzzCredentialHeaders = []string{
 	"Cookie", "Openai-Organization", "Openai-Project", "X-Custom-Token",
 }
 
-// fuzzCredentialParams are the query parameters that carry credentials.
-var fuzzCredentialParams = []string{"key", "api_key", "api-key", "apikey", "access_token", "sig"}
+// fuzzForwardParams are the query parameters that the package documents
+// as going to every upstream (Config.ForwardParams); every other one
+// carries credentials.
+var fuzzForwardParams = []string{
+	"api-version", "alt", "$alt", "enum-encoding", "beta", "model", "deployment", "intent", "stream",
+	"starting_after", "include", "include[]", "limit", "after", "before", "order", "after_id", "before_id",
+	"pageSize", "purpose", "filter",
+}
 
 // received is a request as an upstream received it.
 type received struct {
@@ -381,7 +403,8 @@ func FuzzRewrite(f *testing.F) {
 		if req.URL.User == nil {
 			req.URL.User = url.UserPassword("caller", callerMarker+"-pass")
 		}
-		creds := "key=" + callerMarker + "-q&API_KEY=" + callerMarker + "-q2&%61ccess_token=" + callerMarker + "-q3"
+		creds := "key=" + callerMarker + "-q&API_KEY=" + callerMarker + "-q2&%61ccess_token=" + callerMarker + "-q3&code=" + callerMarker + "-q4" +
+			"&alt=sse&limit=2"
 		if req.URL.RawQuery == "" {
 			req.URL.RawQuery = creds
 		} else {
@@ -544,14 +567,13 @@ func queryPairs(raw string) []string {
 }
 
 // credentialPair reports whether a raw query pair's name is a credential
-// parameter.
+// parameter: any but those documented as going to every upstream.
 func credentialPair(pair string) bool {
 	name, _, _ := strings.Cut(pair, "=")
 	if n, err := url.QueryUnescape(name); err == nil {
 		name = n
 	}
-	return slices.ContainsFunc(fuzzCredentialParams, func(c string) bool { return strings.EqualFold(name, c) }) ||
-		namedLikeSecret(name)
+	return !slices.ContainsFunc(fuzzForwardParams, func(c string) bool { return strings.EqualFold(name, c) })
 }
 
 // isCredentialHeader reports whether name, in any case, is a credential
@@ -766,13 +788,27 @@ func TestCredentialRule(t *testing.T) {
 		{true, "model", false},
 		{true, "alt", false},
 		{true, "$alt", false},
+		{true, "enum-encoding", false},
 		{true, "api-version", false},
+		{true, "Api-Version", false},
+		{true, "beta", false},
 		{true, "stream", false},
+		{true, "include[]", false},
 		{true, "limit", false},
 		{true, "after", false},
-		{true, "design", false},
-		{true, "signal", false},
-		{true, "deployment-id", false},
+		{true, "after_id", false},
+		{true, "pageSize", false},
+
+		// Query parameters no LLM API defines: any of them may carry a
+		// secret, whatever its name.
+		{true, "code", true}, // Azure Functions' key
+		{true, "sv", true},   // a SAS token's, beside its sig=
+		{true, "sp", true},
+		{true, "se", true},
+		{true, "design", true},
+		{true, "signal", true},
+		{true, "deployment-id", true},
+		{true, "pageToken", true},
 	}
 	primary := newUpstreamServer(t, 503, "down")
 	backup := newUpstreamServer(t, 200, "ok")
@@ -891,6 +927,96 @@ func TestConfigCredentialNamesValidated(t *testing.T) {
 	}
 }
 
+// callerQuery is a query as SDKs send it, with credentials under names no
+// deny list knows: Azure Functions' code=, a SAS token's sv, sp and se
+// (its sig= is known), a gateway's own name. safeQuery is what of it may
+// reach an upstream the caller did not address: the pairs named as LLM
+// APIs name theirs, byte for byte and in order, the ';' between two of
+// them kept.
+const (
+	callerQuery = "api-version=2024-10-21&code=" + callerMark + "-fn&sv=" + callerMark + "-sv&sp=" + callerMark + "-sp" +
+		"&se=" + callerMark + "-se&x-tenant-ref=" + callerMark + "-ref&$alt=json;enum-encoding=int&alt=sse&beta=true&limit=20&after=obj_1"
+	safeQuery = "api-version=2024-10-21&$alt=json;enum-encoding=int&alt=sse&beta=true&limit=20&after=obj_1"
+)
+
+// A query parameter reaches an upstream the caller did not address only
+// when its name is known to carry no secret, whatever the way there: a
+// failover, a hedge, a last resort. The addressed upstream gets the query
+// as the caller wrote it. (Redirect hops: TestRedirectHopsKeepCredentialsWithTheirUpstream.)
+func TestQueryCrossesOnlyByName(t *testing.T) {
+	tests := []struct {
+		name string
+		cfg  Config
+		// setup scripts a and b and may send requests first; the
+		// caller's request is then addressed to target.
+		setup  func(t *testing.T, n *fakeNet, tr *Transport)
+		target string
+		// other is the host the caller did not address that must get
+		// the request.
+		other string
+	}{
+		{
+			name: "failover",
+			setup: func(t *testing.T, n *fakeNet, tr *Transport) {
+				n.status("a.test", 503, "a down")
+				n.status("b.test", 200, "b")
+			},
+			target: "http://a.test/v1/chat/completions", other: "b.test",
+		},
+		{
+			name: "hedge",
+			cfg:  Config{Hedge: &HedgeConfig{Delay: 50 * time.Millisecond}},
+			setup: func(t *testing.T, n *fakeNet, tr *Transport) {
+				n.handle("a.test", slowly(time.Second, "a", new(atomic.Int32)))
+				n.status("b.test", 200, "b")
+			},
+			target: "http://a.test/v1/chat/completions", other: "b.test",
+		},
+		{
+			// Both circuits open, a first: a request addressed to b
+			// goes past a's circuit.
+			name: "last resort",
+			cfg:  Config{Breaker: BreakerConfig{FailureThreshold: 1, Cooldown: time.Minute}},
+			setup: func(t *testing.T, n *fakeNet, tr *Transport) {
+				n.status("a.test", 503, "a down")
+				n.status("b.test", 503, "b down")
+				get(t, tr, "http://a.test/")
+				n.status("a.test", 200, "a")
+			},
+			target: "http://b.test/v1/chat/completions", other: "a.test",
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				n := newFakeNet()
+				tr := newTestTransport(t, twoUpstreams(n, tt.cfg))
+				tt.setup(t, n, tr)
+				addressed := strings.TrimPrefix(tt.target, "http://")[:len("a.test")]
+				before, beforeOwn := n.count(tt.other), n.count(addressed)
+				resp := mustPost(t, tr, tt.target+"?"+callerQuery, chatBody)
+				if resp.StatusCode != 200 {
+					t.Fatalf("status %d, want 200", resp.StatusCode)
+				}
+				readBody(t, resp)
+				synctest.Wait()
+				got := n.requests(tt.other)
+				if len(got) != before+1 {
+					t.Fatalf("%s got %d requests, want %d", tt.other, len(got), before+1)
+				}
+				if q := got[before].RawQuery; q != safeQuery {
+					t.Errorf("%s, not addressed, got query %q, want %q", tt.other, q, safeQuery)
+				}
+				// The last resort sends nothing to b, whose circuit is open.
+				if own := n.requests(addressed); len(own) > beforeOwn && own[beforeOwn].RawQuery != callerQuery {
+					q := own[beforeOwn].RawQuery
+					t.Errorf("%s, addressed, got query %q, want the caller's %q", addressed, q, callerQuery)
+				}
+			})
+		})
+	}
+}
+
 // Every part of every secret is scrubbed from errors, Health and logs,
 // wherever it appears in a message: the token without its scheme, its
 // URL-escaped forms, a Basic credential's decoded password, one of
@@ -979,10 +1105,11 @@ func TestRedactsEverySecretPart(t *testing.T) {
 }
 
 // hopCaller sends, through a real http.Client that follows redirects, a
-// POST to url with the caller's credentials in headers and in the query.
+// POST to url with the caller's credentials in headers and in the query
+// (key=, and Azure Functions' code=, which no deny list names).
 func hopCaller(t *testing.T, tr http.RoundTripper, url string) *http.Response {
 	t.Helper()
-	req, err := http.NewRequest("POST", url+"?key="+callerMark+"-query&model=x", strings.NewReader(chatBody))
+	req, err := http.NewRequest("POST", url+"?key="+callerMark+"-query&code="+callerMark+"-code&model=x", strings.NewReader(chatBody))
 	if err != nil {
 		t.Fatal(err)
 	}

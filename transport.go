@@ -269,11 +269,27 @@ type Config struct {
 	CredentialHeaders []string
 
 	// CredentialParams names query parameters that carry the caller's
-	// credentials, besides key, api_key, api-key, apikey, access_token,
-	// sig and every name the patterns of CredentialHeaders match
-	// (X-Amz-Signature, token, client_secret). Names match in any case,
-	// unescaped; none may be empty.
+	// credentials although ForwardParams's list of the names LLM APIs
+	// define has them (a gateway of yours that takes its key as model=).
+	// Every name not on that list is a credential already. Names match
+	// in any case, unescaped; none may be empty.
 	CredentialParams []string
+
+	// ForwardParams names query parameters that carry no credentials,
+	// besides those LLM APIs define: api-version, alt, $alt,
+	// enum-encoding, beta, model, deployment, intent, stream,
+	// starting_after, include, include[], limit, after, before, order,
+	// after_id, before_id, pageSize, purpose and filter. An upstream the
+	// caller did not address (a failover, a hedge, a last resort, a
+	// redirect hop's) gets only the query pairs with one of these names:
+	// any other name may carry a secret (Azure Functions' code=, a SAS
+	// token's sv, sp and se), and its values never appear in errors,
+	// Health or logs. The upstream the caller addressed gets the query as
+	// the caller wrote it. A name here passes even when it looks like a
+	// secret's (pageToken). Names match in any case, unescaped; none may
+	// be empty, be in CredentialParams, or be key, api_key, api-key,
+	// apikey, access_token, sig or code.
+	ForwardParams []string
 
 	// OnStateChange, when set, is called after each change of an
 	// upstream's circuit, outside every lock, on the goroutine of the
