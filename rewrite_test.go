@@ -879,17 +879,21 @@ func TestCredentialCacheBounded(t *testing.T) {
 	}
 }
 
-// Config.CredentialHeaders and CredentialParams add names to the rule:
-// the backup, which the caller did not address, gets neither.
+// Config.CredentialHeaders and CredentialParams add names to the rule,
+// ForwardParams takes names off it: the backup, which the caller did not
+// address, gets neither the configured header nor model= (a credential by
+// CredentialParams), and gets workspace= (carrying none by ForwardParams)
+// and limit= (an LLM API's).
 func TestConfigCredentialNames(t *testing.T) {
 	primary := newUpstreamServer(t, 503, "down")
 	backup := newUpstreamServer(t, 200, "ok")
 	tr := newTestTransport(t, Config{
 		CredentialHeaders: []string{"x-tenant"},
-		CredentialParams:  []string{"Tenant"},
+		CredentialParams:  []string{"Model"},
+		ForwardParams:     []string{"WorkSpace"},
 		Upstreams:         []Upstream{{Name: "primary", BaseURL: primary.URL + "/v1"}, {Name: "backup", BaseURL: backup.URL + "/v1"}},
 	})
-	req := httptestRequest("GET", primary.URL+"/v1/models?tenant="+callerMark+"-q&model=x", "")
+	req := httptestRequest("GET", primary.URL+"/v1/models?model="+callerMark+"-q&workspace=w1&tenant="+callerMark+"-t&limit=2", "")
 	req.Header.Set("X-Tenant", callerMark+"-h")
 	resp, err := tr.RoundTrip(req)
 	if err != nil {
@@ -900,10 +904,13 @@ func TestConfigCredentialNames(t *testing.T) {
 		t.Errorf("the backup got the caller's configured credentials: %v", got)
 	}
 	if got := leaks(primary.requests()[0], callerMark); len(got) != 2 {
-		t.Errorf("the primary, addressed, got %v of the caller's configured credentials, want both", got)
+		t.Errorf("the primary, addressed, got %v of the caller's configured credentials, want the header and the query", got)
 	}
-	if q := backup.requests()[0].RawQuery; q != "model=x" {
-		t.Errorf("the backup got query %q, want the caller's other pairs", q)
+	if q := primary.requests()[0].RawQuery; !strings.Contains(q, "model="+callerMark) || !strings.Contains(q, "tenant="+callerMark) {
+		t.Errorf("the primary, addressed, got query %q, want the caller's", q)
+	}
+	if q := backup.requests()[0].RawQuery; q != "workspace=w1&limit=2" {
+		t.Errorf("the backup got query %q, want the pairs that carry no credential", q)
 	}
 }
 
@@ -917,6 +924,9 @@ func TestConfigCredentialNamesValidated(t *testing.T) {
 		{"header with a space", Config{Upstreams: ok, CredentialHeaders: []string{"X-Ok", "Bad Name"}}, "CredentialHeaders[1]"},
 		{"empty header", Config{Upstreams: ok, CredentialHeaders: []string{""}}, "CredentialHeaders[0]"},
 		{"empty param", Config{Upstreams: ok, CredentialParams: []string{"tenant", ""}}, "CredentialParams[1]"},
+		{"empty forward param", Config{Upstreams: ok, ForwardParams: []string{""}}, "ForwardParams[0]"},
+		{"forward a known credential", Config{Upstreams: ok, ForwardParams: []string{"page", "Code"}}, "ForwardParams[1]"},
+		{"forward a configured credential", Config{Upstreams: ok, CredentialParams: []string{"tenant"}, ForwardParams: []string{"TENANT"}}, "ForwardParams[0]"},
 	}
 	for _, tt := range tests {
 		_, err := New(tt.cfg)
