@@ -1008,3 +1008,236 @@ func scrapedTransport(b *testing.B, n int) *failover.Transport {
 	}
 	return tr
 }
+
+// BenchmarkParallel is how the package scales with the cores (issue 27):
+// 16 and 256 goroutines in all, whatever -cpu is, to compare at -cpu 1 and
+// -cpu 2. Throughput at -cpu 2 over throughput at -cpu 1 (ns/op at -cpu 1
+// over ns/op at -cpu 2) must be at least impl=bare's of the same base.
+//
+//   - base=loopback: an httptest upstream through an http.Client, as
+//     BenchmarkRoundTrip's, with room for as many idle connections as
+//     there are goroutines; impl=bare is the clone of
+//     http.DefaultTransport alone.
+//   - base=memory: no I/O, as BenchmarkDecision's (loopback networking
+//     costs several times the Transport's work, and hides its
+//     contention); impl=bare is the Base alone.
+//
+// impl=failover is the usual configuration, one upstream;
+// impl=failover_failing has a backup, and the primary fails one request
+// in failEvery (a 503) so that the failure paths (breaker counting, the
+// failover, the window's failures) run too; impl=failover_shared is that
+// with a Config.Shared that stores nothing, so that each failure is told
+// to the fleet (the request rate it carries, u.rate, and the failures'
+// density). Whether a request fails is the worker's choice, through a
+// header (loopback) or its context (memory), so that no state is shared
+// but the Transport's.
+func BenchmarkParallel(b *testing.B) {
+	srv := newBenchServer(b, http.StatusOK, benchReply)
+	failing := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		w.Header()["Content-Type"] = benchJSON
+		if r.Header.Get(benchFailHeader) != "" {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			return
+		}
+		io.WriteString(w, benchReply)
+	}))
+	b.Cleanup(failing.Close)
+	primary := func(base string) failover.Upstream {
+		return failover.Upstream{Name: "primary", BaseURL: base + "/v1", Header: http.Header{"Authorization": {benchPrimaryAuth}}}
+	}
+	backup := func(base string) failover.Upstream {
+		return failover.Upstream{Name: "backup", BaseURL: base + "/backup/v1", Header: http.Header{"Authorization": {benchBackupAuth}}}
+	}
+	// Consecutive failures as by default, but more than any run sends:
+	// the primary's circuit stays closed and counts every result. (With
+	// 256 requests in flight, a success that started before the latest
+	// failure resets no count, and one failure in failEvery trips a
+	// threshold of 8.)
+	breaker := failover.BreakerConfig{FailureThreshold: 1000}
+	bases := []struct {
+		name     string
+		upstream string // the primary's
+		failing  string // the failing primary's
+		backup   string // the failing primary's backup's
+		base     func(b *testing.B, g int) http.RoundTripper
+		worker   func(rt http.RoundTripper, url string, fail bool) func() func() error
+	}{
+		{"loopback", srv.URL, failing.URL, srv.URL, func(b *testing.B, g int) http.RoundTripper {
+			ht := newHTTPTransport(b)
+			ht.MaxIdleConnsPerHost = g // no connection closed and reopened
+			return ht
+		}, loopbackWorker},
+		{"memory", "https://primary.example", "https://primary.example", "https://backup.example", func(*testing.B, int) http.RoundTripper {
+			return parallelBase{}
+		}, memoryWorker},
+	}
+	for _, base := range bases {
+		impls := []struct {
+			name string
+			fail bool
+			rt   func(b *testing.B, g int) http.RoundTripper
+		}{
+			{"bare", false, base.base},
+			{"failover", false, func(b *testing.B, g int) http.RoundTripper {
+				return newBenchTransport(b, failover.Config{Base: base.base(b, g), Upstreams: []failover.Upstream{primary(base.upstream)}})
+			}},
+			{"failover_failing", true, func(b *testing.B, g int) http.RoundTripper {
+				return newBenchTransport(b, failover.Config{Base: base.base(b, g), Breaker: breaker, Upstreams: []failover.Upstream{primary(base.failing), backup(base.backup)}})
+			}},
+			{"failover_shared", true, func(b *testing.B, g int) http.RoundTripper {
+				return newBenchTransport(b, failover.Config{
+					Base:      base.base(b, g),
+					Breaker:   breaker,
+					Upstreams: []failover.Upstream{primary(base.failing), backup(base.backup)},
+					Shared:    nopShared{},
+				})
+			}},
+		}
+		for _, impl := range impls {
+			for _, g := range []int{16, 256} {
+				b.Run(fmt.Sprintf("base=%s/impl=%s/goroutines=%d", base.name, impl.name, g), func(b *testing.B) {
+					url := base.upstream + "/v1/chat/completions"
+					if impl.fail {
+						url = base.failing + "/v1/chat/completions"
+					}
+					rt := impl.rt(b, g)
+					worker := base.worker(rt, url, impl.fail)
+					op := worker()
+					for range 2 * failEvery {
+						if err := op(); err != nil {
+							b.Fatal(err)
+						}
+					}
+					b.ReportAllocs()
+					b.SetParallelism(max(g/runtime.GOMAXPROCS(0), 1))
+					b.ResetTimer()
+					runParallel(b, worker)
+					b.StopTimer()
+					if tr, ok := rt.(*failover.Transport); ok && impl.fail {
+						// The primary's circuit must stay closed: one
+						// failure in failEvery never trips it.
+						if h := tr.Health()[0]; h.Requests.Failed == 0 || h.State != "closed" {
+							b.Fatalf("primary %s with %d failures, want closed and failing", h.State, h.Requests.Failed)
+						}
+					}
+				})
+			}
+		}
+	}
+}
+
+// failEvery is how often a failing primary fails a worker's request: one
+// in failEvery.
+const failEvery = 32
+
+// failPhase is where a new worker starts counting its requests to
+// failEvery: the workers fail in turn, not all at once.
+var failPhase atomic.Int64
+
+func nextFailPhase() int { return int(failPhase.Add(13) % failEvery) }
+
+// benchFailHeader asks the failing loopback primary to answer 503.
+const benchFailHeader = "X-Bench-Fail"
+
+// loopbackWorker is chatWorker whose requests, with fail, ask a failing
+// primary to fail one in failEvery.
+func loopbackWorker(rt http.RoundTripper, url string, fail bool) func() func() error {
+	if !fail {
+		return chatWorker(rt, url)
+	}
+	c := &http.Client{Transport: rt}
+	return func() func() error {
+		n := nextFailPhase()
+		return func() error {
+			req := newChatRequest(context.Background(), url)
+			if n++; n%failEvery == 0 {
+				req.Header.Set(benchFailHeader, "1")
+			}
+			resp, err := c.Do(req)
+			if err != nil {
+				return err
+			}
+			_, err = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if err == nil && resp.StatusCode != http.StatusOK {
+				err = fmt.Errorf("got %d, want 200", resp.StatusCode)
+			}
+			return err
+		}
+	}
+}
+
+// memoryWorker is cannedWorker whose requests, with fail, are answered
+// 503 by the primary one in failEvery (the primary's host is
+// primary.example).
+func memoryWorker(rt http.RoundTripper, url string, fail bool) func() func() error {
+	if !fail {
+		return cannedWorker(rt, url)
+	}
+	return func() func() error {
+		ok := &http.Response{StatusCode: http.StatusOK, ProtoMajor: 1, ProtoMinor: 1, Header: http.Header{"Content-Type": benchJSON}}
+		bad := &http.Response{StatusCode: http.StatusServiceUnavailable, ProtoMajor: 1, ProtoMinor: 1, Header: http.Header{"Content-Type": benchJSON}}
+		w := &failingCanned{ok: ok, bad: bad, n: nextFailPhase()}
+		req := newChatRequest(context.WithValue(context.Background(), failingKey{}, w), url)
+		return func() error {
+			w.n++
+			r, err := rt.RoundTrip(req)
+			if err != nil {
+				return err
+			}
+			r.Body.Close()
+			if r.StatusCode != http.StatusOK {
+				return fmt.Errorf("got %d, want 200", r.StatusCode)
+			}
+			return nil
+		}
+	}
+}
+
+// failingKey is the context key of a failing memory worker's state.
+type failingKey struct{}
+
+// failingCanned is what cannedBase answers a failing memory worker's
+// request with: bad, for the primary's attempt of one request in
+// failEvery (n counts the worker's requests), else ok.
+type failingCanned struct {
+	ok, bad *http.Response
+	n       int
+}
+
+// parallelBase is cannedBase that answers a failing memory worker's
+// requests too.
+type parallelBase struct{}
+
+func (parallelBase) RoundTrip(r *http.Request) (*http.Response, error) {
+	w, ok := r.Context().Value(failingKey{}).(*failingCanned)
+	if !ok {
+		return cannedBase{}.RoundTrip(r)
+	}
+	if r.Body != nil {
+		r.Body.Close()
+	}
+	resp := w.ok
+	if r.URL.Host == "primary.example" && w.n%failEvery == 0 {
+		resp = w.bad
+	}
+	resp.Body = http.NoBody
+	resp.Request = r
+	return resp, nil
+}
+
+// nopShared is a Config.Shared that stores and tells nothing.
+type nopShared struct{}
+
+func (nopShared) Publish(context.Context, failover.SharedEvent) error { return nil }
+func (nopShared) Load(context.Context, []string) ([]failover.SharedEvent, error) {
+	return nil, nil
+}
+func (nopShared) Subscribe(ctx context.Context, _ func(failover.SharedEvent)) error {
+	<-ctx.Done()
+	return ctx.Err()
+}
+func (nopShared) AcquireProbe(context.Context, string, string, time.Duration) (bool, error) {
+	return true, nil
+}
