@@ -5,7 +5,9 @@
 //
 //   - Allow(now) returns a Permit to settle with Done(permit, result, now),
 //     and a lock-free fast path: while the circuit is closed, Allow reads
-//     one atomic and takes no lock.
+//     one atomic and takes no lock; Done takes none for a success either
+//     under the consecutive-failure rule, but the FailureThreshold-th in a
+//     row after a failure (see Circuit.succ).
 //   - A single-flight half-open probe whatever SuccessThreshold is
 //     (failsafe-go's half-open state admits SuccessThreshold requests at
 //     once): a gate lets one probe through at a time, a probe that ends
@@ -156,8 +158,17 @@ type Circuit struct {
 	// clean is true while the circuit is closed and its window holds no
 	// failure under the consecutive-failure rule: a success then changes
 	// nothing, and Done takes no lock.
-	clean   atomic.Bool
-	failing atomic.Bool // the last attempt that counted failed
+	clean atomic.Bool
+
+	// succ is the word that lets Done count a success under the
+	// consecutive-failure rule without the lock while clean is false
+	// (after a failure, for the next FailureThreshold results): such a
+	// success is added to its pending count, and the next holder of mu
+	// hands the pending successes to cb before anything else (lock), as
+	// if each had taken mu in its turn. It holds, too, whether the last
+	// attempt that counted failed, which every result writes. See the
+	// succ* constants.
+	succ atomic.Uint64
 
 	// streak is how many failures in a row a closed circuit counts under
 	// the consecutive-failure rule; 0 otherwise. Written under mu, read
@@ -178,6 +189,20 @@ type Circuit struct {
 	remote   bool      // the call under way follows the fleet
 	changes  []Change
 }
+
+// The bits of Circuit.succ: the successes pending (at most
+// FailureThreshold-1: the one that would make FailureThreshold takes mu);
+// an epoch that each release of mu advances, so that a success that read
+// the circuit before a holder of mu changed it and counts after is
+// refused (its compare-and-swap fails); whether mu is held, during which
+// no success is added; and whether the last attempt that counted failed.
+const (
+	succPending uint64 = 1<<16 - 1
+	succEpoch   uint64 = 1 << 16 // its unit; the epoch has bits 16-61
+	succEpochs  uint64 = (1<<62 - 1) &^ succPending
+	succFailing uint64 = 1 << 62
+	succLocked  uint64 = 1 << 63
+)
 
 // New returns a closed circuit.
 func New(cfg Config) *Circuit {
@@ -214,7 +239,7 @@ func (c *Circuit) changed(e circuitbreaker.StateChangedEvent) {
 	c.state.Store(int32(to))
 	c.since.Store(int64(at))
 	c.gen.Add(1)
-	c.failing.Store(false)
+	c.succ.And(^succFailing) // mu is held: no success is being added
 	c.held.Store(false)
 	c.openUntil.Store(0)
 	c.streak.Store(0)
@@ -227,10 +252,24 @@ func (c *Circuit) changed(e circuitbreaker.StateChangedEvent) {
 	c.changes = append(c.changes, Change{From: from, To: to, At: c.now, Remote: c.remote})
 }
 
-// lock starts a call into cb at now; unlock ends it.
+// lock starts a call into cb at now; unlock ends it. It hands cb the
+// successes that Done counted without mu (see succ) first.
 func (c *Circuit) lock(now time.Time) {
 	c.mu.Lock()
 	c.now = now
+	var w uint64
+	for {
+		w = c.succ.Load()
+		if c.succ.CompareAndSwap(w, w&^succPending|succLocked) {
+			break
+		}
+	}
+	if n := w & succPending; n > 0 {
+		for range n {
+			c.recordSuccess() // closed since each was counted: no state change
+		}
+		c.settleClean()
+	}
 }
 
 // unlock releases c.mu, then hands the changes made under it to
@@ -240,6 +279,13 @@ func (c *Circuit) unlock() {
 	changes := c.changes
 	c.changes = nil
 	c.remote = false
+	for {
+		w := c.succ.Load()
+		next := w&^(succLocked|succEpochs) | (w+succEpoch)&succEpochs
+		if c.succ.CompareAndSwap(w, next) {
+			break
+		}
+	}
 	c.mu.Unlock()
 	if c.cfg.OnChange != nil {
 		for _, ch := range changes {
@@ -269,8 +315,15 @@ func (c *Circuit) recordFailure() {
 
 // Streak is how many failures in a row the circuit counts while closed,
 // under the consecutive-failure rule; 0 when it is not closed, or trips
-// on a failure rate. It takes no lock.
-func (c *Circuit) Streak() int { return int(c.streak.Load()) }
+// on a failure rate. It takes no lock: a success counted without mu and
+// still pending (see succ) is newer than every failure of the streak, so
+// it ends the streak already.
+func (c *Circuit) Streak() int {
+	if c.succ.Load()&succPending != 0 {
+		return 0
+	}
+	return int(c.streak.Load())
+}
 
 // Check is Allow without taking anything: what Allow would say at now.
 func (c *Circuit) Check(now time.Time) Verdict { return c.verdict(now, false) }
@@ -375,14 +428,19 @@ func (c *Circuit) Release(p Permit) {
 func (c *Circuit) Done(p Permit, r Result, now time.Time) {
 	switch r {
 	case Success:
-		if p.probe == 0 && c.clean.Load() {
-			return // the hot path: nothing to count
+		if p.probe == 0 && (c.clean.Load() || c.countSuccess(p)) {
+			return // the hot path: nothing to count, or counted without mu
 		}
 	case Failure:
 	default:
 		c.Release(p)
 		return
 	}
+	c.settle(p, r, now)
+}
+
+// settle is Done's work under mu, for a Success or a Failure.
+func (c *Circuit) settle(p Permit, r Result, now time.Time) {
 	c.lock(now)
 	defer c.unlock()
 	defer c.Release(p)
@@ -403,8 +461,52 @@ func (c *Circuit) Done(p Permit, r Result, now time.Time) {
 		}
 		c.recordFailure()
 	}
-	c.failing.Store(r == Failure)
+	if r == Failure {
+		c.succ.Or(succFailing) // mu is held: no success is being added
+	} else {
+		c.succ.And(^succFailing)
+	}
 	c.settleClean()
+}
+
+// countSuccess settles p, a permit given while closed, with a success
+// under the consecutive-failure rule without taking mu, when it can: it
+// drops a success that Done would drop, and adds any other to succ's
+// pending count, for the next holder of mu to hand to cb. It reports
+// whether it settled p; if not, Done takes mu. Its reads of gen and
+// lastFailure count only if no holder of mu came and went before the
+// compare-and-swap that adds it (the epoch says), so the success counts
+// as if it had held mu at that moment, before whatever the next holder
+// does; one that finds mu held waits for its holder, then tries again.
+// The FailureThreshold-th success in a row takes mu, which hands
+// them all to cb and finds the window clean: the successes after it take
+// the path without a write.
+func (c *Circuit) countSuccess(p Permit) bool {
+	if !c.Counting() {
+		return false // a failure rate's window is timed: each success when it comes
+	}
+	for {
+		w := c.succ.Load()
+		if w&succPending+1 >= uint64(c.cfg.FailureThreshold) {
+			return false
+		}
+		if w&succLocked != 0 {
+			// Wait for the holder, without holding mu for more than
+			// a moment: a success that settled under mu would make
+			// the successes that come meanwhile wait too, and those
+			// the next ones, a convoy that outlives the failure.
+			c.mu.Lock()
+			c.mu.Unlock()
+			continue
+		}
+		if c.gen.Load() != p.gen || p.start < mono.Time(c.lastFailure.Load()) {
+			// Done's verdicts, without mu: gen and lastFailure only grow.
+			return true
+		}
+		if c.succ.CompareAndSwap(w, (w+1)&^succFailing) {
+			return true
+		}
+	}
 }
 
 // Probed records the verdict of an active probe at now: a failure counts
@@ -505,13 +607,15 @@ type Snapshot struct {
 	Mark [2]int64
 }
 
-// Snapshot returns the circuit's state at now, without taking the lock.
+// Snapshot returns the circuit's state at now, without taking the lock
+// unless successes counted without it are pending (see succ): Failures
+// counts them.
 func (c *Circuit) Snapshot(now time.Time) Snapshot {
 	s := Snapshot{
 		State:   State(c.state.Load()),
 		Held:    c.held.Load(),
 		Trips:   c.trips.Load(),
-		Failing: c.failing.Load(),
+		Failing: c.Failing(),
 		Mark:    [2]int64{c.since.Load(), c.openUntil.Load()},
 	}
 	if since := mono.Time(c.since.Load()); since != 0 {
@@ -524,6 +628,10 @@ func (c *Circuit) Snapshot(now time.Time) Snapshot {
 		}
 	}
 	if !c.clean.Load() {
+		if c.succ.Load()&succPending != 0 {
+			c.lock(now) // cb counts the pending successes
+			c.unlock()
+		}
 		s.Failures = c.cb.Metrics().Failures() // failsafe-go locks its own
 	}
 	return s
@@ -556,4 +664,4 @@ func (c *Circuit) OpenFor(now time.Time) time.Duration {
 func (c *Circuit) Held() bool { return c.held.Load() }
 
 // Failing reports whether the last attempt that counted failed.
-func (c *Circuit) Failing() bool { return c.failing.Load() }
+func (c *Circuit) Failing() bool { return c.succ.Load()&succFailing != 0 }

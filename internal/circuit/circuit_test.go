@@ -1,6 +1,8 @@
 package circuit
 
 import (
+	"math/rand/v2"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -402,5 +404,123 @@ func TestStreak(t *testing.T) {
 	fail(t, r, now, 3)
 	if got := r.Streak(); got != 0 {
 		t.Fatalf("Streak under a failure rate: %d", got)
+	}
+}
+
+// A success that Done counts without the lock (countSuccess) leaves the
+// circuit as the locked path leaves it: over random sequences of
+// permits settled out of order, failures, neutral results, fleet
+// changes and time, a circuit whose every success takes the lock
+// (settle, as Done did before succ) agrees at each step on the state,
+// the failures counted, whether the last one failed and the trips.
+func TestCountSuccessAgrees(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	for trial := range 300 {
+		cfg := Config{FailureThreshold: uint(1 + rng.IntN(8)), Cooldown: cooldown, SuccessThreshold: uint(1 + rng.IntN(2))}
+		fast, locked := New(cfg), New(cfg)
+		now := time.Now()
+		type held struct{ fast, locked Permit }
+		var out []held
+		for step := range 400 {
+			switch k := rng.IntN(100); {
+			case k < 45:
+				pf, vf := fast.Allow(now)
+				pl, vl := locked.Allow(now)
+				if vf != vl || pf != pl {
+					t.Fatalf("trial %d step %d: Allow %+v %+v, want %+v %+v", trial, step, pf, vf, pl, vl)
+				}
+				if vf.Refusal == None {
+					out = append(out, held{pf, pl})
+				}
+			case k < 92 && len(out) > 0:
+				i := rng.IntN(len(out))
+				h := out[i]
+				out = slices.Delete(out, i, i+1)
+				r := Success
+				switch x := rng.IntN(100); {
+				case x < 20:
+					r = Failure
+				case x < 25:
+					r = Neutral
+				}
+				fast.Done(h.fast, r, now)
+				if r == Success && (h.locked.probe != 0 || !locked.clean.Load()) {
+					locked.settle(h.locked, r, now)
+				} else {
+					locked.Done(h.locked, r, now)
+				}
+			case k < 94:
+				until := now.Add(time.Duration(rng.IntN(3)) * cooldown)
+				fast.HoldOpen(until, now)
+				locked.HoldOpen(until, now)
+			case k < 95:
+				fast.Reset(now)
+				locked.Reset(now)
+			case k < 96:
+				fast.Trip(now)
+				locked.Trip(now)
+			default:
+				now = now.Add(time.Duration(rng.IntN(int(cooldown/2))) + time.Millisecond)
+			}
+			// Streak first: Snapshot hands the pending successes to cb.
+			if f, l := fast.Streak(), locked.Streak(); f != l {
+				t.Fatalf("trial %d step %d (threshold %d): Streak %d, want %d", trial, step, cfg.FailureThreshold, f, l)
+			}
+			if f, l := fast.Snapshot(now), locked.Snapshot(now); f != l {
+				t.Fatalf("trial %d step %d (threshold %d): %+v, want %+v", trial, step, cfg.FailureThreshold, f, l)
+			}
+			if f, l := fast.Check(now), locked.Check(now); f != l {
+				t.Fatalf("trial %d step %d: Check %+v, want %+v", trial, step, f, l)
+			}
+		}
+	}
+}
+
+// Successes counted without the lock, from many goroutines at once
+// beside failures under the lock, are all handed to the breaker: after
+// the goroutines end, the window holds what its last results say.
+func TestCountSuccessConcurrent(t *testing.T) {
+	c := newTest(t, Config{FailureThreshold: 1000})
+	now := time.Now()
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Go(func() {
+			for i := range 5000 {
+				p, v := c.Allow(now)
+				if v.Refusal != None {
+					t.Errorf("refused: %+v", v)
+					return
+				}
+				r := Success
+				if g == 0 && i%50 == 0 {
+					r = Failure
+				}
+				c.Done(p, r, now)
+			}
+		})
+	}
+	wg.Wait()
+	s := c.Snapshot(now)
+	if s.State != Closed || s.Failures > 100 {
+		t.Fatalf("after 40000 results, 100 of them failures: %+v, want closed with at most 100 failures counted", s)
+	}
+	if m := c.cb.Metrics(); m.Executions() != 1000 || m.Successes()+m.Failures() != 1000 {
+		t.Fatalf("the window holds %d results, %d successes and %d failures, want 1000", m.Executions(), m.Successes(), m.Failures())
+	}
+	later := now.Add(time.Millisecond) // after every failure: each success counts
+	for range 999 {
+		p, _ := c.Allow(later)
+		c.Done(p, Success, later)
+	}
+	if s := c.Snapshot(later); s.Failures > 1 {
+		t.Fatalf("after 999 successes more: %d failures counted, want at most 1", s.Failures)
+	}
+	p, _ := c.Allow(later)
+	c.Done(p, Success, later)
+	if s := c.Snapshot(later); s.Failures != 0 || s.Failing {
+		t.Fatalf("after 1000 successes more: %+v, want no failure counted", s)
+	}
+	if !c.clean.Load() {
+		t.Fatal("the window is clean, and clean says not")
 	}
 }
