@@ -2,9 +2,11 @@ package failover
 
 import (
 	"context"
+	"io"
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -205,4 +207,100 @@ func TestBaseTimeoutIsNoAnswer(t *testing.T) {
 			t.Fatalf("a got %d requests, want 3: the one at 1.25s goes to b first", got)
 		}
 	})
+}
+
+// A primary that hangs under an open loop (a request every 5 ms, a few in
+// flight when the hang begins) gets at most 10 requests before it is left
+// (19 before hang detection judged by send time, with Multiple 2), and
+// its circuit opens on the attempts that timed out. A primary that is only
+// slower than its p99, or that streams slowly, is not a hang: no trip,
+// and every caller gets its answer.
+func TestHungUpstreamGetsFewRequests(t *testing.T) {
+	tests := []struct {
+		name    string
+		fault   func(r *http.Request) (*http.Response, error)
+		maxSent int  // requests reaching a after the fault began, at most
+		trips   bool // whether a's circuit opens
+	}{
+		{"hung", func(r *http.Request) (*http.Response, error) {
+			<-r.Context().Done()
+			return nil, r.Context().Err()
+		}, 10, true},
+		{"slow", func(r *http.Request) (*http.Response, error) {
+			time.Sleep(150 * time.Millisecond) // eight times its p99, under AttemptTimeout
+			return respond(200, "a"), nil
+		}, 60, false},
+		{"slow stream", func(r *http.Request) (*http.Response, error) {
+			time.Sleep(18 * time.Millisecond)
+			pr, pw := io.Pipe()
+			go func() {
+				for range 20 {
+					time.Sleep(50 * time.Millisecond) // a token every 50 ms for a second
+					pw.Write([]byte("data: x\n\n"))
+				}
+				pw.Close()
+			}()
+			resp := respond(200, "")
+			resp.Body = pr
+			return resp, nil
+		}, 60, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				n := newFakeNet()
+				var faulty atomic.Bool
+				var k atomic.Int32
+				n.handle("a.test", func(r *http.Request) (*http.Response, error) {
+					if faulty.Load() {
+						return tt.fault(r)
+					}
+					d := 17 * time.Millisecond // the drill's primary: p50 17 ms, p99 46 ms
+					if k.Add(1)%10 == 0 {
+						d = 45 * time.Millisecond
+					}
+					time.Sleep(d)
+					return respond(200, "a"), nil
+				})
+				n.status("b.test", 200, "b")
+				tr := newTestTransport(t, twoUpstreams(n, Config{
+					AttemptTimeout: 250 * time.Millisecond,
+					Breaker:        BreakerConfig{FailureThreshold: 5, Cooldown: time.Hour},
+					// A floor under a's p99, as the drill scales it (the
+					// default 100 ms is 20 requests of this loop).
+					Hang: HangConfig{Floor: 5 * time.Millisecond},
+				}))
+				var wg sync.WaitGroup
+				fire := func(k int) {
+					for range k {
+						wg.Add(1)
+						go func() {
+							defer wg.Done()
+							resp, err := tr.RoundTrip(httptestRequest("GET", "http://a.test/", ""))
+							if err != nil || resp.StatusCode != 200 {
+								t.Errorf("got %v, %v; want 200 from a or b", resp, err)
+								return
+							}
+							io.Copy(io.Discard, resp.Body)
+							resp.Body.Close()
+						}()
+						time.Sleep(5 * time.Millisecond)
+					}
+				}
+				fire(60) // well: a's p50 is 17 ms, its p99 45 ms
+				wg.Wait()
+				before := n.count("a.test")
+				faulty.Store(true)
+				fire(60) // 300 ms of requests
+				wg.Wait()
+				h := tr.Health()[0]
+				if got := n.count("a.test") - before; got > tt.maxSent {
+					t.Errorf("%d requests reached a after the fault began, want at most %d", got, tt.maxSent)
+				}
+				if opened := h.Trips > 0; opened != tt.trips {
+					t.Errorf("a's circuit tripped %d times, want a trip: %v", h.Trips, tt.trips)
+				}
+			})
+		})
+	}
 }
