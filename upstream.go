@@ -322,42 +322,6 @@ func (t *Transport) demotion(u *upstream, now time.Time) Reason {
 	return ""
 }
 
-// order returns the upstreams in the order a request for model tries
-// them: the router's order (the configured one when there is no router),
-// or the request's own list (ups, from WithUpstreams: the router is not
-// asked), demoted upstreams last. Without a router it allocates nothing:
-// it returns the list (t.upstreams, or ups) when no upstream is demoted,
-// and reorders into buf otherwise (past the 64th, no upstream is demoted).
-func (t *Transport) order(buf, ups []*upstream, model string, now time.Time) []*upstream {
-	if ups == nil {
-		if t.router != nil {
-			return t.routed(buf, model, now, nil, nil)
-		}
-		ups = t.upstreams
-	}
-	var demoted uint64
-	for i, u := range ups {
-		if i < 64 && t.demotion(u, now) != "" {
-			demoted |= 1 << i
-		}
-	}
-	if demoted == 0 {
-		return ups
-	}
-	out := buf[:0]
-	for i, u := range ups {
-		if i >= 64 || demoted&(1<<i) == 0 {
-			out = append(out, u)
-		}
-	}
-	for i, u := range ups {
-		if i < 64 && demoted&(1<<i) != 0 {
-			out = append(out, u)
-		}
-	}
-	return out
-}
-
 // routed asks the router for the order. With after set (firstRouted's
 // pick, already tried) it returns the others, in the order that the
 // router, one of this package's, gives them after its first pick: then,
