@@ -1,0 +1,700 @@
+package failover
+
+import (
+	"bytes"
+	"encoding/binary"
+	"math/bits"
+	"strings"
+	"sync"
+	"unsafe"
+
+	"github.com/tidwall/gjson"
+)
+
+// A rawUsage field is one figure of a provider's usage report.
+type usageField uint8
+
+const (
+	fPromptTokens        usageField = iota // prompt_tokens: OpenAI chat, embeddings, the compatible APIs
+	fCompletionTokens                      // completion_tokens
+	fPromptCached                          // prompt_tokens_details.cached_tokens
+	fPromptCacheHit                        // prompt_cache_hit_tokens: DeepSeek
+	fInputTokens                           // input_tokens: the Responses API (cache included), Anthropic (cache apart)
+	fOutputTokens                          // output_tokens
+	fInputCached                           // input_tokens_details.cached_tokens: the Responses API
+	fCacheRead                             // cache_read_input_tokens: Anthropic
+	fCacheCreation                         // cache_creation_input_tokens: Anthropic
+	fPromptTokenCount                      // Gemini's promptTokenCount (cache included)
+	fToolUsePrompt                         // Gemini's toolUsePromptTokenCount
+	fCandidatesTokens                      // Gemini's candidatesTokenCount
+	fThoughtsTokens                        // Gemini's thoughtsTokenCount
+	fCachedContentTokens                   // Gemini's cachedContentTokenCount
+	numUsageFields
+)
+
+// rawUsage is what an answer's usage reports said, each figure's last
+// report kept.
+type rawUsage struct {
+	v    [numUsageFields]int64
+	seen uint32 // bit f: field f was reported
+}
+
+func (r *rawUsage) has(f usageField) bool { return r.seen&(1<<f) != 0 }
+
+// set takes v, when it is a count, as field f.
+func (r *rawUsage) set(f usageField, v gjson.Result) {
+	if v.Type != gjson.Number || !(v.Num >= 0) {
+		return
+	}
+	n := int64(maxTokens)
+	if v.Num < maxTokens {
+		n = v.Int()
+	}
+	r.v[f] = n
+	r.seen |= 1 << f
+}
+
+// parse takes in one usage object, a JSON object of the bounded size
+// maxUsageCapture.
+func (r *rawUsage) parse(obj []byte) {
+	// Parsed in place: nothing of the Results outlives the call but the
+	// numbers read from them.
+	gjson.Parse(unsafe.String(unsafe.SliceData(obj), len(obj))).ForEach(func(k, v gjson.Result) bool {
+		switch k.Str {
+		case "prompt_tokens":
+			r.set(fPromptTokens, v)
+		case "completion_tokens":
+			r.set(fCompletionTokens, v)
+		case "prompt_tokens_details":
+			r.set(fPromptCached, v.Get("cached_tokens"))
+		case "prompt_cache_hit_tokens":
+			r.set(fPromptCacheHit, v)
+		case "input_tokens":
+			r.set(fInputTokens, v)
+		case "output_tokens":
+			r.set(fOutputTokens, v)
+		case "input_tokens_details":
+			r.set(fInputCached, v.Get("cached_tokens"))
+		case "cache_read_input_tokens":
+			r.set(fCacheRead, v)
+		case "cache_creation_input_tokens":
+			r.set(fCacheCreation, v)
+		case "promptTokenCount":
+			r.set(fPromptTokenCount, v)
+		case "toolUsePromptTokenCount":
+			r.set(fToolUsePrompt, v)
+		case "candidatesTokenCount":
+			r.set(fCandidatesTokens, v)
+		case "thoughtsTokenCount":
+			r.set(fThoughtsTokens, v)
+		case "cachedContentTokenCount":
+			r.set(fCachedContentTokens, v)
+		}
+		return true
+	})
+}
+
+// tokens brings the report to one shape; false when nothing was
+// reported.
+func (r *rawUsage) tokens() (Tokens, bool) {
+	if r.seen == 0 {
+		return Tokens{}, false
+	}
+	v := &r.v
+	var t Tokens
+	switch {
+	case r.has(fPromptTokens):
+		t.Input = v[fPromptTokens]
+	case r.has(fPromptTokenCount) || r.has(fToolUsePrompt):
+		t.Input = v[fPromptTokenCount] + v[fToolUsePrompt]
+	default:
+		// Anthropic's input_tokens leave out what the cache served and
+		// stored; the Responses API reports neither of those.
+		t.Input = v[fInputTokens] + v[fCacheRead] + v[fCacheCreation]
+	}
+	switch {
+	case r.has(fCompletionTokens):
+		t.Output = v[fCompletionTokens]
+	case r.has(fCandidatesTokens) || r.has(fThoughtsTokens):
+		t.Output = v[fCandidatesTokens] + v[fThoughtsTokens]
+	default:
+		t.Output = v[fOutputTokens]
+	}
+	for _, f := range [...]usageField{fPromptCached, fPromptCacheHit, fCachedContentTokens, fInputCached, fCacheRead} {
+		if r.has(f) {
+			t.Cached = v[f]
+			break
+		}
+	}
+	t.Cached = min(t.Cached, t.Input)
+	t.CacheWrite = min(v[fCacheCreation], t.Input-t.Cached)
+	return t, true
+}
+
+// What a member's value is to the scanner.
+const (
+	targetNone  = iota
+	targetUsage // "usage", "usageMetadata": the object to read
+	targetModel // "model", "modelVersion": the string to read
+	targetNest  // "response", "message": an object whose members are read too
+)
+
+// Where the scanner is in a member of an object whose members it reads.
+const (
+	atKey   = iota // before a key, or the object's end
+	inKey          // in the key's string
+	atColon        // after the key
+	atValue        // after the colon
+	inValue        // in or after the value: until a comma or the object's end
+)
+
+// jsonStructural marks the bytes that open or close strings and
+// containers: all that matters where no member is read.
+var jsonStructural = [256]bool{'"': true, '{': true, '}': true, '[': true, ']': true}
+
+// usageScanner reads the usage and the model from a JSON text, or a
+// sequence of them, as its bytes come, in any pieces. It follows strings
+// and the nesting of containers, and reads the members of the top-level
+// objects (the elements of a top-level array, as Gemini streams them, count
+// as top-level objects) and of their "response" and "message" objects (the
+// Responses API's and Anthropic's stream events): their "usage" (or
+// "usageMetadata") object is captured and parsed, as is their "model" (or
+// "modelVersion") string. Nothing else is kept: the work per byte is a
+// table lookup, or IndexByte within strings, and the memory a usage
+// object's bytes, at most maxUsageCapture.
+type usageScanner struct {
+	depth   int    // containers open
+	objects uint64 // bit d-1: the container at depth d (at most 64) is an object
+	root    int    // the depth of the top-level objects: 1, or 2 in a top-level array; 0 between values
+	nested  int    // the depth of the "response" or "message" object open in a top-level one; 0 when none
+	watched bool   // the container at depth is one whose members are read
+	str     bool   // in a string
+	esc     bool   // the last piece ended with a backslash in a string
+	state   uint8  // with watched: where in a member
+
+	key    [16]byte // the key being read (as its bytes are, escapes and all)
+	keyLen int      // its length, which may exceed len(key): then it is none of ours
+	target uint8    // what the current member's value is
+
+	capturing uint8 // targetNone, or what is being captured into buf
+	capDepth  int   // with targetUsage, the depth the captured object opened at
+	buf       []byte
+	small     [512]byte // buf's first backing
+
+	raw   rawUsage
+	model string // the first model named
+}
+
+// scan reads p, the next piece of the text.
+func (s *usageScanner) scan(p []byte) {
+	from := -1 // where the value being captured begins in p
+	if s.capturing != targetNone {
+		from = 0
+	}
+	for i := 0; i < len(p); {
+		if s.str {
+			start := i
+			i = s.skipString(p, i)
+			if s.watched && s.state == inKey {
+				end := i
+				if !s.str {
+					end-- // the closing quote
+				}
+				if s.keyLen < len(s.key) {
+					copy(s.key[s.keyLen:], p[start:end])
+				}
+				s.keyLen += end - start
+			}
+			if !s.str {
+				from = s.closeString(p, i-1, from)
+			}
+			continue
+		}
+		if !s.watched {
+			if i = indexStructural(p, i); i == len(p) {
+				break
+			}
+		}
+		switch c := p[i]; c {
+		case '"':
+			s.str = true
+			if s.watched {
+				switch s.state {
+				case atKey:
+					s.state, s.keyLen = inKey, 0
+				case atValue:
+					s.state = inValue
+					if s.target == targetModel && s.model == "" {
+						s.capturing, from = targetModel, i
+					}
+				}
+			}
+		case '{', '[':
+			if s.watched && s.state == atValue {
+				s.state = inValue
+				if c == '{' {
+					switch s.target {
+					case targetUsage:
+						s.capturing, s.capDepth, from = targetUsage, s.depth, i
+					case targetNest:
+						if s.depth == s.root {
+							s.nested = s.depth + 1
+						}
+					}
+				}
+			}
+			s.depth++
+			if s.depth <= 64 {
+				bit := uint64(1) << (s.depth - 1)
+				if c == '{' {
+					s.objects |= bit
+				} else {
+					s.objects &^= bit
+				}
+			}
+			if s.depth == 1 {
+				s.root = 1
+				if c == '[' {
+					s.root = 2
+				}
+			}
+			s.watch()
+			if s.watched {
+				s.state = atKey
+			}
+		case '}', ']':
+			if s.depth == 0 {
+				break // not JSON: ignored
+			}
+			if s.capturing == targetUsage && s.depth == s.capDepth+1 {
+				s.capture(p[from : i+1])
+				from = -1
+				s.captured()
+			}
+			if s.depth == s.nested {
+				s.nested = 0
+			}
+			s.depth--
+			if s.depth == 0 {
+				s.root = 0
+			}
+			s.watch()
+			if s.watched {
+				s.state = inValue
+			}
+		case ':':
+			if s.state == atColon {
+				s.state = atValue
+			}
+		case ',':
+			if s.state == inValue {
+				s.state = atKey
+			}
+		case ' ', '\t', '\n', '\r':
+		default:
+			if s.state == atValue {
+				s.state = inValue // a number, true, false or null
+			}
+		}
+		i++
+	}
+	if from >= 0 && s.capturing != targetNone {
+		s.capture(p[from:])
+	}
+}
+
+// watch sets watched for the container open at depth.
+func (s *usageScanner) watch() {
+	d := s.depth
+	s.watched = d > 0 && d <= 64 && s.objects&(1<<(d-1)) != 0 && (d == s.root || d == s.nested)
+}
+
+// skipString reads a string's content from p[i] on. It returns the index
+// after the string's closing quote, with str false, or len(p).
+func (s *usageScanner) skipString(p []byte, i int) int {
+	if s.esc {
+		s.esc = false
+		i++ // the byte escaped by the backslash that ended the last piece
+	}
+	// A key or a short value ends within a word or two: eight bytes at a
+	// time, no call. A longer string goes to bytes.IndexByte, whose
+	// vector loop costs more to start and far less per byte: the next
+	// quote, then a backslash before it.
+	for w := 0; w < 2 && i+8 <= len(p); w++ {
+		x := binary.LittleEndian.Uint64(p[i:])
+		m := swarHas(x, '"') | swarHas(x, '\\')
+		if m == 0 {
+			i += 8
+			continue
+		}
+		i += bits.TrailingZeros64(m) >> 3
+		if p[i] == '"' {
+			s.str = false
+			return i + 1
+		}
+		i += 2 // the backslash and the byte it escapes
+		if i > len(p) {
+			s.esc = true
+			return len(p)
+		}
+	}
+	q := -1 // the next quote at or after i, or len(p)
+	for i < len(p) {
+		if q < i {
+			q = len(p)
+			if k := bytes.IndexByte(p[i:], '"'); k >= 0 {
+				q = i + k
+			}
+		}
+		b := bytes.IndexByte(p[i:q], '\\')
+		if b < 0 {
+			if q == len(p) {
+				break
+			}
+			s.str = false
+			return q + 1
+		}
+		i += b + 2 // the backslash and the byte it escapes
+		if i > len(p) {
+			s.esc = true
+		}
+	}
+	return len(p)
+}
+
+// Eight bytes at a time: swarHas(x, b) has the high bit of its lowest
+// byte set where x's lowest byte b is (higher bytes may be set wrongly,
+// never lower ones).
+const (
+	swarLow  = 0x0101010101010101
+	swarHigh = 0x8080808080808080
+)
+
+func swarHas(x, b uint64) uint64 {
+	v := x ^ (b * swarLow)
+	return (v - swarLow) &^ v & swarHigh
+}
+
+// swarRun is how far indexStructural looks eight bytes at a time before
+// it takes a run for long and hands it to bytes.IndexByte, whose vector
+// loop costs more to start and far less per byte.
+const swarRun = 32
+
+// indexStructural returns the index of the first byte of p at or after i
+// that opens or closes a string or a container, or len(p). ('[' and ']'
+// are '{' and '}' but for the bit 0x20.)
+func indexStructural(p []byte, i int) int {
+	for end := min(i+swarRun, len(p)); i+8 <= end; i += 8 {
+		x := binary.LittleEndian.Uint64(p[i:])
+		y := x | 0x20*swarLow
+		if m := swarHas(x, '"') | swarHas(y, '{') | swarHas(y, '}'); m != 0 {
+			return i + bits.TrailingZeros64(m)>>3
+		}
+	}
+	if len(p)-i < 8 {
+		for ; i < len(p) && !jsonStructural[p[i]]; i++ {
+		}
+		return i
+	}
+	// A window at a time, so that a needle that is far or missing costs
+	// no more than the window (the work stays linear in p).
+	for ; i < len(p); i += structuralWindow {
+		end := min(i+structuralWindow, len(p))
+		for _, c := range [...]byte{']', '"', '[', '}', '{'} {
+			if k := bytes.IndexByte(p[i:end], c); k >= 0 {
+				end = i + k
+			}
+		}
+		if end < min(i+structuralWindow, len(p)) {
+			return end
+		}
+	}
+	return len(p)
+}
+
+// structuralWindow is how many bytes indexStructural hands
+// bytes.IndexByte at a time.
+const structuralWindow = 2 << 10
+
+// closeString acts on the end of a string, its quote at p[q], and returns
+// the new start of the capture in p.
+func (s *usageScanner) closeString(p []byte, q, from int) int {
+	if !s.watched {
+		return from
+	}
+	switch s.state {
+	case inKey:
+		s.target = targetNone
+		if s.keyLen <= len(s.key) {
+			s.target = keyTarget(s.key[:s.keyLen], s.depth == s.root)
+		}
+		s.state = atColon
+	case inValue:
+		if s.capturing == targetModel {
+			s.capture(p[from : q+1])
+			s.captured()
+			return -1
+		}
+	}
+	return from
+}
+
+// keyTarget is what the value of a member named key is to the scanner, in
+// a top-level object (top) or a nested one.
+func keyTarget(key []byte, top bool) uint8 {
+	switch string(key) {
+	case "usage":
+		return targetUsage
+	case "model":
+		return targetModel
+	}
+	if top {
+		switch string(key) {
+		case "usageMetadata":
+			return targetUsage
+		case "modelVersion":
+			return targetModel
+		case "response", "message":
+			return targetNest
+		}
+	}
+	return targetNone
+}
+
+// capture adds b to the value being captured, or gives the capture up
+// when the value grows past maxUsageCapture.
+func (s *usageScanner) capture(b []byte) {
+	if s.buf == nil {
+		s.buf = s.small[:0]
+	}
+	if len(s.buf)+len(b) > maxUsageCapture {
+		s.capturing, s.buf = targetNone, s.buf[:0]
+		return
+	}
+	s.buf = append(s.buf, b...)
+}
+
+// captured parses the value captured whole.
+func (s *usageScanner) captured() {
+	switch s.capturing {
+	case targetUsage:
+		s.raw.parse(s.buf)
+	case targetModel:
+		// (gjson unescapes it; clip makes it one line of valid UTF-8.)
+		if m := gjson.Parse(unsafe.String(unsafe.SliceData(s.buf), len(s.buf))).Str; m != "" {
+			s.model = strings.Clone(clip(m))
+		}
+	}
+	s.capturing, s.buf = targetNone, s.buf[:0]
+}
+
+// mayReport reports whether ev, an event's data, may hold what the
+// scanner reads: a "usage" member whose value is an object, a
+// "usageMetadata" member, or while no model is known a "model" or
+// "modelVersion" member. It is true of every event the scanner would read
+// something from (a key is a quoted string, and a quote within a string
+// is escaped), and false of OpenAI's chunks with "usage": null.
+func (s *usageScanner) mayReport(ev []byte) bool {
+	if s.model == "" && bytes.Contains(ev, []byte(`model`)) {
+		return true
+	}
+	// (Searched for from the u: quotes are everywhere in JSON.)
+	for at := 0; ; {
+		i := bytes.Index(ev[at:], []byte(`usage`))
+		if i < 0 {
+			return false
+		}
+		i += at
+		at = i + len(`usage`)
+		if i == 0 || ev[i-1] != '"' {
+			continue
+		}
+		rest := ev[at:]
+		if bytes.HasPrefix(rest, []byte(`Metadata"`)) {
+			return true
+		}
+		if len(rest) > 0 && rest[0] == '"' {
+			if rest = skipSpace(rest[1:]); len(rest) > 0 && rest[0] == ':' {
+				if rest = skipSpace(rest[1:]); len(rest) > 0 && rest[0] == '{' {
+					return true
+				}
+			}
+		}
+	}
+}
+
+// skipSpace returns b without its leading JSON whitespace.
+func skipSpace(b []byte) []byte {
+	for len(b) > 0 && (b[0] == ' ' || b[0] == '\t' || b[0] == '\n' || b[0] == '\r') {
+		b = b[1:]
+	}
+	return b
+}
+
+// endValue ends the JSON text being read, whole or not: an SSE event's
+// data ends with the event.
+func (s *usageScanner) endValue() {
+	if s.depth == 0 && !s.str && s.capturing == targetNone {
+		return
+	}
+	s.depth, s.objects, s.root, s.nested, s.watched = 0, 0, 0, 0, false
+	s.str, s.esc, s.state, s.keyLen, s.target = false, false, atKey, 0, targetNone
+	s.capturing, s.buf = targetNone, s.buf[:0]
+}
+
+// What a line of a stream is, as sseLines reads it.
+const (
+	lineStart = iota // at the start of a line
+	lineName         // in a field name that may be "data"
+	lineSpace        // after "data:", where one space may come
+	lineData         // in a data field's value
+	lineSkip         // in any other line
+)
+
+// sseLines splits a text/event-stream into lines as the WHATWG HTML
+// standard's "Server-sent events" section does (CRLF, LF or CR; a blank
+// line ends an event) and hands the values of its data fields to a
+// usageScanner, an event's data lines joined, each event's data ended
+// with it.
+//
+// Most events can say nothing of usage: an OpenAI chat stream's chunks
+// but its last. So an event's data is held, up to maxEventHold bytes, and
+// scanned at the event's end only when mayReport says it might report
+// usage or the model; a larger event is scanned as it comes, from its
+// held start on. Either way every byte is scanned at most once, and the
+// outcome is the scanner's over every event.
+type sseLines struct {
+	state   uint8
+	name    int  // bytes of "data" matched
+	cr      bool // the last line ended in CR: an LF next is part of it
+	started bool // the byte order mark has been looked for
+
+	held      *[maxEventHold]byte // from eventBufs, once an event had data
+	n         int                 // bytes of the event's data held
+	streaming bool                // the event outgrew held: its data is scanned as it comes
+}
+
+// maxEventHold bounds the bytes of an event's data that sseLines holds.
+const maxEventHold = 4 << 10
+
+// eventBufs are the buffers sseLines hold events in, given back when the
+// body is done.
+var eventBufs = sync.Pool{New: func() any { return new([maxEventHold]byte) }}
+
+// data takes in a piece of the current event's data.
+func (f *sseLines) data(b []byte, s *usageScanner) {
+	switch {
+	case f.streaming:
+		s.scan(b)
+	case f.n+len(b) > maxEventHold:
+		f.streaming = true
+		if f.n > 0 {
+			s.scan(f.held[:f.n])
+			f.n = 0
+		}
+		s.scan(b)
+	case len(b) > 0:
+		if f.held == nil {
+			f.held = eventBufs.Get().(*[maxEventHold]byte)
+		}
+		f.n += copy(f.held[f.n:], b)
+	}
+}
+
+// end ends the current event: its held data is scanned when it may say
+// something.
+func (f *sseLines) end(s *usageScanner) {
+	if f.n > 0 && s.mayReport(f.held[:f.n]) {
+		s.scan(f.held[:f.n])
+	}
+	f.n, f.streaming = 0, false
+	s.endValue()
+}
+
+// release ends the last event, if the stream did not, and gives the
+// buffer back.
+func (f *sseLines) release(s *usageScanner) {
+	f.end(s)
+	if f.held != nil {
+		eventBufs.Put(f.held)
+		f.held = nil
+	}
+}
+
+func (f *sseLines) feed(buf []byte, s *usageScanner) {
+	if !f.started {
+		f.started = true
+		buf = bytes.TrimPrefix(buf, utf8BOM)
+	}
+	// The next LF and CR at or after at, once looked for: each search
+	// passes over bytes no other search passes again, so that the work
+	// is linear in buf however its lines end.
+	lf, cr := -1, indexFrom(buf, 0, '\r')
+	for at := 0; at < len(buf); {
+		if f.cr {
+			f.cr = false
+			if buf[at] == '\n' {
+				at++
+				continue
+			}
+		}
+		switch f.state {
+		case lineData, lineSkip:
+			if lf < at {
+				lf = indexFrom(buf, at, '\n')
+			}
+			if cr < at {
+				cr = indexFrom(buf, at, '\r')
+			}
+			end := min(lf, cr)
+			if f.state == lineData {
+				f.data(buf[at:end], s)
+			}
+			if end == len(buf) {
+				return
+			}
+			f.cr = buf[end] == '\r'
+			at = end + 1
+			f.state = lineStart
+		case lineSpace:
+			if buf[at] == ' ' {
+				at++
+			}
+			f.state = lineData
+		default: // lineStart, lineName
+			if f.state == lineStart && bytes.HasPrefix(buf[at:], []byte("data:")) {
+				f.state, at = lineSpace, at+len("data:") // the usual line, at once
+				continue
+			}
+			c := buf[at]
+			at++
+			if c == '\n' || c == '\r' {
+				if f.state == lineStart {
+					f.end(s) // a blank line ends the event
+				}
+				f.state, f.cr = lineStart, c == '\r'
+				continue
+			}
+			if f.state == lineStart {
+				f.state, f.name = lineName, 0
+			}
+			switch {
+			case f.name < 4 && c == "data"[f.name]:
+				f.name++
+			case f.name == 4 && c == ':':
+				f.state = lineSpace
+			default:
+				f.state = lineSkip
+			}
+		}
+	}
+}
+
+// indexFrom returns the index of the first c of b at or after at, or
+// len(b).
+func indexFrom(b []byte, at int, c byte) int {
+	if i := bytes.IndexByte(b[at:], c); i >= 0 {
+		return at + i
+	}
+	return len(b)
+}
