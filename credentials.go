@@ -1,0 +1,625 @@
+package failover
+
+import (
+	"encoding/base64"
+	"fmt"
+	"maps"
+	"net/http"
+	"net/url"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"unicode/utf8"
+)
+
+// The credential rule. A request header carries the caller's credentials
+// when its name, in any case:
+//
+//   - is one of credentialHeaders;
+//   - is a name some Upstream.Header sets;
+//   - is in Config.CredentialHeaders;
+//   - contains one of secretSubstrings, or has one of secretWords as a
+//     word, unless it is one of notCredentialHeaders.
+//
+// The patterns make the rule fail closed: a gateway's new key header is a
+// credential without anyone listing it.
+//
+// A query parameter carries them unless its name, in any case and
+// unescaped, is known to carry none: one of forwardParams (what LLM APIs
+// put in their queries) or Config.ForwardParams, and not in
+// Config.CredentialParams. A deny list of query names cannot fail closed:
+// a credential's name in a query says nothing (Azure Functions' code=, a
+// SAS token's sv, sp and se beside its sig=, whatever a gateway chose), and
+// a query holds few names that an SDK put there. So an upstream the
+// caller did not address (a failover, a hedge, a last resort, a redirect
+// hop's) gets only the pairs with such a name, at the price of the others,
+// which may carry no secret (a pageToken, a name nobody listed); the
+// addressed upstream gets the query as the caller wrote it. The values of
+// the others are scrubbed from errors and logs like any credential's.
+var (
+	// credentialHeaders are the header names that no pattern catches,
+	// or that matter too much to leave to one.
+	credentialHeaders = []string{
+		"Authorization",
+		"Proxy-Authorization",
+		"Api-Key",
+		"X-Api-Key",
+		"X-Goog-Api-Key",
+		"Cookie",
+		// Account-scoped: another provider answers 401 to a foreign org.
+		"Openai-Organization",
+		"Openai-Project",
+	}
+
+	// credentialParams are query parameters that carry a caller's
+	// credentials whatever Config.ForwardParams says (Gemini's key=,
+	// Azure SAS's sig=, and the usual spellings of others).
+	credentialParams = []string{"key", "api_key", "api-key", "apikey", "access_token", "sig", "code"}
+
+	// forwardParams are the query parameters LLM APIs define that carry
+	// no secret, which go to every upstream (see the rule above).
+	forwardParams = []string{
+		"api-version",                  // Azure OpenAI and Azure AI
+		"alt", "$alt", "enum-encoding", // Gemini and Vertex: alt=sse, the Google SDKs' $alt=json;enum-encoding=int
+		"beta",                          // Anthropic's beta=true
+		"model", "deployment", "intent", // OpenAI's and Azure's Realtime
+		"stream", "starting_after", "include", "include[]", // OpenAI's Responses
+		"limit", "after", "before", "order", "after_id", "before_id", "pageSize", // pagination: OpenAI, Anthropic, Gemini
+		"purpose", "filter", // OpenAI's files and lists
+	}
+
+	// secretSubstrings make a name a credential's wherever they appear
+	// in it: X-Amz-Security-Token, Ocp-Apim-Subscription-Key,
+	// cf-aig-authorization, Helicone-Auth, X-Goog-Signature.
+	secretSubstrings = []string{
+		"auth", "key", "token", "secret", "passw", "credential", "signature",
+		"session", "cookie", "bearer", "jwt", "csrf", "xsrf",
+	}
+
+	// secretWords make a name a credential's when they are one of its
+	// words (see hasSecretWord): too short to be safe as substrings
+	// ("sig" is in "design" and "signal").
+	secretWords = []string{"sig", "pw", "pwd", "sid", "otp"}
+
+	// notCredentialHeaders match a pattern but carry no secret.
+	notCredentialHeaders = []string{"Idempotency-Key"}
+)
+
+// secretSubstringsByFirst holds secretSubstrings by their first letter, so
+// that a name is scanned once. It is never written after init.
+var secretSubstringsByFirst = func() (by [26][]string) {
+	for _, s := range secretSubstrings {
+		by[s[0]-'a'] = append(by[s[0]-'a'], s)
+	}
+	return by
+}()
+
+// minSecretLen is the shortest secret (or part of one) that is scrubbed
+// from error messages; shorter ones (a version number) would scrub
+// innocent text.
+const minSecretLen = 8
+
+// credentials is the credential rule of one Transport and the secrets it
+// knows in advance. New builds it; nothing writes it after but the cache
+// of verdicts.
+type credentials struct {
+	headers map[string]bool // lower case: credentialHeaders, every Upstream.Header name, Config.CredentialHeaders
+	params  map[string]bool // lower case: credentialParams, Config.CredentialParams
+	forward map[string]bool // lower case: forwardParams and Config.ForwardParams, less params
+
+	// upstreamSecrets are every form of every Upstream.Header value,
+	// scrubbed from every error message.
+	upstreamSecrets []string
+
+	// seen holds the verdicts on the header names met so far, as
+	// spelled: SDKs send the same few on every request, and a lookup
+	// costs less than the patterns. Copied on write, never changed once
+	// stored, and at most maxSeenHeaders long, so that callers sending
+	// ever new names cannot grow it.
+	seen atomic.Pointer[seenHeaders]
+}
+
+// maxSeenHeaders bounds credentials.seen.
+const maxSeenHeaders = 256
+
+// seenHeaders is credentials.seen: the first names met in an array, where
+// a look compares lengths before bytes and hashes nothing (a request has a
+// few headers, the same on every request), and the others in a map.
+type seenHeaders struct {
+	n       int
+	names   [8]string
+	verdict [8]bool
+	more    map[string]bool
+}
+
+// lookup returns the verdict on k, and whether there is one.
+func (s *seenHeaders) lookup(k string) (v, ok bool) {
+	for i, name := range s.names[:s.n] {
+		if name == k {
+			return s.verdict[i], true
+		}
+	}
+	v, ok = s.more[k]
+	return v, ok
+}
+
+// with returns a copy of s (nil: none yet) with the verdict v on k, or s
+// itself when it holds maxSeenHeaders already.
+func (s *seenHeaders) with(k string, v bool) *seenHeaders {
+	next := new(seenHeaders)
+	if s != nil {
+		if s.n+len(s.more) >= maxSeenHeaders {
+			return s
+		}
+		next.n, next.names, next.verdict = s.n, s.names, s.verdict
+		if s.more != nil {
+			next.more = make(map[string]bool, len(s.more)+1)
+			maps.Copy(next.more, s.more)
+		}
+	}
+	if next.n < len(next.names) {
+		next.names[next.n], next.verdict[next.n] = k, v
+		next.n++
+		return next
+	}
+	if next.more == nil {
+		next.more = make(map[string]bool, 1)
+	}
+	next.more[k] = v
+	return next
+}
+
+// newCredentials checks Config.CredentialHeaders, CredentialParams and
+// ForwardParams and builds the rule, with the upstreams' Header names and
+// values.
+func newCredentials(cfg Config, ups []*upstream) (*credentials, error) {
+	c := &credentials{headers: map[string]bool{}, params: map[string]bool{}, forward: map[string]bool{}}
+	for _, h := range credentialHeaders {
+		c.headers[strings.ToLower(h)] = true
+	}
+	for _, p := range credentialParams {
+		c.params[p] = true
+	}
+	for i, h := range cfg.CredentialHeaders {
+		if !validHeaderName(h) {
+			return nil, configError(fmt.Sprintf("CredentialHeaders[%d]", i), "is not a valid header name")
+		}
+		c.headers[strings.ToLower(h)] = true
+	}
+	for i, p := range cfg.CredentialParams {
+		if p == "" {
+			return nil, configError(fmt.Sprintf("CredentialParams[%d]", i), "is empty")
+		}
+		c.params[strings.ToLower(p)] = true
+	}
+	for _, p := range forwardParams {
+		c.forward[strings.ToLower(p)] = true
+	}
+	for i, p := range cfg.ForwardParams {
+		field := fmt.Sprintf("ForwardParams[%d]", i)
+		switch lower := strings.ToLower(p); {
+		case p == "":
+			return nil, configError(field, "is empty")
+		case slices.Contains(credentialParams, lower):
+			return nil, configError(field, "is a credential parameter")
+		case c.params[lower]:
+			return nil, configError(field, "is in CredentialParams")
+		default:
+			c.forward[lower] = true
+		}
+	}
+	for p := range c.params {
+		delete(c.forward, p) // CredentialParams takes a name off forwardParams
+	}
+	for _, u := range ups {
+		for k, vs := range u.header {
+			c.headers[strings.ToLower(k)] = true
+			for _, v := range vs {
+				c.upstreamSecrets = appendSecretForms(c.upstreamSecrets, v)
+			}
+		}
+	}
+	c.upstreamSecrets = compactSecrets(c.upstreamSecrets)
+	return c, nil
+}
+
+// header reports whether the header named k carries a caller's
+// credentials. It allocates only the first time it meets a name.
+func (c *credentials) header(k string) bool {
+	seen := c.seen.Load()
+	if seen != nil {
+		if v, ok := seen.lookup(k); ok {
+			return v
+		}
+	}
+	v := c.judgeHeader(k)
+	if next := seen.with(k, v); next != seen {
+		c.seen.CompareAndSwap(seen, next) // when another name won, the next call stores this one
+	}
+	return v
+}
+
+// judgeHeader is header without the cache.
+func (c *credentials) judgeHeader(k string) bool {
+	if inLower(c.headers, k) {
+		return true
+	}
+	for _, n := range notCredentialHeaders {
+		if strings.EqualFold(k, n) {
+			return false
+		}
+	}
+	return looksSecret(k)
+}
+
+// param reports whether the query parameter named name (unescaped) may
+// carry a caller's credentials: unless its name is known to carry none.
+func (c *credentials) param(name string) bool {
+	return !inLower(c.forward, name)
+}
+
+// inLower reports whether name, in lower case, is in set.
+func inLower(set map[string]bool, name string) bool {
+	var buf [64]byte
+	if len(name) > len(buf) {
+		return set[strings.ToLower(name)]
+	}
+	b := buf[:len(name)]
+	for i := range len(name) {
+		b[i] = lowerASCII(name[i])
+	}
+	return set[string(b)]
+}
+
+// looksSecret reports whether name contains one of secretSubstrings or
+// has one of secretWords as a word, in any case.
+func looksSecret(name string) bool {
+	for i := range len(name) {
+		c := lowerASCII(name[i])
+		if c < 'a' || c > 'z' {
+			continue
+		}
+		for _, s := range secretSubstringsByFirst[c-'a'] {
+			if hasPrefixFold(name[i:], s) {
+				return true
+			}
+		}
+	}
+	return hasSecretWord(name)
+}
+
+// hasSecretWord reports whether one of name's words is one of secretWords.
+// Words end at every byte that is no ASCII letter or digit, where a lower
+// case letter meets an upper case one, and where letters meet digits:
+// "X-Sig", "sigV4" and "pwd2" have one, "design" and "signal" none.
+func hasSecretWord(name string) bool {
+	start := -1
+	for i := 0; i <= len(name); i++ {
+		alnum := i < len(name) && isAlnum(name[i])
+		if start >= 0 && (!alnum || wordBreak(name[i-1], name[i])) {
+			w := name[start:i]
+			for _, s := range secretWords {
+				if len(w) == len(s) && hasPrefixFold(w, s) {
+					return true
+				}
+			}
+			start = -1
+		}
+		if alnum && start < 0 {
+			start = i
+		}
+	}
+	return false
+}
+
+// wordBreak reports whether a word ends between the alphanumerics a and b.
+func wordBreak(a, b byte) bool {
+	digitA, digitB := '0' <= a && a <= '9', '0' <= b && b <= '9'
+	return 'a' <= a && a <= 'z' && 'A' <= b && b <= 'Z' || digitA != digitB
+}
+
+func isAlnum(b byte) bool {
+	return 'a' <= b && b <= 'z' || 'A' <= b && b <= 'Z' || '0' <= b && b <= '9'
+}
+
+func lowerASCII(b byte) byte {
+	if 'A' <= b && b <= 'Z' {
+		return b + 'a' - 'A'
+	}
+	return b
+}
+
+// hasPrefixFold reports whether s begins with lower, a lower-case ASCII
+// string, in any case.
+func hasPrefixFold(s, lower string) bool {
+	if len(s) < len(lower) {
+		return false
+	}
+	for i := range len(lower) {
+		if lowerASCII(s[i]) != lower[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// stripQuery drops the pairs of a raw query whose name may be a
+// credential parameter's: all but those known to carry none.
+func (c *credentials) stripQuery(raw string) string {
+	return stripQuery(raw, func(pair string) bool { return c.param(queryName(pair)) })
+}
+
+// stripQuery drops the pairs of a raw query that drop reports, and keeps
+// every other pair byte for byte, in order (url.ParseQuery would drop pairs
+// with a ';' and reorder the rest). Pairs are split at '&' and at ';'
+// alike, since some servers read ';' as a separator: "a=1;key=k" loses its
+// key either way.
+func stripQuery(raw string, drop func(pair string) bool) string {
+	if raw == "" {
+		return raw
+	}
+	var b strings.Builder
+	changed, wrote := false, false
+	sep := byte(0) // the separator before the current pair
+	for rest := raw; ; {
+		i := strings.IndexAny(rest, "&;")
+		pair := rest
+		if i >= 0 {
+			pair = rest[:i]
+		}
+		if drop(pair) {
+			changed = true
+		} else {
+			if wrote {
+				b.WriteByte(sep)
+			}
+			b.WriteString(pair)
+			wrote = true
+		}
+		if i < 0 {
+			break
+		}
+		sep, rest = rest[i], rest[i+1:]
+	}
+	if !changed {
+		return raw
+	}
+	return b.String()
+}
+
+// queryName returns the unescaped name of a raw query pair.
+func queryName(pair string) string {
+	name, _, _ := strings.Cut(pair, "=")
+	if n, err := url.QueryUnescape(name); err == nil {
+		return n
+	}
+	return name
+}
+
+// authSchemes are the authorization schemes that appendSecretForms does not
+// take for a secret: the word that comes before one ("Bearer sk-...").
+// Schemes shorter than minSecretLen are never scrubbed anyway.
+var authSchemes = []string{"negotiate", "aws4-hmac-sha256", "sharedkey", "sharedkeylite", "privatetoken", "concealed"}
+
+// appendSecretForms appends to dst every form of the secret value v that a
+// message may quote, each at least minSecretLen long: v itself; its parts
+// (split at spaces, tabs, commas and semicolons, without quotes), except a
+// leading authorization scheme, and of a part "name=value" only the value
+// (a cookie's, a "Signature=..."'s); a Basic credential decoded, and its
+// user and password; and the query-, path- and user-info-escaped form of
+// each.
+func appendSecretForms(dst []string, v string) []string {
+	add := func(s string) {
+		if len(s) < minSecretLen {
+			return
+		}
+		dst = append(dst, s)
+		if q := url.QueryEscape(s); q != s {
+			dst = append(dst, q)
+		}
+		if p := url.PathEscape(s); p != s {
+			dst = append(dst, p)
+		}
+		if u := url.User(s).String(); u != s {
+			dst = append(dst, u) // as a URL's user info: '$' and ';' kept, '@' and ':' escaped
+		}
+	}
+	add(v)
+	fields := strings.FieldsFunc(v, func(r rune) bool { return r == ' ' || r == '\t' || r == ',' || r == ';' })
+	basic := false
+	for i, f := range fields {
+		f = strings.Trim(f, `"`)
+		if i == 0 && len(fields) > 1 {
+			if strings.EqualFold(f, "basic") {
+				basic = true
+				continue
+			}
+			if slices.ContainsFunc(authSchemes, func(s string) bool { return strings.EqualFold(f, s) }) {
+				continue
+			}
+		}
+		if name, val, ok := strings.Cut(f, "="); ok && isToken(name) && strings.Trim(val, "=") != "" {
+			add(strings.Trim(val, `"`)) // a cookie's value, "Signature=..."'s
+		} else {
+			add(f)
+		}
+		if basic && i == 1 {
+			dec, err := base64.StdEncoding.DecodeString(f)
+			if err != nil {
+				dec, err = base64.RawStdEncoding.DecodeString(f)
+			}
+			if err == nil && utf8.Valid(dec) {
+				user, pass, _ := strings.Cut(string(dec), ":")
+				add(string(dec))
+				add(user)
+				add(pass)
+			}
+		}
+	}
+	return dst
+}
+
+// isToken reports whether s is a plain name: letters, digits, '-', '_'
+// and '.', as cookie and parameter names are.
+func isToken(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := range len(s) {
+		if b := s[i]; !isAlnum(b) && b != '-' && b != '_' && b != '.' {
+			return false
+		}
+	}
+	return true
+}
+
+// compactSecrets sorts and deduplicates a list of secrets.
+func compactSecrets(s []string) []string {
+	slices.Sort(s)
+	return slices.Compact(s)
+}
+
+// appendRequestSecrets appends to dst every form of the credentials that
+// req carries by the rule: its credential headers' values, its credential
+// query parameters' values, and its URL's user and password.
+func (c *credentials) appendRequestSecrets(dst []string, req *http.Request) []string {
+	return c.appendURLSecrets(c.appendHeaderSecrets(dst, req.Header), req.URL)
+}
+
+// appendHeaderSecrets appends to dst every form of the values of h's
+// credential headers.
+func (c *credentials) appendHeaderSecrets(dst []string, h http.Header) []string {
+	for k, vs := range h {
+		if c.header(k) {
+			for _, v := range vs {
+				dst = appendSecretForms(dst, v)
+			}
+		}
+	}
+	return dst
+}
+
+// appendURLSecrets appends to dst every form of the values of u's
+// credential query parameters, and of its user and password.
+func (c *credentials) appendURLSecrets(dst []string, u *url.URL) []string {
+	if u == nil {
+		return dst
+	}
+	if u.User != nil {
+		dst = appendSecretForms(dst, u.User.Username())
+		if pw, ok := u.User.Password(); ok {
+			dst = appendSecretForms(dst, pw)
+		}
+	}
+	for _, pair := range strings.FieldsFunc(u.RawQuery, func(r rune) bool { return r == '&' || r == ';' }) {
+		if c.param(queryName(pair)) {
+			_, value, _ := strings.Cut(pair, "=")
+			dst = appendSecretForms(dst, value)
+			if v, err := url.QueryUnescape(value); err == nil && v != value {
+				dst = appendSecretForms(dst, v)
+			}
+		}
+	}
+	return dst
+}
+
+// redact replaces every secret of the lists in msg with "[REDACTED]",
+// wherever it appears, overlapping ones too: the upstreams' header values
+// and the caller's credentials, in every form appendSecretForms knows. A
+// message cut short (a stream's error event, clipped) may end in a
+// secret's first bytes: from minSecretLen of them on, they are hidden too,
+// unless they end where a part of the secret does (a value of several
+// parts may begin with an innocent one: "theme=dark; session=...", whose
+// secret parts are in the lists on their own).
+func redact(msg string, lists ...[]string) string {
+	var hidden []bool // which bytes of msg belong to a secret
+	hide := func(i, j int) {
+		if hidden == nil {
+			hidden = make([]bool, len(msg))
+		}
+		for ; i < j; i++ {
+			hidden[i] = true
+		}
+	}
+	for _, list := range lists {
+		for _, s := range list {
+			if s == "" {
+				continue
+			}
+			for off := 0; ; {
+				i := strings.Index(msg[off:], s)
+				if i < 0 {
+					break
+				}
+				i += off
+				hide(i, i+len(s))
+				off = i + 1
+			}
+			for n := min(len(s)-1, len(msg)); n >= minSecretLen; n-- {
+				if strings.HasSuffix(msg, s[:n]) {
+					if !partEnds(s[n:]) {
+						hide(len(msg)-n, len(msg))
+					}
+					break
+				}
+			}
+		}
+	}
+	if hidden == nil {
+		return msg
+	}
+	var b strings.Builder
+	for i := 0; i < len(msg); {
+		if !hidden[i] {
+			b.WriteByte(msg[i])
+			i++
+			continue
+		}
+		b.WriteString("[REDACTED]")
+		for i < len(msg) && hidden[i] {
+			i++
+		}
+	}
+	return b.String()
+}
+
+// partEnds reports whether rest, what follows the first bytes of a
+// secret, begins with a separator of its parts (see appendSecretForms), as
+// written or escaped.
+func partEnds(rest string) bool {
+	if rest[0] == ' ' || rest[0] == '\t' || rest[0] == ',' || rest[0] == ';' {
+		return true
+	}
+	for _, e := range []string{"%20", "%09", "%2C", "%3B"} {
+		if strings.HasPrefix(rest, e) {
+			return true
+		}
+	}
+	return false
+}
+
+// redact scrubs every known secret from msg: the upstreams' header values
+// and the credentials of the caller's request, in every form.
+func (c *call) redact(msg string) string {
+	if c.secrets == nil {
+		s := c.t.creds.appendRequestSecrets([]string{}, c.req)
+		if c.hop != nil {
+			s = append(s, c.hop.secrets...)
+		}
+		c.secrets = compactSecrets(s)
+	}
+	return redact(msg, c.t.creds.upstreamSecrets, c.secrets)
+}
+
+// validHeaderName reports whether k is a valid header field name (an RFC 9110 token).
+func validHeaderName(k string) bool {
+	if k == "" {
+		return false
+	}
+	for _, r := range k {
+		if r <= ' ' || r >= 0x7f || strings.ContainsRune("\"(),/:;<=>?@[\\]{}", r) {
+			return false
+		}
+	}
+	return true
+}
