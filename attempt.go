@@ -9,7 +9,6 @@ import (
 	"net"
 	"net/http"
 	"net/url"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -73,14 +72,25 @@ type ender struct {
 	ctx    *ownCtx
 }
 
-// stop ends the context, if there is one, with cause (for the
-// context.WithCancelCause kind: an ownCtx keeps none).
+// stop ends the context, if there is one, with cause.
 func (e ender) stop(cause error) {
 	switch {
 	case e.cancel != nil:
 		e.cancel(cause)
 	case e.ctx != nil:
-		e.ctx.end()
+		e.ctx.end(cause)
+	}
+}
+
+// closed is the caller's Close of the answer's body: it ends a
+// context.WithCancelCause's, which its parent lets go of only then, and
+// releases an ownCtx.
+func (e ender) closed() {
+	switch {
+	case e.cancel != nil:
+		e.cancel(nil)
+	case e.ctx != nil:
+		e.ctx.release()
 	}
 }
 
@@ -88,99 +98,113 @@ func (e ender) stop(cause error) {
 func (e ender) ends() bool { return e.cancel != nil || e.ctx != nil }
 
 // ownCtx is an attempt's own context when its caller's is never done
-// (context.Background's kind, whose Done is nil): the caller's, which the
-// attempt can end early. It is made with the attempt (outParts), and its
-// Done channel only when asked for, sparing context.WithCancelCause's two
-// allocations on the path of a hedged attempt that answers in time. With a
-// caller's context that can be done, the attempt takes
-// context.WithCancelCause's, which the parent tells of its end. Its Err is
-// context.Canceled once ended; context.Cause says no more. A context
-// derived from it (http.Transport derives one for each request) is ended
-// with it through AfterFunc, as a cancelCtx ends its children, without a
-// goroutine that waits for its Done.
+// (context.Background's kind, whose Done is nil), as a hedged round's
+// first attempt has it: the caller's deadline and values, and the Done,
+// Err and cause of a canceler, which the attempt ends early (end). It is
+// made with the attempt (outParts), and its canceler comes from a pool,
+// so that an attempt answered in time costs its context no allocation: a
+// context derived from it (http.Transport derives one for every request)
+// finds the canceler's cancelCtx through Value, as one derived from a
+// cancelCtx does, and joins its children, a map made already, with no
+// goroutine and no allocation. (An ownCtx of its own, with the context
+// package's AfterFunc hook, took four allocations: its Done channel, the
+// hook's stop func, and the derived context's closure and stopCtx.)
+//
+// The caller's Close of the answer's body releases it: the canceler goes
+// back to the pool, unended, unless the attempt was ended (a canceled
+// cancelCtx cannot serve again) or it has served cancelerUses attempts.
+// After its release the context no longer ends with the attempt: it reads
+// as the caller's own, never done, as the request without Hedge has it,
+// until another attempt that took its canceler from the pool is ended, or
+// the canceler is retired (cancelerUses), which ends it. It still finds
+// its canceler, so that a context derived from it that lets go of it
+// later (http.Transport's, once the body is read) leaves nothing behind.
 type ownCtx struct {
 	context.Context // the caller's: Deadline and Value
-	mu              sync.Mutex
-	done            chan struct{} // made by Done
-	err             error
-	afters          []afterFunc  // arranged by AfterFunc, neither run nor stopped yet
-	inline          [1]afterFunc // afters' room for the one http.Transport arranges
-	arranged        uint64       // the afterFuncs ever arranged: the next one's id
+	c               *canceler
+	state           atomic.Int32 // ctxLive, ctxEnded or ctxReleased
 }
 
-// afterFunc is an f that ownCtx.AfterFunc arranged, and its id for stop.
-type afterFunc struct {
-	f  func()
-	id uint64
+// An ownCtx's states.
+const (
+	ctxLive     = iota // the attempt's: end ends it
+	ctxEnded           // ended: its canceler is canceled
+	ctxReleased        // the caller closed the answer: the canceler went back, or was retired
+)
+
+// canceler is the cancelCtx of an ownCtx: context.WithCancelCause's of
+// context.Background, whose Value is nil but for the cancelCtx's own key,
+// and its Done channel, made with it. Pooled ones (cancelers) are made
+// outside any synctest bubble: a channel belongs to the bubble it was made
+// in, and to use it outside is fatal; a round in a bubble makes its own
+// and never pools it.
+type canceler struct {
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	pooled bool // it goes back to cancelers when released unended
+	uses   int  // attempts it has served
 }
 
-func (c *ownCtx) Done() <-chan struct{} {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.done == nil {
-		c.done = make(chan struct{})
-		if c.err != nil {
-			close(c.done)
-		}
+// cancelerUses is how many attempts a pooled canceler serves before it is
+// retired, ended: a context a Base derived from an attempt's and never
+// canceled (or an AfterFunc it never stopped) stays among its children
+// until then, so no canceler holds more than that many, nor keeps one
+// waiting longer than that many requests for its end.
+const cancelerUses = 64
+
+var cancelers = sync.Pool{New: func() any { return newCanceler(true) }}
+
+func newCanceler(pooled bool) *canceler {
+	c := &canceler{pooled: pooled}
+	c.ctx, c.cancel = context.WithCancelCause(context.Background())
+	c.ctx.Done() // the channel, made now: outside any bubble for a pooled one
+	return c
+}
+
+// init makes c the context of an attempt under parent, whose Done is
+// nil, with a canceler from the pool, or of its own in a synctest bubble.
+func (c *ownCtx) init(parent context.Context, bubbled bool) {
+	c.Context = parent
+	if bubbled {
+		c.c = newCanceler(false)
+	} else {
+		c.c = cancelers.Get().(*canceler)
 	}
-	return c.done
 }
 
-func (c *ownCtx) Err() error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.err
+func (c *ownCtx) Done() <-chan struct{} { return c.c.ctx.Done() }
+
+func (c *ownCtx) Err() error { return c.c.ctx.Err() }
+
+func (c *ownCtx) Value(key any) any {
+	if v := c.c.ctx.Value(key); v != nil {
+		return v // the cancelCtx, for its own key: for Cause and derived contexts
+	}
+	return c.Context.Value(key)
 }
 
-func (c *ownCtx) end() {
-	c.mu.Lock()
-	if c.err != nil {
-		c.mu.Unlock()
+// end ends the attempt's context with cause, unless it ended already or
+// was released.
+func (c *ownCtx) end(cause error) {
+	if c.state.CompareAndSwap(ctxLive, ctxEnded) {
+		c.c.cancel(cause)
+	}
+}
+
+// release gives the canceler back to the pool, unless the context ended
+// already: the caller has closed the answer, and the attempt will not end
+// it. A canceler of a bubble's round, or one that has served cancelerUses
+// attempts, is ended instead.
+func (c *ownCtx) release() {
+	if !c.state.CompareAndSwap(ctxLive, ctxReleased) {
 		return
 	}
-	c.err = context.Canceled
-	if c.done != nil {
-		close(c.done)
+	k := c.c
+	if k.uses++; !k.pooled || k.uses >= cancelerUses {
+		k.cancel(nil)
+		return
 	}
-	afters := c.afters
-	c.afters = nil
-	c.mu.Unlock()
-	for _, a := range afters {
-		a.f() // a derived context's cancel (see AfterFunc), without c's lock: it reads Err
-	}
-}
-
-// AfterFunc arranges for f to be called when c ends, and returns what
-// undoes that, reporting whether it did, as context.AfterFunc does. The
-// context package calls it for each context derived from c, with an f
-// that cancels that context: end calls it on its own goroutine, as a
-// cancelCtx cancels its children (context.AfterFunc's own f still runs on
-// a goroutine of its own). Without it, each derived context would take a
-// goroutine waiting for c's Done.
-func (c *ownCtx) AfterFunc(f func()) (stop func() bool) {
-	c.mu.Lock()
-	if c.err != nil {
-		c.mu.Unlock()
-		go f() // the caller may hold a lock that f takes (propagateCancel does)
-		return func() bool { return false }
-	}
-	if c.afters == nil {
-		c.afters = c.inline[:0]
-	}
-	c.arranged++
-	id := c.arranged
-	c.afters = append(c.afters, afterFunc{f: f, id: id})
-	c.mu.Unlock()
-	return func() bool {
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		i := slices.IndexFunc(c.afters, func(a afterFunc) bool { return a.id == id })
-		if i < 0 {
-			return false
-		}
-		c.afters = slices.Delete(c.afters, i, i+1)
-		return true
-	}
+	cancelers.Put(k)
 }
 
 // String names it for a panic's or a log's %v, as the context package's
@@ -199,7 +223,7 @@ func (c *call) prepare(ctx context.Context, a *attempt, cancelable bool) error {
 	actx := ctx
 	if cancelable {
 		if a.own != nil && ctx.Done() == nil {
-			a.own.ctx.Context = ctx
+			a.own.ctx.init(ctx, inBubble(a.start))
 			a.ctx = &a.own.ctx
 			actx = a.ctx
 		} else {

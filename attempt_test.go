@@ -319,59 +319,89 @@ func TestSlowGetBodyIsNoStall(t *testing.T) {
 }
 
 // An attempt's ownCtx (a hedged round's, under a caller's context that is
-// never done) makes its Done channel only when asked, is done once ended,
-// whether asked before or after, and gives the caller's deadline and
-// values.
+// never done) is done once ended, with the cause it was ended with, and
+// gives the caller's deadline and values.
 func TestOwnCtx(t *testing.T) {
 	type key struct{}
 	parent := context.WithValue(context.Background(), key{}, "v")
-	var asked, late ownCtx
-	asked.Context, late.Context = parent, parent
-	if asked.done != nil || asked.Err() != nil {
-		t.Fatal("a new ownCtx is done, or made its channel unasked")
-	}
-	done := asked.Done()
+	var c ownCtx
+	c.init(parent, false)
+	done := c.Done()
 	select {
 	case <-done:
 		t.Fatal("done before it ended")
 	default:
 	}
-	asked.end()
-	asked.end() // once is enough; twice must not close twice
+	if c.Err() != nil {
+		t.Fatalf("Err %v before it ended", c.Err())
+	}
+	c.end(errHedgeLost)
+	c.end(ErrAttemptTimeout) // once is enough; the first cause stays
 	select {
 	case <-done:
 	default:
 		t.Fatal("not done once ended")
 	}
-	late.end()
-	select {
-	case <-late.Done():
-	default:
-		t.Fatal("a channel asked for after the end is not closed")
+	if !errors.Is(c.Err(), context.Canceled) || context.Cause(&c) != errHedgeLost {
+		t.Errorf("Err %v, Cause %v: want context.Canceled, %v", c.Err(), context.Cause(&c), errHedgeLost)
 	}
-	for _, c := range []*ownCtx{&asked, &late} {
-		if !errors.Is(c.Err(), context.Canceled) || !errors.Is(context.Cause(c), context.Canceled) {
-			t.Errorf("Err %v, Cause %v: want context.Canceled", c.Err(), context.Cause(c))
-		}
-		if c.Value(key{}) != "v" {
-			t.Error("the caller's value is lost")
-		}
-		if _, ok := c.Deadline(); ok {
-			t.Error("a deadline the caller did not set")
-		}
+	if c.Value(key{}) != "v" {
+		t.Error("the caller's value is lost")
 	}
-	if s := fmt.Sprint(&asked); !strings.Contains(s, "failover attempt") {
+	if _, ok := c.Deadline(); ok {
+		t.Error("a deadline the caller did not set")
+	}
+	if s := fmt.Sprint(&c); !strings.Contains(s, "failover attempt") {
 		t.Errorf("String %q", s)
+	}
+}
+
+// An ownCtx released (the caller closed the answer) gives its canceler
+// back unended, and no longer ends with the attempt; one ended first gives
+// nothing back, and a release after the end does nothing; a bubble's
+// canceler, or one that has served cancelerUses attempts, is ended by the
+// release instead.
+func TestOwnCtxRelease(t *testing.T) {
+	var live ownCtx
+	live.init(context.Background(), false)
+	k := live.c
+	uses := k.uses
+	live.release()
+	live.end(errHedgeLost) // a discarded answer's cleanup, after its Close
+	if k.ctx.Err() != nil || k.uses != uses+1 {
+		t.Errorf("released: canceler's Err %v, uses %d; want it unended, used once more than %d", k.ctx.Err(), k.uses, uses)
+	}
+	var ended ownCtx
+	ended.init(context.Background(), false)
+	ended.end(errHedgeLost)
+	uses = ended.c.uses
+	ended.release()
+	if ended.c.uses != uses || context.Cause(&ended) != errHedgeLost {
+		t.Errorf("ended, then released: uses %d (want %d), Cause %v", ended.c.uses, uses, context.Cause(&ended))
+	}
+	var bubbled ownCtx
+	bubbled.init(context.Background(), true)
+	bubbled.release()
+	if bubbled.Err() == nil {
+		t.Error("a bubble's canceler was not ended by its release")
+	}
+	var old ownCtx
+	old.init(context.Background(), false)
+	old.c.uses = cancelerUses - 1
+	old.release()
+	if old.Err() == nil {
+		t.Errorf("a canceler that served %d attempts was not retired", cancelerUses)
 	}
 }
 
 // A context derived from an ownCtx, as http.Transport derives one from
 // every request's, takes no goroutine to wait for the ownCtx's end (as one
-// derived from context.WithCancelCause's takes none): it is ended with the
-// ownCtx, at once, and one canceled before leaves nothing registered.
+// derived from context.WithCancelCause's takes none), nor an allocation
+// but its own once the canceler has served a request: it joins the
+// canceler's children, and is ended with the ownCtx, at once.
 func TestOwnCtxDerivedTakesNoGoroutine(t *testing.T) {
 	var own ownCtx
-	own.Context = context.Background()
+	own.init(context.Background(), false)
 	before := goroutinesCreated(t)
 	var kept []context.Context
 	for i := range 100 {
@@ -386,7 +416,21 @@ func TestOwnCtxDerivedTakesNoGoroutine(t *testing.T) {
 	if n := goroutinesCreated(t) - before; n > 10 {
 		t.Errorf("100 contexts derived from an ownCtx started %d goroutines, want none", n)
 	}
-	own.end()
+	if !raceEnabled {
+		var plain, derived float64
+		plain = testing.AllocsPerRun(100, func() {
+			_, cancel := context.WithCancelCause(context.Background())
+			cancel(nil)
+		})
+		derived = testing.AllocsPerRun(100, func() {
+			_, cancel := context.WithCancelCause(&own)
+			cancel(nil)
+		})
+		if derived > plain {
+			t.Errorf("a context derived from an ownCtx takes %v allocations, one derived from Background %v", derived, plain)
+		}
+	}
+	own.end(nil)
 	for _, ctx := range kept {
 		select {
 		case <-ctx.Done():

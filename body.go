@@ -309,7 +309,8 @@ func (b *watchedBody) faulted(err error) bool {
 	return e != nil && (*e == errBodyLength || errors.Is(err, *e))
 }
 
-// cancelOnClose ends an attempt's context when the caller closes the body.
+// cancelOnClose ends an attempt's context, or releases it (an ownCtx),
+// when the caller closes the body.
 type cancelOnClose struct {
 	io.ReadCloser
 	e ender
@@ -317,7 +318,7 @@ type cancelOnClose struct {
 
 func (b *cancelOnClose) Close() error {
 	err := b.ReadCloser.Close()
-	b.e.stop(nil)
+	b.e.closed()
 	return err
 }
 
