@@ -96,7 +96,10 @@ func newBenchTransport(tb testing.TB, cfg failover.Config) *failover.Transport {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	tb.Cleanup(tr.CloseIdleConnections)
+	tb.Cleanup(func() {
+		tr.Close() // a Config.Shared's goroutines, a Config.Probe's
+		tr.CloseIdleConnections()
+	})
 	return tr
 }
 
@@ -622,17 +625,7 @@ func cannedWorkerTraced(rt http.RoundTripper, url string, trace *failover.Trace)
 			Header:     http.Header{"Content-Type": benchJSON},
 		}
 		req := newChatRequest(failover.WithTrace(context.WithValue(context.Background(), cannedKey{}, resp), trace), url)
-		return func() error {
-			r, err := rt.RoundTrip(req)
-			if err != nil {
-				return err
-			}
-			r.Body.Close()
-			if r.StatusCode != http.StatusOK {
-				return fmt.Errorf("got %d, want 200", r.StatusCode)
-			}
-			return nil
-		}
+		return func() error { return roundTripOK(rt, req) }
 	}
 }
 
@@ -809,9 +802,10 @@ func BenchmarkFailover(b *testing.B) {
 		{
 			name:    "refused",
 			primary: refused,
-			// Consecutive failures as by default, but more than any
-			// run sends: the circuit stays closed.
-			breaker: failover.BreakerConfig{FailureThreshold: 1 << 20},
+			// A failure rate that needs more requests within its
+			// period than any run sends: the circuit stays closed.
+			// (FailureThreshold is at most 1000, which a run passes.)
+			breaker: failover.BreakerConfig{FailureRate: 1, MinRequests: 1 << 30},
 			check: func(h failover.UpstreamHealth) error {
 				if h.State != "closed" || h.Requests.Failed == 0 {
 					return fmt.Errorf("primary %s with %d failures, want closed and failing", h.State, h.Requests.Failed)
@@ -1182,15 +1176,7 @@ func memoryWorker(rt http.RoundTripper, url string, fail bool) func() func() err
 		req := newChatRequest(context.WithValue(context.Background(), failingKey{}, w), url)
 		return func() error {
 			w.n++
-			r, err := rt.RoundTrip(req)
-			if err != nil {
-				return err
-			}
-			r.Body.Close()
-			if r.StatusCode != http.StatusOK {
-				return fmt.Errorf("got %d, want 200", r.StatusCode)
-			}
-			return nil
+			return roundTripOK(rt, req)
 		}
 	}
 }
@@ -1240,4 +1226,18 @@ func (nopShared) Subscribe(ctx context.Context, _ func(failover.SharedEvent)) er
 }
 func (nopShared) AcquireProbe(context.Context, string, string, time.Duration) (bool, error) {
 	return true, nil
+}
+
+// roundTripOK sends req through rt and closes the answer, which must be a
+// 200.
+func roundTripOK(rt http.RoundTripper, req *http.Request) error {
+	r, err := rt.RoundTrip(req)
+	if err != nil {
+		return err
+	}
+	r.Body.Close()
+	if r.StatusCode != http.StatusOK {
+		return fmt.Errorf("got %d, want 200", r.StatusCode)
+	}
+	return nil
 }
