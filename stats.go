@@ -3,6 +3,7 @@ package failover
 import (
 	"math"
 	"slices"
+	"sort"
 	"sync/atomic"
 	"time"
 
@@ -54,20 +55,28 @@ func (w *window) add(o Outcome, d time.Duration, now mono.Time) {
 
 // rate returns the attempts per second over the window's attempts made
 // after since: their number over the time since the oldest of them (0
-// with fewer than 2).
+// with fewer than 2). The ring holds its attempts in the order they were
+// numbered, which is the order of their times but for the few that
+// concurrent writers stored out of step: the oldest attempt after since is
+// found by a binary search over that order, about ten reads rather than a
+// scan of the whole ring (which every failure told to the fleet made, and
+// each read a cache line the other cores write).
 func (w *window) rate(now, since time.Time) float64 {
 	from, end := mono.Of(since), mono.Of(now)
-	oldest, n := end, 0
-	for i := range w.ring {
-		if at := mono.Time(w.at[i].Load()); w.ring[i].Load() != 0 && at >= from {
-			n++
-			oldest = min(oldest, at)
-		}
-	}
-	if n < 2 || end <= oldest {
+	next := w.next.Load()
+	lo, hi := next-min(next, windowSize), next // the numbers the ring holds: [lo, hi)
+	// The first number in [lo, hi) whose attempt is at from or later.
+	first := lo + uint64(sort.Search(int(hi-lo), func(k int) bool {
+		return mono.Time(w.at[(lo+uint64(k))%windowSize].Load()) >= from
+	}))
+	if hi-first < 2 {
 		return 0
 	}
-	return float64(n) / end.Sub(oldest).Seconds()
+	oldest := mono.Time(w.at[first%windowSize].Load())
+	if end <= oldest {
+		return 0
+	}
+	return float64(hi-first) / end.Sub(oldest).Seconds()
 }
 
 // windowStats are the figures of the attempts in a window that are at

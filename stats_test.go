@@ -2,9 +2,12 @@ package failover
 
 import (
 	"math"
+	"math/rand/v2"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/failover-go/failover/internal/mono"
 )
 
 func TestPeakEWMA(t *testing.T) {
@@ -109,5 +112,71 @@ func TestPeakEWMAConcurrent(t *testing.T) {
 	wg.Wait()
 	if v := e.value(t0.Add(999 * time.Millisecond)); v < 10*time.Millisecond || v > 17*time.Millisecond {
 		t.Errorf("value %v outside the samples' range", v)
+	}
+}
+
+// TestWindowRate checks rate's binary search against a scan of the whole
+// ring (what it replaced) over random histories: fewer attempts than the
+// ring holds and more, bursts at one instant, a since before, inside and
+// after them, and canceled attempts, which take no place in the ring.
+func TestWindowRate(t *testing.T) {
+	scan := func(w *window, now, since time.Time) float64 {
+		from, end := mono.Of(since), mono.Of(now)
+		oldest, n := end, 0
+		for i := range w.ring {
+			if at := mono.Time(w.at[i].Load()); w.ring[i].Load() != 0 && at >= from {
+				n++
+				oldest = min(oldest, at)
+			}
+		}
+		if n < 2 || end <= oldest {
+			return 0
+		}
+		return float64(n) / end.Sub(oldest).Seconds()
+	}
+	r := rand.New(rand.NewPCG(1, 2))
+	t0 := time.Now()
+	for run := range 300 {
+		w := new(window)
+		at := t0
+		n := r.IntN(3 * windowSize)
+		if run%10 == 0 {
+			n = r.IntN(4) // the few attempts that make no rate
+		}
+		for range n {
+			if r.IntN(4) > 0 { // a burst shares its instant
+				at = at.Add(time.Duration(r.IntN(20)) * time.Millisecond)
+			}
+			o := Success
+			switch r.IntN(10) {
+			case 0:
+				o = Failed
+			case 1:
+				o = Canceled
+			}
+			w.add(o, time.Millisecond, mono.Of(at))
+		}
+		end := at.Add(time.Duration(r.IntN(100)) * time.Millisecond)
+		for _, back := range []time.Duration{0, time.Millisecond, time.Second, rateWindow, time.Hour, time.Duration(r.Int64N(int64(at.Sub(t0) + 1)))} {
+			since := end.Add(-back)
+			if got, want := w.rate(end, since), scan(w, end, since); got != want {
+				t.Fatalf("run %d, %d attempts, since %v before the last: rate %v, a scan of the ring %v", run, n, back, got, want)
+			}
+		}
+	}
+}
+
+// BenchmarkWindowRate is the cost of u.rate, which every failure told to
+// the fleet pays (and every failure the fleet tells), on a full ring.
+func BenchmarkWindowRate(b *testing.B) {
+	w := new(window)
+	t0 := time.Now()
+	for i := range 3 * windowSize {
+		w.add(Success, time.Millisecond, mono.Of(t0.Add(time.Duration(i)*time.Millisecond)))
+	}
+	now := t0.Add(3 * windowSize * time.Millisecond)
+	b.ReportAllocs()
+	for b.Loop() {
+		w.rate(now, now.Add(-rateWindow))
 	}
 }
