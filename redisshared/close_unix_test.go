@@ -127,3 +127,92 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// A subscription that starts while Redis has stopped answering (SIGSTOP:
+// the kernel still accepts the connection, and go-redis then waits for
+// the handshake's answer, under the PubSub's lock that its Close takes
+// too) ends soon after its context does, rather than when Redis answers.
+func TestStoreSubscribeStoppedCanceled(t *testing.T) {
+	srv := startRedis(t)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, ReadTimeout: -1, MaxRetries: -1})
+	defer rdb.Close()
+	s := New(rdb, Options{Prefix: t.Name()})
+	if err := srv.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatalf("cannot stop redis-server: %v", err) // the test is the stopped server: without it, it proves nothing
+	}
+	defer srv.cmd.Process.Signal(syscall.SIGCONT)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Subscribe(ctx, func(failover.SharedEvent) {}) }()
+	time.Sleep(100 * time.Millisecond) // connecting, or waiting for the handshake
+	cancel()
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Error("Subscribe on a stopped Redis returned no error")
+		}
+	case <-time.After(10 * time.Second):
+		srv.cmd.Process.Signal(syscall.SIGCONT)
+		t.Fatal("Subscribe still waits on a stopped Redis 10s after its context ended")
+	}
+}
+
+// A Transport whose subscription is being set up when Redis stops
+// answering closes as TestCloseRedisStopped's does: no call left behind,
+// no goroutine of the fleet's or the Store's after Close.
+func TestCloseRedisStoppedSubscribing(t *testing.T) {
+	srv := startRedis(t)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, ReadTimeout: -1, MaxRetries: -1})
+	defer rdb.Close()
+	if err := srv.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatalf("cannot stop redis-server: %v", err)
+	}
+	defer srv.cmd.Process.Signal(syscall.SIGCONT)
+	subs := &subscribing{Store: New(rdb, Options{Prefix: t.Name()})}
+	var logs lockedBuffer
+	tr, err := failover.New(failover.Config{
+		Upstreams:  []failover.Upstream{{Name: "primary", BaseURL: "http://127.0.0.1:1"}},
+		Shared:     subs,
+		SharedSync: 10 * time.Millisecond,
+		Logger:     slog.New(slog.NewTextHandler(&logs, nil)),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Close()
+	waitFor(t, "a subscription to wait on the stopped Redis", func() bool { return subs.n.Load() > 0 })
+	time.Sleep(100 * time.Millisecond) // connecting, or waiting for the handshake
+
+	closed := make(chan struct{})
+	go func() {
+		tr.Close()
+		close(closed)
+	}()
+	select {
+	case <-closed:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("Close still waits after 10s; its goroutines:\n%s", ours())
+	}
+	if logs.count("goes on past its context's deadline") > 0 {
+		t.Errorf("Close left a call to Redis behind:\n%s", logs.b.String())
+	}
+	deadline := time.Now().Add(time.Second)
+	for ours() != "" && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if s := ours(); s != "" {
+		t.Errorf("goroutines of the Transport's or the Store's outlive Close:\n%s", s)
+	}
+}
+
+// subscribing is a Store that counts its subscriptions under way.
+type subscribing struct {
+	*Store
+	n atomic.Int32
+}
+
+func (s *subscribing) Subscribe(ctx context.Context, deliver func(failover.SharedEvent)) error {
+	s.n.Add(1)
+	defer s.n.Add(-1)
+	return s.Store.Subscribe(ctx, deliver)
+}

@@ -297,15 +297,25 @@ func reason(r string) failover.CooldownReason {
 
 // Subscribe delivers the channel's events until ctx is done or the
 // connection fails. Messages that do not parse are skipped.
+//
+// Setting the subscription up (the connection, its handshake and the
+// confirmation) takes at most subscribeSetup: go-redis does it under the
+// PubSub's lock, which its Close takes too, and waits for Redis's answers
+// with no deadline but the context's, so that a Redis that accepts
+// connections and never answers would otherwise hold the call past ctx's
+// end, and Transport.Close with it.
 func (s *Store) Subscribe(ctx context.Context, deliver func(failover.SharedEvent)) error {
-	ps := s.rdb.Subscribe(ctx, s.channel)
+	setup, cancel := context.WithTimeout(ctx, subscribeSetup)
+	defer cancel()
+	ps := s.rdb.Subscribe(setup, s.channel)
 	defer ps.Close()
 	// go-redis's blocking read does not watch ctx: closing ends it.
 	stop := context.AfterFunc(ctx, func() { ps.Close() })
 	defer stop()
-	if _, err := ps.ReceiveTimeout(ctx, healthCheck); err != nil {
+	if _, err := ps.ReceiveTimeout(setup, subscribeSetup); err != nil {
 		return cmp.Or(ctx.Err(), err)
 	}
+	cancel()
 	pinged := false
 	for {
 		// A connection that died without a word would keep the read
@@ -337,6 +347,11 @@ func (s *Store) Subscribe(ctx context.Context, deliver func(failover.SharedEvent
 
 // healthCheck is how long a subscription may be quiet before it is pinged.
 var healthCheck = 15 * time.Second
+
+// subscribeSetup bounds the setting up of a subscription: far more than a
+// Redis on a loaded machine takes, and less than the second past its
+// call's bound that Transport.Close waits for a call to return.
+const subscribeSetup = time.Second
 
 func (s *Store) decode(payload string) (failover.SharedEvent, bool) {
 	var m message
