@@ -61,22 +61,62 @@ func (w *window) add(o Outcome, d time.Duration, now mono.Time) {
 // found by a binary search over that order, about ten reads rather than a
 // scan of the whole ring (which every failure told to the fleet made, and
 // each read a cache line the other cores write).
+//
+// Writers go on meanwhile. A slot read as older than since is older, or
+// claimed and not yet written; one read as newer is newer, by the order.
+// Only the oldest slot counted can have been written over by an attempt
+// numbered a ring later, which would read as new (a rate of thousands of
+// millions, or none): when the count of attempts shows that one was, the
+// search is made again, and after rateTries the ring is scanned.
 func (w *window) rate(now, since time.Time) float64 {
 	from, end := mono.Of(since), mono.Of(now)
-	next := w.next.Load()
-	lo, hi := next-min(next, windowSize), next // the numbers the ring holds: [lo, hi)
-	// The first number in [lo, hi) whose attempt is at from or later.
-	first := lo + uint64(sort.Search(int(hi-lo), func(k int) bool {
-		return mono.Time(w.at[(lo+uint64(k))%windowSize].Load()) >= from
-	}))
-	if hi-first < 2 {
+	for range rateTries {
+		next := w.next.Load()
+		lo, hi := next-min(next, windowSize), next // the numbers the ring holds: [lo, hi)
+		// The first number in [lo, hi) whose attempt is at from or later.
+		first := lo + uint64(sort.Search(int(hi-lo), func(k int) bool {
+			return mono.Time(w.at[(lo+uint64(k))%windowSize].Load()) >= from
+		}))
+		if hi-first < 2 {
+			return 0
+		}
+		if testHookRate != nil {
+			testHookRate()
+		}
+		oldest := mono.Time(w.at[first%windowSize].Load())
+		if w.next.Load() > first+windowSize {
+			continue // first's slot was claimed a ring later: read again
+		}
+		if end <= oldest {
+			return 0
+		}
+		return float64(hi-first) / end.Sub(oldest).Seconds()
+	}
+	return w.scanRate(from, end)
+}
+
+// rateTries is how many times rate searches before it scans the ring: only
+// a writer that laps the ring between two reads makes it search again.
+const rateTries = 3
+
+// testHookRate, when set, runs between rate's search and its read of the
+// oldest attempt, for a test to write meanwhile.
+var testHookRate func()
+
+// scanRate is rate by a scan of every slot: slower, and whatever the
+// writers do, each slot is an attempt (or empty) at the time it is read.
+func (w *window) scanRate(from, end mono.Time) float64 {
+	oldest, n := end, 0
+	for i := range w.ring {
+		if at := mono.Time(w.at[i].Load()); w.ring[i].Load() != 0 && at >= from {
+			n++
+			oldest = min(oldest, at)
+		}
+	}
+	if n < 2 || end <= oldest {
 		return 0
 	}
-	oldest := mono.Time(w.at[first%windowSize].Load())
-	if end <= oldest {
-		return 0
-	}
-	return float64(hi-first) / end.Sub(oldest).Seconds()
+	return float64(n) / end.Sub(oldest).Seconds()
 }
 
 // windowStats are the figures of the attempts in a window that are at

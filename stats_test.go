@@ -120,20 +120,7 @@ func TestPeakEWMAConcurrent(t *testing.T) {
 // ring holds and more, bursts at one instant, a since before, inside and
 // after them, and canceled attempts, which take no place in the ring.
 func TestWindowRate(t *testing.T) {
-	scan := func(w *window, now, since time.Time) float64 {
-		from, end := mono.Of(since), mono.Of(now)
-		oldest, n := end, 0
-		for i := range w.ring {
-			if at := mono.Time(w.at[i].Load()); w.ring[i].Load() != 0 && at >= from {
-				n++
-				oldest = min(oldest, at)
-			}
-		}
-		if n < 2 || end <= oldest {
-			return 0
-		}
-		return float64(n) / end.Sub(oldest).Seconds()
-	}
+	scan := func(w *window, now, since time.Time) float64 { return w.scanRate(mono.Of(since), mono.Of(now)) }
 	r := rand.New(rand.NewPCG(1, 2))
 	t0 := time.Now()
 	for run := range 300 {
@@ -178,5 +165,37 @@ func BenchmarkWindowRate(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		w.rate(now, now.Add(-rateWindow))
+	}
+}
+
+// A writer that laps the ring between rate's search and its read of the
+// oldest attempt wrote over that attempt with a new one: rate searches
+// again rather than take a span of nothing (a rate of thousands of
+// millions a second) or a negative one (none).
+func TestWindowRateLapped(t *testing.T) {
+	for _, lap := range []int{1, 2, windowSize / 2, windowSize - 1, windowSize} {
+		w := new(window)
+		t0 := time.Now()
+		at := t0
+		add := func(n int) {
+			for range n {
+				at = at.Add(time.Millisecond)
+				w.add(Success, time.Millisecond, mono.Of(at))
+			}
+		}
+		add(2 * windowSize)
+		now := at.Add(time.Duration(lap+1) * time.Millisecond) // after the lap
+		hooked := 0
+		testHookRate = func() {
+			if hooked++; hooked == 1 {
+				add(lap)
+			}
+		}
+		got := w.rate(now, now.Add(-rateWindow))
+		testHookRate = nil
+		// Read again, it is what the ring holds now.
+		if want := w.scanRate(mono.Of(now.Add(-rateWindow)), mono.Of(now)); got != want {
+			t.Errorf("lapped by %d attempts: rate %v, a scan of the ring %v", lap, got, want)
+		}
 	}
 }
