@@ -225,7 +225,7 @@ func (f *fleet) callBound() time.Duration { return max(f.every, minCallBound) }
 // is closed. Otherwise, with ask, it asks for the lease, without waiting
 // for it. It is the circuit's Lease.
 func (f *fleet) mayProbe(u *upstream, now time.Time, ask bool) bool {
-	if f.down.Load() || f.stopped.Load() || mono.Of(now) < mono.Time(u.fleet.lease.Load()) {
+	if f.down.Load() || f.stopped.Load() || f.holdsLease(u, now) {
 		return true
 	}
 	if ask && u.fleet.wanting.CompareAndSwap(false, true) {
@@ -236,6 +236,12 @@ func (f *fleet) mayProbe(u *upstream, now time.Time, ask bool) bool {
 		}
 	}
 	return false
+}
+
+// holdsLease reports whether this process holds the fleet's lease on u's
+// probe at now.
+func (f *fleet) holdsLease(u *upstream, now time.Time) bool {
+	return mono.Of(now) < mono.Time(u.fleet.lease.Load())
 }
 
 // publish queues e, without waiting; a full queue drops it.
@@ -477,6 +483,14 @@ func (f *fleet) apply(e SharedEvent) {
 	now := time.Now()
 	switch e.Kind {
 	case SharedOpen:
+		// A circuit whose cooldown has ended, in the process that holds
+		// the lease, probes for the fleet: an Open that comes meanwhile
+		// (its own read back before it expires, another member's late)
+		// would drop the probe's verdict and send another under the same
+		// lease. The probe's verdict is told to the fleet in its turn.
+		if e.For > 0 && u.circuit.Status(now) == circuit.HalfOpen && f.holdsLease(u, now) {
+			return
+		}
 		if e.For > 0 && (u.circuit.Status(now) != circuit.Open || u.circuit.OpenFor(now) < e.For) {
 			u.circuit.HoldOpen(now.Add(e.For), now)
 			f.adopted.Inc()

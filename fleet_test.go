@@ -575,3 +575,63 @@ func TestSharedCoolingCappedByMaxCooldown(t *testing.T) {
 		}
 	})
 }
+
+// The member that holds the fleet's probe lease probes once for it: an Open
+// that reaches it meanwhile (its own, read back from the store before it
+// expires, or another member's, late) does not hold its circuit open
+// again, which would drop its probe's verdict and send a second probe
+// under the same lease.
+func TestSharedOpenSparesTheProbe(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := newFakeNet()
+		var probing atomic.Bool
+		n.handle("a.test", func(*http.Request) (*http.Response, error) {
+			if probing.Load() {
+				time.Sleep(50 * time.Millisecond) // the probe is in flight for a while
+			}
+			return respond(503, "down"), nil
+		})
+		n.status("b.test", 200, "b")
+		s := newMemShared()
+		fleet := fleetOf(t, 1, n, s, nil)
+		tr := fleet[0]
+		synctest.Wait()
+		get(t, tr, "http://a.test/")
+		get(t, tr, "http://a.test/")
+		synctest.Wait()
+		if h := tr.Health()[0]; h.State != "open" {
+			t.Fatalf("setup: the primary is %s, want open", h.State)
+		}
+		time.Sleep(time.Second) // the cooldown ends
+		probing.Store(true)
+		before := n.count("a.test")
+		// The lease is taken in the background: the first request goes
+		// elsewhere and asks for it, the next probes.
+		get(t, tr, "http://a.test/")
+		synctest.Wait()
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			get(t, tr, "http://a.test/")
+		}()
+		time.Sleep(10 * time.Millisecond)
+		if got := n.count("a.test") - before; got != 1 {
+			t.Fatalf("setup: %d requests reached the primary, want its probe", got)
+		}
+		// Another member's Open, late, while the probe is in flight.
+		s.Publish(context.Background(), SharedEvent{Upstream: "a", Kind: SharedOpen, For: 20 * time.Millisecond, Member: "other", At: time.Now()})
+		synctest.Wait()
+		<-done
+		time.Sleep(100 * time.Millisecond) // past the late Open, within the lease
+		for range 5 {
+			get(t, tr, "http://a.test/")
+			synctest.Wait()
+		}
+		if got := n.count("a.test") - before; got != 1 {
+			t.Errorf("%d probes under one lease, want 1", got)
+		}
+		if h := tr.Health()[0]; h.State != "open" || h.OpenFor < 800*time.Millisecond {
+			t.Errorf("after its probe failed, the primary is %s for %v, want open for about the cooldown", h.State, h.OpenFor)
+		}
+	})
+}
