@@ -4,9 +4,12 @@ package redisshared
 
 import (
 	"context"
+	"io"
 	"log/slog"
+	"net"
 	"runtime"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -202,4 +205,112 @@ func (s *subscribing) Subscribe(ctx context.Context, deliver func(failover.Share
 	s.n.Add(1)
 	defer s.n.Add(-1)
 	return s.Store.Subscribe(ctx, deliver)
+}
+
+// A subscription whose connection breaks reconnects inside go-redis's
+// read, under the PubSub's lock: when the new connection is accepted and
+// never answered (here a TCP proxy in front of Redis that stops forwarding,
+// as one whose backend hangs would), the subscription still ends soon after
+// its context does.
+func TestStoreSubscribeReconnectHangs(t *testing.T) {
+	srv := startRedis(t)
+	p := newProxy(t, srv.Addr)
+	rdb := redis.NewClient(&redis.Options{Addr: p.addr, ReadTimeout: -1, MaxRetries: -1})
+	defer rdb.Close()
+	s := New(rdb, Options{Prefix: t.Name()})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	got := make(chan failover.SharedEvent, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- s.Subscribe(ctx, func(e failover.SharedEvent) {
+			select {
+			case got <- e:
+			default:
+			}
+		})
+	}()
+	// Subscribed: an event published on Redis directly comes through.
+	direct := New(srv.client(t), Options{Prefix: t.Name()})
+	deadline := time.Now().Add(10 * time.Second)
+	for subscribed := false; !subscribed; {
+		if time.Now().After(deadline) {
+			t.Fatal("the subscription delivers nothing after 10s")
+		}
+		direct.Publish(context.Background(), failover.SharedEvent{Upstream: "u", Kind: failover.SharedFailure, At: time.Now(), Member: "m"})
+		select {
+		case <-got:
+			subscribed = true
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	p.silent.Store(true)
+	p.breakAll()
+	time.Sleep(200 * time.Millisecond) // go-redis reconnects, and waits for the handshake
+	cancel()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		p.close()
+		t.Fatal("Subscribe still waits on a connection that never answers 10s after its context ended")
+	}
+}
+
+// proxy forwards loopback connections to a Redis, until silent: then it
+// accepts them and never answers.
+type proxy struct {
+	addr   string
+	ln     net.Listener
+	silent atomic.Bool
+	mu     sync.Mutex
+	conns  []net.Conn
+}
+
+func newProxy(t *testing.T, to string) *proxy {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &proxy{addr: ln.Addr().String(), ln: ln}
+	t.Cleanup(p.close)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			p.mu.Lock()
+			p.conns = append(p.conns, c)
+			p.mu.Unlock()
+			if p.silent.Load() {
+				continue // held open, never answered
+			}
+			b, err := net.Dial("tcp", to)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			p.mu.Lock()
+			p.conns = append(p.conns, b)
+			p.mu.Unlock()
+			go func() { io.Copy(b, c); b.Close() }()
+			go func() { io.Copy(c, b); c.Close() }()
+		}
+	}()
+	return p
+}
+
+// breakAll closes every connection the proxy holds.
+func (p *proxy) breakAll() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, c := range p.conns {
+		c.Close()
+	}
+	p.conns = nil
+}
+
+func (p *proxy) close() {
+	p.ln.Close()
+	p.breakAll()
 }

@@ -298,45 +298,59 @@ func reason(r string) failover.CooldownReason {
 // Subscribe delivers the channel's events until ctx is done or the
 // connection fails. Messages that do not parse are skipped.
 //
-// Setting the subscription up (the connection, its handshake and the
-// confirmation) takes at most subscribeSetup: go-redis does it under the
-// PubSub's lock, which its Close takes too, and waits for Redis's answers
-// with no deadline but the context's, so that a Redis that accepts
-// connections and never answers would otherwise hold the call past ctx's
-// end, and Transport.Close with it.
+// Every call into go-redis has a deadline, subscribeBound at most after
+// it begins: go-redis connects a subscription (its handshake, and again
+// after a broken connection) under the PubSub's lock, which its Close takes
+// too, and waits for Redis's answers with no deadline but the context's,
+// so that a Redis that accepts connections and never answers would hold
+// the call past ctx's end, and Transport.Close with it. The reads wait in
+// slices of half that, and a quiet spell of healthCheck is timed across
+// them.
 func (s *Store) Subscribe(ctx context.Context, deliver func(failover.SharedEvent)) error {
-	setup, cancel := context.WithTimeout(ctx, subscribeSetup)
+	setup, cancel := context.WithTimeout(ctx, subscribeBound)
 	defer cancel()
 	ps := s.rdb.Subscribe(setup, s.channel)
 	defer ps.Close()
 	// go-redis's blocking read does not watch ctx: closing ends it.
 	stop := context.AfterFunc(ctx, func() { ps.Close() })
 	defer stop()
-	if _, err := ps.ReceiveTimeout(setup, subscribeSetup); err != nil {
+	if _, err := ps.ReceiveTimeout(setup, subscribeBound); err != nil {
 		return cmp.Or(ctx.Err(), err)
 	}
 	cancel()
-	pinged := false
+	quiet, pinged := time.Now(), false
 	for {
 		// A connection that died without a word would keep the read
 		// waiting for minutes: after a quiet spell a PING goes out, and
-		// its answer must come before the next one is due.
-		msg, err := ps.ReceiveTimeout(ctx, healthCheck)
+		// its answer must come before the next one is due. The read
+		// times out before its context does: go-redis takes a context's
+		// end for a broken connection, and connects again.
+		call, cancel := context.WithTimeout(ctx, subscribeBound)
+		msg, err := ps.ReceiveTimeout(call, min(healthCheck, subscribeBound/2))
 		var nerr net.Error
 		switch {
 		case errors.As(err, &nerr) && nerr.Timeout() && ctx.Err() == nil:
+			if time.Since(quiet) < healthCheck {
+				cancel()
+				continue
+			}
 			if pinged {
+				cancel()
 				return errors.New("redisshared: the subscription did not answer PING")
 			}
-			if err := ps.Ping(ctx); err != nil {
+			err := ps.Ping(call)
+			cancel()
+			if err != nil {
 				return cmp.Or(ctx.Err(), err)
 			}
-			pinged = true
+			quiet, pinged = time.Now(), true
 			continue
 		case err != nil:
+			cancel()
 			return cmp.Or(ctx.Err(), err)
 		}
-		pinged = false
+		cancel()
+		quiet, pinged = time.Now(), false
 		if m, ok := msg.(*redis.Message); ok {
 			if e, ok := s.decode(m.Payload); ok {
 				deliver(e)
@@ -348,10 +362,11 @@ func (s *Store) Subscribe(ctx context.Context, deliver func(failover.SharedEvent
 // healthCheck is how long a subscription may be quiet before it is pinged.
 var healthCheck = 15 * time.Second
 
-// subscribeSetup bounds the setting up of a subscription: far more than a
-// Redis on a loaded machine takes, and less than the second past its
-// call's bound that Transport.Close waits for a call to return.
-const subscribeSetup = time.Second
+// subscribeBound bounds each of Subscribe's calls into go-redis: far more
+// than a Redis on a loaded machine takes to answer, and less than the
+// second past its call's bound that Transport.Close waits for a call to
+// return.
+const subscribeBound = time.Second
 
 func (s *Store) decode(payload string) (failover.SharedEvent, bool) {
 	var m message
