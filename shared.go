@@ -39,7 +39,9 @@ import (
 // open circuit's time only lengthens, here as in the store: a member never
 // closes or shortens another's. The probe's lease lasts the prober's
 // Cooldown; its verdict closes every circuit, or reopens every circuit for
-// the prober's Cooldown. Each member judges the fleet's failures by its own
+// the prober's Cooldown. While it probes, no Open from the fleet (its own
+// read back from the store, another member's late) holds the prober's
+// circuit open again: the probe's verdict decides. Each member judges the fleet's failures by its own
 // FailureThreshold, so the member with the lowest trips the fleet first.
 // A rate limit's cooldown is shared too, and each member caps what it
 // adopts at its own RateLimitConfig.MaxCooldown.
