@@ -41,8 +41,9 @@ import (
 // Cooldown; its verdict closes every circuit, or reopens every circuit for
 // the prober's Cooldown. While it probes, no Open from the fleet (its own
 // read back from the store, another member's late) holds the prober's
-// circuit open again: the probe's verdict decides. Each member judges the fleet's failures by its own
-// FailureThreshold, so the member with the lowest trips the fleet first.
+// circuit open again: the probe's verdict decides. Each member judges the
+// fleet's failures by its own FailureThreshold, so the member with the
+// lowest trips the fleet first.
 // A rate limit's cooldown is shared too, and each member caps what it
 // adopts at its own RateLimitConfig.MaxCooldown.
 //
