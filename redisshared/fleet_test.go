@@ -112,7 +112,7 @@ type fleetFigures struct {
 	probes      int // open-to-half-open changes, fleet-wide
 	leases      int // probe leases the store granted
 	unleased    int // probes by a member that holds fewer leases than it sent probes, and counted no error talking to the store
-	closeLeases int // leases granted while down less than a cooldown after the one before
+	closeLeases int // pairs of leases granted while down within a TTL of each other
 }
 
 func later(a, b time.Time) time.Time {
