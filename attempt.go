@@ -18,20 +18,21 @@ import (
 )
 
 // attempt is one send of the request to one upstream and what came back.
-// The call that launched it writes its first fields before sending it and
-// reads the rest after; send, on whichever goroutine runs it, reads only
-// the attempt and its own copy of the request.
+// Whoever launched it writes its first fields before sending it and reads
+// the rest after; send, on whichever goroutine runs it, reads only the
+// attempt and the request, which nothing writes.
 type attempt struct {
 	u          *upstream
 	n          int // its number in the request, from 1
 	p          circuit.Permit
 	start      time.Time
-	hedge      bool // sent as a hedge, beside an attempt still in flight
-	lastResort bool // sent past its circuit's refusal (Transport.lastResort): it counts as an active probe
+	hedge      bool   // sent as a hedge, beside an attempt still in flight
+	lastResort bool   // sent past its circuit's refusal (Transport.lastResort): it counts as an active probe
+	demoted    Reason // why the plan put its upstream after others (step.demoted)
 	out        *http.Request
 	body       *watchedBody // the watcher of out's body, when it has one (see watchBody)
 	ender                   // what ends its own context; zero when nothing needs to end the attempt early
-	own        *outParts    // made with the attempt for out and its wrappers (hedgedRound); nil: prepare makes them
+	own        *outParts    // made with the attempt for out and its wrappers (hedgedParts); nil: prepare makes them
 
 	// timeout bounds its wait for response headers
 	// (request.attemptTimeout); 0 means no bound.
@@ -44,6 +45,8 @@ type attempt struct {
 	end         time.Time // when the answer came
 	endM        mono.Time // end, on the monotonic clock (converted once)
 	callerFault bool      // err is the caller's own: its body's (see watchedBody)
+	heard       bool      // heard has taken it in
+	msg         string    // err's message, redacted (heard)
 
 	// Hedging: whether the call gave up on it, and who owns its result.
 	lost     atomic.Bool
@@ -217,9 +220,8 @@ func (c *ownCtx) String() string {
 // next copy of the body. With cancelable, the request has its own context,
 // which a.stop ends: an ownCtx in a.own when the caller's context is never
 // done, else context.WithCancelCause's.
-func (c *call) prepare(ctx context.Context, a *attempt, cancelable bool) error {
+func (r *request) prepare(ctx context.Context, a *attempt, b *replay, cancelable, shareURL bool) error {
 	u := a.u
-	c.attempts++
 	actx := ctx
 	if cancelable {
 		if a.own != nil && ctx.Done() == nil {
@@ -230,25 +232,25 @@ func (c *call) prepare(ctx context.Context, a *attempt, cancelable bool) error {
 			actx, a.cancel = context.WithCancelCause(ctx)
 		}
 	}
-	out := c.clone(actx, u, !c.racing, a.own)
-	c.rewrite(out, u)
-	body, err := c.body.next()
+	out := r.clone(actx, u, shareURL, a.own)
+	r.rewrite(out, u)
+	body, err := b.next()
 	if err != nil {
 		a.stop(nil)
 		return err
 	}
 	out.Body = body
-	if c.body.buffered != nil {
-		out.GetBody = c.body.getBody
+	if b.buffered != nil {
+		out.GetBody = b.getBody
 		// The buffer's length stands in only for a length the caller
 		// left unknown, and not with trailers (it then goes chunked): a
 		// known length that disagrees with the body fails as net/http
 		// fails it (see watchedBody).
 		if out.ContentLength <= 0 && len(out.Trailer) == 0 {
-			out.ContentLength = int64(len(c.body.buffered))
+			out.ContentLength = int64(len(b.buffered))
 		}
 	}
-	if data, ok := c.mapped(u); ok {
+	if data, ok := r.mapped(u); ok {
 		if body != nil {
 			body.Close() // this attempt sends the renamed body instead
 		}
@@ -266,13 +268,7 @@ func (c *call) prepare(ctx context.Context, a *attempt, cancelable bool) error {
 		own = &a.own.b
 	}
 	out.Body, a.body = watchBody(own, out.Body, out.ContentLength)
-	out = a.body.traced(out)
-	if c.last != nil && c.last != u && !a.hedge {
-		// Counted once the attempt has its body: one whose GetBody
-		// failed moved on to nothing.
-		c.t.countFailover(c.last, u)
-	}
-	a.out = out
+	a.out = a.body.traced(out)
 	return nil
 }
 

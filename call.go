@@ -15,10 +15,9 @@ import (
 const maxAttemptErrors = 64
 
 // request is one RoundTrip's request as every attempt reads it. RoundTrip
-// builds it before the first attempt and nothing writes it after: an
-// attempt of a hedged round gets its own copy (sendCatching and fly take
-// it by value), so hedged attempts running side by side share nothing of
-// the call; an attempt on the caller's goroutine alone reads the call's.
+// builds it before the first attempt and nothing writes it after: the
+// call's attempts read the call's, and a hedged attempt's goroutine reads
+// a copy in the heap (see hedgedParts).
 type request struct {
 	t         *Transport
 	req       *http.Request // the caller's, never modified; its Context is the request's
@@ -28,14 +27,14 @@ type request struct {
 	spelled   bool   // the caller's URL spells the scheme and host as addressed's BaseURL does (see keepsURL)
 
 	// On a redirect hop, whom the caller's credentials belong to; nil
-	// otherwise. (One pointer: at 128 bytes or less, request goes to a
-	// hedged attempt's goroutine without an allocation of its own.)
+	// otherwise.
 	hop *hop
 
 	// The options of the request's context (WithUpstreams,
-	// WithoutFailover, WithAttemptTimeout); nil without any. One pointer,
-	// for the same reason.
+	// WithoutFailover, WithAttemptTimeout); nil without any.
 	opts *requestOptions
+
+	trace *Trace // from the request's context; nil without one
 
 	// With Upstream.Models: the model the caller asked for, and the
 	// body it is read from ("" when the body says none or cannot be
@@ -44,33 +43,38 @@ type request struct {
 	modelBody []byte
 }
 
+// tally is what a request's attempts leave for its Error, its outcome and
+// its Trace. The call keeps one; a race keeps its own while the caller
+// waits in Base, which the call takes in when it takes the race over.
+type tally struct {
+	errs     []attemptRec // what happened at each upstream, for an Error
+	secrets  []string     // the caller's credentials in every form, once an error needs them (redact)
+	roundNo  int32        // the current round, for the Trace
+	sent     int32        // attempts sent: the last one's number
+	passed   int32        // upstreams passed over (skip) for another reason than the model
+	attempts int          // launched in the current round
+}
+
 // call is one RoundTrip over the upstreams: its rounds and the waits
 // between them, the body's replay, the answer held for lack of a better
-// one, and what happened at each upstream. It lives on its caller's
-// goroutine: attempts never see it.
+// one, and what happened at each upstream. It belongs to its caller's
+// goroutine alone: attempts and races never see it.
 type call struct {
 	request
+	tally
 	body replay
 
-	ups      []*upstream    // the upstreams WithUpstreams allows, in its order; nil: every upstream, as the Router orders them
-	held     *http.Response // the latest answer, returned if nothing better comes
-	errs     []attemptRec   // what happened at each upstream, for an Error
-	last     *upstream      // the upstream of the last failed attempt
-	attempts int            // in the current round
-	fatal    int            // attempts in the current round with permanent errors or Unservable answers
-	notHere  int            // attempts in the current round answered Unservable
-	refused  []*upstream    // upstreams that answered Unservable: no later round asks them again
-	racing   bool           // the current round hedges: every attempt has its own context
-
-	secrets []string // the caller's credentials in every form, once an error needs them (redact)
+	ups     []*upstream    // the upstreams WithUpstreams allows, in its order; nil: every upstream, as the Router orders them
+	held    *http.Response // the latest answer, returned if nothing better comes
+	last    *upstream      // the upstream of the last failed attempt
+	fatal   int            // attempts in the current round with permanent errors or Unservable answers
+	notHere int            // attempts in the current round answered Unservable
+	hedges  int            // hedges sent in the current round
+	refused []*upstream    // upstreams that answered Unservable: no later round asks them again
 
 	// How the request went, for its outcome (outcome) and its Trace.
-	trace       *Trace     // from the request's context; nil without one
 	start       time.Time  // when the first round began
 	lastEnd     time.Time  // when the last attempt the call took ended
-	roundNo     int32      // the current round, for the Trace
-	sent        int32      // attempts sent: the last one's number
-	passed      int32      // upstreams passed over (skip) for another reason than the model
 	answer      attemptRef // the attempt whose answer RoundTrip returns
 	heldBy      attemptRef // the attempt whose answer is held
 	callerFault bool       // the request ended on the caller's own error
@@ -168,7 +172,7 @@ func (b *firstByteBody) Read(p []byte) (int, error) {
 type launchMode int
 
 const (
-	plain      launchMode = iota // the upstream's turn in the round, as admit allows
+	plain      launchMode = iota // the upstream's turn in the round
 	hedge                        // beside an attempt in flight (see race)
 	lastResort                   // past the circuit's refusal (see Transport.lastResort)
 )
@@ -178,38 +182,31 @@ type launched int
 
 const (
 	ready    launched = iota // the attempt is prepared: send it
-	skipped                  // the upstream does not take the request now (recorded)
+	skipped                  // the last resort's bound is reached (nothing recorded)
 	declined                 // a hedge not sent: no budget, or it would probe; the upstream stays untried
 	dropped                  // a hedge whose body could not be had (recorded)
 	over                     // the request is over: finish it
 )
 
-// launch is the one path from the admission decision to a request ready
-// to send, for plain and hedged rounds and the last resort alike: it asks
-// admit for u's
-// permit (recording why u is skipped), then prepares a, handing the permit
+// launch prepares a for s, a step the plan admitted (or the last
+// resort's), with the next body of b, recording in l. It hands the permit
 // back unused when a is not sent, even when GetBody panics. A hedge also
 // needs a permit that is not the half-open probe (a probe canceled by a
 // winning attempt would leave its circuit without a verdict) and the
-// budget's consent.
-func (c *call) launch(ctx context.Context, a *attempt, u *upstream, mode launchMode, now time.Time) launched {
-	var p circuit.Permit
-	if mode == lastResort {
-		if !c.t.takeLastResort() {
-			return skipped // the last resort's bound: the circuit's refusal stands
-		}
-	} else if av := c.t.admit(u, c.model, now, &p); av.reason != "" {
-		c.skip(u, av, mode != hedge)
-		return skipped
+// budget's consent. With racing, a has its own context and URL.
+func (r *request) launch(ctx context.Context, l *tally, b *replay, a *attempt, s step, mode launchMode, racing bool, now time.Time) launched {
+	u, p := s.u, s.p
+	if mode == lastResort && !r.t.takeLastResort() {
+		return skipped // the last resort's bound: the circuit's refusal stands
 	}
 	sent, spent := false, false
-	h := c.t.hedge
+	h := r.t.hedge
 	defer func() {
 		if sent {
 			return
 		}
 		if mode == lastResort {
-			c.t.lastResortDone()
+			r.t.lastResortDone()
 		}
 		if spent {
 			h.refund()
@@ -222,14 +219,15 @@ func (c *call) launch(ctx context.Context, a *attempt, u *upstream, mode launchM
 		}
 		spent = true
 	}
-	if !c.body.canSend() {
-		c.addErr(u, ErrBodyNotReplayable)
+	if !b.canSend() {
+		l.addErr(r, u, ErrBodyNotReplayable)
 		return over
 	}
-	a.u, a.p, a.start, a.hedge, a.lastResort = u, p, now, mode == hedge, mode == lastResort
-	a.timeout = c.attemptTimeout(u)
-	if err := c.prepare(ctx, a, c.racing || a.timeout > 0); err != nil {
-		c.addErr(u, err)
+	a.u, a.p, a.start, a.hedge, a.lastResort, a.demoted = u, p, now, mode == hedge, mode == lastResort, s.demoted
+	a.timeout = r.attemptTimeout(u)
+	l.attempts++
+	if err := r.prepare(ctx, a, b, racing || a.timeout > 0, !racing); err != nil {
+		l.addErr(r, u, err)
 		if mode == hedge {
 			return dropped // the attempts in flight may still answer (the deferred refund gives the hedge back)
 		}
@@ -241,32 +239,92 @@ func (c *call) launch(ctx context.Context, a *attempt, u *upstream, mode launchM
 	case lastResort:
 		u.m.lastResort.Inc()
 	}
-	c.sent++
-	a.n = int(c.sent)
-	if c.trace != nil && c.trace.AttemptStart != nil {
+	if s.demoted != "" {
+		u.m.demoted[s.demoted].Inc()
+	}
+	l.sent++
+	a.n = int(l.sent)
+	if r.trace != nil && r.trace.AttemptStart != nil {
 		// Before sent: a hook that panics leaves the permit, the last
 		// resort's slot and the hedge budget to the deferred hand-back.
-		c.callHook(nil, func() { c.trace.AttemptStart(c.traceAttempt(a)) })
+		r.trace.AttemptStart(r.traceAttempt(l, a))
 	}
 	sent = true
 	return ready
 }
 
+// skip records in l that u was passed over, and why. passedOver says
+// whether the request's first choice was passed over (not so for a
+// hedge's: the attempt it hedges is in flight).
+func (l *tally) skip(r *request, u *upstream, av availability, passedOver bool) {
+	u.m.skipped[av.reason].Inc()
+	if r.trace != nil && r.trace.Skipped != nil {
+		ts := TraceSkip{Upstream: u.name, Round: int(l.roundNo), Reason: av.reason}
+		if av.known {
+			ts.RetryAfter = av.wait
+		}
+		r.trace.Skipped(ts)
+	}
+	if av.reason == ReasonModelNotServed {
+		l.addErr(r, u, ErrModelNotServed)
+		return
+	}
+	if passedOver {
+		l.passed++
+	}
+	l.record(attemptRec{u: u, cause: av.err(), retryAfter: av.wait})
+}
+
+// heard is what an attempt's answer does outside the request, once, where
+// it is first taken in (the caller's goroutine, or a race's while the
+// caller waits in Base): the Trace hears it, and its upstream's headroom,
+// cooldown and last error take it in. The redacted message of its error
+// goes to a.msg.
+func (r *request) heard(l *tally, a *attempt) {
+	a.heard = true
+	if a.err != nil {
+		a.msg = l.redact(r, a.err.Error())
+	}
+	if r.trace != nil && r.trace.AttemptDone != nil {
+		r.traceDone(l, a)
+	}
+	u, resp, now := a.u, a.resp, a.end
+	switch a.o {
+	case Success:
+		if a.err == nil {
+			u.noteHeadroom(resp.Header, now, a.endM, r.t.rate)
+		}
+		return
+	case Rejected, Canceled, Unservable:
+		return
+	case RateLimited:
+		r.t.coolDown(u, resp, now)
+	case AuthFailed:
+		status := 0
+		if resp != nil {
+			status = resp.StatusCode
+		}
+		r.t.log(slog.LevelError, "upstream rejected its credentials", u, slog.Int("status", status))
+	}
+	if resp != nil {
+		u.setLastError(statusText(resp.StatusCode), now)
+	} else {
+		u.setLastError(a.msg, now)
+	}
+}
+
 // settle acts on a's answer: it reports done with the result when the
 // request is over; otherwise it keeps the response or the error for later.
 func (c *call) settle(a *attempt) (*http.Response, error, bool) {
-	u, resp, err, now := a.u, a.resp, a.err, a.end
-	c.lastEnd = now
-	if c.trace != nil && c.trace.AttemptDone != nil {
-		c.callHook(resp, func() { c.traceDone(a) })
+	u, resp, err := a.u, a.resp, a.err
+	c.lastEnd = a.end
+	if !a.heard {
+		c.callHook(resp, func() { c.request.heard(&c.tally, a) })
 	}
 	switch a.o {
 	case Success, Rejected:
 		c.discardHeld()
 		if err == nil {
-			if a.o == Success {
-				u.noteHeadroom(resp.Header, now, a.endM, c.t.rate)
-			}
 			c.answer = a.ref()
 			return resp, nil, true
 		}
@@ -318,28 +376,23 @@ func (c *call) settle(a *attempt) (*http.Response, error, bool) {
 		}
 		c.last = u
 		return nil, nil, false
-	case RateLimited:
-		c.t.coolDown(u, resp, now)
-	case AuthFailed:
-		status := 0
-		if resp != nil {
-			status = resp.StatusCode
-		}
-		c.t.log(slog.LevelError, "upstream rejected its credentials", u, slog.Int("status", status))
 	}
 	if resp != nil {
-		u.setLastError(statusText(resp.StatusCode), now)
 		c.hold(resp, a)
 	} else {
 		if permanent(err) {
 			c.fatal++
 		}
-		msg := c.redact(err.Error())
-		u.setLastError(msg, now)
-		c.addErrMsg(u, err, msg)
+		c.record(attemptRec{u: u, err: err, msg: a.msg})
 	}
 	c.last = u
 	return nil, nil, false
+}
+
+// final reports whether a's outcome ends the request, whatever the
+// others' (see settle): a race stops the other attempts on it.
+func (a *attempt) final() bool {
+	return a.o == Success || a.o == Rejected || a.o == Canceled || a.panicked != nil
 }
 
 // statusText describes a status for Health: "HTTP 503 Service
@@ -368,21 +421,30 @@ func (r attemptRec) attemptError() *AttemptError {
 	return &AttemptError{Upstream: r.u.name, Err: r.err, msg: r.msg}
 }
 
-func (c *call) addErr(u *upstream, err error) {
-	if len(c.errs) < maxAttemptErrors {
-		c.addErrMsg(u, err, c.redact(err.Error()))
+// addErr records err at u, for the Error.
+func (c *call) addErr(u *upstream, err error) { c.tally.addErr(&c.request, u, err) }
+
+// addErr records err at u, for the Error, its message redacted of r's
+// credentials.
+func (l *tally) addErr(r *request, u *upstream, err error) {
+	if len(l.errs) < maxAttemptErrors {
+		l.record(attemptRec{u: u, err: err, msg: l.redact(r, err.Error())})
 	}
 }
 
-// addErrMsg records err with its message already redacted.
-func (c *call) addErrMsg(u *upstream, err error, msg string) {
-	c.record(attemptRec{u: u, err: err, msg: msg})
+func (l *tally) record(rec attemptRec) {
+	if len(l.errs) < maxAttemptErrors {
+		l.errs = append(l.errs, rec)
+	}
 }
 
-func (c *call) record(r attemptRec) {
-	if len(c.errs) < maxAttemptErrors {
-		c.errs = append(c.errs, r)
+// takeIn adds what a race recorded, from when it took over, to l.
+func (l *tally) takeIn(race *tally) {
+	for _, rec := range race.errs {
+		l.record(rec)
 	}
+	l.sent = race.sent
+	l.attempts += race.attempts
 }
 
 // finish ends the request with the latest answer, or with an Error.

@@ -599,16 +599,17 @@ func partEnds(rest string) bool {
 }
 
 // redact scrubs every known secret from msg: the upstreams' header values
-// and the credentials of the caller's request, in every form.
-func (c *call) redact(msg string) string {
-	if c.secrets == nil {
-		s := c.t.creds.appendRequestSecrets([]string{}, c.req)
-		if c.hop != nil {
-			s = append(s, c.hop.secrets...)
+// and the credentials of r, the caller's request, in every form (kept in
+// l once computed).
+func (l *tally) redact(r *request, msg string) string {
+	if l.secrets == nil {
+		s := r.t.creds.appendRequestSecrets([]string{}, r.req)
+		if r.hop != nil {
+			s = append(s, r.hop.secrets...)
 		}
-		c.secrets = compactSecrets(s)
+		l.secrets = compactSecrets(s)
 	}
-	return redact(msg, c.t.creds.upstreamSecrets, c.secrets)
+	return redact(msg, r.t.creds.upstreamSecrets, l.secrets)
 }
 
 // validHeaderName reports whether k is a valid header field name (an RFC 9110 token).

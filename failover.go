@@ -10,17 +10,13 @@ import (
 	"github.com/hashicorp/go-retryablehttp"
 )
 
-// The failover loop: why a request went to the backup. run makes rounds
-// until one settles the request; each round (round) takes the upstreams
-// in the order that order (or the Router) gives, where the one decision
-// of upstream.go, admit and demotion, puts first those that may take the
-// request and last those demoted (failing, auth_failing, out_of_headroom,
-// degraded, suspect), and try sends the request to the first that admits
-// it. An upstream passed over is recorded with its reason (skip), which
-// the Error and the Trace report; an answer that fails over moves the
-// round on to the next. Between rounds, backoff waits as
+// The failover loop. run makes rounds until one settles the request; a
+// round walks the round's plan (plan.go), which says which upstream comes
+// next and why, and sends the request to each it admits, plainly or
+// hedged, until an answer settles it. Between rounds, backoff waits as
 // go-retryablehttp's policy says, and when no upstream may take the
-// request at all, lastResort sends it past the circuit that opened first.
+// request at all, the last resort sends it past the circuit that opened
+// first.
 
 // run is the failover loop of one request: the rounds, until one settles
 // it or the retries, the body or the caller's context end them.
@@ -46,7 +42,7 @@ func (c *call) run() (*http.Response, error) {
 	ctx := c.req.Context()
 	var waited time.Duration
 	for round := 0; ; c.roundNo++ {
-		c.attempts, c.fatal, c.notHere = 0, 0, 0
+		c.attempts, c.fatal, c.notHere, c.hedges = 0, 0, 0, 0
 		errsBefore := len(c.errs)
 		if resp, err, done := c.round(ctx); done {
 			return resp, err
@@ -111,104 +107,58 @@ func (c *call) backoff(round int, now time.Time) time.Duration {
 	return min(max(retryablehttp.DefaultBackoff(c.t.waitMin, c.t.waitMax, round, nil), 0), c.t.rate.MaxCooldown)
 }
 
-// round tries each upstream in order once. It reports done with the
-// result when the request is over.
+// round walks the round's plan once: it sends the request to each
+// upstream the plan admits, in its order, and records each it passes
+// over. It reports done with the result when the request is over.
 func (c *call) round(ctx context.Context) (*http.Response, error, bool) {
 	now := time.Now()
 	if c.start.IsZero() {
 		c.start = now // the body's init before is the caller's time
 	}
-	hedged := c.t.hedge != nil && c.body.replayable && !c.once()
-	if c.t.router == nil && !hedged {
-		return c.roundInOrder(ctx, now)
-	}
-	var buf [8]*upstream
-	if !hedged && c.ups == nil && len(c.refused) == 0 {
-		// This package's Routers name their first pick without ordering
-		// the others, which are ordered only if it does not settle the
-		// request (see firstRouted).
-		if first, then := c.t.firstRouted(c.model, now); first != nil {
-			if resp, err, done := c.try(ctx, first, false, &now); done {
-				return resp, err, true
-			}
-			now = time.Now()
-			for i, u := range c.t.routed(buf[:0], c.model, now, first, then) {
-				if resp, err, done := c.try(ctx, u, i > 0, &now); done {
-					return resp, err, true
-				}
-			}
+	p := c.plan(now)
+	for i := 0; ; i++ {
+		if err := ctx.Err(); err != nil {
+			c.discardHeld()
+			return nil, err, true
+		}
+		if i > 0 {
+			now = time.Now() // the attempts before took time
+		}
+		s, ok := p.next(now)
+		if !ok {
 			return nil, nil, false
 		}
-	}
-	if hedged && (c.t.router == nil || c.ups != nil) {
-		// The configured order, its demoted upstreams found as the round
-		// goes (as roundInOrder does), not all read first.
-		if ups := c.servable(c.usable()); len(ups) > 1 {
-			return c.hedgedRound(ctx, ups, true)
-		}
-	}
-	order := c.servable(c.t.order(buf[:0], c.ups, c.model, now))
-	if hedged && len(order) > 1 {
-		return c.hedgedRound(ctx, slices.Clone(order), false) // order may be on this stack; the round keeps it
-	}
-	for i, u := range order {
-		if resp, err, done := c.try(ctx, u, i > 0, &now); done {
-			return resp, err, true
-		}
-	}
-	return nil, nil, false
-}
-
-// roundInOrder is round for the configured order (no Router, no Hedge):
-// Transport.order's, the demoted upstreams after the others, found as the
-// round goes, so that a request the first upstream serves looks at no
-// other, however many there are.
-func (c *call) roundInOrder(ctx context.Context, now time.Time) (*http.Response, error, bool) {
-	var buf [8]*upstream
-	demoted := buf[:0]
-	tried := false
-	for i, u := range c.usable() {
-		if len(c.refused) > 0 && slices.Contains(c.refused, u) {
-			continue // it cannot serve this request (see servable)
-		}
-		if i < 64 && c.t.demotion(u, now) != "" { // as Transport.order: past 64, none is
-			demoted = append(demoted, u)
+		if s.av.reason != "" {
+			c.skip(&c.request, s.u, s.av, true)
 			continue
 		}
-		if resp, err, done := c.try(ctx, u, tried, &now); done {
+		if resp, err, done := c.send(ctx, &p, s, now); done {
 			return resp, err, true
 		}
-		tried = true
 	}
-	for _, u := range demoted {
-		if resp, err, done := c.try(ctx, u, tried, &now); done {
-			return resp, err, true
-		}
-		tried = true
-	}
-	return nil, nil, false
 }
 
-// try is u's turn in a round: it sends the request to u when admit lets
-// it, and reports done with the result when the request is over. later
-// says an upstream came before u in the round, so now is read again.
-func (c *call) try(ctx context.Context, u *upstream, later bool, now *time.Time) (*http.Response, error, bool) {
-	if err := ctx.Err(); err != nil {
-		c.discardHeld()
-		return nil, err, true
-	}
-	if later {
-		*now = time.Now() // the attempts before took time
+// send sends the request to s.u, which the plan admitted, and settles
+// what comes back: hedged when the request may go twice (hedge.go),
+// plainly otherwise. It reports done with the result when the request is
+// over.
+func (c *call) send(ctx context.Context, p *plan, s step, now time.Time) (*http.Response, error, bool) {
+	if c.t.hedge != nil && c.body.replayable && !c.once() {
+		return c.sendHedged(ctx, p, s, now)
 	}
 	var a attempt
-	switch c.launch(ctx, &a, u, plain, *now) {
-	case skipped:
-		return nil, nil, false
-	case over:
+	if c.request.launch(ctx, &c.tally, &c.body, &a, s, plain, false, now) != ready {
 		return c.finishRound()
 	}
+	c.failedOver(s.u)
 	a.send(&c.request)
-	if resp, err, done := c.settle(&a); done {
+	return c.settleSent(&a)
+}
+
+// settleSent settles a, the round's attempt at its turn: a request sent
+// at most once ends with what it got.
+func (c *call) settleSent(a *attempt) (*http.Response, error, bool) {
+	if resp, err, done := c.settle(a); done {
 		return resp, err, true
 	}
 	if c.once() {
@@ -217,41 +167,28 @@ func (c *call) try(ctx context.Context, u *upstream, later bool, now *time.Time)
 	return nil, nil, false
 }
 
+// failedOver counts a move from the last failed upstream to u, once u's
+// attempt has its body: one whose GetBody failed moved on to nothing.
+func (c *call) failedOver(u *upstream) {
+	if c.last != nil && c.last != u {
+		c.t.countFailover(c.last, u)
+	}
+}
+
 // lastResort sends the request to u, which admit refused for its circuit,
 // when every upstream the request may use did so (see
 // Transport.lastResort), and ends the request with what comes back.
 func (c *call) lastResort(ctx context.Context, u *upstream, now time.Time) (*http.Response, error) {
 	var a attempt
-	if c.launch(ctx, &a, u, lastResort, now) != ready {
+	if c.request.launch(ctx, &c.tally, &c.body, &a, step{u: u}, lastResort, false, now) != ready {
 		return c.finish()
 	}
+	c.failedOver(u)
 	a.send(&c.request)
 	if resp, err, done := c.settle(&a); done {
 		return resp, err
 	}
 	return c.finish()
-}
-
-// skip records that u was not tried, and why. passedOver says whether the
-// request's first choice was passed over (not so for a hedge's: the
-// attempt it hedges is in flight).
-func (c *call) skip(u *upstream, a availability, passedOver bool) {
-	u.m.skipped[a.reason].Inc()
-	if c.trace != nil && c.trace.Skipped != nil {
-		ts := TraceSkip{Upstream: u.name, Round: int(c.roundNo), Reason: a.reason}
-		if a.known {
-			ts.RetryAfter = a.wait
-		}
-		c.callHook(nil, func() { c.trace.Skipped(ts) })
-	}
-	if a.reason == ReasonModelNotServed {
-		c.addErr(u, ErrModelNotServed)
-		return
-	}
-	if passedOver {
-		c.passed++
-	}
-	c.record(attemptRec{u: u, cause: a.err(), retryAfter: a.wait})
 }
 
 // servable is ups without the upstreams that answered this request
@@ -278,40 +215,4 @@ func sleep(ctx context.Context, d time.Duration) error {
 	case <-timer.C:
 		return nil
 	}
-}
-
-// order returns the upstreams in the order a request for model tries
-// them: the router's order (the configured one when there is no router),
-// or the request's own list (ups, from WithUpstreams: the router is not
-// asked), demoted upstreams last. Without a router it allocates nothing:
-// it returns the list (t.upstreams, or ups) when no upstream is demoted,
-// and reorders into buf otherwise (past the 64th, no upstream is demoted).
-func (t *Transport) order(buf, ups []*upstream, model string, now time.Time) []*upstream {
-	if ups == nil {
-		if t.router != nil {
-			return t.routed(buf, model, now, nil, nil)
-		}
-		ups = t.upstreams
-	}
-	var demoted uint64
-	for i, u := range ups {
-		if i < 64 && t.demotion(u, now) != "" {
-			demoted |= 1 << i
-		}
-	}
-	if demoted == 0 {
-		return ups
-	}
-	out := buf[:0]
-	for i, u := range ups {
-		if i >= 64 || demoted&(1<<i) == 0 {
-			out = append(out, u)
-		}
-	}
-	for i, u := range ups {
-		if i < 64 && demoted&(1<<i) != 0 {
-			out = append(out, u)
-		}
-	}
-	return out
 }

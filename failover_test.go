@@ -2,8 +2,8 @@ package failover
 
 import (
 	"go/ast"
+	"go/build"
 	"go/parser"
-	"go/scanner"
 	"go/token"
 	"os"
 	"path/filepath"
@@ -11,59 +11,73 @@ import (
 	"testing"
 )
 
-// The package's layout, as its design card gives it: the card's files are
-// at the module's root, the failover loop (which upstream next, and why) is
-// read from failover.go alone, and no file of the package holds more than
-// maxCodeLines lines of code, so that a reader guesses the file from the
-// concern.
+// The package's layout, as its design card gives it: a reader guesses the
+// file from the concern. Each name below is declared in the file the card
+// gives its concern, and the card's other files are at the module's root.
 func TestLayout(t *testing.T) {
-	for _, name := range []string{"go.mod", "go.sum", "transport.go", "classify.go", "failover.go", "ratelimit.go", "transport_test.go", "examples", "README.md"} {
+	for _, name := range []string{"go.mod", "go.sum", "transport_test.go", "example_test.go", "examples", "README.md"} {
 		if _, err := os.Stat(name); err != nil {
 			t.Errorf("the card's %s: %v", name, err)
 		}
 	}
+	where := map[string][]string{
+		// The entry: Config, New, RoundTrip and its contract.
+		"transport.go": {"Config", "Transport", "New", "Transport.RoundTrip", "Transport.Close"},
+		// Where a request may go, and why not: one decision.
+		"plan.go": {"Reason", "Transport.admit", "Transport.demotion", "Transport.earliest", "Transport.lastResort", "plan", "plan.next", "call.plan"},
+		// The loop that walks the plan: rounds, sends, waits.
+		"failover.go": {"call.run", "call.round", "call.send", "call.backoff", "call.lastResort"},
+		// What an attempt's answer does to the request.
+		"call.go": {"call", "request", "request.launch", "call.settle", "tally.skip"},
+		// Hedging is a way of sending; its race is its own file.
+		"hedge.go":     {"HedgeConfig", "call.sendHedged", "hedgeWait"},
+		"race.go":      {"race", "race.run", "call.race"},
+		"router.go":    {"Router", "Candidate", "picker", "Transport.routed"},
+		"policies.go":  {"Priority", "Weighted", "LeastLatency", "Score"},
+		"classify.go":  {"Outcome", "DefaultClassifier"},
+		"ratelimit.go": {"RateLimitConfig", "RetryAfter"},
+		"breaker.go":   {"Breaker"},
+		"health.go":    {"Transport.Health", "UpstreamHealth"},
+		"metrics.go":   {"Transport.WritePrometheus", "families"},
+	}
+	for file, names := range where {
+		declared := declarations(t, file)
+		for _, name := range names {
+			if !declared[name] {
+				t.Errorf("%s is not declared in %s", name, file)
+			}
+		}
+	}
+}
 
-	fset := token.NewFileSet()
-	f, err := parser.ParseFile(fset, "failover.go", nil, 0)
+// declarations returns the names file declares at its top level: types,
+// functions, variables and constants, a method as "Type.Method".
+func declarations(t *testing.T, file string) map[string]bool {
+	t.Helper()
+	f, err := parser.ParseFile(token.NewFileSet(), file, nil, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	declared := map[string]bool{}
 	for _, d := range f.Decls {
-		if fd, ok := d.(*ast.FuncDecl); ok {
-			declared[funcName(fd)] = true
+		switch d := d.(type) {
+		case *ast.FuncDecl:
+			declared[funcName(d)] = true
+		case *ast.GenDecl:
+			for _, s := range d.Specs {
+				switch s := s.(type) {
+				case *ast.TypeSpec:
+					declared[s.Name.Name] = true
+				case *ast.ValueSpec:
+					for _, n := range s.Names {
+						declared[n.Name] = true
+					}
+				}
+			}
 		}
 	}
-	// The loop: the rounds, the order of a round, the attempt at each
-	// upstream, why one is passed over, the wait between rounds and the
-	// last resort.
-	for _, name := range []string{"call.run", "call.round", "call.roundInOrder", "call.try", "call.skip", "call.lastResort", "call.backoff", "Transport.order"} {
-		if !declared[name] {
-			t.Errorf("%s is not in failover.go", name)
-		}
-	}
-
-	files, err := filepath.Glob("*.go")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, name := range files {
-		if strings.HasSuffix(name, "_test.go") {
-			continue
-		}
-		src, err := os.ReadFile(name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if n := codeLines(t, name, src); n > maxCodeLines {
-			t.Errorf("%s has %d lines of code, more than %d: split it by concern", name, n, maxCodeLines)
-		}
-	}
+	return declared
 }
-
-// maxCodeLines is the most lines of code (lines with a token on them,
-// comments and blank lines aside) a file of the package holds.
-const maxCodeLines = 700
 
 // funcName is a function's name, with its receiver's type for a method:
 // "call.run", "Transport.order".
@@ -81,24 +95,42 @@ func funcName(fd *ast.FuncDecl) string {
 	return fd.Name.Name
 }
 
-// codeLines counts the lines of src that carry a token other than a
-// comment.
-func codeLines(t *testing.T, name string, src []byte) int {
-	t.Helper()
-	fset := token.NewFileSet()
-	file := fset.AddFile(name, fset.Base(), len(src))
-	var s scanner.Scanner
-	s.Init(file, src, func(pos token.Position, msg string) { t.Errorf("%s: %s", pos, msg) }, 0)
-	lines := map[int]bool{}
-	for {
-		pos, tok, lit := s.Scan()
-		if tok == token.EOF {
-			break
-		}
-		if tok == token.SEMICOLON && lit == "\n" {
-			continue // inserted at a line's end: that line has its token already
-		}
-		lines[file.Line(pos)] = true
+// The packages under internal/ (the circuit, the parsers, the clock) are
+// parts the root package uses, never the other way round: none imports
+// the root package, directly or through another of the module's.
+func TestInternalImportsNoRoot(t *testing.T) {
+	const root = "github.com/failover-go/failover"
+	dirs, err := filepath.Glob("internal/*")
+	if err != nil {
+		t.Fatal(err)
 	}
-	return len(lines)
+	if len(dirs) == 0 {
+		t.Fatal("no package under internal/")
+	}
+	seen := map[string]bool{}
+	var visit func(path, dir string, chain []string)
+	visit = func(path, dir string, chain []string) {
+		if seen[path] {
+			return
+		}
+		seen[path] = true
+		pkg, err := build.ImportDir(dir, 0)
+		if err != nil {
+			t.Errorf("%s: %v", dir, err)
+			return
+		}
+		for _, imp := range pkg.Imports {
+			switch {
+			case imp == root:
+				t.Errorf("%s imports the root package", strings.Join(append(chain, path), " -> "))
+			case strings.HasPrefix(imp, root+"/"):
+				visit(imp, strings.TrimPrefix(imp, root+"/"), append(chain, path))
+			}
+		}
+	}
+	for _, dir := range dirs {
+		if fi, err := os.Stat(dir); err == nil && fi.IsDir() {
+			visit(root+"/"+filepath.ToSlash(dir), dir, nil)
+		}
+	}
 }

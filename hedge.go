@@ -5,16 +5,15 @@ import (
 	"context"
 	"errors"
 	"net/http"
-	"runtime"
 	"runtime/debug"
 	"runtime/pprof"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/VictoriaMetrics/metrics"
 
+	"github.com/failover-go/failover/internal/circuit"
 	"github.com/failover-go/failover/internal/mono"
 )
 
@@ -230,126 +229,77 @@ func (t *Transport) hedgeDelay(u *upstream, now time.Time) time.Duration {
 // errHedgeLost cancels an attempt whose request another attempt answered.
 var errHedgeLost = errors.New("failover: another attempt answered first")
 
-// Where a hedged attempt's result goes.
-const (
-	flying    = iota
-	delivered // sent to the call
-	abandoned // the call is over: the attempt cleans up after itself
-)
-
-// hedgedRound is a round with hedging. It tries the upstreams in order,
-// each attempt on the caller's goroutine, as a round without hedging
-// does, with a timer armed for its delay (hedgeWait). An attempt that
-// answers within the delay costs the hedging its timer, a pooled one, and
-// nothing more: no goroutine, no channel. When the delay passes first,
-// the timer's goroutine takes the round over (racer): it sends the hedge,
-// and takes the first answer that ends the request, the caller's
-// attempt's too when Base returns it. It reports done with the result
-// when the request is over.
-//
-// The round runs on a copy of the call in the heap, made with the first
-// attempt in one allocation: the goroutine that takes the round over
-// needs it, and the caller's call is on a stack, which moves.
-func (c *call) hedgedRound(ctx context.Context, order []*upstream, lazy bool) (*http.Response, error, bool) {
-	x := new(struct {
-		c call
-		a attempt
-		o outParts
-		w hedgeWait
-	})
-	x.c = *c
-	defer func() { *c = x.c }() // after the round is the caller's alone again, even by a panic
-	resp, err, done := x.c.hedgedRoundOn(ctx, order, lazy, &x.a, &x.o, &x.w)
-	x.w.recycle()
-	return resp, err, done
+// hedgedParts is what a hedged attempt takes, in one allocation: the
+// attempt and the parts of its request (which prepare would allocate),
+// its timer, the race it becomes when its delay passes first, and room
+// for the race's targets.
+type hedgedParts struct {
+	a    attempt
+	o    outParts
+	w    hedgeWait
+	race race
+	buf  [4]*upstream
 }
 
-// hedgedRoundOn is hedgedRound on the call's copy. With lazy, order is the
-// configured order, and its demoted upstreams (Transport.demotion) are
-// tried after the others, found as the round goes: an attempt answered in
-// time reads no other upstream's demotion, however many there are.
-func (c *call) hedgedRoundOn(ctx context.Context, order []*upstream, lazy bool, first *attempt, own *outParts, w *hedgeWait) (*http.Response, error, bool) {
-	c.racing = true // every attempt has its own context and URL
-	defer func() { c.racing = false }()
-	var buf [8]*upstream
-	demoted := buf[:0]
-	n := len(order)
-	for k := 0; k < n+len(demoted); k++ {
-		var u *upstream
-		var rest []*upstream // the upstreams after u, for the hedges and the failovers
-		unsorted := 0        // how many of rest, from its start, may be demoted
-		now := time.Now()
-		if k < n {
-			u = order[k]
-			if lazy && k < 64 && c.t.demotion(u, now) != "" { // as Transport.order: past 64, none is
-				demoted = append(demoted, u)
-				continue
-			}
-			rest, unsorted = order[k+1:], n-k-1
-			if !lazy {
-				unsorted = 0
-			}
-		} else {
-			u = demoted[k-n]
+// sendHedged is send for a request that may go twice. The attempt goes to
+// Base on the caller's goroutine, as without hedging, with a timer armed
+// for its delay: an attempt answered in time costs a pooled timer and
+// nothing more. When the delay passes first, the timer's goroutine runs
+// the race (race.go), sending hedges to the next upstreams of the plan
+// while the caller waits in Base; the caller takes the race over when
+// Base returns.
+func (c *call) sendHedged(ctx context.Context, p *plan, s step, now time.Time) (*http.Response, error, bool) {
+	x := new(hedgedParts)
+	a := &x.a
+	a.own = &x.o
+	if c.request.launch(ctx, &c.tally, &c.body, a, s, plain, true, now) != ready {
+		return c.finishRound()
+	}
+	c.failedOver(s.u)
+	var targets []*upstream
+	if h := c.t.hedge; !a.p.Probe() && c.hedges < h.MaxHedges {
+		targets = hedgeTargets(*p, x.buf[:0], h.MaxHedges-c.hedges, now)
+	}
+	if len(targets) == 0 {
+		a.send(&c.request) // nowhere to hedge to, or a probe: never hedged
+		return c.settleSent(a)
+	}
+	r := &x.race
+	r.req, r.body, r.ctx, r.first, r.targets, r.hedges = c.request, c.body, ctx, a, targets, c.hedges
+	r.tally = tally{roundNo: c.roundNo, sent: c.sent, secrets: c.secrets}
+	x.w.arm(r)
+	a.sendCatching(&c.request, &x.w)
+	raced := x.w.end()
+	x.w.recycle()
+	if raced {
+		return c.race(ctx, p, r)
+	}
+	if a.panicked != nil {
+		panic(a.panicked) // send closed what it had, as without hedging
+	}
+	return c.settleSent(a)
+}
+
+// hedgeTargets appends to dst the next n upstreams of q, a copy of the
+// round's plan (which it does not move on), whose circuits are closed:
+// where the hedges go, each admitted when it is sent. A hedge never goes
+// to an upstream that is not closed: it would probe it.
+func hedgeTargets(q plan, dst []*upstream, n int, now time.Time) []*upstream {
+	for len(dst) < n {
+		s, ok := q.upcoming(now)
+		if !ok {
+			break
 		}
-		if err := ctx.Err(); err != nil {
-			c.discardHeld()
-			return nil, err, true
-		}
-		a := first
-		if a == nil {
-			a = new(attempt) // after a failover: the first one's parts are taken
-		}
-		a.own = own
-		switch c.launch(ctx, a, u, plain, now) {
-		case skipped:
-			*a = attempt{} // not sent: the next upstream's turn takes it
-			continue
-		case over:
-			return c.finishRound()
-		}
-		first, own = nil, nil
-		later := demoted // the demoted upstreams after u
-		if k >= n {
-			later = demoted[k-n+1:]
-		}
-		armed := !a.p.Probe() && len(rest)+len(later) > 0 // someone to hedge to
-		if armed {
-			w.arm(c, ctx, a, rest, unsorted, later, k)
-		}
-		if !armed {
-			a.send(&c.request)
-		} else {
-			a.sendCatching(c.request, w)
-			if res, raced := w.end(c.t, a); raced {
-				if res.panicked != nil {
-					panic(res.panicked)
-				}
-				if res.goexited {
-					runtime.Goexit() // a hook's, on the racer's goroutine: see fire
-				}
-				if a.end.After(c.lastEnd) {
-					// The round ended before Base returned a: the caller
-					// waited for it all the same (see ended's Duration).
-					c.lastEnd = a.end
-				}
-				return res.resp, res.err, res.done
-			}
-			if a.panicked != nil {
-				panic(a.panicked) // send closed what it had, as without hedging
-			}
-		}
-		if resp, err, done := c.settle(a); done {
-			return resp, err, true
+		if s.u.circuit.Status(now) == circuit.Closed {
+			dst = append(dst, s.u)
 		}
 	}
-	return nil, nil, false
+	return dst
 }
 
 // sendCatching is send, the panic of Base or Classify kept in a rather
-// than raised: the attempt's hedgeWait says on which goroutine it is
-// raised.
-func (a *attempt) sendCatching(r request, w *hedgeWait) {
+// than raised: the caller raises it once the race, if any, has stopped.
+func (a *attempt) sendCatching(r *request, w *hedgeWait) {
 	returned := false
 	defer func() {
 		if v := recover(); v != nil {
@@ -359,14 +309,14 @@ func (a *attempt) sendCatching(r request, w *hedgeWait) {
 		}
 		if !returned {
 			// Base ended the caller's goroutine (runtime.Goexit), which
-			// ends whatever comes: the round must not wait for a.
+			// ends whatever comes: the race must not wait for a.
 			a.goexited()
-			if res, raced := w.end(r.t, a); raced && res.resp != nil {
-				res.resp.Body.Close() // nobody is left to read it
+			if w.end() {
+				w.race.abandonAll()
 			}
 		}
 	}()
-	a.send(&r)
+	a.send(r)
 	returned = true
 }
 
@@ -391,69 +341,33 @@ func (a *attempt) goexited() {
 const (
 	idle    = iota // not armed, or its attempt answered in time
 	waiting        // the attempt is in Base, the timer armed
-	fired          // the delay passed first: a racer has the round
+	fired          // the delay passed first: the race runs
 )
 
-// hedgeWait is the timer of an attempt of a hedged round, which waits in
-// Base on the caller's goroutine, and what the timer's goroutine needs to
-// take the round over when the delay passes first. It is made with the
-// round (hedgedRound), its timer at the first attempt and armed again for
-// each after; its channels only when the delay passes. (Its timer and the
-// timer's func come from a pool, but in a synctest bubble: see hedgeFire.)
+// hedgeWait is the timer of a hedged attempt, which waits in Base on the
+// caller's goroutine, and the race the timer's goroutine runs when the
+// delay passes first. (Its timer and the timer's func come from a pool,
+// but in a synctest bubble: see hedgeFire.)
 type hedgeWait struct {
-	timer   *time.Timer // time.AfterFunc(f.fn), made by the first arm or f's
-	f       *hedgeFire  // nil until the first arm
+	timer   *time.Timer // time.AfterFunc(f.fn), made by arm or f's
+	f       *hedgeFire  // nil until armed
 	spent   bool        // the timer fired, or may have: f is not given back
-	bubbled bool        // the first arm was in a synctest bubble: the timer is the bubble's
-	final   chan raceResult
+	bubbled bool        // armed in a synctest bubble: the timer is the bubble's
 
-	mu       sync.Mutex
-	state    int
-	due      time.Time // when the delay passes; a fire before is an earlier attempt's
-	c        *call
-	ctx      context.Context
-	a        *attempt
-	order    []*upstream // the upstreams after a's, read only
-	unsorted int         // how many of order, from its start, have their demotions not read (racerOrder)
-	index    int         // a's place in the round's configured order
-	results  chan *attempt
+	mu    sync.Mutex
+	state int
+	due   time.Time // when the delay passes; a fire before is a stale one
+	race  *race
 }
 
-// raceResult is a racer's end of the round, or its panic, or its
-// goroutine's end (runtime.Goexit, in a Trace hook).
-type raceResult struct {
-	resp     *http.Response
-	err      error
-	done     bool
-	panicked any
-	goexited bool
-}
-
-// arm starts the delay of a, an attempt of c's round launched and about
-// to be sent on the caller's goroutine. The upstreams after a's, for the
-// hedges and the failovers, are rest, of which the first unsorted are in the configured
-// order with their demotions not read yet, then later, demoted ones; index
-// is a's place in the round's configured order (for the 64 whose demotion
-// is read).
-//
-// rest is kept as it is (the round's order is in the heap: the
-// configured order, or a copy), later copied after it when there are
-// any (they may be on the caller's stack).
-func (w *hedgeWait) arm(c *call, ctx context.Context, a *attempt, rest []*upstream, unsorted int, later []*upstream, index int) {
+// arm starts the delay of r.first, launched and about to be sent on the
+// caller's goroutine.
+func (w *hedgeWait) arm(r *race) {
 	now := time.Now() // after launch, which may have taken a while (a Trace hook): the delay runs from the send
-	d := c.t.hedgeDelay(a.u, now)
-	order := rest
-	if len(later) > 0 {
-		order = append(slices.Clip(rest), later...)
-	}
+	d := r.req.t.hedgeDelay(r.first.u, now)
 	w.mu.Lock()
-	w.state, w.due = waiting, now.Add(d)
-	w.c, w.ctx, w.a, w.index, w.unsorted, w.order = c, ctx, a, index, unsorted, order
+	w.state, w.due, w.race = waiting, now.Add(d), r
 	w.mu.Unlock()
-	if w.timer != nil {
-		w.timer.Reset(d)
-		return
-	}
 	w.f = hedgeFires.Get().(*hedgeFire)
 	w.f.w.Store(w)
 	if w.bubbled = inBubble(now); !w.bubbled && w.f.timer != nil {
@@ -501,7 +415,7 @@ func (f *hedgeFire) run() {
 	}
 }
 
-// recycle gives w's timer's func back to the pool at the round's end
+// recycle gives w's timer's func back to the pool at the attempt's end
 // when the timer never fired: every Stop found it armed, so the func is
 // not on its way, and cannot be.
 func (w *hedgeWait) recycle() {
@@ -516,81 +430,30 @@ func (w *hedgeWait) recycle() {
 	w.f, w.timer = nil, nil
 }
 
-// racerOrder is the order of the upstreams a racer may send to: w.order,
-// its first unsorted ones' demotions read now, as Transport.order's, the
-// demoted after the others and before those already found demoted.
-func (w *hedgeWait) racerOrder(now time.Time) []*upstream {
-	head := w.order[:w.unsorted]
-	var demoted uint64
-	for i, u := range head {
-		if w.index+1+i < 64 && w.c.t.demotion(u, now) != "" {
-			demoted |= 1 << i
-		}
-	}
-	if demoted == 0 {
-		return w.order
-	}
-	out := make([]*upstream, 0, len(w.order))
-	for i, u := range head {
-		if demoted&(1<<i) == 0 {
-			out = append(out, u)
-		}
-	}
-	out = append(out, w.order[w.unsorted:]...)
-	for i, u := range head {
-		if demoted&(1<<i) != 0 {
-			out = append(out, u)
-		}
-	}
-	return out
-}
-
-// end is the caller's side once Base has returned a's answer: it disarms
-// the timer when the delay has not passed (raced false: the caller settles
-// a, as without hedging); else it hands a to the racer that has the round,
-// as a hedge's goroutine does, and waits for the round's end.
-func (w *hedgeWait) end(t *Transport, a *attempt) (res raceResult, raced bool) {
+// end is the caller's side once Base has returned: it disarms the timer
+// when the delay has not passed (false: the caller settles its attempt,
+// as without hedging); else it stops the race's goroutine and reports
+// true: the caller takes the race over.
+func (w *hedgeWait) end() bool {
 	w.mu.Lock()
-	raced = w.state == fired
-	results, final := w.results, w.final
+	raced := w.state == fired
 	w.state = idle
 	w.mu.Unlock()
 	if !raced {
 		if !w.timer.Stop() {
 			w.spent = true // its fire is on its way, to find w idle
 		}
-		w.release()
-		return raceResult{}, false
+		return false
 	}
 	w.spent = true
-	switch {
-	case a.state.CompareAndSwap(flying, delivered):
-		results <- a // never blocks: it holds every attempt of the round
-	case a.resp != nil:
-		// The round is over: nobody waits for a. Draining its answer can
-		// take a while: not on the caller's time (see abandon).
-		go t.drop(a)
-	default:
-		t.drop(a)
-	}
-	res = <-final
-	w.release()
-	return res, true
-}
-
-// release clears w for the round's next attempt. A fire of its timer that
-// is already on its way finds it idle, or armed for a later attempt whose
-// delay has not passed.
-func (w *hedgeWait) release() {
-	w.mu.Lock()
-	w.c, w.ctx, w.a, w.order, w.results, w.final = nil, nil, nil, nil, nil, nil
-	w.mu.Unlock()
+	close(w.race.back)
+	<-w.race.stopped
+	return true
 }
 
 // fire runs on the timer's goroutine when the delay passes: unless the
-// attempt answered first, it takes the round over and runs it to its end,
-// which it hands to the caller's goroutine with a panic, if one comes, or
-// a hook's runtime.Goexit, which the caller's goroutine then takes.
+// attempt answered first, it runs the race until the caller takes it
+// over.
 func (w *hedgeWait) fire() {
 	w.mu.Lock()
 	if w.state != waiting || time.Now().Before(w.due) {
@@ -598,32 +461,12 @@ func (w *hedgeWait) fire() {
 		return
 	}
 	w.state = fired
-	// The round's goroutines are the caller's work: its profiler labels
-	// (pprof.Do), which the hedges' goroutines inherit.
-	pprof.SetGoroutineLabels(w.ctx)
-	order := w.racerOrder(time.Now())
-	r := &racer{c: w.c, ctx: w.ctx, order: order, flying: []*attempt{w.a}}
-	r.results = make(chan *attempt, len(order)+1)
-	r.tried = make([]bool, len(order))
-	r.left = len(order)
-	w.results = r.results
-	final := make(chan raceResult, 1)
-	w.final = final
+	r := w.race
+	r.back, r.stopped = make(chan struct{}), make(chan struct{})
+	r.results = make(chan *attempt, len(r.targets))
 	w.mu.Unlock()
-	var res raceResult
-	returned := false
-	defer func() {
-		if v := recover(); v != nil {
-			res = raceResult{panicked: v}
-		} else if !returned {
-			// A Trace hook (or a Logger's handler) ended this goroutine
-			// (runtime.Goexit): r.run's deferred abandon has ended the
-			// round; the caller, whose hook it is, ends as it would have
-			// with the hook on its own goroutine.
-			res = raceResult{goexited: true}
-		}
-		final <- res // never blocks: it holds one
-	}()
-	res.resp, res.err, res.done = r.run()
-	returned = true
+	// The race's goroutines are the caller's work: its profiler labels
+	// (pprof.Do), which the hedges' goroutines inherit.
+	pprof.SetGoroutineLabels(r.ctx)
+	r.run()
 }

@@ -672,15 +672,15 @@ func TestHedgePanicAfterDelay(t *testing.T) {
 func TestHedgeWaitEarlyFire(t *testing.T) {
 	n := newFakeNet()
 	tr := newTestTransport(t, twoUpstreams(n, Config{Hedge: &HedgeConfig{Delay: time.Hour}}))
-	c := &call{request: request{t: tr}}
 	a := &attempt{u: tr.upstreams[0], start: time.Now()} // as launch leaves it
+	r := &race{req: request{t: tr}, ctx: context.Background(), first: a, targets: tr.upstreams[1:]}
 	w := new(hedgeWait)
-	w.arm(c, context.Background(), a, tr.upstreams[1:], 0, nil, 0)
+	w.arm(r)
 	w.fire() // as a stale fire would, long before the hour
 	if w.state != waiting {
 		t.Fatalf("state %d after an early fire, want waiting: the round was taken over before its delay", w.state)
 	}
-	if _, raced := w.end(tr, a); raced {
+	if raced := w.end(); raced {
 		t.Fatal("end says the round raced")
 	}
 }
@@ -932,13 +932,13 @@ func TestHedgeFireRecycled(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		n := newFakeNet()
 		tr := newTestTransport(t, twoUpstreams(n, Config{Hedge: &HedgeConfig{Delay: time.Second}}))
-		c := &call{request: request{t: tr}}
 		a := &attempt{u: tr.upstreams[0], start: time.Now()} // as launch leaves it
+		r := &race{req: request{t: tr}, ctx: context.Background(), first: a, targets: tr.upstreams[1:]}
 
 		w := new(hedgeWait)
-		w.arm(c, context.Background(), a, tr.upstreams[1:], 0, nil, 0)
+		w.arm(r)
 		f := w.f
-		if _, raced := w.end(tr, a); raced {
+		if raced := w.end(); raced {
 			t.Fatal("end says the round raced")
 		}
 		w.recycle()
@@ -947,14 +947,14 @@ func TestHedgeFireRecycled(t *testing.T) {
 		}
 
 		w = new(hedgeWait)
-		w.arm(c, context.Background(), a, tr.upstreams[1:], 0, nil, 0)
+		w.arm(r)
 		f = w.f
 		w.mu.Lock()
 		w.state = idle // as end does, before the fire comes
 		w.mu.Unlock()
 		time.Sleep(2 * time.Second)
 		synctest.Wait() // the fire has come and found w idle
-		if _, raced := w.end(tr, a); raced {
+		if raced := w.end(); raced {
 			t.Fatal("end says the round raced")
 		}
 		w.recycle()
@@ -1255,13 +1255,14 @@ func TestInBubble(t *testing.T) {
 // a bubble's round makes its own and keeps it out of the pool.
 func TestHedgeTimerPooled(t *testing.T) {
 	tr := newTestTransport(t, twoUpstreams(newFakeNet(), Config{Hedge: &HedgeConfig{Delay: time.Hour}}))
-	c := &call{request: request{t: tr}}
+	r := &race{req: request{t: tr}, ctx: context.Background(), targets: tr.upstreams[1:]}
 	round := func() (*hedgeFire, *time.Timer) {
 		a := &attempt{u: tr.upstreams[0], start: time.Now()}
+		r.first = a
 		w := new(hedgeWait)
-		w.arm(c, context.Background(), a, tr.upstreams[1:], 0, nil, 0)
+		w.arm(r)
 		f, timer := w.f, w.timer
-		if _, raced := w.end(tr, a); raced {
+		if raced := w.end(); raced {
 			t.Fatal("end says the round raced")
 		}
 		w.recycle()
@@ -1273,13 +1274,14 @@ func TestHedgeTimerPooled(t *testing.T) {
 	}
 	synctest.Test(t, func(t *testing.T) {
 		a := &attempt{u: tr.upstreams[0], start: time.Now()}
+		r := &race{req: request{t: tr}, ctx: context.Background(), first: a, targets: tr.upstreams[1:]}
 		w := new(hedgeWait)
-		w.arm(c, context.Background(), a, tr.upstreams[1:], 0, nil, 0)
+		w.arm(r)
 		if w.timer == w.f.timer {
 			t.Error("a bubble's round got a pooled timer, which runs on the real clock")
 		}
 		bubbleTimer, f := w.timer, w.f
-		w.end(tr, a)
+		w.end()
 		w.recycle()
 		if f.timer == bubbleTimer {
 			t.Error("a bubble's timer went back to the pool")

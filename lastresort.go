@@ -1,11 +1,5 @@
 package failover
 
-import (
-	"time"
-
-	"github.com/failover-go/failover/internal/mono"
-)
-
 // LastResortConfig sets what a request does when every upstream it may use
 // refuses it because its circuit is open. Rather than fail at once with
 // ErrCircuitOpen, it goes past the circuit of the one most likely to
@@ -49,28 +43,6 @@ func (c LastResortConfig) validate() error {
 		return configError("LastResort.MaxInFlight", "must not be negative")
 	}
 	return nil
-}
-
-// lastResort picks the upstream a request for model goes to at now when
-// admit refused every upstream of ups (those the request may use): the
-// one whose circuit opened first among those admit refused for an open
-// circuit; nil when there is none or the last resort is off. It reads
-// admit's reasons; it decides nothing admit decides.
-func (t *Transport) lastResort(ups []*upstream, model string, now time.Time) *upstream {
-	if t.lastResortCfg.Off {
-		return nil
-	}
-	var best *upstream
-	var bestSince mono.Time
-	for _, u := range ups {
-		if t.admit(u, model, now, nil).reason != ReasonCircuitOpen {
-			continue
-		}
-		if since := mono.Of(u.circuit.Snapshot(now).Since); best == nil || since < bestSince {
-			best, bestSince = u, since
-		}
-	}
-	return best
 }
 
 // takeLastResort takes one of the last resort's MaxInFlight places, if one

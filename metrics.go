@@ -38,6 +38,7 @@ const (
 	famAttempts
 	famAttemptDuration
 	famSkipped
+	famDemoted
 	famBreakerState
 	famBreakerTrips
 	famHeldBack
@@ -80,6 +81,7 @@ var families = [numFamilies]family{
 	famAttempts:         {"failover_attempts_total", "counter", []string{"upstream", "outcome"}, "Attempts sent to the upstream, by outcome (success, rejected, auth_failed, rate_limited, failed, canceled, unservable); a request makes one attempt or more."},
 	famAttemptDuration:  {"failover_attempt_duration_seconds", "histogram", []string{"upstream"}, "Time from the start of an attempt at the upstream to its response headers or its failure; canceled attempts are not observed."},
 	famSkipped:          {"failover_skipped_total", "counter", []string{"upstream", "reason"}, "Requests that did not try the upstream, by reason (rate_limited, model_not_served, circuit_open, probe_in_flight, probe_elsewhere)."},
+	famDemoted:          {"failover_demoted_total", "counter", []string{"upstream", "reason"}, "Attempts sent to the upstream after others it would have come before, by why it was put off (failing, auth_failing, out_of_headroom, degraded, suspect)."},
 	famBreakerState:     {"failover_breaker_state", "gauge", []string{"upstream"}, "State of the upstream's circuit: 0 closed, 1 open, 2 half-open."},
 	famBreakerTrips:     {"failover_breaker_trips_total", "counter", []string{"upstream"}, "Times the upstream's circuit opened from closed."},
 	famHeldBack:         {"failover_timeouts_held_back_total", "counter", []string{"upstream"}, "Attempt timeouts not counted against the upstream's circuit: every upstream was timing out at once, or the round trip returned late."},
@@ -260,6 +262,7 @@ type upstreamMetrics struct {
 	heldBack   *metrics.Counter            // attempt timeouts not counted: every upstream was timing out
 	lastResort *metrics.Counter            // requests sent past the circuit (LastResortConfig)
 	skipped    map[Reason]*metrics.Counter // by skipReasons
+	demoted    map[Reason]*metrics.Counter // by demoteReasons
 	cooldowns  map[CooldownReason]*metrics.Counter
 	failovers  sync.Map // *upstream failed over to → *metrics.Counter, made on first use
 	probes     [len(outcomeNames)]*metrics.Counter
@@ -342,6 +345,10 @@ func (t *Transport) initMetrics() {
 		u.m.skipped = map[Reason]*metrics.Counter{}
 		for _, r := range skipReasons {
 			u.m.skipped[r] = s.GetOrCreateCounter(famSkipped.series(u.name, string(r)))
+		}
+		u.m.demoted = map[Reason]*metrics.Counter{}
+		for _, r := range demoteReasons {
+			u.m.demoted[r] = s.GetOrCreateCounter(famDemoted.series(u.name, string(r)))
 		}
 		u.m.cooldowns = map[CooldownReason]*metrics.Counter{}
 		for _, r := range []CooldownReason{CooldownRateLimited, CooldownQuotaExhausted} {

@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/failover-go/failover/internal/mono"
@@ -133,7 +134,7 @@ func (w *Weighted) Order(dst []int, cands []Candidate) []int {
 	for i := range cands {
 		maxIndex = max(maxIndex, cands[i].Index)
 	}
-	pick := w.pick(cands, best, limit, maxIndex)
+	pick := w.step(cands, best, limit, maxIndex)
 
 	start := len(dst)
 	dst = appendPositions(dst, len(cands))
@@ -157,9 +158,9 @@ func (w *Weighted) Order(dst []int, cands []Candidate) []int {
 	return dst
 }
 
-// pick runs one step of smooth weighted round robin over the candidates of
+// step runs one step of smooth weighted round robin over the candidates of
 // group g and returns the position of the one picked.
-func (w *Weighted) pick(cands []Candidate, g int, limit float64, maxIndex int) int {
+func (w *Weighted) step(cands []Candidate, g int, limit float64, maxIndex int) int {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if len(w.current) <= maxIndex {
@@ -418,16 +419,19 @@ func (s Score) Order(dst []int, cands []Candidate) []int {
 	return dst
 }
 
-// first returns the first upstream in the first group, -1 when there is
+// pick returns the first upstream in the first group, -1 when there is
 // none.
-func (Priority) first(t *Transport, model string, now time.Time) int {
-	for i, u := range t.upstreams {
-		if t.usableNow(u, model, now) {
-			return i
+func (Priority) pick(v view) (int, int) {
+	for i := range v.n() {
+		if v.usable(i) {
+			return i, -1
 		}
 	}
-	return -1
+	return -1, -1
 }
+
+func (Priority) snapshot(view) *routeSnapshot { return nil }
+func (r Priority) self() Router               { return r }
 
 // rest sorts the positions seg of cands by group, then Index.
 func (Priority) rest(seg []int, cands []Candidate) {
@@ -471,20 +475,20 @@ func (w *Weighted) members(cands []Candidate) ([]int, []float64, []bool) {
 	return idx, weight, recovering
 }
 
-// first runs one step of smooth weighted round robin over the snapshot's
+// pick runs one step of smooth weighted round robin over the snapshot's
 // first group and returns the Index picked, once admit and demotion say
 // it is in the first group now. One that is not is left out until the
 // next snapshot and the step is run again without it. It returns -1 when
 // the snapshot's first group is empty or all left out, or an upstream
 // has Models (whose first group depends on the request's model).
-func (w *Weighted) first(t *Transport, model string, now time.Time) int {
-	if t.models {
-		return -1
+func (w *Weighted) pick(v view) (int, int) {
+	if v.byModel() {
+		return -1, -1
 	}
-	s := t.snapshot(now)
+	s := v.snapshot()
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if n := len(t.upstreams); len(w.current) < n {
+	if n := v.n(); len(w.current) < n {
 		w.current = append(w.current, make([]float64, n-len(w.current))...)
 	}
 	cur, rank, weight := w.current, s.rank, s.weight[:len(s.rank)]
@@ -503,14 +507,13 @@ func (w *Weighted) first(t *Transport, model string, now time.Time) int {
 			}
 		}
 		if pick < 0 {
-			return -1
+			return -1, -1
 		}
 		i := rank[pick]
-		u := t.upstreams[i]
-		if t.usableNow(u, model, now) {
-			if s.recovering[pick] || !u.circuit.Recovering(now) {
+		if v.usable(i) {
+			if s.recovering[pick] || !v.recovering(i) {
 				cur[i] -= total
-				return i
+				return i, -1
 			}
 			// Recovering since the snapshot, which gave it its whole
 			// weight: left out like one out of the first group, until
@@ -533,6 +536,17 @@ func (w *Weighted) first(t *Transport, model string, now time.Time) int {
 	}
 }
 
+// snapshot is the first group, its weights and which of it is
+// recovering, as the round robin steps over them between snapshots.
+func (w *Weighted) snapshot(v view) *routeSnapshot {
+	n := &routeSnapshot{until: mono.Of(v.now).Add(refreshEvery)}
+	n.rank, n.weight, n.recovering = w.members(v.weightCandidates())
+	n.out = make([]atomic.Bool, len(n.rank))
+	return n
+}
+
+func (w *Weighted) self() Router { return w }
+
 // rest sorts the positions seg of cands by group, then by descending
 // weight (capped as in Order), then Index.
 func (w *Weighted) rest(seg []int, cands []Candidate) {
@@ -551,7 +565,7 @@ func (w *Weighted) rest(seg []int, cands []Candidate) {
 // two candidates before it declines.
 const twoChoiceTries = 4
 
-// first draws two distinct upstreams of the first group at random, each
+// pick draws two distinct upstreams of the first group at random, each
 // by drawing from all of them until admit and demotion say one is in the
 // first group (a uniform draw from the first group, as Order's), and
 // returns the Index of the cheaper (the first drawn on a tie). When the
@@ -561,10 +575,10 @@ const twoChoiceTries = 4
 // draw finds none within twoChoiceTries: Order, drawing again, then
 // decides, which keeps each pair as likely as in Order (the chance to
 // decline is the same for every first draw).
-func (LeastLatency) first(t *Transport, model string, now time.Time) (first, then int) {
-	n := len(t.upstreams)
+func (LeastLatency) pick(v view) (first, then int) {
+	n := v.n()
 	if n == 1 {
-		if t.usableNow(t.upstreams[0], model, now) {
+		if v.usable(0) {
 			return 0, -1
 		}
 		return -1, -1
@@ -577,7 +591,7 @@ func (LeastLatency) first(t *Transport, model string, now time.Time) (first, the
 			} else if i = rand.IntN(n - 1); i >= not {
 				i++
 			}
-			if t.usableNow(t.upstreams[i], model, now) {
+			if v.usable(i) {
 				return i
 			}
 		}
@@ -591,21 +605,18 @@ func (LeastLatency) first(t *Transport, model string, now time.Time) (first, the
 	if j < 0 {
 		return -1, -1
 	}
-	ci, cj := latencyCandidate(t.upstreams[i], now), latencyCandidate(t.upstreams[j], now)
+	ci, cj := v.latency(i), v.latency(j)
 	if compareLatencyCost(&cj, &ci) < 0 {
 		i = j
 	}
-	if !t.upstreams[i].circuit.Recovering(now) {
+	if !v.recovering(i) {
 		return i, -1
 	}
 	// Recovering: it goes first only for a tenth of the requests, else
 	// the cheapest of its group that is not (spareRecovering), and it
 	// second.
 	rb := routerBuffers.Get().(*routerBuffer)
-	cands := rb.cands[:0]
-	for k, u := range t.upstreams {
-		cands = append(cands, t.candidate(k, u, model, now))
-	}
+	cands := v.candidates(rb.cands[:0])
 	seg := appendPositions(rb.order[:0], n)
 	LeastLatency{}.rest(seg, cands)
 	moveToFront(seg, slices.Index(seg, i))
@@ -622,10 +633,8 @@ func (LeastLatency) first(t *Transport, model string, now time.Time) (first, the
 	return first, then
 }
 
-// latencyCandidate is the part of u's Candidate that latencyCost reads.
-func latencyCandidate(u *upstream, now time.Time) Candidate {
-	return Candidate{InFlight: int(u.live.inflight.Load()), Latency: u.latency.value(now)}
-}
+func (LeastLatency) snapshot(view) *routeSnapshot { return nil }
+func (r LeastLatency) self() Router               { return r }
 
 // rest sorts the positions seg of cands by group, then by ascending cost
 // (latencyCost), then Index.
@@ -663,37 +672,48 @@ func (s Score) rank(cands []Candidate) []int {
 	return seg
 }
 
-// first returns the first upstream of the snapshot's ranking that admit
+// pick returns the first upstream of the snapshot's ranking that admit
 // and demotion put in the first group; when it is recovering, the next
 // such that is not goes first for all but recoveringShare of the requests
 // (spareRecovering). It returns -1 when the first group is empty.
-func (s Score) first(t *Transport, model string, now time.Time) int {
-	if snap := t.routes.snap.Load(); snap != nil && snap.key != nil && mono.Of(now) < snap.until && !t.sameUsage(snap.key) {
+func (s Score) pick(v view) (int, int) {
+	if v.usageMoved() {
 		// Usage moved the prices' scores since the snapshot: Order
 		// ranks this request from every Candidate, as it would have,
 		// rather than each metered answer taking the snapshot again
 		// (which costs a request more than Order does). The snapshot
 		// is taken again when its time is up.
-		return -1
+		return -1, -1
 	}
 	held := -1 // the best, recovering
-	for _, i := range t.snapshot(now).rank {
-		u := t.upstreams[i]
-		if !t.usableNow(u, model, now) {
+	for _, i := range v.snapshot().rank {
+		if !v.usable(i) {
 			continue
 		}
 		switch {
-		case !u.circuit.Recovering(now):
+		case !v.recovering(i):
 			if held >= 0 && rand.Float64() < recoveringShare {
-				return held
+				return held, -1
 			}
-			return i
+			return i, -1
 		case held < 0:
 			held = i
 		}
 	}
-	return held
+	return held, -1
 }
+
+// snapshot ranks the upstreams by score, the usage key read before the
+// averages: a change in between takes the snapshot again.
+func (s Score) snapshot(v view) *routeSnapshot {
+	n := &routeSnapshot{until: mono.Of(v.now).Add(refreshEvery), key: v.usageKey()}
+	cands, oldest := v.scoreCandidates()
+	n.until = min(n.until, oldest.Add(refreshEvery))
+	n.rank = s.rank(cands)
+	return n
+}
+
+func (s Score) self() Router { return s }
 
 // rest sorts the positions seg of cands by group, then by descending
 // score, then Index.

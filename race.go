@@ -4,167 +4,254 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"runtime"
 	"runtime/debug"
 	"slices"
 	"time"
-
-	"github.com/failover-go/failover/internal/circuit"
 )
 
-// The race of a hedged round once its first delay has passed (see
-// hedge.go for the round's start, its budget and its delay): the racer
-// sends each hedge as its delay passes, takes the first answer that ends
-// the request, and fails over as a round does when every attempt in
-// flight failed; the attempts that lost are canceled, drained and closed
-// on goroutines of their own (abandon), and a panic in one is reported
-// (logPanic) rather than lost.
+// The race of a hedged attempt once its delay has passed (see hedge.go
+// for the attempt, its budget and its delay): hedges go to the next
+// upstreams of the plan as their delays pass, each on a goroutine of its
+// own that hands its result over a channel, and the first answer that
+// ends the request wins; the attempts that lost are canceled, drained and
+// closed on goroutines of their own (abandon), and a panic in one is
+// reported (logPanic) rather than lost.
+//
+// Two goroutines run a race, one after the other, never both: the
+// timer's while the caller waits in Base (run), then the caller's (race),
+// which takes it over once the timer's has stopped. Neither writes the
+// other's state: the timer's records in the race's own tally, which the
+// call takes in.
 
-// racer is a hedged round once a delay has passed: the attempts in flight,
-// each on a goroutine of its own but the first, which is the caller's.
-// Only the goroutine that runs it reads or writes the call until the round
-// ends.
-type racer struct {
-	c       *call
-	ctx     context.Context
-	order   []*upstream
-	results chan *attempt
-	flying  []*attempt
-	tried   []bool // upstreams the round has sent to or skipped
-	left    int    // upstreams not tried
-	hedges  int
+// race is a hedged attempt's race.
+type race struct {
+	req     request         // the request, copied for the hedges' goroutines
+	body    replay          // the body, copied: each hedge takes the next
+	tally   tally           // what the race records until the caller takes it over
+	ctx     context.Context // the request's
+	first   *attempt        // the caller's, sent on its goroutine
+	targets []*upstream     // where the hedges go, in order (hedgeTargets)
+	taken   []*upstream     // the targets tried: the round's plan passes over them
+	hedges  int             // hedges sent in the round
+	timer   *time.Timer     // the next hedge's delay
+	flying  []*attempt      // hedges in flight
+	results chan *attempt   // the hedges' results, as they come
+	got     []*attempt      // results taken in while the caller waited in Base
+	back    chan struct{}   // closed by the caller when Base returned
+	stopped chan struct{}   // closed when the timer's goroutine has stopped
+
+	// How the timer's goroutine ended, for the caller to go on with: a
+	// Trace hook's panic, or its runtime.Goexit.
+	panicked any
+	goexited bool
 }
 
-// run sends the hedge the passed delay calls for, then takes the first
-// answer that ends the request, sending further hedges as their delays
-// pass and failing over as usual when every attempt in flight failed.
-// However the round ends, even by a panic, the attempts still in flight
-// are canceled and closed.
-func (r *racer) run() (*http.Response, error, bool) {
-	c, h := r.c, r.c.t.hedge
-	defer func() { c.t.abandon(r.flying, r.results) }()
-	defer func() { c.traceAbandoned(r.flying, time.Now()) }() // first; a hook's panic still leaves abandon to run
-	var timer *time.Timer
-	arm := func(a *attempt) {
-		d := c.t.hedgeDelay(a.u, time.Now())
-		if timer == nil {
-			timer = time.NewTimer(d)
-			return
-		}
-		timer.Reset(d)
-	}
+// run is the race while the caller waits in Base, on the timer's
+// goroutine: it sends the hedge the passed delay calls for, and the next
+// ones as their delays pass, and takes in their results, which the Trace
+// and the upstreams hear at once (heard). On an answer that ends the
+// request it stops the other attempts, the caller's too, so that Base
+// returns. It stops when the caller is back.
+func (r *race) run() {
+	returned := false
 	defer func() {
-		if timer != nil {
-			timer.Stop()
+		if v := recover(); v != nil {
+			r.panicked = v
+		} else if !returned {
+			r.goexited = true // a Trace hook or a Logger's handler ended this goroutine
+		}
+		if !returned {
+			r.stop() // the request is over: the caller's attempt ends too
+		}
+		close(r.stopped)
+	}()
+	r.hedge(&r.tally)
+	for {
+		select {
+		case <-r.back:
+			returned = true
+			return
+		case <-r.tick():
+			r.hedge(&r.tally)
+		case a := <-r.results:
+			r.land(a)
+			r.got = append(r.got, a)
+			if a.panicked == nil {
+				r.req.heard(&r.tally, a)
+			}
+			if a.final() {
+				r.stop()
+			}
+		}
+	}
+}
+
+// race takes r over once Base has returned r.first: it settles what the
+// race took in, then r.first, then the hedges as they answer, sending
+// further hedges as their delays pass. It reports done with the result
+// when the request is over; when every attempt failed, the round goes on
+// without the upstreams the race took.
+func (c *call) race(ctx context.Context, p *plan, r *race) (resp *http.Response, err error, done bool) {
+	first := r.first
+	c.tally.takeIn(&r.tally)
+	pending := append(r.got, first) // taken in, not settled yet
+	var lost []*attempt             // stopped for another's answer
+	defer func() {
+		c.hedges = r.hedges
+		p.taken = append(p.taken, r.taken...)
+		if r.timer != nil {
+			r.timer.Stop()
+		}
+		if first.end.After(c.lastEnd) {
+			c.lastEnd = first.end // the caller waited for it all the same
+		}
+		r.req.t.abandon(r.flying, r.results)
+		for _, a := range append(pending, lost...) {
+			if a.resp != nil {
+				go r.req.t.drop(a) // draining takes a while: not on the caller's time
+			} else {
+				r.req.t.drop(a)
+			}
 		}
 	}()
-	hedgeNow := func() {
-		if r.ctx.Err() != nil {
-			// The caller gave up (before the delay passed, with a Base
-			// that does not heed it, or as the tick came): no hedge for
-			// a request that is over; the select ends the round.
+	defer func() {
+		// First: a hook's panic still leaves the above to run, and
+		// closes the answer in hand.
+		if c.trace == nil || c.trace.AttemptDone == nil {
 			return
 		}
-		if sent, _ := r.next(true); !sent {
-			r.hedges = h.MaxHedges // out of budget, or nowhere to hedge to
-			return
+		var unheard []*attempt
+		for _, a := range append(pending, lost...) {
+			if !a.heard && a.panicked == nil {
+				unheard = append(unheard, a)
+			}
 		}
-		r.hedges++
-		arm(r.flying[len(r.flying)-1])
+		c.callHook(resp, func() {
+			c.request.traceAbandoned(&c.tally, append(unheard, r.flying...), time.Now())
+		})
+	}()
+	if r.panicked != nil {
+		panic(r.panicked)
 	}
-	hedgeNow()
+	if r.goexited {
+		runtime.Goexit() // a hook's, on the race's goroutine
+	}
 	for {
-		var tick <-chan time.Time
-		if timer != nil && r.hedges < h.MaxHedges && r.left > 0 && !probing(r.flying) {
-			tick = timer.C
-		}
-		select {
-		case <-r.ctx.Done():
+		if err := ctx.Err(); err != nil {
 			c.discardHeld()
-			return nil, r.ctx.Err(), true
-		case <-tick:
-			hedgeNow()
-		case a := <-r.results:
-			r.flying = slices.DeleteFunc(r.flying, func(b *attempt) bool { return b == a })
-			if a.panicked != nil {
-				a.stop(nil)
-				panic(a.panicked) // the deferred abandon cleans up the rest
+			return nil, err, true
+		}
+		var a *attempt
+		switch {
+		case len(pending) > 0:
+			a, pending = pending[0], pending[1:]
+		case len(r.flying) == 0:
+			return nil, nil, false // every attempt failed: the round goes on
+		default:
+			select {
+			case <-ctx.Done():
+				continue
+			case <-r.tick():
+				r.hedge(&c.tally)
+				continue
+			case a = <-r.results:
+				r.land(a)
 			}
-			if resp, err, done := c.settle(a); done {
-				if a.hedge && resp != nil && resp == a.resp {
-					h.won.Inc()
-				}
-				return resp, err, true
+		}
+		if a.panicked != nil {
+			a.stop(nil)
+			panic(a.panicked) // the deferred abandon cleans up the rest
+		}
+		if a.lost.Load() {
+			lost = append(lost, a) // dropped, and traced as abandoned
+			continue
+		}
+		if resp, err, done := c.settle(a); done {
+			if a.hedge && resp != nil && resp == a.resp {
+				c.t.hedge.won.Inc()
 			}
-			if len(r.flying) > 0 {
-				continue // another attempt may still answer
-			}
-			sent, stop := r.next(false) // fail over as usual
-			if stop {
-				return c.finishRound()
-			}
-			if !sent {
-				return nil, nil, false
-			}
-			arm(r.flying[0])
+			return resp, err, true
 		}
 	}
 }
 
-// next launches the next upstream in order that takes the request. It
-// reports whether it did, and whether the request is over. A hedge goes
-// only to an upstream whose circuit is closed, passing over the others and
-// leaving them to fail over to.
-func (r *racer) next(isHedge bool) (sent, stop bool) {
-	c := r.c
-	for i, u := range r.order {
+// hedge sends a hedge to the next target that takes it, recording in l,
+// and arms the timer for the one after. When none goes (no budget, no
+// body, no target left) the race sends no more.
+func (r *race) hedge(l *tally) {
+	for r.ctx.Err() == nil && len(r.targets) > 0 {
+		// (A caller that gave up gets no hedge for a request that is
+		// over.)
+		u := r.targets[0]
+		r.targets = r.targets[1:]
 		now := time.Now()
-		if r.tried[i] || (isHedge && u.circuit.Status(now) != circuit.Closed) {
+		s := r.req.t.admitted(u, r.req.model, now)
+		r.taken = append(r.taken, u)
+		if s.av.reason != "" {
+			l.skip(&r.req, u, s.av, false)
 			continue
 		}
-		r.tried[i] = true
-		r.left--
 		a := new(attempt)
-		mode := plain
-		if isHedge {
-			mode = hedge
-		}
-		switch c.launch(r.ctx, a, u, mode, now) {
-		case skipped:
-			continue
+		switch r.req.launch(r.ctx, l, &r.body, a, s, hedge, true, now) {
+		case ready:
+			r.hedges++
+			r.flying = append(r.flying, a)
+			go a.fly(&r.req, r.results)
+			d := r.req.t.hedgeDelay(u, time.Now())
+			if r.timer == nil {
+				r.timer = time.NewTimer(d)
+			} else {
+				r.timer.Reset(d)
+			}
+			return
 		case declined:
-			r.tried[i] = false
-			r.left++
-			return false, false
-		case dropped:
-			return false, false
-		case over:
-			return false, true
+			r.taken = r.taken[:len(r.taken)-1] // untried: the round may fail over to it
 		}
-		r.flying = append(r.flying, a)
-		go a.fly(c.request, r.results)
-		return true, false
+		break
 	}
-	return false, false
+	r.targets = nil
 }
 
-// probing reports whether one of attempts is a half-open probe: it is not
-// hedged, since a probe canceled by a winning hedge gives its circuit no
-// verdict, and the next request would probe again.
-func probing(attempts []*attempt) bool {
-	for _, a := range attempts {
-		if a.p.Probe() {
-			return true
-		}
+// tick is the timer of the next hedge, nil when no more may go.
+func (r *race) tick() <-chan time.Time {
+	if r.timer == nil || len(r.targets) == 0 || r.hedges >= r.req.t.hedge.MaxHedges {
+		return nil
 	}
-	return false
+	return r.timer.C
 }
 
-// fly runs a and hands its result to the call, or cleans up when the call
-// is over. A panic in Base or Classify reaches the caller's goroutine; when
-// the call is over, it is logged instead, as net/http logs a handler's
-// panic: the caller has its answer, and a panic on a goroutine of our own
-// would end the program.
-func (a *attempt) fly(r request, results chan<- *attempt) {
+// land takes a, a hedge's result, out of the attempts in flight.
+func (r *race) land(a *attempt) {
+	r.flying = slices.DeleteFunc(r.flying, func(b *attempt) bool { return b == a })
+}
+
+// stop ends the caller's attempt and the hedges in flight: an answer
+// ends the request, or the race's goroutine ended. Their results are
+// dropped as they come.
+func (r *race) stop() {
+	for _, a := range append(r.flying, r.first) {
+		a.lost.Store(true)
+		a.stop(errHedgeLost)
+	}
+}
+
+// abandonAll ends the race for a caller whose goroutine Base ended: the
+// hedges are abandoned and what the race took in is dropped.
+func (r *race) abandonAll() {
+	r.req.traceAbandoned(&r.tally, r.flying, time.Now())
+	r.req.t.abandon(r.flying, r.results)
+	for _, a := range r.got {
+		r.req.t.drop(a)
+	}
+}
+
+// fly runs a and hands its result to the race, or cleans up when the
+// request is over. A panic in Base or Classify reaches the caller's
+// goroutine; when the request is over, it is logged instead, as net/http
+// logs a handler's panic: the caller has its answer, and a panic on a
+// goroutine of our own would end the program.
+func (a *attempt) fly(r *request, results chan<- *attempt) {
 	returned := false
 	defer func() {
 		if v := recover(); v != nil {
@@ -174,7 +261,7 @@ func (a *attempt) fly(r request, results chan<- *attempt) {
 			a.goexited() // Base ended this goroutine (runtime.Goexit)
 		}
 		if a.state.CompareAndSwap(flying, delivered) {
-			results <- a // never blocks: it holds every attempt of the round
+			results <- a // never blocks: it holds every hedge of the race
 			return
 		}
 		a.cleanup()
@@ -182,9 +269,16 @@ func (a *attempt) fly(r request, results chan<- *attempt) {
 			r.t.logPanic(a)
 		}
 	}()
-	a.send(&r)
+	a.send(r)
 	returned = true
 }
+
+// Where a hedge's result goes.
+const (
+	flying    = iota
+	delivered // sent to the race
+	abandoned // the request is over: the attempt cleans up after itself
+)
 
 // abandon ends the attempts still in flight: it cancels those that have
 // not answered, which clean up when Base returns, and closes the answers

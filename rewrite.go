@@ -24,7 +24,7 @@ func (r *request) clone(ctx context.Context, up *upstream, shareURL bool, own *o
 	var out *http.Request
 	switch {
 	case own != nil:
-		// Made with the attempt (see hedgedRound): the URL is its own.
+		// Made with the attempt (see hedgedParts): the URL is its own.
 		own.r, own.u = *req, *req.URL
 		out = &own.r
 		out.URL = &own.u

@@ -2,6 +2,7 @@ package failover
 
 import (
 	"math/rand/v2"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -226,44 +227,204 @@ func spareRecovering(seg []int, cands []Candidate) {
 	}
 }
 
-// The fast path of this package's Routers.
-//
-// A Candidate takes a few hundred instructions to fill (the recent
-// figures, the peak EWMA, the circuit, admit and demotion), so ordering
-// every upstream for every request costs in proportion to their number.
-// For the four Routers of this package the Transport asks instead for the
-// upstream that Order would put first (firstRouted), which each finds by
-// reading only the upstreams it needs; admit and demotion decide, as for
-// Order, whether one is in the first group. Only when that upstream does
-// not settle the request are the others ordered, from every Candidate as
-// they are then (routed), by the same keys as Order (rest). A Router of
-// your own, or a type that embeds one of these, gets every Candidate.
-
-// usableNow reports whether u is in the first group for a request for
-// model at now (groupUsable): admit takes the request and demotion does
-// not defer it.
-func (t *Transport) usableNow(u *upstream, model string, now time.Time) bool {
-	return t.admit(u, model, now, nil).reason == "" && t.demotion(u, now) == ""
+// routed asks the Router for the order of a request for model at now,
+// into buf when it has room. With after set (the picker's pick, already
+// tried) it returns the others, in the order the picker gives them after
+// its pick, then first among them when pick named it.
+func (t *Transport) routed(buf []*upstream, model string, now time.Time, after, then *upstream) []*upstream {
+	// The Router is an interface, so what it is given escapes: the
+	// buffers come from a pool rather than from each request's heap.
+	rb := routerBuffers.Get().(*routerBuffer)
+	cands := rb.cands[:0]
+	for i, u := range t.upstreams {
+		cands = append(cands, t.candidate(i, u, model, now))
+	}
+	out := buf[:0]
+	if cap(out) < len(cands) {
+		out = make([]*upstream, 0, len(cands)) // past the caller's room: once, not by doubling
+	}
+	var order []int
+	if after == nil {
+		// What Order returns is the Router's, which it may keep: never
+		// pooled, and read only through validOrder, which copies what it
+		// mends.
+		order = t.router.Order(rb.order[:0], cands)
+		if t.picker == nil {
+			order = validOrder(order, len(cands))
+		}
+	} else {
+		next := -1
+		if then != nil {
+			next = then.index
+		}
+		order = t.orderRest(rb.order[:0], cands, after.index, next)
+		rb.order = order[:0] // this package's, grown maybe
+	}
+	for _, i := range order {
+		out = append(out, t.upstreams[i])
+	}
+	if cap(cands) <= maxPooledCandidates && cap(rb.order) <= maxPooledCandidates {
+		clear(cands) // no Name or reason kept alive by the pool
+		rb.cands = cands[:0]
+		routerBuffers.Put(rb)
+	}
+	return out
 }
 
-// firstRouted returns the upstream that the Router, one of this
-// package's, puts first for a request for model at now, or nil when it is
-// another Router or declines: then routed orders every candidate. It
-// returns as then the upstream that Order put right after first, where
-// that is not the rest's own order (LeastLatency's recovering pick that
-// another went before), else nil: orderRest puts it first.
-func (t *Transport) firstRouted(model string, now time.Time) (first, then *upstream) {
-	i, j := -1, -1
-	switch r := t.router.(type) {
-	case Priority:
-		i = r.first(t, model, now)
-	case *Weighted:
-		i = r.first(t, model, now)
-	case LeastLatency:
-		i, j = r.first(t, model, now)
-	case Score:
-		i = r.first(t, model, now)
+// validOrder returns order, a Router's of your own for n upstreams, with
+// every Index out of range or given before left out and every Index it
+// lacks appended, ascending (see [Router]). A valid order is returned as
+// it is; any other is copied, never written: the Router may keep its
+// slice.
+func validOrder(order []int, n int) []int {
+	var small [1]uint64
+	seen := small[:]
+	if n > 64 {
+		seen = make([]uint64, (n+63)/64)
 	}
+	valid := len(order) == n
+	for _, i := range order {
+		if i < 0 || i >= n || seen[i/64]&(1<<(i%64)) != 0 {
+			valid = false
+			break
+		}
+		seen[i/64] |= 1 << (i % 64)
+	}
+	if valid {
+		return order
+	}
+	clear(seen)
+	out := make([]int, 0, n)
+	for _, i := range order {
+		if i >= 0 && i < n && seen[i/64]&(1<<(i%64)) == 0 {
+			seen[i/64] |= 1 << (i % 64)
+			out = append(out, i)
+		}
+	}
+	for i := range n {
+		if seen[i/64]&(1<<(i%64)) == 0 {
+			out = append(out, i)
+		}
+	}
+	return out
+}
+
+// routerBuffer is what routed gives a Router: room for the candidates and
+// for the order it returns.
+type routerBuffer struct {
+	cands []Candidate
+	order []int
+}
+
+// maxPooledCandidates bounds the buffers routerBuffers keeps.
+const maxPooledCandidates = 1024
+
+var routerBuffers = sync.Pool{New: func() any { return &routerBuffer{cands: make([]Candidate, 0, 8), order: make([]int, 0, 8)} }}
+
+// candidate is what a Router knows of u at now, for a request for model.
+// An upstream the Transport would skip reads as Open, with the reason.
+func (t *Transport) candidate(i int, u *upstream, model string, now time.Time) Candidate {
+	f := u.recent.get(&u.window, now) // the router reads the recent figures
+	c := Candidate{
+		Index:       i,
+		Name:        u.name,
+		Weight:      u.cfg.Weight,
+		Cost:        u.cfg.Cost,
+		InFlight:    int(u.live.inflight.Load()),
+		Latency:     u.latency.value(now),
+		P50:         f.p50,
+		SuccessRate: f.rate,
+		State:       State(u.circuit.Status(now)),
+		Recovering:  u.circuit.Recovering(now),
+		Unavailable: t.admit(u, model, now, nil).reason,
+		Demoted:     t.demotion(u, now),
+	}
+	c.RequestCost, c.InputTokens, c.OutputTokens = u.usage.averages()
+	if c.Unavailable != "" {
+		c.State, c.Recovering = Open, false
+	}
+	return c
+}
+
+// picker is the fast path of this package's Routers, and the only way the
+// Transport asks more of a Router than Order. A Candidate takes a few
+// hundred instructions to fill, so ordering every upstream for every
+// request costs in proportion to their number; a picker instead names the
+// upstream Order would put first (pick), reading only the upstreams it
+// needs through a view, and orders the others by Order's keys (rest) only
+// when its pick does not settle the request. A Router of your own, or a
+// type that embeds one of these, gets every Candidate.
+type picker interface {
+	Router
+
+	// pick returns the Index Order would put first, or -1 to let Order
+	// decide from every Candidate; then, unless -1, is the Index Order
+	// would put right after it where rest would not.
+	pick(v view) (first, then int)
+
+	// rest sorts the positions seg of cands as Order does after its pick.
+	rest(seg []int, cands []Candidate)
+
+	// snapshot takes what the picker keeps between requests, or nil.
+	snapshot(v view) *routeSnapshot
+
+	// self returns the receiver: a type that embeds a picker returns the
+	// embedded one, not itself (see pickerOf).
+	self() Router
+}
+
+// pickerOf returns r as a picker when it is one of this package's Routers
+// itself, not a type that embeds one: that type's Order would go unasked.
+func pickerOf(r Router) picker {
+	if p, ok := r.(picker); ok && p.self() == r {
+		return p
+	}
+	return nil
+}
+
+// view is what a picker reads of the upstreams for one request: admission
+// and demotion by plan.go's decisions, and the figures its keys need.
+type view struct {
+	t     *Transport
+	model string
+	now   time.Time
+}
+
+// n is the number of upstreams.
+func (v view) n() int { return len(v.t.upstreams) }
+
+// usable reports whether upstream i is in the first group: admit takes the
+// request and demotion does not put it off.
+func (v view) usable(i int) bool {
+	u := v.t.upstreams[i]
+	return v.t.admit(u, v.model, v.now, nil).reason == "" && v.t.demotion(u, v.now) == ""
+}
+
+// recovering reports whether upstream i's circuit closed recently.
+func (v view) recovering(i int) bool { return v.t.upstreams[i].circuit.Recovering(v.now) }
+
+// latency is the part of upstream i's Candidate that latencyCost reads.
+func (v view) latency(i int) Candidate {
+	u := v.t.upstreams[i]
+	return Candidate{InFlight: int(u.live.inflight.Load()), Latency: u.latency.value(v.now)}
+}
+
+// candidates appends every upstream's Candidate to dst.
+func (v view) candidates(dst []Candidate) []Candidate {
+	for i, u := range v.t.upstreams {
+		dst = append(dst, v.t.candidate(i, u, v.model, v.now))
+	}
+	return dst
+}
+
+// byModel reports whether some upstream has Models: the first group then
+// depends on the request's model.
+func (v view) byModel() bool { return v.t.models }
+
+// pickFirst is the picker's pick for a request for model at now, nil when
+// it declines; then as pick's.
+func (t *Transport) pickFirst(model string, now time.Time) (first, then *upstream) {
+	i, j := t.picker.pick(view{t, model, now})
 	if i < 0 {
 		return nil, nil
 	}
@@ -273,11 +434,10 @@ func (t *Transport) firstRouted(model string, now time.Time) (first, then *upstr
 	return t.upstreams[i], then
 }
 
-// orderRest appends the Indexes of cands but skip's, in the order that
-// Order gives them after its first pick (one of this package's Routers).
-// then, unless -1, is the Index that Order put right after skip
-// (firstRouted's): it goes first while it is in the best group of the
-// rest, as Order would put it for the same Candidates.
+// orderRest appends the Indexes of cands but skip's, in the order that the
+// picker gives them after its pick. then, unless -1, is the Index that
+// Order put right after skip: it goes first while it is in the best group
+// of the rest, as Order would put it for the same Candidates.
 func (t *Transport) orderRest(dst []int, cands []Candidate, skip, then int) []int {
 	start := len(dst)
 	for i := range cands {
@@ -286,16 +446,7 @@ func (t *Transport) orderRest(dst []int, cands []Candidate, skip, then int) []in
 		}
 	}
 	seg := dst[start:]
-	switch r := t.router.(type) {
-	case Priority:
-		r.rest(seg, cands)
-	case *Weighted:
-		r.rest(seg, cands)
-	case LeastLatency:
-		r.rest(seg, cands)
-	case Score:
-		r.rest(seg, cands)
-	}
+	t.picker.rest(seg, cands)
 	if then >= 0 {
 		for k, p := range seg {
 			if cands[p].Index == then {
@@ -357,7 +508,8 @@ type routeSnapshot struct {
 // changed, where some upstream has a Cost (without one, usage does not
 // move a score). Another request may be taking the next one: then the
 // last one is returned, unless its usage changed.
-func (t *Transport) snapshot(now time.Time) *routeSnapshot {
+func (v view) snapshot() *routeSnapshot {
+	t, now := v.t, v.now
 	s, m := t.routes.snap.Load(), mono.Of(now)
 	current := s != nil && !s.stale.Load() && (s.key == nil || t.sameUsage(s.key))
 	if current && m < s.until {
@@ -371,56 +523,65 @@ func (t *Transport) snapshot(now time.Time) *routeSnapshot {
 	} else {
 		defer t.routes.refreshing.Store(false)
 	}
-	n := &routeSnapshot{until: m.Add(refreshEvery)}
-	rb := routerBuffers.Get().(*routerBuffer)
-	cands := rb.cands[:0]
-	switch r := t.router.(type) {
-	case *Weighted:
-		// Only what members reads.
-		for i, u := range t.upstreams {
-			c := Candidate{Index: i, Weight: u.cfg.Weight, State: Open}
-			if t.usableNow(u, "", now) {
-				c.State, c.Recovering = Closed, u.circuit.Recovering(now)
-			}
-			cands = append(cands, c)
-		}
-		n.rank, n.weight, n.recovering = r.members(cands)
-		n.out = make([]atomic.Bool, len(n.rank))
-	case Score:
-		// The usage key before the averages are read: a change in
-		// between takes the snapshot again, rather than going unseen.
-		// Any price counts: with CachedInput or CacheWrite alone, the
-		// answers' cost (RequestCost) moves the score.
-		priced := false
-		for _, u := range t.upstreams {
-			priced = priced || u.cfg.Cost != (Cost{})
-		}
-		if priced {
-			n.key = make([]uint64, 0, 3*len(t.upstreams))
-			for _, u := range t.upstreams {
-				n.key = append(n.key, u.usage.avgCost.Load(), u.usage.avgInput.Load(), u.usage.avgOutput.Load())
-			}
-		}
-		// Only what rank reads. The figures' own time, not the recent's
-		// (stored when a request starts computing them again): figures
-		// read meanwhile are older, and the snapshot must not outlive
-		// them by more than refreshEvery.
-		for i, u := range t.upstreams {
-			f := u.recent.get(&u.window, now)
-			n.until = min(n.until, f.of.Add(refreshEvery))
-			c := Candidate{Index: i, Cost: u.cfg.Cost, P50: f.p50, SuccessRate: f.rate}
-			c.RequestCost, c.InputTokens, c.OutputTokens = u.usage.averages()
-			cands = append(cands, c)
-		}
-		n.rank = r.rank(cands)
-	}
+	n := t.picker.snapshot(view{t: t, now: now})
 	t.routes.snap.Store(n)
-	if cap(cands) <= maxPooledCandidates {
-		clear(cands)
-		rb.cands = cands[:0]
-		routerBuffers.Put(rb)
-	}
 	return n
+}
+
+// weightCandidates returns the part of every upstream's Candidate that
+// Weighted's snapshot reads.
+func (v view) weightCandidates() []Candidate {
+	cands := make([]Candidate, 0, v.n())
+	for i, u := range v.t.upstreams {
+		c := Candidate{Index: i, Weight: u.cfg.Weight, State: Open}
+		if v.usable(i) {
+			c.State, c.Recovering = Closed, u.circuit.Recovering(v.now)
+		}
+		cands = append(cands, c)
+	}
+	return cands
+}
+
+// scoreCandidates returns the part of every upstream's Candidate that
+// Score's snapshot reads, and when the oldest of the recent figures read
+// was computed: the snapshot must not outlive them by more than
+// refreshEvery.
+func (v view) scoreCandidates() ([]Candidate, mono.Time) {
+	cands := make([]Candidate, 0, v.n())
+	oldest := mono.Of(v.now)
+	for i, u := range v.t.upstreams {
+		f := u.recent.get(&u.window, v.now)
+		oldest = min(oldest, f.of)
+		c := Candidate{Index: i, Cost: u.cfg.Cost, P50: f.p50, SuccessRate: f.rate}
+		c.RequestCost, c.InputTokens, c.OutputTokens = u.usage.averages()
+		cands = append(cands, c)
+	}
+	return cands, oldest
+}
+
+// usageKey returns every upstream's usage averages, which move Score's
+// scores, when some upstream has a price (any: with CachedInput or
+// CacheWrite alone, RequestCost moves the score); nil otherwise.
+func (v view) usageKey() []uint64 {
+	priced := false
+	for _, u := range v.t.upstreams {
+		priced = priced || u.cfg.Cost != (Cost{})
+	}
+	if !priced {
+		return nil
+	}
+	key := make([]uint64, 0, 3*v.n())
+	for _, u := range v.t.upstreams {
+		key = append(key, u.usage.avgCost.Load(), u.usage.avgInput.Load(), u.usage.avgOutput.Load())
+	}
+	return key
+}
+
+// usageMoved reports whether the usage averages moved since a snapshot
+// whose time is not up.
+func (v view) usageMoved() bool {
+	s := v.t.routes.snap.Load()
+	return s != nil && s.key != nil && mono.Of(v.now) < s.until && !v.t.sameUsage(s.key)
 }
 
 // sameUsage reports whether key holds every upstream's usage averages as

@@ -468,3 +468,47 @@ func TestRouterOwnBadOrder(t *testing.T) {
 		t.Errorf("the Router's own slice is now %v", kept)
 	}
 }
+
+// A Router's own slice, which Order may return and keep (see Router), is
+// never reused behind its back: handed to another Router as dst, another
+// Transport's Router would write it, and this one's requests would go
+// where that one's order says. Before the fix, 196-199 of 200 requests
+// went to the wrong upstream first.
+func TestRouterKeptOrderNotReused(t *testing.T) {
+	kept := []int{1, 0} // b, then a
+	keeps := orderFunc(func([]int, []Candidate) []int { return kept })
+	appends := orderFunc(func(dst []int, cands []Candidate) []int {
+		for i := range cands {
+			dst = append(dst, cands[i].Index)
+		}
+		return dst
+	})
+	na, nb := newFakeNet(), newFakeNet()
+	for _, n := range []*fakeNet{na, nb} {
+		n.status("a.test", 200, "a")
+		n.status("b.test", 200, "b")
+	}
+	ups := []Upstream{{Name: "a", BaseURL: "http://a.test"}, {Name: "b", BaseURL: "http://b.test"}}
+	ta := newTestTransport(t, Config{Base: na, Router: keeps, Upstreams: ups})
+	tb := newTestTransport(t, Config{Base: nb, Router: appends, Upstreams: ups})
+	const n = 200
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { // the other Transport, at the same time (a data race under -race before the fix)
+		defer wg.Done()
+		for range n {
+			readBody(t, mustGet(t, tb, "http://a.test/v1/models"))
+		}
+	}()
+	for range n {
+		readBody(t, mustGet(t, ta, "http://a.test/v1/models"))
+		readBody(t, mustGet(t, tb, "http://a.test/v1/models"))
+	}
+	wg.Wait()
+	if got := na.count("a.test"); got != 0 {
+		t.Errorf("%d of %d requests went to a first, want none: the Router's order puts b first", got, n)
+	}
+	if !slices.Equal(kept, []int{1, 0}) {
+		t.Errorf("the Router's own slice is now %v", kept)
+	}
+}

@@ -69,6 +69,7 @@ type TraceAttempt struct {
 	Round      int    // as in TraceSkip
 	Hedge      bool   // sent beside a slower attempt still in flight (Config.Hedge)
 	LastResort bool   // sent past an open circuit, every upstream refusing (Config.LastResort)
+	Demoted    Reason // why the upstream was tried after others it would have come before; "" when it was not
 }
 
 // TraceAttemptDone is an attempt that ended, as [Trace.AttemptDone]
@@ -278,21 +279,22 @@ func (c *call) outcome(resp *http.Response, err error) requestOutcome {
 	return reqFailed
 }
 
-// traceAttempt describes a for the hooks.
-func (c *call) traceAttempt(a *attempt) TraceAttempt {
-	return TraceAttempt{Upstream: a.u.name, Attempt: a.n, Round: int(c.roundNo), Hedge: a.hedge, LastResort: a.lastResort}
+// traceAttempt describes a, recorded in l, for the hooks.
+func (r *request) traceAttempt(l *tally, a *attempt) TraceAttempt {
+	return TraceAttempt{Upstream: a.u.name, Attempt: a.n, Round: int(l.roundNo), Hedge: a.hedge, LastResort: a.lastResort, Demoted: a.demoted}
 }
 
-// traceDone calls AttemptDone for a, which the call has taken.
-func (c *call) traceDone(a *attempt) {
-	d := TraceAttemptDone{TraceAttempt: c.traceAttempt(a), Outcome: a.o, Duration: a.end.Sub(a.start)}
+// traceDone calls AttemptDone for a, its error's message redacted in
+// a.msg (see heard).
+func (r *request) traceDone(l *tally, a *attempt) {
+	d := TraceAttemptDone{TraceAttempt: r.traceAttempt(l, a), Outcome: a.o, Duration: a.end.Sub(a.start)}
 	if a.resp != nil {
 		d.StatusCode = a.resp.StatusCode
 	}
 	if a.err != nil {
-		d.Err = &AttemptError{Upstream: a.u.name, Err: a.err, msg: c.redact(a.err.Error())}
+		d.Err = &AttemptError{Upstream: a.u.name, Err: a.err, msg: a.msg}
 	}
-	c.trace.AttemptDone(d)
+	r.trace.AttemptDone(d)
 }
 
 // scrub returns err for a hook, or Base's own for the caller: as it is
@@ -326,12 +328,12 @@ func (e *scrubbedError) Error() string { return e.msg }
 func (e *scrubbedError) Unwrap() error { return e.err }
 
 // traceAbandoned calls AttemptDone for each attempt still in flight when
-// a hedged round ends.
-func (c *call) traceAbandoned(flying []*attempt, now time.Time) {
-	if c.trace == nil || c.trace.AttemptDone == nil {
+// a race ends.
+func (r *request) traceAbandoned(l *tally, flying []*attempt, now time.Time) {
+	if r.trace == nil || r.trace.AttemptDone == nil {
 		return
 	}
 	for _, a := range flying {
-		c.trace.AttemptDone(TraceAttemptDone{TraceAttempt: c.traceAttempt(a), Outcome: Canceled, Duration: now.Sub(a.start), Abandoned: true})
+		r.trace.AttemptDone(TraceAttemptDone{TraceAttempt: r.traceAttempt(l, a), Outcome: Canceled, Duration: now.Sub(a.start), Abandoned: true})
 	}
 }

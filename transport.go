@@ -378,6 +378,7 @@ type Transport struct {
 	base        http.RoundTripper
 	classify    Classifier
 	router      Router       // nil: the configured order
+	picker      picker       // router, when it is one of this package's
 	routes      routeCache   // for Score and Weighted (router.go)
 	stream      *StreamGuard // nil: no stream guard
 	hedge       *hedger      // nil: no hedging
@@ -487,6 +488,7 @@ func New(cfg Config) (*Transport, error) {
 		base:     cfg.Base,
 		classify: cfg.Classify,
 		router:   cfg.Router,
+		picker:   pickerOf(cfg.Router),
 		stream:   cfg.StreamGuard,
 		rate:     cfg.RateLimit.withDefaults(),
 		retries:  cfg.Retries,

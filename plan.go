@@ -1,0 +1,318 @@
+package failover
+
+import (
+	"math/bits"
+	"slices"
+	"time"
+
+	"github.com/failover-go/failover/internal/circuit"
+	"github.com/failover-go/failover/internal/mono"
+)
+
+// Where a request may go, and why not: the one decision that the failover
+// loop, the Routers' candidates, hedging, the last resort, Health, the
+// metrics and the Trace all read. admit says whether an upstream takes a
+// request now, demotion whether it is tried after the others, and a plan
+// walks one round's upstreams in order with both verdicts.
+
+// Reason says why an upstream takes no request now (see
+// [UpstreamHealth.Unavailable] and [Candidate.Unavailable]), or why it is
+// tried after the others (see [UpstreamHealth.Demoted] and
+// [Candidate.Demoted]). The empty Reason means neither. Reasons name the
+// failover_skipped_total series too.
+type Reason string
+
+// Why an upstream takes no request, in the order they are decided.
+const (
+	// ReasonRateLimited: it cools down after a 429 (ErrRateLimited).
+	ReasonRateLimited Reason = "rate_limited"
+	// ReasonModelNotServed: its Upstream.Models does not serve the
+	// request's model (ErrModelNotServed). Only a request has a model:
+	// Health never reports it.
+	ReasonModelNotServed Reason = "model_not_served"
+	// ReasonCircuitOpen: its circuit is open (ErrCircuitOpen).
+	ReasonCircuitOpen Reason = "circuit_open"
+	// ReasonProbing: its circuit is half-open and its one probe is in
+	// flight (ErrCircuitOpen).
+	ReasonProbing Reason = "probe_in_flight"
+	// ReasonProbeElsewhere: its circuit is half-open and another process
+	// of the fleet holds the probe ([Config.Shared]; ErrCircuitOpen).
+	ReasonProbeElsewhere Reason = "probe_elsewhere"
+)
+
+// Why an upstream is tried after the others, in the order they are
+// decided.
+const (
+	// ReasonFailing: its latest requests failed in a row (two, or one
+	// when FailureThreshold is 2), and with the requests in flight there
+	// it has as many as would open its circuit if they failed too
+	// ([BreakerConfig]). Until one of them ends, a new request tries it
+	// after the others: a failing upstream gets FailureThreshold
+	// requests before its circuit opens, however many were in flight
+	// when its fault began (or one more than were sent before its first
+	// failure came back, when that is more).
+	ReasonFailing Reason = "failing"
+	// ReasonAuthFailing: its last answers were all 401 or 403: its key
+	// looks revoked ([AuthConfig]).
+	ReasonAuthFailing Reason = "auth_failing"
+	// ReasonOutOfHeadroom: a success said a rate-limit window is
+	// exhausted, and that window has not reset yet (for at most
+	// RateLimit.MaxCooldown; a later success that reports the same
+	// window above 0 lifts it).
+	ReasonOutOfHeadroom Reason = "out_of_headroom"
+	// ReasonDegraded: its recent latency or success rate is bad
+	// ([DegradedConfig]).
+	ReasonDegraded Reason = "degraded"
+	// ReasonSuspect: it looks hung ([HangConfig]).
+	ReasonSuspect Reason = "suspect"
+)
+
+// skipReasons are the Reasons a request skips an upstream for, as the
+// skipped metrics count them.
+var skipReasons = [...]Reason{ReasonRateLimited, ReasonModelNotServed, ReasonCircuitOpen, ReasonProbing, ReasonProbeElsewhere}
+
+// demoteReasons are the Reasons a request tries an upstream after others
+// for, as the demoted metrics count them.
+var demoteReasons = [...]Reason{ReasonFailing, ReasonAuthFailing, ReasonOutOfHeadroom, ReasonDegraded, ReasonSuspect}
+
+// availability is the admission decision about one upstream at one
+// instant.
+type availability struct {
+	reason Reason        // "" when the upstream takes the request
+	wait   time.Duration // how long until it may, when known
+	known  bool          // whether wait is known: a probe may end at any moment, a model is never served
+}
+
+// err is the error a request records for an upstream it skipped.
+func (a availability) err() error {
+	switch a.reason {
+	case ReasonRateLimited:
+		return ErrRateLimited
+	case ReasonModelNotServed:
+		return ErrModelNotServed
+	}
+	return ErrCircuitOpen
+}
+
+// admit is the one decision whether u takes a request for model ("" for
+// any) at now, and if not, why and when it may again. With p set, it also
+// takes the circuit's permit into *p; otherwise it only reads. Ordering,
+// the Router's candidates, earliest, Health and the skipped metrics all
+// ask it. A request's own list (WithUpstreams) is no input here: it
+// chooses which upstreams are asked at all (see options.go).
+func (t *Transport) admit(u *upstream, model string, now time.Time, p *circuit.Permit) availability {
+	if left := u.cd.remaining(now); left > 0 {
+		a := availability{reason: ReasonRateLimited, wait: left, known: true}
+		if v := u.circuit.Check(now); v.Refusal == circuit.Opened {
+			a.wait = max(a.wait, v.Wait)
+		}
+		return a
+	}
+	if !u.serves(model) {
+		return availability{reason: ReasonModelNotServed}
+	}
+	var v circuit.Verdict
+	if p != nil {
+		*p, v = u.circuit.Allow(now)
+	} else {
+		v = u.circuit.Check(now)
+	}
+	switch v.Refusal {
+	case circuit.Opened:
+		return availability{reason: ReasonCircuitOpen, wait: v.Wait, known: true}
+	case circuit.Probing:
+		return availability{reason: ReasonProbing}
+	case circuit.Elsewhere:
+		return availability{reason: ReasonProbeElsewhere}
+	}
+	return availability{known: true}
+}
+
+// demotion is the one decision whether u is tried after the others at
+// now, and why: its circuit is about to open, its key looks revoked,
+// its rate-limit headroom is exhausted, its recent figures are degraded,
+// or it looks hung. Ordering, the Router's candidates and Health ask it.
+func (t *Transport) demotion(u *upstream, now time.Time) Reason {
+	switch {
+	case u.failing():
+		return ReasonFailing
+	case t.authFailing(u, now):
+		return ReasonAuthFailing
+	case u.outOfHeadroom(now):
+		return ReasonOutOfHeadroom
+	case t.isDegraded(u, now):
+		return ReasonDegraded
+	case t.suspect(u, now):
+		return ReasonSuspect
+	}
+	return ""
+}
+
+// lastResort picks the upstream a request for model goes to at now when
+// admit refused every upstream of ups (those the request may use): the
+// one whose circuit opened first among those admit refused for an open
+// circuit; nil when there is none or the last resort is off. It reads
+// admit's reasons; it decides nothing admit decides.
+func (t *Transport) lastResort(ups []*upstream, model string, now time.Time) *upstream {
+	if t.lastResortCfg.Off {
+		return nil
+	}
+	var best *upstream
+	var bestSince mono.Time
+	for _, u := range ups {
+		if t.admit(u, model, now, nil).reason != ReasonCircuitOpen {
+			continue
+		}
+		if since := mono.Of(u.circuit.Snapshot(now).Since); best == nil || since < bestSince {
+			best, bestSince = u, since
+		}
+	}
+	return best
+}
+
+// earliest returns how long until the first of ups (the upstreams a
+// request may use) can take a request for model, 0 when one can now, and
+// whether that is known (a probe in flight may end at any moment).
+func (t *Transport) earliest(ups []*upstream, model string, now time.Time) (time.Duration, bool) {
+	best, known := time.Duration(0), false
+	for _, u := range ups {
+		a := t.admit(u, model, now, nil)
+		if a.reason == "" {
+			return 0, true
+		}
+		if a.known && (!known || a.wait < best) {
+			best, known = a.wait, true
+		}
+	}
+	return best, known
+}
+
+// maxDemotable is how many upstreams of a configured order can be put off
+// as demoted: those past it are tried in their place.
+const maxDemotable = 64
+
+// step is one upstream of a plan and what the plan says of it.
+type step struct {
+	u       *upstream
+	demoted Reason         // why it was put after the others; "" when it was not
+	av      availability   // admit's verdict: av.reason != "" means it is passed over
+	p       circuit.Permit // its circuit's permit, when admitted
+}
+
+// A plan is one round of a request over the upstreams, decided as it
+// goes: each next says which upstream comes next and whether it takes the
+// request now. The order is the configured one (or the request's own,
+// from WithUpstreams), demoted upstreams put off until the others have had
+// their turn; or the Router's, whose pick is tried before it orders the
+// rest, so that a request its pick serves reads no other upstream. An
+// upstream that answered the request Unservable, or that a race of the
+// round took, is never yielded again.
+//
+// A plan lives on the stack of the round that walks it, and holds nothing
+// of that stack: a Router's order is made in the heap (a buffer of the
+// round's would go to the heap with every request, the plan's upstreams
+// going to a race's).
+type plan struct {
+	t       *Transport
+	model   string
+	order   []*upstream // what is walked
+	i       int         // the next of order
+	demote  bool        // order is not a Router's: demoted upstreams go last
+	demoted uint64      // bit i: order[i] was found demoted
+	stage   uint8
+	pick    *upstream   // the Router's pick, tried before it orders the rest
+	then    *upstream   // the Router's second, first of the rest (see Transport.routed)
+	refused []*upstream // answered the request Unservable
+	taken   []*upstream // sent to, or passed over, by a race of the round
+}
+
+// A plan's stages.
+const (
+	walking  = iota // order, then the demoted
+	picking         // the Router's pick is next
+	ordering        // the Router orders the rest, then walking
+)
+
+// plan starts the round's plan at now.
+func (c *call) plan(now time.Time) plan {
+	p := plan{t: c.t, model: c.model, refused: c.refused}
+	switch {
+	case c.ups != nil || c.t.router == nil:
+		p.order, p.demote = c.usable(), true
+	case len(c.refused) == 0 && c.t.picker != nil:
+		if pick, then := c.t.pickFirst(c.model, now); pick != nil {
+			p.pick, p.then, p.stage = pick, then, picking
+			break
+		}
+		fallthrough
+	default:
+		p.order = c.t.routed(nil, c.model, now, nil, nil)
+	}
+	return p
+}
+
+// next decides the round's next upstream at now and, unless peek, asks
+// admit whether it takes the request, taking its circuit's permit when it
+// does. It reports false when the round has no upstream left. This is
+// why a request went to the backup: the primary came first and was
+// passed over (its step's av says why) or failed, or the primary was
+// demoted (its step's demoted says why) and went after it.
+func (p *plan) next(now time.Time) (step, bool) {
+	s, ok := p.upcoming(now)
+	if ok {
+		s.av = p.t.admit(s.u, p.model, now, &s.p)
+	}
+	return s, ok
+}
+
+// upcoming is next without admission.
+func (p *plan) upcoming(now time.Time) (step, bool) {
+	switch p.stage {
+	case picking:
+		p.stage = ordering
+		if !p.excluded(p.pick) {
+			return step{u: p.pick}, true // picked from the first group (see picker)
+		}
+		fallthrough
+	case ordering:
+		p.order, p.i, p.stage = p.t.routed(nil, p.model, now, p.pick, p.then), 0, walking
+	}
+	for p.i < len(p.order) {
+		i, u := p.i, p.order[p.i]
+		p.i++
+		switch {
+		case p.excluded(u):
+		case !p.demote:
+			return step{u: u, demoted: p.t.demotion(u, now)}, true // the Router placed it
+		case i >= maxDemotable:
+			return step{u: u}, true
+		case p.t.demotion(u, now) != "":
+			p.demoted |= 1 << i
+		default:
+			return step{u: u}, true
+		}
+	}
+	for p.demoted != 0 {
+		i := bits.TrailingZeros64(p.demoted)
+		p.demoted &^= 1 << i
+		if u := p.order[i]; !p.excluded(u) {
+			return step{u: u, demoted: p.t.demotion(u, now)}, true
+		}
+	}
+	return step{}, false
+}
+
+// excluded reports whether u is out of the round: it answered the request
+// Unservable, or a race of the round took it.
+func (p *plan) excluded(u *upstream) bool {
+	return len(p.refused) > 0 && slices.Contains(p.refused, u) || len(p.taken) > 0 && slices.Contains(p.taken, u)
+}
+
+// admitted is the step of u at now for a request for model, when u is
+// sent to out of a plan's turn (a hedge): admit's verdict, and the
+// permit when it takes the request.
+func (t *Transport) admitted(u *upstream, model string, now time.Time) step {
+	s := step{u: u}
+	s.av = t.admit(u, model, now, &s.p)
+	return s
+}
