@@ -41,13 +41,7 @@ func (Priority) Order(dst []int, cands []Candidate) []int {
 	start := len(dst)
 	dst = appendPositions(dst, len(cands))
 	seg := dst[start:]
-	slices.SortFunc(seg, func(a, b int) int {
-		ca, cb := &cands[a], &cands[b]
-		if c := cmp.Compare(routeGroup(ca), routeGroup(cb)); c != 0 {
-			return c
-		}
-		return cmp.Or(cmp.Compare(ca.Index, cb.Index), cmp.Compare(a, b))
-	})
+	Priority{}.rest(seg, cands)
 	toIndexes(seg, cands)
 	return dst
 }
@@ -135,25 +129,11 @@ func (w *Weighted) Order(dst []int, cands []Candidate) []int {
 		maxIndex = max(maxIndex, cands[i].Index)
 	}
 	pick := w.step(cands, best, limit, maxIndex)
-
 	start := len(dst)
 	dst = appendPositions(dst, len(cands))
 	seg := dst[start:]
-	slices.SortFunc(seg, func(a, b int) int {
-		switch {
-		case a == b:
-			return 0
-		case a == pick:
-			return -1
-		case b == pick:
-			return 1
-		}
-		ca, cb := &cands[a], &cands[b]
-		if c := cmp.Compare(routeGroup(ca), routeGroup(cb)); c != 0 {
-			return c
-		}
-		return cmp.Or(cmp.Compare(swrrWeight(cb, limit), swrrWeight(ca, limit)), cmp.Compare(ca.Index, cb.Index), cmp.Compare(a, b))
-	})
+	w.rest(seg, cands)
+	moveToFront(seg, slices.Index(seg, pick))
 	toIndexes(seg, cands)
 	return dst
 }
@@ -237,13 +217,7 @@ func (LeastLatency) Order(dst []int, cands []Candidate) []int {
 	start := len(dst)
 	dst = appendPositions(dst, len(cands))
 	seg := dst[start:]
-	slices.SortFunc(seg, func(a, b int) int {
-		ca, cb := &cands[a], &cands[b]
-		if c := cmp.Compare(routeGroup(ca), routeGroup(cb)); c != 0 {
-			return c
-		}
-		return cmp.Or(compareLatencyCost(ca, cb), cmp.Compare(ca.Index, cb.Index), cmp.Compare(a, b))
-	})
+	LeastLatency{}.rest(seg, cands)
 	// The best group is sorted first: draw two of it, and move the
 	// cheaper to the front. A tie goes to the first drawn, so that equal
 	// candidates share the traffic.
@@ -398,22 +372,10 @@ func (b costBasis) cost(c *Candidate) float64 {
 
 // Order implements [Router].
 func (s Score) Order(dst []int, cands []Candidate) []int {
-	s = s.withDefaults()
-	basis := newCostBasis(cands)
-	var maxCost float64
-	for i := range cands {
-		maxCost = max(maxCost, basis.cost(&cands[i]))
-	}
 	start := len(dst)
 	dst = appendPositions(dst, len(cands))
 	seg := dst[start:]
-	slices.SortFunc(seg, func(a, b int) int {
-		ca, cb := &cands[a], &cands[b]
-		if c := cmp.Compare(routeGroup(ca), routeGroup(cb)); c != 0 {
-			return c
-		}
-		return cmp.Or(cmp.Compare(s.score(cb, basis.cost(cb), maxCost), s.score(ca, basis.cost(ca), maxCost)), cmp.Compare(ca.Index, cb.Index), cmp.Compare(a, b))
-	})
+	s.rest(seg, cands)
 	spareRecovering(seg, cands)
 	toIndexes(seg, cands)
 	return dst
