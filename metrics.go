@@ -81,7 +81,7 @@ var families = [numFamilies]family{
 	famAttempts:         {"failover_attempts_total", "counter", []string{"upstream", "outcome"}, "Attempts sent to the upstream, by outcome (success, rejected, auth_failed, rate_limited, failed, canceled, unservable); a request makes one attempt or more."},
 	famAttemptDuration:  {"failover_attempt_duration_seconds", "histogram", []string{"upstream"}, "Time from the start of an attempt at the upstream to its response headers or its failure; canceled attempts are not observed."},
 	famSkipped:          {"failover_skipped_total", "counter", []string{"upstream", "reason"}, "Requests that did not try the upstream, by reason (rate_limited, model_not_served, circuit_open, probe_in_flight, probe_elsewhere)."},
-	famDemoted:          {"failover_demoted_total", "counter", []string{"upstream", "reason"}, "Attempts sent to the upstream after others it would have come before, by why it was put off (failing, auth_failing, out_of_headroom, degraded, suspect)."},
+	famDemoted:          {"failover_demoted_total", "counter", []string{"upstream", "reason"}, "Attempts sent to the upstream while it was demoted, tried after the upstreams that were not, by why (failing, auth_failing, out_of_headroom, degraded, suspect)."},
 	famBreakerState:     {"failover_breaker_state", "gauge", []string{"upstream"}, "State of the upstream's circuit: 0 closed, 1 open, 2 half-open."},
 	famBreakerTrips:     {"failover_breaker_trips_total", "counter", []string{"upstream"}, "Times the upstream's circuit opened from closed."},
 	famHeldBack:         {"failover_timeouts_held_back_total", "counter", []string{"upstream"}, "Attempt timeouts not counted against the upstream's circuit: every upstream was timing out at once, or the round trip returned late."},

@@ -194,7 +194,7 @@ const maxDemotable = 64
 // step is one upstream of a plan and what the plan says of it.
 type step struct {
 	u       *upstream
-	demoted Reason         // why it was put after the others; "" when it was not
+	demoted Reason         // why it was demoted when it came up; "" when it was not
 	av      availability   // admit's verdict: av.reason != "" means it is passed over
 	p       circuit.Permit // its circuit's permit, when admitted
 }
@@ -208,10 +208,10 @@ type step struct {
 // upstream that answered the request Unservable, or that a race of the
 // round took, is never yielded again.
 //
-// A plan lives on the stack of the round that walks it, and holds nothing
-// of that stack: a Router's order is made in the heap (a buffer of the
-// round's would go to the heap with every request, the plan's upstreams
-// going to a race's).
+// A plan lives on the stack of the round that walks it and points into no
+// stack: a Router's order is made in the heap. (Escape analysis does not
+// tell a plan's fields apart: the upstreams it hands to a race would take
+// a buffer of the round's to the heap with every request.)
 type plan struct {
 	t       *Transport
 	model   string
@@ -251,12 +251,12 @@ func (c *call) plan(now time.Time) plan {
 	return p
 }
 
-// next decides the round's next upstream at now and, unless peek, asks
-// admit whether it takes the request, taking its circuit's permit when it
-// does. It reports false when the round has no upstream left. This is
-// why a request went to the backup: the primary came first and was
-// passed over (its step's av says why) or failed, or the primary was
-// demoted (its step's demoted says why) and went after it.
+// next decides the round's next upstream at now and asks admit whether it
+// takes the request, taking its circuit's permit when it does. It reports
+// false when the round has no upstream left. Why a request went to the
+// backup is decided here: the primary came first and was passed over (its
+// step's av says why) or failed, or it was demoted (its step's demoted
+// says why) and the backup went first.
 func (p *plan) next(now time.Time) (step, bool) {
 	s, ok := p.upcoming(now)
 	if ok {

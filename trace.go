@@ -69,7 +69,7 @@ type TraceAttempt struct {
 	Round      int    // as in TraceSkip
 	Hedge      bool   // sent beside a slower attempt still in flight (Config.Hedge)
 	LastResort bool   // sent past an open circuit, every upstream refusing (Config.LastResort)
-	Demoted    Reason // why the upstream was tried after others it would have come before; "" when it was not
+	Demoted    Reason // why the upstream was demoted (tried after those that were not) when it was tried; "" when it was not
 }
 
 // TraceAttemptDone is an attempt that ended, as [Trace.AttemptDone]
