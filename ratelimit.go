@@ -1,18 +1,15 @@
 package failover
 
 import (
-	"bytes"
 	"cmp"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
-	"strconv"
-	"strings"
 	"sync/atomic"
 	"time"
 
 	"github.com/failover-go/failover/internal/mono"
+	"github.com/failover-go/failover/internal/ratelimit"
 )
 
 // RateLimitConfig says how long an upstream cools down after a 429. While an
@@ -82,221 +79,24 @@ func (c RateLimitConfig) validate() error {
 // long for a Duration is the largest Duration. The result is not capped;
 // the Transport caps it at [RateLimitConfig.MaxCooldown].
 func RetryAfter(h http.Header, now time.Time) (time.Duration, bool) {
-	for _, name := range [...]string{"Retry-After-Ms", "X-Ms-Retry-After-Ms"} {
-		if v := h.Get(name); v != "" {
-			if ms, ok := parseDecimal(strings.TrimSpace(v)); ok && ms >= 0 {
-				return durationOf(ms, time.Millisecond), true
-			}
-		}
-	}
-	v := strings.TrimSpace(h.Get("Retry-After"))
-	if v == "" {
-		return 0, false
-	}
-	if secs, err := strconv.ParseInt(v, 10, 64); err == nil || (errors.Is(err, strconv.ErrRange) && digits(v)) {
-		switch {
-		case secs < 0:
-			return 0, false
-		case secs > int64(maxDuration/time.Second): // beyond int64 too
-			return maxDuration, true
-		}
-		return time.Duration(secs) * time.Second, true
-	}
-	if t, err := http.ParseTime(v); err == nil && t.After(now) {
-		return t.Sub(now), true
-	}
-	return 0, false
+	return ratelimit.RetryAfter(h, now)
 }
 
 const maxDuration = time.Duration(1<<63 - 1)
 
-// durationOf returns x units, x >= 0 (+Inf included), as a Duration,
-// saturating at the largest Duration: converting a float64 beyond the range
-// of an int64 gives whatever the platform gives.
-func durationOf(x float64, unit time.Duration) time.Duration {
-	if v := x * float64(unit); v < 1<<63 {
-		return time.Duration(v)
-	}
-	return maxDuration
-}
-
-// parseDecimal reads a decimal number as HTTP headers carry it: an optional
-// sign, digits with an optional fraction, an optional exponent ("12",
-// "-0.5", ".5", "1e3"); not the "Inf", "NaN", hexadecimal and underscores
-// that strconv.ParseFloat also accepts. A number too large for a float64
-// is ±Inf.
-func parseDecimal(s string) (float64, bool) {
-	i := 0
-	if i < len(s) && (s[i] == '+' || s[i] == '-') {
-		i++
-	}
-	n := 0
-	for ; i < len(s) && isDigit(s[i]); i++ {
-		n++
-	}
-	if i < len(s) && s[i] == '.' {
-		for i++; i < len(s) && isDigit(s[i]); i++ {
-			n++
-		}
-	}
-	if n == 0 {
-		return 0, false
-	}
-	if i < len(s) && (s[i] == 'e' || s[i] == 'E') {
-		i++
-		if i < len(s) && (s[i] == '+' || s[i] == '-') {
-			i++
-		}
-		start := i
-		for i < len(s) && isDigit(s[i]) {
-			i++
-		}
-		if i == start {
-			return 0, false
-		}
-	}
-	if i != len(s) {
-		return 0, false
-	}
-	f, err := strconv.ParseFloat(s, 64)
-	if err != nil && !errors.Is(err, strconv.ErrRange) { // out of range: ±Inf, or 0
-		return 0, false
-	}
-	return f, true
-}
-
-func isDigit(c byte) bool { return '0' <= c && c <= '9' }
-
-// parseDuration reads a Go duration of at least 0 ("22s", "1m30.5s",
-// "6ms") as time.ParseDuration does, except that one too long for a
-// Duration is the largest Duration rather than an error.
-func parseDuration(s string) (time.Duration, bool) {
-	d, err := time.ParseDuration(s)
-	switch {
-	case err != nil:
-		if s != "" && s[0] != '-' && durationSyntax(strings.TrimPrefix(s, "+")) {
-			// Written as a duration, yet refused: the only other
-			// reason ParseDuration has is that the value does not fit.
-			return maxDuration, true
-		}
-		return 0, false
-	case d < 0:
-		return 0, false
-	}
-	return d, true
-}
-
-// durationSyntax reports whether s, without its sign, is written as
-// time.ParseDuration reads it: one or more numbers (digits, a fraction or
-// both), each followed by a unit.
-func durationSyntax(s string) bool {
-	if s == "" {
-		return false
-	}
-	for s != "" {
-		i, n := 0, 0
-		for ; i < len(s) && isDigit(s[i]); i++ {
-			n++
-		}
-		if i < len(s) && s[i] == '.' {
-			for i++; i < len(s) && isDigit(s[i]); i++ {
-				n++
-			}
-		}
-		j := i
-		for i < len(s) && s[i] != '.' && !isDigit(s[i]) {
-			i++
-		}
-		switch s[j:i] {
-		case "ns", "us", "\u00b5s", "\u03bcs", "ms", "s", "m", "h":
-		default:
-			return false
-		}
-		if n == 0 {
-			return false
-		}
-		s = s[i:]
-	}
-	return true
-}
-
-// digits reports whether s is a run of decimal digits, with an optional
-// sign: an integer too large for int64 rather than garbage.
-func digits(s string) bool {
-	s = strings.TrimLeft(s, "+-")
-	if s == "" {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		if s[i] < '0' || s[i] > '9' {
-			return false
-		}
-	}
-	return true
-}
-
-// quotaPeek is how much of a 429's body is read to tell an exhausted quota
-// from a passing rate limit.
-const quotaPeek = 4 << 10
-
-// quotaMarkers are strings that, found in a 429's body, say waiting will
-// not help: OpenAI's insufficient_quota and spend-limit codes, Anthropic's
-// credit balance, Gemini's per-day quotas.
-var quotaMarkers = [][]byte{
-	[]byte("insufficient_quota"),
-	[]byte("billing_hard_limit_reached"),
-	[]byte("credit_balance_exhausted"),
-	[]byte("spend_limit_exceeded"), // organization_, project_
-	[]byte("credit balance is too low"),
-	[]byte("PerDay"), // Gemini: GenerateRequestsPerDayPerProjectPerModel...
-}
-
-// inspect429 reads at most quotaPeek bytes of a 429's body, reports whether
-// they say the quota is exhausted and any retryDelay they carry (Gemini puts
-// it in the body), and gives the response its body back whole.
+// inspect429 reads at most ratelimit.QuotaPeek bytes of a 429's body,
+// reports whether they say the quota is exhausted and any retryDelay they
+// carry (see ratelimit.Inspect429), and gives the response its body back
+// whole.
 func inspect429(resp *http.Response) (quota bool, delay time.Duration, ok bool) {
 	if resp.Body == nil || resp.Body == http.NoBody {
 		return false, 0, false
 	}
 	// A body that stalls is judged by what arrived in drainTimeout, and
-	// handed on whole (see peek). Every marker in the first quotaPeek
-	// bytes counts, after a JSON value as well as in it.
-	buf, body := peek(resp.Body, quotaPeek, drainTimeout, nil)
+	// handed on whole (see peek).
+	buf, body := peek(resp.Body, ratelimit.QuotaPeek, drainTimeout, nil)
 	resp.Body = body
-	for _, m := range quotaMarkers {
-		if bytes.Contains(buf, m) {
-			quota = true
-			break
-		}
-	}
-	delay, ok = retryDelay(buf)
-	return quota, delay, ok
-}
-
-// retryDelay finds Gemini's "retryDelay": "22s" in a body. The body is
-// searched, not parsed: no nesting or size of JSON can make this recurse.
-// A delay too long for a Duration (a protobuf Duration reaches 10,000
-// years) is the largest Duration.
-func retryDelay(body []byte) (time.Duration, bool) {
-	i := bytes.Index(body, []byte(`"retryDelay"`))
-	if i < 0 {
-		return 0, false
-	}
-	rest := bytes.TrimLeft(body[i+len(`"retryDelay"`):], " \t\r\n")
-	rest, ok := bytes.CutPrefix(rest, []byte(":"))
-	if !ok {
-		return 0, false
-	}
-	rest = bytes.TrimLeft(rest, " \t\r\n")
-	rest, ok = bytes.CutPrefix(rest, []byte(`"`))
-	if !ok {
-		return 0, false
-	}
-	end := bytes.IndexByte(rest, '"')
-	if end < 0 || end > 32 {
-		return 0, false
-	}
-	return parseDuration(string(rest[:end]))
+	return ratelimit.Inspect429(buf)
 }
 
 // CooldownReason says why an upstream cools down.
@@ -373,7 +173,7 @@ func (c RateLimitConfig) cooldownFor(resp *http.Response, now time.Time) (time.D
 		d, ok = bodyDelay, bodyOK
 	}
 	if !ok {
-		d, ok = retryHint(resp.Header, now)
+		d, ok = ratelimit.RetryHint(resp.Header, now)
 	}
 	if !ok {
 		d = c.DefaultCooldown
