@@ -1,7 +1,6 @@
 package failover
 
 import (
-	"encoding/base64"
 	"fmt"
 	"maps"
 	"net/http"
@@ -9,7 +8,8 @@ import (
 	"slices"
 	"strings"
 	"sync/atomic"
-	"unicode/utf8"
+
+	"github.com/failover-go/failover/internal/redact"
 )
 
 // The credential rule. A request header carries the caller's credentials
@@ -93,11 +93,6 @@ var secretSubstringsByFirst = func() (by [26][]string) {
 	}
 	return by
 }()
-
-// minSecretLen is the shortest secret (or part of one) that is scrubbed
-// from error messages; shorter ones (a version number) would scrub
-// innocent text.
-const minSecretLen = 8
 
 // credentials is the credential rule of one Transport and the secrets it
 // knows in advance. New builds it; nothing writes it after but the cache
@@ -215,11 +210,11 @@ func newCredentials(cfg Config, ups []*upstream) (*credentials, error) {
 		for k, vs := range u.header {
 			c.headers[strings.ToLower(k)] = true
 			for _, v := range vs {
-				c.upstreamSecrets = appendSecretForms(c.upstreamSecrets, v)
+				c.upstreamSecrets = redact.AppendForms(c.upstreamSecrets, v)
 			}
 		}
 	}
-	c.upstreamSecrets = compactSecrets(c.upstreamSecrets)
+	c.upstreamSecrets = redact.Compact(c.upstreamSecrets)
 	return c, nil
 }
 
@@ -396,89 +391,6 @@ func queryName(pair string) string {
 	return name
 }
 
-// authSchemes are the authorization schemes that appendSecretForms does not
-// take for a secret: the word that comes before one ("Bearer sk-...").
-// Schemes shorter than minSecretLen are never scrubbed anyway.
-var authSchemes = []string{"negotiate", "aws4-hmac-sha256", "sharedkey", "sharedkeylite", "privatetoken", "concealed"}
-
-// appendSecretForms appends to dst every form of the secret value v that a
-// message may quote, each at least minSecretLen long: v itself; its parts
-// (split at spaces, tabs, commas and semicolons, without quotes), except a
-// leading authorization scheme, and of a part "name=value" only the value
-// (a cookie's, a "Signature=..."'s); a Basic credential decoded, and its
-// user and password; and the query-, path- and user-info-escaped form of
-// each.
-func appendSecretForms(dst []string, v string) []string {
-	add := func(s string) {
-		if len(s) < minSecretLen {
-			return
-		}
-		dst = append(dst, s)
-		if q := url.QueryEscape(s); q != s {
-			dst = append(dst, q)
-		}
-		if p := url.PathEscape(s); p != s {
-			dst = append(dst, p)
-		}
-		if u := url.User(s).String(); u != s {
-			dst = append(dst, u) // as a URL's user info: '$' and ';' kept, '@' and ':' escaped
-		}
-	}
-	add(v)
-	fields := strings.FieldsFunc(v, func(r rune) bool { return r == ' ' || r == '\t' || r == ',' || r == ';' })
-	basic := false
-	for i, f := range fields {
-		f = strings.Trim(f, `"`)
-		if i == 0 && len(fields) > 1 {
-			if strings.EqualFold(f, "basic") {
-				basic = true
-				continue
-			}
-			if slices.ContainsFunc(authSchemes, func(s string) bool { return strings.EqualFold(f, s) }) {
-				continue
-			}
-		}
-		if name, val, ok := strings.Cut(f, "="); ok && isToken(name) && strings.Trim(val, "=") != "" {
-			add(strings.Trim(val, `"`)) // a cookie's value, "Signature=..."'s
-		} else {
-			add(f)
-		}
-		if basic && i == 1 {
-			dec, err := base64.StdEncoding.DecodeString(f)
-			if err != nil {
-				dec, err = base64.RawStdEncoding.DecodeString(f)
-			}
-			if err == nil && utf8.Valid(dec) {
-				user, pass, _ := strings.Cut(string(dec), ":")
-				add(string(dec))
-				add(user)
-				add(pass)
-			}
-		}
-	}
-	return dst
-}
-
-// isToken reports whether s is a plain name: letters, digits, '-', '_'
-// and '.', as cookie and parameter names are.
-func isToken(s string) bool {
-	if s == "" {
-		return false
-	}
-	for i := range len(s) {
-		if b := s[i]; !isAlnum(b) && b != '-' && b != '_' && b != '.' {
-			return false
-		}
-	}
-	return true
-}
-
-// compactSecrets sorts and deduplicates a list of secrets.
-func compactSecrets(s []string) []string {
-	slices.Sort(s)
-	return slices.Compact(s)
-}
-
 // appendRequestSecrets appends to dst every form of the credentials that
 // req carries by the rule: its credential headers' values, its credential
 // query parameters' values, and its URL's user and password.
@@ -492,7 +404,7 @@ func (c *credentials) appendHeaderSecrets(dst []string, h http.Header) []string 
 	for k, vs := range h {
 		if c.header(k) {
 			for _, v := range vs {
-				dst = appendSecretForms(dst, v)
+				dst = redact.AppendForms(dst, v)
 			}
 		}
 	}
@@ -506,96 +418,21 @@ func (c *credentials) appendURLSecrets(dst []string, u *url.URL) []string {
 		return dst
 	}
 	if u.User != nil {
-		dst = appendSecretForms(dst, u.User.Username())
+		dst = redact.AppendForms(dst, u.User.Username())
 		if pw, ok := u.User.Password(); ok {
-			dst = appendSecretForms(dst, pw)
+			dst = redact.AppendForms(dst, pw)
 		}
 	}
 	for _, pair := range strings.FieldsFunc(u.RawQuery, func(r rune) bool { return r == '&' || r == ';' }) {
 		if c.param(queryName(pair)) {
 			_, value, _ := strings.Cut(pair, "=")
-			dst = appendSecretForms(dst, value)
+			dst = redact.AppendForms(dst, value)
 			if v, err := url.QueryUnescape(value); err == nil && v != value {
-				dst = appendSecretForms(dst, v)
+				dst = redact.AppendForms(dst, v)
 			}
 		}
 	}
 	return dst
-}
-
-// redact replaces every secret of the lists in msg with "[REDACTED]",
-// wherever it appears, overlapping ones too: the upstreams' header values
-// and the caller's credentials, in every form appendSecretForms knows. A
-// message cut short (a stream's error event, clipped) may end in a
-// secret's first bytes: from minSecretLen of them on, they are hidden too,
-// unless they end where a part of the secret does (a value of several
-// parts may begin with an innocent one: "theme=dark; session=...", whose
-// secret parts are in the lists on their own).
-func redact(msg string, lists ...[]string) string {
-	var hidden []bool // which bytes of msg belong to a secret
-	hide := func(i, j int) {
-		if hidden == nil {
-			hidden = make([]bool, len(msg))
-		}
-		for ; i < j; i++ {
-			hidden[i] = true
-		}
-	}
-	for _, list := range lists {
-		for _, s := range list {
-			if s == "" {
-				continue
-			}
-			for off := 0; ; {
-				i := strings.Index(msg[off:], s)
-				if i < 0 {
-					break
-				}
-				i += off
-				hide(i, i+len(s))
-				off = i + 1
-			}
-			for n := min(len(s)-1, len(msg)); n >= minSecretLen; n-- {
-				if strings.HasSuffix(msg, s[:n]) {
-					if !partEnds(s[n:]) {
-						hide(len(msg)-n, len(msg))
-					}
-					break
-				}
-			}
-		}
-	}
-	if hidden == nil {
-		return msg
-	}
-	var b strings.Builder
-	for i := 0; i < len(msg); {
-		if !hidden[i] {
-			b.WriteByte(msg[i])
-			i++
-			continue
-		}
-		b.WriteString("[REDACTED]")
-		for i < len(msg) && hidden[i] {
-			i++
-		}
-	}
-	return b.String()
-}
-
-// partEnds reports whether rest, what follows the first bytes of a
-// secret, begins with a separator of its parts (see appendSecretForms), as
-// written or escaped.
-func partEnds(rest string) bool {
-	if rest[0] == ' ' || rest[0] == '\t' || rest[0] == ',' || rest[0] == ';' {
-		return true
-	}
-	for _, e := range []string{"%20", "%09", "%2C", "%3B"} {
-		if strings.HasPrefix(rest, e) {
-			return true
-		}
-	}
-	return false
 }
 
 // redact scrubs every known secret from msg: the upstreams' header values
@@ -607,9 +444,9 @@ func (l *tally) redact(r *request, msg string) string {
 		if r.hop != nil {
 			s = append(s, r.hop.secrets...)
 		}
-		l.secrets = compactSecrets(s)
+		l.secrets = redact.Compact(s)
 	}
-	return redact(msg, r.t.creds.upstreamSecrets, l.secrets)
+	return redact.String(msg, r.t.creds.upstreamSecrets, l.secrets)
 }
 
 // validHeaderName reports whether k is a valid header field name (an RFC 9110 token).

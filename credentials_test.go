@@ -14,6 +14,8 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/failover-go/failover/internal/redact"
 )
 
 // stripQuery keeps, byte for byte and in order, only the pairs whose
@@ -175,7 +177,7 @@ func TestRedactClippedStreamError(t *testing.T) {
 					texts["AttemptDone.Err"] = fmt.Sprint(d.Err)
 				}
 			}
-			prefix := tt.key[:minSecretLen]
+			prefix := tt.key[:redact.MinLen]
 			for where, text := range texts {
 				if strings.Contains(text, prefix) {
 					t.Errorf("%s shows the key's first bytes: %s", where, text)

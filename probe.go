@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/failover-go/failover/internal/circuit"
+	"github.com/failover-go/failover/internal/redact"
 )
 
 // ProbeConfig configures active health probes: a background loop that sends
@@ -133,7 +134,7 @@ func (t *Transport) probe(u *upstream) {
 	defer func() {
 		if v := recover(); v != nil {
 			msg := fmt.Sprintf("failover: panic in the probe of %s: %v\n%s", u.name, v, debug.Stack())
-			t.reportPanic(redact(msg, t.creds.upstreamSecrets))
+			t.reportPanic(redact.String(msg, t.creds.upstreamSecrets))
 		}
 	}()
 	p := t.probes
@@ -144,7 +145,7 @@ func (t *Transport) probe(u *upstream) {
 		err = errNoProbeRequest
 	}
 	if err != nil {
-		t.log(slog.LevelError, "probe request: "+redact(err.Error(), t.creds.upstreamSecrets), u)
+		t.log(slog.LevelError, "probe request: "+redact.String(err.Error(), t.creds.upstreamSecrets), u)
 		return
 	}
 	if rctx := req.Context(); rctx != ctx {

@@ -8,6 +8,8 @@ import (
 	"runtime/debug"
 	"slices"
 	"time"
+
+	"github.com/failover-go/failover/internal/redact"
 )
 
 // The race of a hedged attempt once its delay has passed (see hedge.go
@@ -323,5 +325,5 @@ func (a *attempt) cleanup() {
 // panic's value may quote.
 func (t *Transport) logPanic(a *attempt) {
 	msg := fmt.Sprintf("failover: panic in an abandoned hedged attempt to %s: %v\n%s", a.u.name, a.panicked, a.stack)
-	t.reportPanic(redact(msg, t.creds.upstreamSecrets, compactSecrets(t.creds.appendRequestSecrets([]string{}, a.out))))
+	t.reportPanic(redact.String(msg, t.creds.upstreamSecrets, redact.Compact(t.creds.appendRequestSecrets([]string{}, a.out))))
 }

@@ -6,6 +6,8 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+
+	"github.com/failover-go/failover/internal/redact"
 )
 
 // clone copies the caller's request for one attempt to up: its own URL
@@ -177,7 +179,7 @@ func (t *Transport) redirected(req *http.Request) *hop {
 	} else {
 		h.secrets = t.creds.appendURLSecrets(h.secrets, req.URL)
 	}
-	h.secrets = compactSecrets(t.creds.appendHeaderSecrets(h.secrets, req.Header))
+	h.secrets = redact.Compact(t.creds.appendHeaderSecrets(h.secrets, req.Header))
 	return h
 }
 

@@ -5,6 +5,8 @@ import (
 	"net/http"
 	"sync/atomic"
 	"time"
+
+	"github.com/failover-go/failover/internal/redact"
 )
 
 // Trace is a set of hooks that follow one request through the Transport,
@@ -312,7 +314,7 @@ func (t *Transport) scrub(err error, req *http.Request, h *hop) error {
 		secrets = append(secrets, h.secrets...)
 	}
 	msg := err.Error()
-	if scrubbed := redact(msg, t.creds.upstreamSecrets, compactSecrets(secrets)); scrubbed != msg {
+	if scrubbed := redact.String(msg, t.creds.upstreamSecrets, redact.Compact(secrets)); scrubbed != msg {
 		return &scrubbedError{err: err, msg: scrubbed}
 	}
 	return err
