@@ -28,16 +28,12 @@ var (
 
 	// ErrBodyNotReplayable means the request's body could not be sent
 	// again (no GetBody and larger than [Config.MaxBodyBuffer]), so the
-	// request had one attempt, and that attempt failed in a way that would
-	// otherwise have moved on to the next upstream.
+	// request's one attempt failed without failing over.
 	ErrBodyNotReplayable = errors.New("failover: request body cannot be replayed")
 
-	// ErrBaseGoexit means that [Config.Base] ended the goroutine that
-	// called it (runtime.Goexit, as a t.Fatal in a test's Base does)
-	// during a hedge (see [HedgeConfig]): the request ends with it,
-	// blaming no upstream. When the goroutine Base ends is the caller's,
-	// RoundTrip does not return, as without hedging, and the rest of
-	// the round ends without waiting for that attempt.
+	// ErrBaseGoexit means that [Config.Base] called runtime.Goexit (as a
+	// t.Fatal in a test's Base does) on a hedge's goroutine (see
+	// [HedgeConfig]): the request ends, blaming no upstream.
 	ErrBaseGoexit = errors.New("failover: Base ended its goroutine (runtime.Goexit)")
 )
 
@@ -66,14 +62,10 @@ func (e *unavailableError) Unwrap() error             { return e.err }
 func (e *unavailableError) RetryAfter() time.Duration { return e.retryAfter }
 
 // AttemptError is what happened at one upstream: an attempt that got no
-// response, or an upstream skipped. Err wraps the cause ([ErrCircuitOpen],
-// [ErrRateLimited], [ErrAttemptTimeout], or the transport's error).
-//
-// Err is the cause as Base returned it, for errors.Is and errors.As, and
-// its own message is not scrubbed: a Base of the caller's that quotes the
-// URL it was sent (with a key in its query) quotes it there. Log the
-// AttemptError (or the [Error] that holds it), whose message is scrubbed,
-// rather than Err.
+// response, or an upstream skipped. Err is the cause ([ErrCircuitOpen],
+// [ErrRateLimited], [ErrAttemptTimeout], or Base's error as returned).
+// Err's own message is not scrubbed of credentials; log the AttemptError,
+// whose message is.
 type AttemptError struct {
 	Upstream string // the upstream's Name
 	Err      error
@@ -155,10 +147,9 @@ func (e *ConfigError) Error() string { return "failover: Config." + e.Field + " 
 
 func configError(field, reason string) error { return &ConfigError{Field: field, Reason: reason} }
 
-// nilValue reports whether v, the value of an interface field, is a nil
-// pointer, func, map, chan or slice: an interface that is not nil, whose
-// methods would find nil ((*http.Transport)(nil) panics at its first
-// request).
+// nilValue reports whether v, an interface field's value, is non-nil but
+// holds a nil pointer, func, map, chan or slice, such as
+// (*http.Transport)(nil), which panics at its first request.
 func nilValue(v any) bool {
 	if v == nil {
 		return false

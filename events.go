@@ -42,10 +42,9 @@ func (t *Transport) log(level slog.Level, msg string, u *upstream, attrs ...slog
 	t.logger.LogAttrs(context.Background(), level, "failover: "+msg, attrs...)
 }
 
-// reportPanic tells of a panic on a goroutine of the Transport's own
-// (an abandoned hedged attempt, a probe), which has no caller for it to go
-// on to and must not end the process: to the Logger, else to log.Print,
-// so that it is never silent. msg is scrubbed of credentials already.
+// reportPanic reports a panic recovered on a goroutine of the Transport's
+// own (a probe, an abandoned hedge) to the Logger, else to log.Print, so
+// that it is never silent. msg is already scrubbed of credentials.
 func (t *Transport) reportPanic(msg string) {
 	if t.logger != nil {
 		t.logger.Error(msg)

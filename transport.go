@@ -6,58 +6,29 @@
 //	}})
 //	client := &http.Client{Transport: t} // hand it to any SDK
 //
-// A [Transport] is an http.RoundTripper. The rule: a request is routed when
-// its URL lies under an upstream's BaseURL (the same scheme, host and port,
-// and a path under the base path). A routed request goes to the first
-// upstream, in the configured order, whose circuit is closed and which is
-// not cooling down after a 429; when that attempt fails, the next one is
-// tried with the same body. The request is rewritten for each upstream
-// (scheme, host, base path, and the upstream's own headers); the caller's
-// credentials reach only the upstream the caller addressed.
+// A [Transport] is an http.RoundTripper. A request whose URL lies under an
+// upstream's BaseURL (same scheme, host and port, path under the base path)
+// goes to the first upstream whose circuit is closed and which is not
+// cooling down after a 429; when that attempt fails, the next is tried with
+// the same body, rewritten for its upstream (scheme, host, base path and
+// [Upstream.Header]). The caller's credentials reach only the upstream the
+// caller addressed. So aim the SDK at an upstream's BaseURL, spelled the
+// same way: a request addressed to no upstream is refused with an
+// [*UnroutedError] unless [Config.Unrouted] says otherwise.
 //
-// So aim the SDK at an upstream's BaseURL, spelled the same way. An SDK
-// aimed at "http://localhost:8080/v1" while the upstream says
-// "http://127.0.0.1:8080/v1" addresses no upstream: by default RoundTrip
-// refuses such a request with an [*UnroutedError] that lists the
-// BaseURLs, and [Config.Unrouted] can pass it through or send it to the
-// first upstream instead. Each unrouted host is logged once and listed by
-// [Transport.UnroutedHosts].
+// Each attempt is classified ([DefaultClassifier]): 2xx, 3xx and the
+// caller's own 4xx end the request; 401 and 403 try the next upstream; 429
+// cools the upstream down ([RateLimitConfig]); 408, 5xx and transport errors
+// count toward its circuit breaker ([BreakerConfig]) and try the next; the
+// caller's cancellation stops everything. When an upstream answered, the
+// caller gets that answer, even a 503; an error means none did ([Error]).
 //
-// Each attempt is classified ([Classifier], [DefaultClassifier]):
-//
-//   - 2xx, 3xx and the caller's own 4xx end the request and count as healthy;
-//   - 401 and 403 try the next upstream and never count against a circuit;
-//   - 429 cools the upstream down for its Retry-After ([RateLimitConfig]),
-//     and tries the next at once;
-//   - 408, 5xx, 529 and transport errors count toward the upstream's circuit
-//     breaker ([BreakerConfig]) and try the next;
-//   - the caller's cancellation stops everything and blames no one.
-//
-// When an upstream answered, the caller gets that answer, even a 503: SDKs
-// then show the provider's own error. An error means no upstream answered
-// ([Error], [ErrCircuitOpen], [ErrRateLimited]).
-//
-// Beyond ordered failover, all opt-in: [Config.Router] picks the order per
-// request ([Priority], [Weighted], [LeastLatency], or [Score], which ranks by
-// 0.4·max(0, 1 − p50/2s) + 0.4·success rate + 0.2·(1 − cost/highest cost),
-// an open circuit scoring −1); [Config.Degraded] and [Config.Hang] try slow
-// and silent upstreams last; [Config.Probe] probes upstreams in the
-// background; [Upstream.Models] renames the model per upstream;
-// [Config.StreamGuard] fails over a stream that starts with an error;
-// [Config.Hedge] sends a slow request to the next upstream too and takes
-// the first answer; [Upstream.Breaker] and [Upstream.AttemptTimeout] give
-// one upstream a breaker and a timeout of its own; [Config.Shared] shares
-// open circuits, cooldowns and the half-open probe across a fleet of
-// processes (package redisshared keeps them in Redis); [Config.OnUsage],
-// [Config.MeterUsage] or any [Upstream.Cost] read the token usage each
-// answer reports as its body is read, and price it ([Usage]). Per request,
-// through its context: [WithUpstreams] restricts and orders the upstreams,
-// [WithoutFailover] sends it at most once, [WithAttemptTimeout] sets its
-// attempts' timeout.
-//
-// The layers work on their own too: [Breaker] is one circuit in front of any
-// RoundTripper and [RateLimiter] the cooldown layer. [Transport.Health] and
-// the Prometheus metrics in [Config.Metrics] show what each upstream is doing.
+// The rest is opt-in, each on its field of [Config]: routing ([Router]),
+// hedging, probes, stream guarding, model mapping, usage metering and state
+// shared by a fleet ([Shared]); per request, [WithUpstreams],
+// [WithoutFailover], [WithAttemptTimeout] and [WithTrace]. [Breaker] and
+// [RateLimiter] work alone in front of any RoundTripper. [Transport.Health]
+// and [Transport.WritePrometheus] show what each upstream is doing.
 package failover
 
 import (
@@ -80,60 +51,50 @@ type Upstream struct {
 	// means the BaseURL's host. Names are unique within a Transport.
 	Name string
 
-	// BaseURL is the absolute http or https URL that the upstream's API
-	// lives under, such as "https://api.openai.com/v1". A request is
-	// addressed to the upstream when its URL has this scheme, host and
-	// path prefix; it is rewritten to this scheme, host and prefix when
-	// sent here. It carries no user info, query or fragment: credentials
-	// go in Header.
+	// BaseURL is the absolute http or https URL the upstream's API lives
+	// under, such as "https://api.openai.com/v1". A request is addressed
+	// to the upstream when its URL has this scheme, host and path prefix,
+	// and is rewritten to them when sent here. It carries no user info,
+	// query or fragment: credentials go in Header.
 	BaseURL string
 
 	// Header is set on every request sent to this upstream, replacing the
 	// caller's values of those names: the upstream's own credentials
-	// (Authorization, x-api-key, api-key, ...) and anything else it needs.
-	// Its values never appear in logs, errors, Health or metrics (but
-	// for a value, or a part of one, shorter than 8 bytes: one that
-	// short would hide innocent text, a version number, and no
-	// provider's key is that short).
+	// (Authorization, x-api-key, ...) and anything else it needs. Its
+	// values of 8 bytes or more never appear in logs, errors, Health or
+	// metrics.
 	Header http.Header
 
 	// Weight is the upstream's share of traffic under the Weighted
 	// router. Zero means 1.
 	Weight float64
 
-	// Cost is the upstream's price, for the Score router and for the
-	// cost of its answers: with a Cost on any upstream, the usage of
-	// every answer is metered (see [Usage], Config.MeterUsage).
+	// Cost is the upstream's price, for the Score router and the cost of
+	// its answers. A Cost on any upstream turns on usage metering (see
+	// [Usage]).
 	Cost Cost
 
 	// Models maps the model a request asks for (the top-level "model" of
-	// its JSON body) to this upstream's id for it, so that a request for
-	// "gpt-4o" can fall back to "gemini-2.5-flash" on another provider.
-	// The key "*" matches any other model; the value "*" keeps the
-	// caller's model. A request whose model this map does not serve skips
-	// the upstream ([ErrModelNotServed]). Nil means every model is served
-	// as it is. Only the "model" value is rewritten; the rest of the body
-	// goes byte for byte, with Content-Length and GetBody to match. A
-	// body that cannot be replayed is never read for its model, nor one
-	// larger than MaxBodyBuffer (8 MiB when it is negative).
+	// its JSON body) to this upstream's id for it, so that "gpt-4o" can
+	// fall back to "gemini-2.5-flash" on another provider. The key "*"
+	// matches any other model; the value "*" keeps the caller's. A
+	// request whose model the map does not serve skips the upstream
+	// ([ErrModelNotServed]). Nil serves every model as it is. Only the
+	// "model" value is rewritten. A body that cannot be replayed, or is
+	// larger than MaxBodyBuffer (8 MiB when negative), is not read for it.
 	Models map[string]string
 
-	// Breaker, when set, is this upstream's circuit breaker in place of
-	// Config.Breaker: a primary that should trip sooner, or stay open
-	// longer, than its backups. Its zero fields inherit Config.Breaker's,
-	// and what both leave zero is BreakerConfig's default; so
-	// &BreakerConfig{FailureThreshold: 3, Cooldown: 15 * time.Second}
-	// changes those two and nothing else. (An upstream cannot turn off a
-	// FailureRate that Config.Breaker sets: leave it out there and set it
-	// on the upstreams that want it.) Nil means Config.Breaker. See
-	// [UpstreamHealth.Breaker] for what is in effect, and [Shared] for
-	// a fleet whose members disagree.
+	// Breaker, when set, replaces Config.Breaker for this upstream, such
+	// as a primary that should trip sooner than its backups. Its zero
+	// fields inherit Config.Breaker's, then BreakerConfig's defaults, so
+	// it cannot turn off a FailureRate that Config.Breaker sets. Nil
+	// means Config.Breaker. [UpstreamHealth.Breaker] shows what is in
+	// effect.
 	Breaker *BreakerConfig
 
-	// AttemptTimeout bounds the wait for one attempt's response headers
-	// at this upstream, in place of Config.AttemptTimeout: a provider
-	// that is slow to its first byte by nature gets longer than the
-	// others. Zero means Config.AttemptTimeout.
+	// AttemptTimeout replaces Config.AttemptTimeout for this upstream,
+	// for a provider slow to its first byte by nature. Zero means
+	// Config.AttemptTimeout.
 	AttemptTimeout time.Duration
 }
 
@@ -144,11 +105,8 @@ type Config struct {
 	Upstreams []Upstream
 
 	// Unrouted says what happens to a request whose URL lies under no
-	// Upstream.BaseURL, such as one to "http://localhost:8080/v1" when
-	// the upstream says "http://127.0.0.1:8080/v1". The zero value,
-	// UnroutedRefuse, fails it with an error naming the BaseURLs;
-	// UnroutedPass sends it on untouched, without failover;
-	// UnroutedFirst sends it to the first upstream. See [UnroutedPolicy].
+	// Upstream.BaseURL. The zero value, UnroutedRefuse, fails it with an
+	// error naming the BaseURLs. See [UnroutedPolicy].
 	Unrouted UnroutedPolicy
 
 	// Base sends every attempt. Nil means a clone of
@@ -159,11 +117,10 @@ type Config struct {
 	// Classify judges each attempt. Nil means DefaultClassifier.
 	Classify Classifier
 
-	// Router orders the upstreams for each request: Priority (the
-	// configured order), Weighted, LeastLatency, Score, or your own.
-	// Nil means Priority, at no cost. Whatever the order, open, probing
-	// and cooling upstreams are skipped, and degraded or suspect ones go
-	// after the others.
+	// Router orders the upstreams for each request: [Priority],
+	// [Weighted], [LeastLatency], [Score], or your own. Nil means
+	// Priority. Whatever the order, unavailable upstreams are skipped
+	// and demoted ones go after the others.
 	Router Router
 
 	// Breaker configures each upstream's circuit breaker, unless its
@@ -176,19 +133,19 @@ type Config struct {
 
 	// Retries is how many more rounds over the upstreams a request gets
 	// after every upstream failed in a round, at most 100. Zero means
-	// none: SDKs retry on their own. Rounds wait as go-retryablehttp's DefaultBackoff says,
-	// from RetryWaitMin doubling up to RetryWaitMax, longer when every
-	// upstream is still open or cooling down, and never past the
-	// request's deadline.
+	// none: SDKs retry on their own. The wait between rounds doubles from
+	// RetryWaitMin up to RetryWaitMax (go-retryablehttp's DefaultBackoff),
+	// longer while every upstream is open or cooling down, and never past
+	// the request's deadline.
 	Retries int
 
 	// RetryWaitMin and RetryWaitMax bound the wait between rounds. Zero
 	// means 500ms and 5s.
 	RetryWaitMin, RetryWaitMax time.Duration
 
-	// Hang configures hang detection: an upstream with requests in
-	// flight that stopped answering is tried after the others, before its
-	// attempts time out. On by default.
+	// Hang configures hang detection: an upstream that stopped answering
+	// is tried after the others before its attempts time out. On by
+	// default.
 	Hang HangConfig
 
 	// Degraded configures when a slow or often failing upstream is tried
@@ -203,18 +160,15 @@ type Config struct {
 	// that New starts only when Probe.Interval is set and Close stops.
 	Probe ProbeConfig
 
-	// StreamGuard, when set, watches the start of every text/event-stream
-	// response before handing it to the caller: a stream whose first
-	// event does not come within FirstByteTimeout, or that begins with an
-	// error event before any content, counts as a failure and the request
-	// goes to the next upstream. Once content reaches the caller, the
-	// stream is never switched. Nil means streams pass through at once.
+	// StreamGuard, when set, holds each text/event-stream response until
+	// its first event: a stream that is silent too long or begins with an
+	// error fails over. Once content reaches the caller, the stream is
+	// never switched. Nil means streams pass through at once.
 	StreamGuard *StreamGuard
 
-	// AttemptTimeout bounds the wait for one attempt's response headers.
-	// It never cuts a body that is being read. Zero means no bound but the
-	// request's own deadline. An Upstream.AttemptTimeout replaces it for
-	// its upstream.
+	// AttemptTimeout bounds the wait for one attempt's response headers;
+	// it never cuts a body being read. Zero means no bound but the
+	// request's deadline.
 	AttemptTimeout time.Duration
 
 	// Shared, when set, shares open circuits, cooldowns and the
@@ -224,15 +178,13 @@ type Config struct {
 	Shared Shared
 
 	// SharedSync is how often the Transport reads the shared state in
-	// full, besides following its messages, and the bound on each call
-	// to it (never under 1s: a store that answers late on a loaded
-	// machine is not down); at least 10ms and at most an hour. Zero means
-	// 1s.
+	// full, besides following its messages, from 10ms to 1h; each call to
+	// the store is bounded by it, but never under 1s. Zero means 1s.
 	SharedSync time.Duration
 
-	// LastResort sets what a request does when every upstream it may use
-	// refuses it for its circuit: by default it goes to the upstream most
-	// likely to answer, past its circuit (see [LastResortConfig]).
+	// LastResort sets what a request does when every circuit refuses it:
+	// by default it goes past the circuit of the upstream most likely to
+	// answer (see [LastResortConfig]).
 	LastResort LastResortConfig
 
 	// Hedge, when set, sends a request that has not been answered within
@@ -240,10 +192,9 @@ type Config struct {
 	// [HedgeConfig] for the cost. Nil means no hedging.
 	Hedge *HedgeConfig
 
-	// MaxBodyBuffer is the largest request body that is buffered to be
-	// sent again, for requests without GetBody (SDKs set GetBody, and
-	// their bodies are never buffered). A larger body gets one attempt.
-	// Zero means 8 MiB; negative means never buffer.
+	// MaxBodyBuffer is the largest body of a request without GetBody that
+	// is buffered to be sent again; a larger one gets one attempt. Zero
+	// means 8 MiB; negative means never buffer.
 	MaxBodyBuffer int64
 
 	// Metrics receives the Transport's Prometheus metrics. Nil means a
@@ -258,21 +209,18 @@ type Config struct {
 	// CredentialHeaders names request headers that carry the caller's
 	// credentials, besides those the Transport knows: Authorization,
 	// Proxy-Authorization, Api-Key, X-Api-Key, X-Goog-Api-Key, Cookie,
-	// Openai-Organization, Openai-Project, every name an Upstream.Header
-	// sets, and every name that contains, in any case, auth, key, token,
-	// secret, passw, credential, signature, session, cookie, bearer, jwt,
-	// csrf or xsrf, or has sig, pw, pwd, sid or otp as a word ("X-Sig",
-	// not "X-Signal"), except Idempotency-Key. The caller's credentials
-	// reach only the upstream the caller addressed, on failover and on
-	// redirect hops alike, and never appear in errors, Health or logs.
-	// Names match in any case; each must be a valid header name.
+	// Openai-Organization, Openai-Project, the names Upstream.Header
+	// sets, and any name but Idempotency-Key that contains auth, key,
+	// token, secret, passw, credential, signature, session, cookie,
+	// bearer, jwt, csrf or xsrf, or has sig, pw, pwd, sid or otp as a
+	// word. Credentials reach only the upstream the caller addressed and
+	// never appear in errors, Health or logs. Names match in any case.
 	CredentialHeaders []string
 
-	// CredentialParams names query parameters that carry the caller's
-	// credentials although ForwardParams's list of the names LLM APIs
-	// define has them (a gateway of yours that takes its key as model=).
-	// Every name not on that list is a credential already. Names match
-	// in any case, unescaped; none may be empty.
+	// CredentialParams names query parameters on ForwardParams's default
+	// list that carry credentials for you (a gateway that takes its key
+	// as model=); every name off that list counts as one already. Names
+	// match in any case, unescaped; none may be empty.
 	CredentialParams []string
 
 	// ForwardParams names query parameters that carry no credentials,
@@ -280,38 +228,28 @@ type Config struct {
 	// enum-encoding, beta, model, deployment, intent, stream,
 	// starting_after, include, include[], limit, after, before, order,
 	// after_id, before_id, pageSize, purpose and filter. An upstream the
-	// caller did not address (a failover, a hedge, a last resort, a
-	// redirect hop's) gets only the query pairs with one of these names:
-	// any other name may carry a secret (Azure Functions' code=, a SAS
-	// token's sv, sp and se), and its values never appear in errors,
-	// Health or logs. The upstream the caller addressed gets the query as
-	// the caller wrote it. A name here passes even when it looks like a
-	// secret's (pageToken). Names match in any case, unescaped; none may
-	// be empty, be in CredentialParams, or be key, api_key, api-key,
-	// apikey, access_token, sig or code.
+	// caller did not address gets only the query pairs with these names,
+	// and the values of the others never appear in errors, Health or
+	// logs; the one it addressed gets the query as written. Names match
+	// in any case, unescaped; none may be empty, be in CredentialParams,
+	// or be key, api_key, api-key, apikey, access_token, sig or code.
 	ForwardParams []string
 
 	// OnStateChange, when set, is called after each change of an
-	// upstream's circuit, outside every lock, on the goroutine of the
-	// request that caused it (or of Reset). It must not block. Changes
-	// made at nearly the same moment by different goroutines may arrive
-	// out of order: order them by At.
+	// upstream's circuit, outside every lock, on the goroutine that caused
+	// it. It must not block. Concurrent changes may arrive out of order:
+	// order them by At.
 	OnStateChange func(StateChange)
 
-	// MeterUsage reads the token usage that each answer reports as its
-	// caller reads the body (see [Usage]), and counts it per upstream and
-	// model in the metrics (failover_tokens_total, failover_cost_total),
-	// in UpstreamHealth.Usage and in what Score ranks by. It is on as
-	// well when OnUsage is set or any Upstream has a Cost. Off, only the
-	// requests whose Trace has a Usage hook are metered, and answers pay
-	// nothing for it.
+	// MeterUsage reads the token usage each answer reports as the caller
+	// reads its body (see [Usage]), for the metrics, UpstreamHealth.Usage
+	// and Score. It is on as well when OnUsage is set or any Upstream has
+	// a Cost; off, only requests whose Trace has a Usage hook are metered.
 	MeterUsage bool
 
-	// OnUsage, when set, is called with the usage and cost of each
-	// answer that reports its usage, once the answer's body has been read
-	// to its end or closed: on the goroutine that read or closed it,
-	// usually after RoundTrip has returned, and never more than once per
-	// answer. It must not block: the reader waits on it.
+	// OnUsage, when set, is called at most once per answer that reports
+	// its usage, when its body has been read to its end or closed, on the
+	// goroutine that did so. It must not block: the reader waits on it.
 	OnUsage func(Usage)
 }
 
@@ -334,41 +272,30 @@ const (
 )
 
 // Transport is an http.RoundTripper that sends each request to the first
-// healthy upstream and fails over to the next when an attempt fails. See the
-// package documentation for what it does with each response.
+// available upstream and fails over to the next when an attempt fails.
 //
 // RoundTrip follows the http.RoundTripper contract:
 //
-//   - The caller's request is never modified: each attempt is a clone.
-//     The request body is read once per attempt (from GetBody after the
-//     first) and closed, even on errors.
-//   - RoundTrip returns an error only when no upstream produced a
-//     response; the error is an [*Error], or the context's error when the
-//     caller's context ended (net/http's own when the caller closed the
-//     deprecated Request.Cancel, as http.Client's Timeout does), or for a request addressed to no upstream an
-//     [*UnroutedError] or the Base RoundTripper's error, or for a request
-//     that [WithUpstreams] restricted to a name no upstream has an
-//     [*UnknownUpstreamError], or the caller's own error as it is when
-//     its request cannot be sent (its body fails to read, an invalid
-//     header), which counts against no upstream. When any upstream
-//     answered, the latest answer is returned with a nil error, whatever
-//     its status.
-//   - The caller must close the returned response's body, as with any
-//     RoundTripper. Its Request is the attempt that got it (the URL it
-//     went to) with the caller's own headers, never an upstream's. Responses of discarded attempts are drained (up to
-//     64 KiB) and closed by the Transport.
-//   - A request addressed to no upstream is refused with an
-//     [*UnroutedError], or goes to Base untouched, or to the first
-//     upstream, as [Config.Unrouted] says. A redirect hop (Request.Response
-//     set) addressed to no upstream goes to Base, and without the caller's
-//     credentials when it follows a request addressed to an upstream.
+//   - The caller's request is never modified: each attempt is a clone. The
+//     body is read once per attempt (from GetBody after the first) and
+//     closed, even on errors.
+//   - When any upstream answered, the latest answer is returned with a nil
+//     error, whatever its status. Otherwise the error is an [*Error]; the
+//     context's error when the caller's context ended (net/http's when it
+//     closed Request.Cancel); an [*UnroutedError] or Base's error for a
+//     request addressed to no upstream ([Config.Unrouted]); an
+//     [*UnknownUpstreamError] for a bad [WithUpstreams] list; or the
+//     caller's own error when its request cannot be sent (a body that fails
+//     to read, an invalid header), which counts against no upstream.
+//   - The caller closes the returned body. Its Request is the attempt that
+//     got it, with the caller's headers, never an upstream's. Discarded
+//     responses are drained (up to 64 KiB) and closed by the Transport.
+//   - A redirect hop addressed to no upstream goes to Base, without the
+//     caller's credentials when the request before it was routed.
 //
 // A Transport is safe for concurrent use by multiple goroutines. It starts
-// goroutines of its own only for opt-in features: the probe loops of
-// [ProbeConfig] and the two of [Config.Shared], which [Transport.Close]
-// stops, and with [HedgeConfig], once a hedge's delay has passed, one that
-// runs the rest of the round and one per hedge, which end with the round
-// and when Base returns.
+// goroutines only for opt-in features: probes and [Config.Shared], which
+// [Transport.Close] stops, and hedges, which end with their request.
 type Transport struct {
 	upstreams   []*upstream
 	hosts       map[string][]*upstream // by hostKey: the upstreams on each host (route)
@@ -403,8 +330,7 @@ type Transport struct {
 	lastResortInFlight atomic.Int64
 
 	// creds tells which headers and query parameters carry credentials,
-	// which reach only the upstream the caller addressed, and holds the
-	// upstreams' own, scrubbed from every error message.
+	// and holds the upstreams' own, scrubbed from every error message.
 	creds *credentials
 
 	reqs requestMetrics
@@ -471,9 +397,8 @@ func New(cfg Config) (*Transport, error) {
 	case cfg.SharedSync > 0 && cfg.SharedSync < minSharedSync:
 		return nil, configError("SharedSync", "must be at least 10ms")
 	case cfg.SharedSync > maxSharedSync:
-		// 3×SharedSync, a member's rate's lifetime in the store, wrapped
-		// to a negative one past a third of the largest Duration; a
-		// period of hours is also a store call bounded by hours.
+		// A member's rate lives 3×SharedSync in the store, which must
+		// not overflow; and a store call bounded by hours is unbounded.
 		return nil, configError("SharedSync", "must be at most 1h")
 	case cfg.Unrouted < UnroutedRefuse || cfg.Unrouted > UnroutedFirst:
 		return nil, configError("Unrouted", "must be UnroutedRefuse, UnroutedPass or UnroutedFirst")
@@ -542,8 +467,7 @@ func New(cfg Config) (*Transport, error) {
 	}
 	t.creds = creds
 	// Nothing is registered in Metrics before the last check that can
-	// refuse the Config: a New that fails leaves the caller's Set as it
-	// was.
+	// fail: a New that fails leaves the caller's Set as it was.
 	if cfg.Hedge != nil {
 		t.hedge = newHedger(*cfg.Hedge, t.metrics)
 	}
@@ -572,8 +496,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		closeBody(req)
 		return nil, errors.New("failover: nil Request.URL")
 	}
-	// The call is built where it stays, on this stack: its request is
-	// not copied in.
+	// Built in place, so that its request is not copied.
 	var c call
 	r := &c.request
 	if req.Response != nil {
@@ -616,9 +539,7 @@ func (t *Transport) newRecent(u *upstream) {
 }
 
 // Reset closes the named upstream's circuit and ends its cooldown, for an
-// operator who knows it is back.
-//
-// With [Config.Shared], the circuit closes in the whole fleet.
+// operator who knows it is back; with [Config.Shared], in the whole fleet.
 func (t *Transport) Reset(name string) error {
 	for _, u := range t.upstreams {
 		if u.name == name {
@@ -633,25 +554,15 @@ func (t *Transport) Reset(name string) error {
 	return fmt.Errorf("failover: no upstream named %q", name)
 }
 
-// Close stops the probe loops and the fleet's goroutines and waits for them
-// to end, and closes the idle connections of the http.Transport that New
-// made when Config.Base was nil (a Base of the caller's is left alone). It
-// is safe to call more than once, and on a Transport without either.
-// Requests in flight at Close go on to their end (a hedged request's
-// attempts end with it), and net/http closes their connections as they
-// come back rather than keep them idle. Requests still work after Close:
-// a connection one of them opens stays idle until CloseIdleConnections,
-// or Close again.
+// Close stops the probe loops and the fleet's goroutines and waits for them,
+// and closes the idle connections of the http.Transport that New made when
+// Config.Base was nil (a Base of the caller's is left alone). It is safe to
+// call more than once. Requests in flight go on to their end, and requests
+// still work after Close.
 //
-// With Config.Shared, Close waits for a call to the store in flight to
-// end, which it does at its context's deadline at the latest (SharedSync,
-// at least 1s, from its start) if the store honours it; Close waits one
-// second more, and no longer: it returns within SharedSync (at least 1s)
-// and a second, whatever the store does. A call that outlives that (a
-// store that ignores its context) is left to end on its own, and the
-// goroutine that made it ends when it returns, adopting nothing of what it
-// returned; Close logs it. Package redisshared honours the deadline
-// whatever the Redis client's options, except as its New says.
+// With Config.Shared, Close returns within SharedSync (at least 1s) and a
+// second, whatever the store does: a call to the store that ignores its
+// context's deadline is left to end on its own, and Close logs it.
 func (t *Transport) Close() error {
 	if p := t.probes; p != nil {
 		p.cancel()
