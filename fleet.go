@@ -67,11 +67,10 @@ type fleetState struct {
 }
 
 // coolFor returns how long to cool down, at now, for the fleet's cooldown
-// of d, capped at max from the adoption of that cooldown: the store says the
-// same one again at each reconcile with less of it to go (ending later by
-// the read's latency, within slack), and capping each of those afresh
-// kept the upstream cooling for as long as the store held it. A cooldown
-// that ends elsewhere is another, capped from now.
+// of d, capped at max from when that cooldown was first adopted. The store
+// repeats the same cooldown at each reconcile (its end moved by up to
+// slack); capping each afresh would never end it. A cooldown that ends
+// elsewhere is another, capped from now.
 func (s *fleetState) coolFor(now time.Time, d, max, slack time.Duration) time.Duration {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -212,8 +211,7 @@ func (f *fleet) stop() {
 func (f *fleet) closeWait() time.Duration { return f.callBound() + closeGrace }
 
 // closeGrace is how long past a call's deadline Close waits for it to
-// return: on a loaded machine, a client that honours the deadline can
-// take a few hundred milliseconds to notice it and unwind.
+// return: a client that honours the deadline may be slow to unwind.
 const closeGrace = time.Second
 
 // callBound bounds each call to the store: the period, at least
@@ -339,13 +337,9 @@ func (f *fleet) work(ctx context.Context) {
 }
 
 // sendUrgent publishes the state changes waiting in the queue, then the
-// failures that were waiting when it was called (a state change that comes
-// meanwhile still goes before the next failure). The period's work calls
-// it before each of its calls to the store, so that a failure or a state
-// change waits for one call at most, not for the whole period's (one per
-// upstream that has traffic, and the reconcile): on a loaded machine each
-// can take 100 ms, and a fleet that hears the news late sends the failing
-// upstream more requests.
+// failures waiting when it was called, state changes always first. The
+// period's work calls it before each of its own store calls, so that news
+// waits for one call at most, not for the whole period's.
 func (f *fleet) sendUrgent(ctx context.Context) {
 	f.sendQueued(ctx)
 	for range len(f.failures) {
@@ -483,11 +477,8 @@ func (f *fleet) apply(e SharedEvent) {
 	now := time.Now()
 	switch e.Kind {
 	case SharedOpen:
-		// A circuit whose cooldown has ended, in the process that holds
-		// the lease, probes for the fleet: an Open that comes meanwhile
-		// (its own read back before it expires, another member's late)
-		// would drop the probe's verdict and send another under the same
-		// lease. The probe's verdict is told to the fleet in its turn.
+		// The lease holder's probe decides: an Open arriving meanwhile
+		// (its own read back, another member's late) must not drop it.
 		if e.For > 0 && u.circuit.Status(now) == circuit.HalfOpen && f.holdsLease(u, now) {
 			return
 		}
@@ -505,13 +496,9 @@ func (f *fleet) apply(e SharedEvent) {
 			u.cd.clear()
 		}
 	case SharedFailure:
-		// Dated by its member's clock, not by its arrival: messages
-		// delayed on the way and delivered together would look like a
-		// burst. A skew between clocks shifts one member's failures as a
-		// whole, which makes stray failures no likelier to line up.
-		// Its age is read on the wall clock (the only one the members
-		// share), and the failure is then dated on this process's
-		// monotonic clock that long before now.
+		// Dated by its member's clock, not by its arrival, so that
+		// delayed messages delivered together do not look like a burst
+		// (see docs/design.md).
 		age := time.Duration(0)
 		if !e.At.IsZero() {
 			age = max(0, now.Sub(e.At))
@@ -521,8 +508,7 @@ func (f *fleet) apply(e SharedEvent) {
 		}
 		at := now.Add(-age)
 		// Until the members' rates are known (two periods after start),
-		// the fleet's rate would be underestimated and stray failures
-		// would look dense: failures are recorded but not judged.
+		// failures are recorded but not judged.
 		if u.fleet.dense(at, e.Member, e.Rate, u.rate(now), u.circuit.Threshold()) && f.ticks.Load() >= 2 && u.circuit.Failing() && u.circuit.Status(now) == circuit.Closed {
 			u.circuit.Trip(now)
 			f.adopted.Inc()
@@ -532,10 +518,8 @@ func (f *fleet) apply(e SharedEvent) {
 			u.fleet.noteRate(e.Member, e.Rate, now)
 		}
 	case SharedCooling:
-		// Capped as a cooldown a provider asks of this process is: a
-		// member allowed longer ones, or a store's odd value, keeps the
-		// upstream out of rotation here no longer than MaxCooldown from
-		// its adoption, however often the store says it again.
+		// Capped at this process's MaxCooldown, as a provider's own
+		// Retry-After is (coolFor).
 		if e.For <= 0 {
 			return
 		}
@@ -561,8 +545,8 @@ func (f *fleet) call(ctx context.Context, fn func(context.Context) error) bool {
 	err := callShared(cctx, fn)
 	cancel()
 	if ctx.Err() != nil {
-		// Close was called meanwhile, and may have returned: what came
-		// back is not adopted, and nothing is counted.
+		// Close was called meanwhile and may have returned: adopt and
+		// count nothing.
 		return false
 	}
 	if err != nil {
@@ -573,8 +557,8 @@ func (f *fleet) call(ctx context.Context, fn func(context.Context) error) bool {
 	f.failStreak.Store(0)
 	f.down.Store(false)
 	if f.okStreak.Add(1) >= storeUpAfter && f.outage.CompareAndSwap(true, false) {
-		// What this process learned alone stays its own: telling it now
-		// could reopen a circuit the fleet closed meanwhile.
+		// What this process learned alone is not told: it could reopen
+		// a circuit the fleet closed meanwhile.
 		f.log(slog.LevelInfo, "shared state reachable again")
 	}
 	return true
@@ -592,16 +576,14 @@ func callShared(ctx context.Context, fn func(context.Context) error) (err error)
 	return fn(ctx)
 }
 
-// minCallBound is the shortest bound on a call to the store: on a loaded
-// machine a healthy store can take a few hundred milliseconds to answer,
-// and a SharedSync as short would take that for an outage.
+// minCallBound is the shortest bound on a call to the store: a healthy
+// store on a loaded machine must not look down.
 const minCallBound = time.Second
 
-// Hysteresis of the store's health: local state rules after storeDownAfter
-// failed calls in a row, and a logged outage ends after storeUpAfter
-// successful calls in a row. A store that flaps, or one call that times out
-// on a loaded machine, neither turns the process to its own state nor logs
-// the outage again.
+// Hysteresis of the store's health, so that one slow call or a flapping
+// store neither turns the process to its own state nor logs again: local
+// state rules after storeDownAfter failed calls in a row, and a logged
+// outage ends after storeUpAfter successful ones.
 const (
 	storeDownAfter = 2
 	storeUpAfter   = 3

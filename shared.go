@@ -6,70 +6,23 @@ import (
 )
 
 // Shared is state that the Transports of a fleet (the processes of one
-// service, each with its own Transport) share, so that the fleet learns
-// once that an upstream is down, not once per process. Package
-// [github.com/failover-go/failover/redisshared] implements it on Redis.
+// service) share, so that the fleet learns once that an upstream is down,
+// not once per process: open circuits, 429 cooldowns, which process sends
+// the half-open probe and its verdict, and the failures and request rates
+// of closed circuits, so that a fleet failing together trips after about
+// FailureThreshold failures in all (under the consecutive-failure rule
+// only). Package [github.com/failover-go/failover/redisshared] implements
+// it on Redis.
 //
-// What is shared, per upstream name:
-//
-//   - that a circuit opened, and for how long: every process opens its own
-//     for the time left;
-//   - that an upstream cools down after a 429, and for how long, under the
-//     same extend-only rule as in one process;
-//   - which process sends the half-open probe: one per cooldown in the
-//     whole fleet, the one that holds the probe's lease, and its verdict,
-//     which closes or reopens the circuit everywhere;
-//   - the failures of a closed circuit, and each member's request rate
-//     (stored, refreshed every SharedSync), so that a fleet that fails
-//     together trips after about FailureThreshold failures in all rather
-//     than FailureThreshold per process. From two periods after it
-//     starts (when it knows the members' rates), a process whose own last
-//     attempt failed opens its circuit
-//     when the fleet's last FailureThreshold failures came within the
-//     time the whole fleet takes to send 2×FailureThreshold requests:
-//     about as dense as FailureThreshold consecutive failures of the
-//     fleet's merged stream of requests, with room for the jitter of a
-//     loaded machine. Stray background errors rarely are, whatever the
-//     fleet's size: at 0.5 % errors, a stray error completes such a run
-//     of 5 about once in 4 million.
-//
-// Members may disagree on an upstream's policy (Upstream.Breaker); they
-// do not fight over it. A circuit that opens somewhere opens everywhere for
-// the time its member has left, whatever the others' Cooldown says, and an
-// open circuit's time only lengthens, here as in the store: a member never
-// closes or shortens another's. The probe's lease lasts the prober's
-// Cooldown; its verdict closes every circuit, or reopens every circuit for
-// the prober's Cooldown. While it probes, no Open from the fleet (its own
-// read back from the store, another member's late) holds the prober's
-// circuit open again: the probe's verdict decides. Each member judges the
-// fleet's failures by its own FailureThreshold, so the member with the
-// lowest trips the fleet first.
-// A rate limit's cooldown is shared too, and each member caps what it
-// adopts at its own RateLimitConfig.MaxCooldown.
-//
-// Nothing secret is shared: upstream names, durations and request rates
-// only. Upstreams are matched by [Upstream.Name], so every process must
-// name them alike; an upstream without a Name is named after its host,
-// which is then shared too.
-//
-// The fleet's failures count under the consecutive-failure rule only; with
-// BreakerConfig.FailureRate, each process judges its own failures.
+// Upstreams are matched by [Upstream.Name], so every process must name
+// them alike. Nothing secret is shared: names, durations and request
+// rates. Durations are relative, so that clocks need not agree.
 //
 // The Transport calls Shared only from goroutines of its own, never from a
-// request: a slow or unreachable store adds no latency to requests and
-// fails none. While it is unreachable, each Transport runs on its own
-// state, and it shares again when the store comes back. An upstream whose
-// cooldown is over is probed by one process: the others skip it, as they
-// skip an upstream whose probe is in flight, until the verdict; so does the
-// one process until it has the lease, which it asks for in the background.
-// Each call is bounded by Config.SharedSync (at least 1s) through its
-// context: a store must honour the context's deadline (redisshared does,
-// see its New). Transport.Close cancels the context, and waits for the
-// call no longer than its deadline and a second (see Transport.Close). A
-// call that panics counts as a call that failed.
-//
-// Durations are relative (how long from now), so that processes need not
-// agree on the time of day.
+// request: a slow or unreachable store adds no latency, and while it is
+// down each process runs on its own state. Each call's context has a
+// deadline of Config.SharedSync (at least 1s), which an implementation
+// must honour. A call that panics counts as one that failed.
 type Shared interface {
 	// Publish records e in the store and tells the other members.
 	// Publishing an Open or Cooling event never shortens what the store
@@ -123,7 +76,8 @@ const (
 	SharedRate
 )
 
-// String returns "open", "closed" or "cooling".
+// String returns the kind's name: "open", "closed", "cooling", "failure",
+// "reset" or "rate".
 func (k SharedKind) String() string {
 	switch k {
 	case SharedOpen:
