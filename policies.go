@@ -15,11 +15,7 @@ import (
 // Priority is the [Router] that tries the upstreams in the configured
 // order (by Index), the default. It ignores Recovering: the first upstream
 // gets all its traffic back as soon as its circuit closes, as without a
-// Router.
-//
-// Priority keeps no state and takes no lock. Order does not allocate when
-// dst has room. Through a Transport, the first upstream of the first
-// group is found by asking each in turn whether it is in that group.
+// Router. It keeps no state.
 type Priority struct{}
 
 // Order implements [Router].
@@ -47,61 +43,25 @@ func (Priority) Order(dst []int, cands []Candidate) []int {
 }
 
 // Weighted is the [Router] that spreads requests over the upstreams in
-// proportion to their Weight (zero meaning 1), by smooth weighted round
-// robin, nginx's algorithm: on each request every candidate's current
-// weight grows by its weight, the candidate with the largest current
-// weight goes first, and its current weight drops by the sum of the
-// weights. With weights 5, 1, 1 the first seven requests go to a, a, b, a,
-// c, a, a: exactly in proportion over each cycle, and never in bursts.
+// proportion to their Weight (zero meaning 1), by nginx's smooth weighted
+// round robin: with weights 5, 1, 1 the first seven requests go to a, a,
+// b, a, c, a, a, in proportion over each cycle and never in bursts.
 //
-// Only the candidates of the best group take part (neither degraded nor
-// open when there are such, then degraded ones); the rest of the order
-// after the pick is by descending weight, then Index. A Recovering
-// candidate's weight is capped at a ninth of the others' total, so that it
-// gets at most 10 % of the picks until it has recovered: a little traffic,
-// never a flood.
+// Only the candidates of the best group take part; the rest follow by
+// descending weight, then Index. A Recovering candidate gets at most 10 %
+// of the picks until it has recovered. Through a Transport, an upstream
+// that becomes available again rejoins the round robin within 250 ms.
 //
-// The current weights are state shared by all requests: each Order holds
-// a mutex for the round-robin step, one pass over the candidates (tens of
-// nanoseconds), so concurrent requests queue on it briefly; the rest of
-// the ordering runs outside it. The zero value is ready to use. A Weighted
-// must not be copied after first use. Order allocates only when dst lacks
-// room, or when an Index larger than any before shows up.
-//
-// Through a Transport, the round-robin step runs over a snapshot of the
-// first group (its upstreams, their weights, the Recovering caps), taken
-// again at most every 250 ms by one request, and holds the mutex for one
-// pass over those upstreams (an addition and a comparison each) and the
-// admission, demotion and Recovering check of the pick: no Candidate is
-// filled, no lock or atomic taken per upstream. The pick is sent only
-// once that check puts it in the first group now; one that is not is left
-// out of the snapshot, its step undone, and the step runs again without
-// it. So a
-// circuit that opens, a 429's cooldown or a probe in flight are seen by
-// the next request that would pick the upstream, which never goes there,
-// but an upstream that comes back (its cooldown over, its circuit
-// half-open or closed, no longer demoted) takes part in the round robin
-// again only from the next snapshot, up to 250 ms later, and until then a
-// Recovering cap is the snapshot's (lower than Order's, the others' weight
-// having grown since). A pick that has become recovering since the
-// snapshot (a half-open circuit that its probe closed), whose weight there
-// is not capped, is left out likewise, and the next request takes the
-// snapshot again, capping it; so does the request after a pick found out
-// of the first group while another upstream is recovering, whose cap,
-// computed from the weights of upstreams that no longer take part, would
-// give it more than its 10 %. When the snapshot's first group is
-// empty or all left out, and whenever an upstream has Models (whose first
-// group depends on the request's model), every Candidate is filled and
-// Order decides, as before.
+// The zero value is ready to use. A Weighted holds the round robin's
+// state, which all requests share under a brief lock; it must not be
+// copied after first use.
 type Weighted struct {
 	mu      sync.Mutex
 	current []float64 // by Index
 }
 
-// maxWeight is the largest weight Weighted counts: the sum of any number
-// of them that a Transport could route over, and the round robin's
-// current weights, stay finite (past it, Inf-Inf made NaN of them, which
-// stuck the round robin on one upstream).
+// maxWeight is the largest weight Weighted counts, so that sums of
+// weights and current weights stay finite (Inf−Inf would make them NaN).
 const maxWeight = 1e300
 
 // swrrWeight returns c's weight, capped at limit when it is recovering.
@@ -165,34 +125,15 @@ func (w *Weighted) step(cands []Candidate, g int, limit float64, maxIndex int) i
 
 // LeastLatency is the [Router] that sends each request to the better of two
 // candidates drawn at random, by the cost Latency × (InFlight+1): Finagle's
-// power of two choices over a peak-sensitive EWMA. A slow upstream gets less
-// traffic but is not cut off: it still wins when the faster ones have
-// enough requests in flight, and its Latency decays toward zero while it
-// gets none, so it is tried again.
+// power of two choices over a peak-sensitive EWMA. A slow upstream gets
+// less traffic but is not cut off: its Latency decays while it gets none,
+// so it is tried again. A candidate with no Latency yet costs 0, so that a
+// new upstream is tried, but more than any other once it has requests in
+// flight and no answer yet.
 //
-// A candidate with no Latency yet costs 0, the best, so that a new upstream
-// is tried; once it has requests in flight and still no answer it costs
-// more than any other (Finagle's penalty, ties broken by InFlight), so that
-// a burst of requests does not all land on an upstream that has never
-// answered.
-//
-// Only the candidates of the best group are drawn (neither degraded nor
-// open when there are such, then degraded ones); the rest of the order
-// after the pick is by ascending cost, then Index. A Recovering pick goes
-// first only for 10 % of the requests; the others go to the cheapest
-// candidate of its group that is not recovering, and then to the pick.
-//
-// LeastLatency keeps no state and takes no lock: it draws from
-// math/rand/v2's global generator. Order does not allocate when dst has
-// room. The zero value is ready to use.
-//
-// Through a Transport, each of the two is drawn from all the upstreams
-// again until the admission and demotion decisions put it in the first
-// group, at most 4 times: a uniform draw from the first group, as Order's.
-// When a draw finds none, every Candidate is filled and Order decides
-// afresh, which leaves every pair as likely as in Order. Only the two
-// drawn upstreams' latencies and requests in flight are read, and every
-// Candidate only when the pick is recovering.
+// Only the candidates of the best group are drawn; the rest follow by
+// ascending cost, then Index. A Recovering pick goes first for only 10 %
+// of the requests. The zero value is ready to use; it keeps no state.
 type LeastLatency struct{}
 
 // latencyCost returns c's cost; +Inf is Finagle's penalty for a candidate
@@ -244,39 +185,13 @@ func (LeastLatency) Order(dst []int, cands []Candidate) []int {
 //	      + Cost × (1 − cost/maxCost)
 //
 // where cost is what a request costs at the candidate and maxCost the
-// largest such cost among the candidates (the cost term is the whole
-// weight Cost when every cost is zero). Once answers have reported their
-// usage (Config.MeterUsage), cost is the candidate's observed RequestCost,
-// and for a candidate that has observed none yet its Cost priced at the
-// mean InputTokens and OutputTokens of those that have: what a request
-// costs, not only the price, so that a model that needs more tokens for
-// the same requests ranks as dearer. Until then, cost is the candidate's
-// Cost.Input+Cost.Output. An Open candidate scores −1. With the default
-// weights a free upstream that answers instantly and never fails scores 1;
-// one with a P50 of 500 ms, a 99 % success rate and the highest price
-// scores 0.4 × 0.75 + 0.4 × 0.99 = 0.696.
-//
-// A Recovering candidate that scores best goes first only for 10 % of the
-// requests; the others go to the best candidate of its group that is not
-// recovering.
-//
-// Score keeps no state. Order computes the scores while it sorts, and does
-// not allocate when dst has room. The zero value weighs latency 40 %,
-// success rate 40 % and cost 20 %, against a 2 s baseline.
-//
-// Through a Transport, the upstreams are ranked by score in a snapshot,
-// and a request goes to the best ranked that the admission and demotion
-// decisions put in the first group, asked in turn. The snapshot is taken
-// again once the oldest recent figures it read are 250 ms old (when a
-// Candidate's would be computed again). When some upstream has a Cost
-// and an upstream's usage averages changed since the snapshot (each
-// request compares them: three loads an upstream), the request is ordered
-// from every Candidate, as by Order, until the snapshot's time is up: with
-// metered answers moving the averages on every request, Score then costs
-// what it did before the snapshot, in proportion to the upstreams. Recent
-// figures that Health or
-// Degraded compute in between are seen from the next snapshot: never
-// older than a Candidate's may be, but not always the latest.
+// largest among the candidates. Once answers have reported usage
+// (Config.MeterUsage), cost is the observed RequestCost, or for a
+// candidate without one its Cost at the others' mean tokens, so that a
+// model that needs more tokens ranks as dearer; until then it is
+// Cost.Input+Cost.Output. An Open candidate scores −1. A Recovering
+// candidate that scores best goes first for only 10 % of the requests.
+// Score keeps no state; through a Transport, scores are at most 250 ms old.
 type Score struct {
 	// Latency, Success and Cost weigh the three terms. When all three
 	// are zero they are 0.4, 0.4 and 0.2.
@@ -437,12 +352,10 @@ func (w *Weighted) members(cands []Candidate) ([]int, []float64, []bool) {
 	return idx, weight, recovering
 }
 
-// pick runs one step of smooth weighted round robin over the snapshot's
-// first group and returns the Index picked, once admit and demotion say
-// it is in the first group now. One that is not is left out until the
-// next snapshot and the step is run again without it. It returns -1 when
-// the snapshot's first group is empty or all left out, or an upstream
-// has Models (whose first group depends on the request's model).
+// pick runs one round-robin step over the snapshot's first group and
+// returns the Index picked, once admit and demotion still put it there;
+// one that is not is left out until the next snapshot. It returns -1 when
+// none is left, or an upstream has Models (docs/design.md).
 func (w *Weighted) pick(v view) (int, int) {
 	if v.byModel() {
 		return -1, -1
@@ -477,9 +390,8 @@ func (w *Weighted) pick(v view) (int, int) {
 				cur[i] -= total
 				return i, -1
 			}
-			// Recovering since the snapshot, which gave it its whole
-			// weight: left out like one out of the first group, until
-			// the snapshot, taken again by the next request, caps it.
+			// Recovering since the snapshot, which did not cap its
+			// weight: left out until the next snapshot caps it.
 			s.stale.Store(true)
 		}
 		for k, i := range rank { // undo the step
@@ -488,9 +400,8 @@ func (w *Weighted) pick(v view) (int, int) {
 			}
 		}
 		if !s.recovering[pick] && slices.Contains(s.recovering, true) {
-			// The others' weight that the Recovering caps were
-			// computed from is less now: the next request takes the
-			// snapshot again, capping them as Order would.
+			// The Recovering caps were computed from more weight
+			// than is left: take the snapshot again.
 			s.stale.Store(true)
 		}
 		s.out[pick].Store(true)
@@ -527,16 +438,11 @@ func (w *Weighted) rest(seg []int, cands []Candidate) {
 // two candidates before it declines.
 const twoChoiceTries = 4
 
-// pick draws two distinct upstreams of the first group at random, each
-// by drawing from all of them until admit and demotion say one is in the
-// first group (a uniform draw from the first group, as Order's), and
-// returns the Index of the cheaper (the first drawn on a tie). When the
-// pick is recovering it orders every candidate, as Order does, and when
-// another goes first it returns the pick as then, which Order puts
-// second, where the rest by cost would not. It returns -1 when either
-// draw finds none within twoChoiceTries: Order, drawing again, then
-// decides, which keeps each pair as likely as in Order (the chance to
-// decline is the same for every first draw).
+// pick draws two distinct upstreams of the first group, each by drawing
+// from all until one is in it, and returns the Index of the cheaper (the
+// first drawn on a tie); a recovering pick goes second (then) unless it
+// wins its 10 %. It returns -1 when a draw finds none within
+// twoChoiceTries, and Order decides: each pair stays as likely as there.
 func (LeastLatency) pick(v view) (first, then int) {
 	n := v.n()
 	if n == 1 {
@@ -574,9 +480,8 @@ func (LeastLatency) pick(v view) (first, then int) {
 	if !v.recovering(i) {
 		return i, -1
 	}
-	// Recovering: it goes first only for a tenth of the requests, else
-	// the cheapest of its group that is not (spareRecovering), and it
-	// second.
+	// Recovering: first for a tenth of the requests, else second after
+	// the cheapest of its group that is not (spareRecovering).
 	rb := routerBuffers.Get().(*routerBuffer)
 	cands := v.candidates(rb.cands[:0])
 	seg := appendPositions(rb.order[:0], n)
@@ -640,11 +545,8 @@ func (s Score) rank(cands []Candidate) []int {
 // (spareRecovering). It returns -1 when the first group is empty.
 func (s Score) pick(v view) (int, int) {
 	if v.usageMoved() {
-		// Usage moved the prices' scores since the snapshot: Order
-		// ranks this request from every Candidate, as it would have,
-		// rather than each metered answer taking the snapshot again
-		// (which costs a request more than Order does). The snapshot
-		// is taken again when its time is up.
+		// Usage moved the scores since the snapshot: Order ranks this
+		// request, which is cheaper than a new snapshot per answer.
 		return -1, -1
 	}
 	held := -1 // the best, recovering

@@ -7,15 +7,10 @@ import (
 )
 
 // Policy per upstream: Upstream.Breaker and Upstream.AttemptTimeout
-// replace Config's for one upstream. The field's reference setup gives the
-// primary a faster trip than its backups (FailureThreshold 3 and a 15 s
-// Cooldown for the primary, the defaults for the backups), and a provider
-// that is slow to its first byte by nature needs a longer timeout than the
-// others. Everything that reads an upstream's breaker or timeout reads the
-// one in effect for it, kept in upstream.breaker and upstream.timeout: its
-// circuit (and so Health's OpenFor, the routers' Recovering, the probe's
-// lifetime), the attempt's timer, stalled and othersTimedOut, and what the
-// fleet is told (see Shared).
+// replace Config's for one upstream. Whatever reads an upstream's breaker
+// or timeout reads the one in effect, upstream.breaker and
+// upstream.timeout: its circuit, the attempt's timer, stalled,
+// othersTimedOut, and what the fleet is told.
 
 // policy returns uc's breaker and attempt timeout in effect under cfg:
 // uc.Breaker's fields over cfg.Breaker's, field by field, then the
