@@ -10,25 +10,11 @@ import (
 	"time"
 )
 
-// Per-request control, through the request's context, in the manner of
-// net/http/httptrace: WithUpstreams, WithoutFailover and
-// WithAttemptTimeout each return a context that carries one value of
-// requestOptions, which every later call copies and extends, so that
-// RoundTrip reads all of them with one lookup, and none at all in a
-// process that never called one.
-//
-// How a restriction meets the admission decision: it shapes the order
-// before admission, and is no input to admit. Transport.admit says
-// whether an upstream can take a request now, from the upstream's own
-// state (and its Models); Health, the Routers and failover_skipped_total
-// report that decision, and a caller's choice is none of it. An upstream
-// left out of a request's list is never considered for it, as no Router
-// ever considered it: it is not skipped, so neither Trace.Skipped nor
-// failover_skipped_total hears of it. Counted as a skip with a reason of
-// its own, a request restricted to one of three upstreams would add two
-// skips per request to a metric that says why upstreams are unavailable.
-// The upstreams in the list still go through admit, each with the reason
-// admit gives, exactly as without a list.
+// Per-request control, in the manner of net/http/httptrace: each With
+// function returns a context carrying one requestOptions, which later
+// calls copy and extend, so that RoundTrip reads them all with one lookup,
+// and none in a process that never called one. A restriction shapes the
+// order before admission, and is no input to admit (docs/design.md).
 
 // requestOptions is what the With functions attached to a context. Once in
 // a context it is never modified: each call makes a new one.
@@ -65,95 +51,51 @@ func contextOptions(ctx context.Context) *requestOptions {
 	return o
 }
 
-// WithUpstreams returns a copy of ctx that restricts a request made with
-// it to the named upstreams (Upstream.Name), tried in the order given:
-// LiteLLM's per-call fallbacks, the Go way.
+// WithUpstreams returns a copy of ctx that restricts a request made with it
+// to the named upstreams (Upstream.Name), tried in the order given instead
+// of the Router's. Within the list everything works as over all upstreams:
+// unavailable ones are skipped ([Trace.Skipped]), demoted ones go after
+// the list's others, and retries, hedges, waits and the last resort keep
+// to the list. Upstreams left out are never considered, nor mentioned in
+// the Trace or the metrics.
 //
-// The list is the order: the Router is not asked. Everything else
-// happens within the list as it does over every upstream without one. An
-// upstream whose circuit is open, whose probe is in flight, that cools
-// down after a 429 or that does not serve the model is skipped, for the
-// reason the Transport gives everywhere else ([Trace.Skipped],
-// failover_skipped_total). A demoted one (out of headroom, degraded,
-// suspect) is tried after the list's others, in the list's order, as the
-// Routers treat demoted upstreams: the list says which upstreams the
-// caller prefers, and demotion that one looks hung or failing now.
-// Config.Retries makes its rounds over the list, a hedge goes to the next
-// upstream of the list, a wait (RateLimit.MaxWait) waits for the list's
-// first to come back, and the last resort ([LastResortConfig]) is the
-// list's. Upstreams the list leaves out are never considered: they are
-// not skipped, and neither the Trace nor the metrics mention them.
-//
-// A name the Transport has no upstream of makes RoundTrip fail the
-// request with an [*UnknownUpstreamError] that names it
-// (errors.Is(err, ErrUnknownUpstream)), never a silent pass-through: it
-// sends nothing, closes the request's body and counts against no
-// upstream; the Trace's Done says [RequestCanceled], the caller's own
-// fault. So does a list of no names: a request restricted to nothing. A
-// name given twice keeps its first place.
-//
-// The caller's credentials still reach only the upstream the request is
-// addressed to: a request addressed to the primary and restricted to the
-// backup goes to the backup, rewritten, with the backup's Header and
-// without the caller's credentials.
-//
-// A later WithUpstreams replaces the list; the other options compose
-// (see [WithoutFailover], [WithAttemptTimeout], [WithTrace]). Options
-// apply to requests addressed to an upstream, and to the redirect hops
-// that follow them, which carry the same context; a request addressed to
-// no upstream goes as [Config.Unrouted] says, options aside.
+// A name no upstream has, or an empty list, fails the request with an
+// [*UnknownUpstreamError]: nothing is sent and no upstream is blamed. A
+// name given twice keeps its first place. The caller's credentials still
+// reach only the upstream the request is addressed to. A later
+// WithUpstreams replaces the list; the other options compose. Options
+// apply to requests addressed to an upstream and to their redirect hops.
 func WithUpstreams(ctx context.Context, names ...string) context.Context {
 	names = slices.Clone(names)
 	return withOptions(ctx, func(o *requestOptions) { o.names, o.restricted = names, true })
 }
 
 // WithoutFailover returns a copy of ctx with which a request is sent at
-// most once: for a request that must not be sent twice, such as a file
-// upload or a paid tool call.
+// most once, for a request that must not be sent twice (a file upload, a
+// paid tool call). It goes to the first upstream that admission lets
+// through, in the usual order, waiting within RateLimit.MaxWait as any
+// request does, and that attempt's answer or error is the result: nothing
+// fails over, is hedged or retried, and there is no last resort. When
+// every upstream refuses it, the [*Error] matches ErrCircuitOpen or
+// ErrRateLimited, and nothing was sent. To pin the request to one
+// upstream, add [WithUpstreams].
 //
-// The request goes to the first upstream that takes it, in the order it
-// would have anyway (the Router's, or [WithUpstreams]'s), passing over
-// those admission refuses (an open circuit, a probe in flight, a
-// cooldown), which sends nothing, and waiting within RateLimit.MaxWait
-// when all of them refuse, as any request does. What that one attempt
-// gets is the answer: a 503 or 429 is returned as it came, an error as an
-// [*Error] that names only that upstream; nothing fails over, nothing is
-// hedged (Config.Hedge), no further round is made (Config.Retries). No
-// last resort either: a request that must not be sent twice goes only
-// where admission lets it, never past an open circuit to the upstream
-// likeliest to be failing, where a failure would leave the caller unsure
-// whether it was processed. When every upstream refuses it, the caller
-// gets an [*Error] matching ErrCircuitOpen or ErrRateLimited, with
-// RetryAfter, and knows that nothing was sent. To pin the request to one
-// upstream, add WithUpstreams(ctx, name).
-//
-// A body without GetBody is not buffered for replay (Config.MaxBodyBuffer)
-// unless an upstream has Models, which reads the model from it. A
-// redirect hop is a new request of the caller's http.Client, and gets its
-// own attempt. Base may still resend as net/http's Transport does: only a
-// request it knows nothing of was written, or one it deems idempotent.
+// A body without GetBody is not buffered unless an upstream has Models.
+// Base may still resend as net/http's Transport does (a request it knows
+// was not written, or an idempotent one).
 func WithoutFailover(ctx context.Context) context.Context {
 	return withOptions(ctx, func(o *requestOptions) { o.once = true })
 }
 
 // WithAttemptTimeout returns a copy of ctx with which each attempt of a
 // request waits at most d for its response headers, instead of the
-// Transport's own attempt timeouts (Config.AttemptTimeout, or any an
-// upstream has of its own): the request's bound wins, for every upstream
-// it tries. A d of zero or less means no bound but the request's own
-// deadline, for a request known to answer late (a long generation
-// without streaming sends its headers at its end). A later
-// WithAttemptTimeout replaces d.
-//
-// An attempt that times out fails over with ErrAttemptTimeout, as with
-// Config.AttemptTimeout. It counts against the upstream's circuit only
-// when d is at least the Transport's own timeout for it: then that one
-// would have fired too. A shorter d, or any d where the Transport sets
-// none, is the caller's impatience, which must not open a circuit for
-// every other caller: such a timeout counts for neither success nor
-// failure (nor among failover_timeouts_held_back_total). So a service that
-// bounds its attempts only per request sets Config.AttemptTimeout too,
-// for hangs to count.
+// Transport's attempt timeouts; d <= 0 means no bound but the request's
+// deadline (for a long generation without streaming). A later call
+// replaces d. An attempt that times out fails over with ErrAttemptTimeout,
+// but counts against the upstream's circuit only when d is at least the
+// Transport's own timeout there: a caller's impatience must not open a
+// circuit for every other caller. So a service that bounds attempts only
+// per request should set Config.AttemptTimeout too, for hangs to count.
 func WithAttemptTimeout(ctx context.Context, d time.Duration) context.Context {
 	d = max(d, 0)
 	return withOptions(ctx, func(o *requestOptions) { o.timeout, o.timeoutSet = d, true })
@@ -185,9 +127,8 @@ func (t *Transport) impatient(a *attempt) bool {
 }
 
 // options applies the request's options before its body is read, and
-// returns the largest body the call buffers for replay
-// (Config.MaxBodyBuffer). (Small enough to be inlined into run: a request
-// without options pays one test.)
+// returns the largest body the call buffers for replay. It is kept small
+// enough to inline: a request without options pays one test.
 func (c *call) options() (bodyLimit int64, err error) {
 	bodyLimit = c.t.maxBody
 	if c.opts != nil {
@@ -210,10 +151,9 @@ func (c *call) applyOptions() (int64, error) {
 	return c.t.maxBody, nil
 }
 
-// restrict applies the request's WithUpstreams: c.ups becomes the
-// upstreams that names name, in their order. A name no upstream has, or a list
-// of none, fails the request before anything is read or sent: its body is
-// closed, and the call ends as the caller's own fault.
+// restrict applies the request's WithUpstreams: c.ups becomes the named
+// upstreams, in order. An unknown name, or no name, fails the request
+// before anything is read or sent, as the caller's own fault.
 func (c *call) restrict(names []string) error {
 	ups := make([]*upstream, 0, len(names))
 	var unknown []string

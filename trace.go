@@ -10,26 +10,17 @@ import (
 )
 
 // Trace is a set of hooks that follow one request through the Transport,
-// in the manner of net/http/httptrace: attach it to the request's context
-// with [WithTrace], and each hook that is set is called as the request
-// goes. It tells a caller what the response alone cannot: which upstreams
-// were passed over and why, which were tried, how each attempt ended, and
-// whose answer the caller got.
+// in the manner of net/http/httptrace; attach it with [WithTrace]. It tells
+// what the response alone cannot: which upstreams were passed over and
+// why, which were tried, how each attempt ended, whose answer the caller
+// got.
 //
-// Every hook but Usage is called one at a time, in the order the events
-// were decided, and before RoundTrip returns, on the goroutine that called
-// RoundTrip; with [Config.Hedge], once a hedge's delay has passed, the rest
-// of that round's hooks are called on the goroutine that runs the round
-// while the caller's waits in Base for its first attempt, and an attempt's
-// AttemptDone comes when the round takes its result, which may be after a
-// later attempt's AttemptStart. Hooks must
-// not block: the request waits on them. None of their arguments holds a
-// credential: upstreams are named by Upstream.Name, and errors are
-// scrubbed as [Error] is.
-//
-// A request addressed to no upstream calls only Done, with
-// [RequestUnrouted]. A request without a Trace pays one context lookup,
-// and none at all in a process that never called WithTrace.
+// Every hook but Usage is called one at a time, in the order of events,
+// before RoundTrip returns; with [Config.Hedge], some are called on a
+// goroutine of the Transport's, and an AttemptDone may come after a later
+// attempt's AttemptStart. Hooks must not block: the request waits on them.
+// No argument holds a credential. A request addressed to no upstream calls
+// only Done, with [RequestUnrouted].
 type Trace struct {
 	// Skipped is called for each upstream the request passed over
 	// without sending it anything, with the reason the admission
@@ -299,11 +290,9 @@ func (r *request) traceDone(l *tally, a *attempt) {
 	r.trace.AttemptDone(d)
 }
 
-// scrub returns err for a hook, or Base's own for the caller: as it is
-// when it is one of this package's (already scrubbed) or its message holds
-// no credential of req's, of its redirect chain's (hop) or of an
-// upstream's; else an error whose message is scrubbed and which unwraps to
-// err.
+// scrub returns err as it is when it is this package's (already scrubbed)
+// or its message holds no credential of req's, its redirect chain's or an
+// upstream's; else an error with a scrubbed message that unwraps to err.
 func (t *Transport) scrub(err error, req *http.Request, h *hop) error {
 	switch err.(type) {
 	case nil, *Error, *UnroutedError:

@@ -14,51 +14,38 @@ import (
 )
 
 // UnroutedPolicy says what RoundTrip does with a request addressed to no
-// upstream: one whose URL does not lie under any Upstream.BaseURL (same
-// scheme, same host and port, path under the base path). The commonest
-// cause is a client aimed at another spelling of an upstream's host, such
-// as an SDK's base URL "http://localhost:8080/v1" for the upstream
-// "http://127.0.0.1:8080/v1": nothing matches, so nothing fails over.
+// upstream: its URL lies under no Upstream.BaseURL (same scheme, host and
+// port, path under the base path). The commonest cause is another spelling
+// of an upstream's host, such as "http://localhost:8080/v1" for the
+// upstream "http://127.0.0.1:8080/v1".
 //
-// Whatever the policy, each scheme and host such a request names is
-// logged once, at level Warn (never its path, query or credentials), and
-// listed by [Transport.UnroutedHosts]; and a redirect hop, whose target an
-// upstream chose rather than the caller, goes to Base as it is, without
-// the caller's credentials when the request before it was routed.
+// Whatever the policy, each such scheme and host is logged once, at level
+// Warn, and listed by [Transport.UnroutedHosts]; and a redirect hop goes
+// to Base as it is, without the caller's credentials when the request
+// before it was routed.
 type UnroutedPolicy int
 
 const (
 	// UnroutedRefuse, the default, fails the request with an
-	// [*UnroutedError], which names the BaseURLs that exist; nothing is
-	// sent. A Transport is made for its upstreams, so a request to
-	// anything else is a misconfiguration until the caller says it is
-	// not, and a request that works without failover would hide it until
+	// [*UnroutedError] that names the BaseURLs; nothing is sent. A request
+	// that worked without failover would hide the misconfiguration until
 	// the first outage.
 	UnroutedRefuse UnroutedPolicy = iota
 
 	// UnroutedPass sends the request to Base untouched, with the
-	// caller's credentials, to where the caller addressed it: no
-	// failover, no circuit, no metrics but
+	// caller's credentials: no failover, no circuit, no metrics but
 	// failover_unrouted_requests_total. For an http.Client that also
-	// talks to hosts other than the upstreams.
+	// talks to other hosts.
 	UnroutedPass
 
-	// UnroutedFirst treats a request to a scheme and host that no
-	// upstream has as addressed to the first upstream, when its path
-	// lies under that upstream's base path (it is refused otherwise):
-	// it is rewritten to that upstream's scheme and host and fails over
-	// like any other, and the caller's credentials belong to that first
-	// upstream. Choose it only when every host your clients address
-	// means that upstream. A request to an upstream's own authority is
-	// refused when it is not routed to that upstream: outside its base
-	// path, or spelled otherwise than its BaseURL in a way net/http
-	// still reaches it by (a host name's trailing dot, a port's leading
-	// zeros, another form of an IP address, an IPv6 zone it needs not),
-	// so that credentials meant for one upstream never go to the first.
-	// So is a request to a host name beyond ASCII, which net/http dials
-	// as IDNA maps it and may be an upstream's, and, when an upstream's
-	// host is beyond ASCII, one to an IDNA name's ASCII form (an xn--
-	// label).
+	// UnroutedFirst treats a request to a scheme and host no upstream
+	// has as addressed to the first upstream when its path lies under
+	// that upstream's base path (it is refused otherwise): it fails over
+	// like any other, and the caller's credentials go to the first
+	// upstream. Choose it only when every host your clients address means
+	// that upstream. So that one upstream's credentials never reach the
+	// first, it still refuses a request that reaches another upstream's
+	// host by another spelling, or names a host beyond ASCII (IDNA).
 	UnroutedFirst
 )
 
@@ -107,9 +94,9 @@ type UnroutedHost struct {
 	First    time.Time // when the first came
 }
 
-// maxUnroutedHosts bounds how many distinct hosts a Transport keeps and
-// logs: a client that is also used for other traffic (UnroutedPass) would
-// otherwise grow the set without end.
+// maxUnroutedHosts bounds the distinct hosts a Transport keeps and logs:
+// a client also used for other traffic (UnroutedPass) would grow it
+// without end.
 const maxUnroutedHosts = 64
 
 // unroutedHosts is the set behind UnroutedHosts and the log-once rule.
