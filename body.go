@@ -76,8 +76,7 @@ func (b *replay) init(req *http.Request, max int64) error {
 }
 
 // oneMore is n+1, the read that tells a body of n bytes from a longer one,
-// saturating at the largest int64 (a MaxBodyBuffer of math.MaxInt64 would
-// wrap to a negative limit, which reads nothing).
+// saturating at the largest int64.
 func oneMore(n int64) int64 {
 	if n == math.MaxInt64 {
 		return n
@@ -144,13 +143,11 @@ func (e *bodyError) Error() string {
 }
 func (e *bodyError) Unwrap() []error { return []error{ErrBodyNotReplayable, e.err} }
 
-// watchedBody is an attempt's body, watched for the caller's own faults: a
-// read error of the caller's body, or a length that disagrees with the
-// request's ContentLength (net/http then fails the request with an error
-// of its own, which must blame no upstream). Base may read the body on a
-// goroutine of its own (net/http's writeLoop) while RoundTrip returns, so
-// what it saw is kept in atomics. Reads after Close are not judged: a
-// transport that gave up on the connection closes the body under a read.
+// watchedBody is an attempt's body, watched for the caller's own faults (a
+// read error, a length that disagrees with ContentLength), which must blame
+// no upstream. Base may read it on a goroutine of its own, hence the
+// atomics. Reads after Close are not judged: a transport that gave up on
+// the connection closes the body under a read.
 type watchedBody struct {
 	rc     io.ReadCloser
 	want   int64 // ContentLength, or -1 when unknown
@@ -160,15 +157,12 @@ type watchedBody struct {
 	wrote  atomic.Bool           // Base wrote the request (a misfit's: see traced)
 }
 
-// memoryLen returns the bytes left in body when it is one that net/http
-// knows to be in memory: a *bytes.Reader, *strings.Reader or *bytes.Buffer,
-// bare or in io.NopCloser, as http.NewRequest and GetBody make them. Such a
-// body fails no read, and net/http writes the request's headers and body at
-// once, where a body of a type it does not know has its headers flushed
-// first, in a write of their own.
+// memoryLen returns the bytes left in body when net/http knows it to be in
+// memory: a *bytes.Reader, *strings.Reader or *bytes.Buffer, bare or in
+// io.NopCloser. Such a body fails no read, and net/http writes headers and
+// body at once.
 func memoryLen(body io.Reader) (int64, bool) {
-	// io.NopCloser's first (http.NewRequest wraps the three in it), then
-	// the reader within: one look at the type each.
+	// io.NopCloser's first (http.NewRequest wraps the three in it).
 	for t := reflect.TypeOf(body); t == nopCloserType || t == nopCloserWriterToType; t = reflect.TypeOf(body) {
 		body = nopCloserReader(body)
 	}
@@ -183,19 +177,13 @@ func memoryLen(body io.Reader) (int64, bool) {
 	return 0, false
 }
 
-// watchBody prepares a request's body, of ContentLength n, to be sent and
-// judged: it returns the body to send and the watcher that tells the
-// caller's faults (w, or a new one when w is nil), nil when there are none
-// to tell.
-//
-// A body in memory (memoryLen) of n bytes, n > 0, the usual one, goes as it
-// is and unwatched. One in memory that disagrees with n (a misfit) also
-// goes as it is, and the watcher holds the verdict ahead: net/http then
-// fails it as it fails it for a bare http.Transport, without flushing its
-// headers to the upstream first, which a watched body would make it do.
-// The verdict stands once Base has written the request (see traced): an
-// error before, a refused dial's, is not the body's. Any other body is
-// watched as it is read.
+// watchBody returns the body to send for a request of ContentLength n and
+// the watcher that tells the caller's faults (w, or a new one when w is
+// nil), nil when there are none to tell. A body in memory of n bytes, the
+// usual one, goes unwatched. One in memory that disagrees with n goes as
+// it is, with the verdict held ahead, so that net/http fails it as a bare
+// http.Transport would, before flushing its headers (see traced). Any other
+// body is watched as it is read.
 func watchBody(w *watchedBody, body io.ReadCloser, n int64) (io.ReadCloser, *watchedBody) {
 	if body == nil || body == http.NoBody {
 		return body, nil
@@ -221,11 +209,8 @@ func watchBody(w *watchedBody, body io.ReadCloser, n int64) (io.ReadCloser, *wat
 }
 
 // nopCloserReader returns the reader that body, of one of io.NopCloser's
-// types, wraps. Those types are a struct whose one field is that reader,
-// which an interface holds by a pointer to it: the reader is read from
-// there, as reflect's Field(0).Interface() would return it at several
-// times the cost, unless the types' layout is not that one (a Go release
-// that changed it): reflect then reads it.
+// types, wraps: read through the interface's data pointer, which is cheaper
+// than reflect, unless a Go release changed the types' layout.
 func nopCloserReader(body io.Reader) io.Reader {
 	if !nopCloserLayout {
 		return reflect.ValueOf(body).Field(0).Interface().(io.Reader)
@@ -234,8 +219,8 @@ func nopCloserReader(body io.Reader) io.Reader {
 	return *(*io.Reader)(data)
 }
 
-// The types io.NopCloser returns (one keeps its reader's WriteTo), whose
-// reader inMemory looks through, as net/http does.
+// The types io.NopCloser returns (one keeps its reader's WriteTo), which
+// memoryLen looks through, as net/http does.
 var (
 	nopCloserType         = reflect.TypeOf(io.NopCloser(nil))
 	nopCloserWriterToType = reflect.TypeOf(io.NopCloser(struct {
@@ -322,17 +307,16 @@ func (b *cancelOnClose) Close() error {
 	return err
 }
 
-// discard drains a response that will not be returned, so that its
-// connection can be reused, and closes it. It reads at most maxDrain bytes
-// for at most drainTimeout: a body that is larger or stalls costs its
-// connection instead. A stream (text/event-stream) is closed unread.
+// discard drains (at most maxDrain bytes, for at most drainTimeout) and
+// closes a response that will not be returned, so that its connection can
+// be reused. A stream (text/event-stream) is closed unread.
 func discard(resp *http.Response) {
 	if resp.Body == nil {
 		return
 	}
 	if ct := resp.Header["Content-Type"]; len(ct) > 0 && isEventStream(ct[0]) {
-		// A stream does not end within maxDrain: reading it only keeps
-		// its upstream generating (and billing) a while longer.
+		// Reading a stream only keeps its upstream generating (and
+		// billing) longer.
 		resp.Body.Close()
 		return
 	}
@@ -353,30 +337,22 @@ func buffer(body io.ReadCloser) io.ReadCloser {
 }
 
 // readCapped copies at most n bytes of body to w, closing body if that takes
-// longer than timeout (a body that stalls then ends with an error). It
-// returns the bytes copied and the error that ended the copy before n
-// bytes, nil at the end of body. It is for bodies thrown away (discard):
-// one that is handed on is peeked instead.
+// longer than timeout. It is for bodies thrown away (discard); one that is
+// handed on is peeked instead.
 func readCapped(body io.ReadCloser, w io.Writer, n int64, timeout time.Duration) (int64, error) {
 	timer := time.AfterFunc(timeout, func() { body.Close() })
 	defer timer.Stop()
 	return io.CopyN(w, body, n)
 }
 
-// peek reads the first bytes of body, to judge a response by them before
-// it is handed on: at most n bytes, until body ends, or until enough (nil:
-// never) says the bytes read so far are all that is wanted, and how many of
-// them to judge (all when negative: enough may cut the bytes of its last
-// read that came after what it wanted, so that the verdict is the same
-// however the body was split). It waits at most timeout for them, and
-// returns the bytes to judge and a body that reads body from its first
-// byte.
-//
-// A body that ended within them is handed back from memory, and body is
-// closed (its connection is free at once). A body that stalls is not cut:
-// the read pending when timeout passes goes on behind the returned body,
-// whose first Read waits for it, and whose Close closes body (which ends
-// that read). The bytes returned are never written again.
+// peek reads the first bytes of body, for at most timeout, to judge a
+// response by them: at most n bytes, until body ends, or until enough (nil:
+// never) says it has what it wants and how many bytes to judge (all when
+// negative), so that the verdict does not depend on how reads split the
+// body. It returns the bytes to judge and a body that reads from the first
+// byte. A body that ended is handed back from memory and body is closed; a
+// body that stalls is not cut: the pending read goes on behind the
+// returned body. The bytes returned are never written again.
 func peek(body io.ReadCloser, n int, timeout time.Duration, enough func([]byte) (bool, int)) ([]byte, io.ReadCloser) {
 	p := &peekedBody{body: body, done: make(chan struct{}), judged: -1}
 	go p.readAhead(n, enough)

@@ -24,10 +24,9 @@ const (
 	Success Outcome = iota
 
 	// Rejected is the caller's own error: a 4xx other than 401, 403, 408,
-	// 429 and the [Unservable] ones, or a request that no upstream could
-	// send (an invalid header). The upstream is not to blame and another
-	// would answer the same, so there is no failover; a response counts as
-	// healthy.
+	// 429 and the [Unservable] ones, or a request no upstream could send
+	// (an invalid header). Another upstream would answer the same, so
+	// there is no failover; a response counts as healthy.
 	Rejected
 
 	// AuthFailed is a 401 or 403: the upstream's key is wrong or revoked.
@@ -52,11 +51,9 @@ const (
 
 	// Unservable is an answer that says this upstream cannot serve this
 	// request while another may: the prompt is too long for its model, or
-	// its provider's content policy refused it (see [DefaultClassifier]).
-	// Nobody is to blame: it never counts toward the breaker, the
-	// upstream does not cool down, and the next upstream is tried at
-	// once, whatever its model. When no upstream is left, the caller gets
-	// the last such answer as it came.
+	// its provider's content policy refused it. It never counts toward the
+	// breaker and the next upstream is tried at once; when none is left,
+	// the caller gets the last such answer as it came.
 	Unservable
 )
 
@@ -84,30 +81,21 @@ func (o Outcome) String() string {
 func (o Outcome) MarshalText() ([]byte, error) { return []byte(o.String()), nil }
 
 // A Classifier judges one attempt from its response, or from the error when
-// no response was obtained (resp is nil then). It must not read or close the
-// response body. [DefaultClassifier] is used when [Config.Classify] is nil; a
-// custom classifier usually handles a few cases and defers to it for the rest.
+// no response was obtained (resp is nil then). It must not read or close
+// the response body; for a 400, 403 or 413, [BodyPrefix] gives it the
+// body's first bytes. [DefaultClassifier] is used when [Config.Classify] is
+// nil; a custom classifier usually handles a few cases and defers to it for
+// the rest. An Outcome that is none of those defined counts as
+// DefaultClassifier's verdict.
 //
-// For a 400, 403 or 413 the Transport reads the first bytes of the body
-// before it classifies (at most 4 KiB, for at most 250ms), and the body still
-// reads from its first byte. [BodyPrefix] gives a classifier those bytes:
-// that is how DefaultClassifier tells [Unservable] from [Rejected], and how
-// a custom classifier can return Unservable for errors of its own
-// upstreams (a self-hosted gateway's wording, say).
-//
-// The Transport itself decides [Canceled] before calling the classifier when
-// the caller's context is done, so a classifier never turns a caller's
-// cancellation into an upstream failure; an error it sees that wraps a
-// context error is the upstream's (a dial or header timeout).
-//
-// An Outcome that is none of those defined here counts as
-// DefaultClassifier's verdict on the attempt.
+// The Transport decides [Canceled] itself when the caller's context is
+// done, before calling the classifier, so an error that wraps a context
+// error is the upstream's (a dial or header timeout).
 type Classifier func(resp *http.Response, err error) Outcome
 
 // checkedClassifier returns c, or DefaultClassifier for a nil c; a c of
-// the caller's is wrapped so that an Outcome it returns that is none of
-// the defined ones (which would index past the metrics' and windows'
-// arrays) counts as DefaultClassifier's.
+// the caller's is wrapped so that an undefined Outcome, which would index
+// past the metrics' arrays, counts as DefaultClassifier's.
 func checkedClassifier(c Classifier) Classifier {
 	if c == nil {
 		return DefaultClassifier
@@ -126,30 +114,19 @@ func checkedClassifier(c Classifier) Classifier {
 //   - 401, 403: [AuthFailed].
 //   - 429: [RateLimited].
 //   - 408, 5xx (529 "overloaded" included): [Failed].
-//   - 400, 403 and 413 whose body says the prompt is too long for the
-//     model (OpenAI's context_length_exceeded, Anthropic's "prompt is too
-//     long", Gemini's "exceeds the maximum number of tokens allowed", and
-//     the same from Azure OpenAI, DeepSeek, Mistral, Groq, OpenRouter and
-//     vLLM) or that the provider's content policy refused it (Azure's
-//     content_filter, OpenAI's content_policy_violation, Anthropic's
-//     content filtering policy, OpenRouter's moderation): [Unservable]. The
-//     body is read through [BodyPrefix]; without one (a [Breaker], a
-//     probe, a response that did not come through a Transport) these are
-//     [Rejected] and [AuthFailed] as below.
+//   - 400, 403 and 413 whose body ([BodyPrefix]) says, in the words of
+//     OpenAI, Azure, Anthropic, Gemini, DeepSeek, Mistral, Groq,
+//     OpenRouter, vLLM or LiteLLM, that the prompt is too long for the
+//     model or the content policy refused it: [Unservable]. Without a
+//     BodyPrefix (a [Breaker], a probe), as below.
 //   - any other 4xx: [Rejected].
-//   - an error that go-retryablehttp's retry policy judges no retry can fix:
-//     [Failed] for an untrusted certificate (the upstream is misconfigured),
-//     [Rejected] otherwise (an invalid header or scheme fails on every
-//     upstream alike).
-//   - any other error (refused, reset, TLS handshake, timeouts, EOF, an
-//     answer net/http refuses as malformed, over HTTP/1 or HTTP/2, whatever
-//     header its message names, [ErrAttemptTimeout]): [Failed]. That
-//     includes errors that wrap
-//     context.DeadlineExceeded while the caller's context is alive: a dial
-//     timeout, http.Transport's ResponseHeaderTimeout.
+//   - an error no retry can fix (go-retryablehttp's policy): [Failed] for
+//     an untrusted certificate, [Rejected] otherwise (an invalid header).
+//   - any other error (refused, reset, TLS, EOF, a malformed answer,
+//     timeouts, [ErrAttemptTimeout]): [Failed].
 //
-// DefaultClassifier never returns [Canceled]: the Transport and [Breaker]
-// decide that from the caller's context before they classify.
+// It never returns [Canceled]: the Transport and [Breaker] decide that
+// from the caller's context before they classify.
 func DefaultClassifier(resp *http.Response, err error) Outcome {
 	if err != nil {
 		switch {
@@ -197,11 +174,9 @@ func permanent(err error) bool {
 }
 
 // malformedAnswer reports whether err is net/http's refusal of what the
-// upstream sent: a malformed HTTP/1 response (a textproto.ProtocolError) or
-// an HTTP/2 stream error (a header field HTTP/2 forbids, a reset). Their
-// messages quote the upstream's bytes ("invalid header field name
-// \"X-Upper\""), which the retry policy's patterns would read as the
-// request's own invalid header.
+// upstream sent (a textproto.ProtocolError, an HTTP/2 stream error), whose
+// message quotes the upstream's bytes ("invalid header field name ..."),
+// which the retry policy would read as the request's own invalid header.
 func malformedAnswer(err error) bool {
 	var perr textproto.ProtocolError
 	return errors.As(err, &perr) || strings.Contains(err.Error(), "stream error: stream ID ")

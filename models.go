@@ -85,13 +85,10 @@ func requestModel(body []byte) (string, bool) {
 	return strings.Clone(model), true
 }
 
-// rewriteModel returns a copy of body, a JSON object, whose top-level
-// "model" is model and which is byte for byte body everywhere else:
-// nothing is decoded and encoded again, and a "model" nested in messages or
-// tools is left alone. Every top-level "model" is rewritten when the key is
-// given twice, whatever the type of its value. It returns an error, and no
-// body, when body is not a JSON object, has no top-level "model", or model
-// is not valid UTF-8. The result never shares memory with body.
+// rewriteModel returns a copy of body, a JSON object, with every top-level
+// "model" set to model and every other byte as it was; a "model" nested in
+// messages or tools is left alone. It fails when body is not a JSON
+// object, has no top-level "model", or model is not valid UTF-8.
 func rewriteModel(body []byte, model string) ([]byte, error) {
 	if !utf8.ValidString(model) {
 		return nil, errBadModel
@@ -121,12 +118,10 @@ func rewriteModel(body []byte, model string) ([]byte, error) {
 	return append(out, body[prev:]...), nil
 }
 
-// maxJSONDepth bounds the nesting of JSON that is validated, a caller's
-// request body (eachModel) or an upstream's stream event (classify):
-// gjson.Valid recurses once per level, about 200 bytes of stack each, so
-// that some five million levels overflow the largest goroutine stack, a
-// fatal error that no recover catches. encoding/json refuses deeper
-// nesting too.
+// maxJSONDepth bounds the nesting of JSON that is validated (a caller's
+// body, an upstream's stream event): gjson.Valid recurses once per level,
+// and a stack overflow is fatal, past any recover. encoding/json refuses
+// deeper nesting too.
 const maxJSONDepth = 10000
 
 // eachModel calls fn, in order, with the offset in body and the value of
@@ -140,9 +135,8 @@ func eachModel(body []byte, fn func(start int, value gjson.Result)) bool {
 	if lead == len(body) || body[lead] != '{' || !nestsShallow(body) || !gjson.ValidBytes(body) {
 		return false
 	}
-	// body is only read while json is in use, and no string that aliases
-	// it outlives the call (requestModel clones the model), as
-	// gjson.GetBytes does it.
+	// No string aliasing body outlives the call (requestModel clones the
+	// model), as in gjson.GetBytes.
 	json := unsafe.String(&body[lead], len(body)-lead)
 	gjson.Parse(json).ForEach(func(key, value gjson.Result) bool {
 		if key.Str == "model" {
@@ -156,9 +150,7 @@ func eachModel(body []byte, fn func(start int, value gjson.Result)) bool {
 func isJSONSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\r' || c == '\n' }
 
 // nestsShallow reports whether body nests objects and arrays at most
-// maxJSONDepth deep, counting the brackets outside strings, without
-// recursion. On a body that is not JSON the count holds up to the first
-// error, which is as far as a validator goes. Call it before gjson.Valid on
+// maxJSONDepth deep, without recursion. Call it before gjson.Valid on
 // anything a caller or an upstream sent.
 func nestsShallow(body []byte) bool {
 	depth := 0

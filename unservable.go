@@ -8,34 +8,24 @@ import (
 )
 
 // Content-aware fallback: an answer that says this upstream cannot serve
-// this request while another may (the prompt is too long for its model, or
-// its provider's policy refused the content) is [Unservable]. The Transport
-// reads the first bytes of the statuses that carry these answers before it
-// classifies (peekBody), the classifier reads them through [BodyPrefix],
-// and DefaultClassifier decides from them (unservable).
+// this request while another may is [Unservable]. The Transport peeks at
+// the bodies of the statuses that carry such answers (peekBody), and
+// DefaultClassifier reads them through [BodyPrefix] (unservable).
 
 // unservablePeek is how much of a 400's, 403's or 413's body is read before
-// the attempt is classified. The error bodies that say a request cannot be
-// served are a few hundred bytes (Azure's content filter, the largest, about
-// 700).
+// the attempt is classified: such error bodies are at most about 700 bytes.
 const unservablePeek = 4 << 10
 
 // peekable reports whether a response with status code can say that its
 // upstream cannot serve the request: a 400 (every provider), a 403
-// (OpenRouter's moderation) or a 413 (Groq's per-minute token limit,
-// Anthropic's "Prompt is too long" on Vertex AI). No other status, and no
-// 2xx, has its body read.
+// (OpenRouter's moderation) or a 413 (Groq, Anthropic on Vertex AI).
 func peekable(code int) bool {
 	return code == http.StatusBadRequest || code == http.StatusForbidden || code == http.StatusRequestEntityTooLarge
 }
 
 // peekBody reads at most unservablePeek bytes of resp's body, for at most
-// drainTimeout, and gives resp a body that reads the same bytes: those read,
-// then the rest (see peek). It stops at the end of the JSON object the body
-// begins with, or at once when the body begins with anything else, so an
-// error body that comes slowly or in parts costs no more wait than it
-// takes; a body that stalls is judged by what arrived, and handed on
-// whole.
+// drainTimeout, up to the end of the JSON object it begins with, and gives
+// resp a body that reads the same bytes from the first (see peek).
 func peekBody(resp *http.Response) {
 	if resp.Body == nil || resp.Body == http.NoBody {
 		return
@@ -45,14 +35,12 @@ func peekBody(resp *http.Response) {
 }
 
 // BodyPrefix returns the first bytes of resp's body as the [Transport] read
-// them before classifying resp, and whether it read them: at most 4 KiB of a
-// 400's, 403's or 413's body, up to the end of the JSON object it begins
-// with (for a body that is not JSON, what its first read gave), fewer when
-// the body is shorter or stalled. It
-// reads nothing itself, so a [Classifier] may call it; resp's body still
-// reads from its first byte. It returns false for any other response: a
-// status whose body is not read, an empty body, a response that did not
-// come through a Transport. The bytes are a copy.
+// them before classifying resp, and whether it read them: at most 4 KiB of
+// a 400's, 403's or 413's body, up to the end of the JSON object it begins
+// with. It reads nothing itself, so a [Classifier] may call it, and resp's
+// body still reads from its first byte. It returns false for a response
+// whose body was not read or did not come through a Transport. The bytes
+// are a copy.
 func BodyPrefix(resp *http.Response) ([]byte, bool) {
 	if p := bodyPrefix(resp); p != nil {
 		return bytes.Clone(p), true
@@ -82,130 +70,61 @@ func unservable(resp *http.Response) bool {
 	return p != nil && unservableBody(p)
 }
 
-// unservableCodes are values of an error's "code" or "type" (at any depth:
-// Azure nests one in "innererror") that say its upstream cannot serve the
-// request while another may. They are compared exactly.
+// unservableCodes are values of an error's "code" or "type", at any depth,
+// that say its upstream cannot serve the request while another may,
+// compared exactly. docs/design.md cites each one's source.
 var unservableCodes = []string{
-	// OpenAI and Azure OpenAI, error.code of a prompt longer than the
-	// model's context: {"error":{"message":"This model's maximum context
-	// length is 4097 tokens. However, you requested 4120 tokens ...",
-	// "type":"invalid_request_error","param":"messages","code":
-	// "context_length_exceeded"}} (github.com/mckaywrigley/chatbot-ui
-	// issue 102; Azure: github.com/Azure/azure-sdk-for-net issue 41892).
-	// Groq sends the same code with the message "Please reduce the length
-	// of the messages or completion." (github.com/letta-ai/letta issue
-	// 1963).
-	"context_length_exceeded",
-
-	// Azure OpenAI, a prompt its content filter refused: error.code
-	// "content_filter", "status":400, and innererror.code
-	// "ResponsibleAIPolicyViolation" with the content_filter_result
-	// (github.com/Mirascope/mirascope, python/tests/e2e/output/snapshots/
-	// test_refusal/azure-openai_completions_gpt_4o_mini_snapshots.py; the
-	// code's only value in Azure's innerErrorCode schema).
-	"content_filter",
-	"ResponsibleAIPolicyViolation",
-
-	// OpenAI, a prompt its safety system refused (images):
-	// "type":"invalid_request_error", "code":"content_policy_violation",
-	// "Your request was rejected as a result of our safety system."
-	// (LiteLLM's exception mapping, litellm/litellm_core_utils/
-	// exception_mapping_utils.py; github.com/TheoKanning/openai-java
-	// issue 446).
-	"content_policy_violation",
+	"context_length_exceeded",      // OpenAI, Azure OpenAI, Groq: a prompt longer than the context
+	"content_filter",               // Azure OpenAI: its content filter refused the prompt
+	"ResponsibleAIPolicyViolation", // Azure OpenAI, innererror.code with content_filter
+	"content_policy_violation",     // OpenAI: its safety system refused the prompt
 }
 
 // unservableMessages are the starts of an error's "message" (or of an
 // "error" that is a string) that say its upstream cannot serve the request
-// while another may. A message must begin with one, case aside: the phrase
-// further in (a validation error that quotes the caller's prompt, as
-// pydantic's input_value does in vLLM's 400s) says nothing. A pattern that
-// ends in a letter or a digit must also end a word of the message: what
-// follows is the message's end, one of . , ; : or " (". So a message that
-// begins with a caller's own words (OpenRouter's "<model> is not a valid
-// model ID", Anthropic's "<field>: Extra inputs are not permitted") says
-// nothing either, unless those words are a whole pattern followed by such
-// a mark. In a pattern, # is one or more digits, * up to 100 bytes of
-// anything but a newline or a quote, as few as fit, and a final $ the
-// message's end. Each must also be specific: a caller's own mistake
-// ("max_tokens is too large", "string too long. Expected a string with
-// maximum length", "Too many tokens in batch") begins with none of them.
+// while another may, ASCII case aside. A pattern that ends in a letter or
+// digit must also end a word of the message (followed by its end, one of
+// . , ; : or " ("), so that a message beginning with the caller's own
+// words says nothing. In a pattern, # is one or more digits, * up to 100
+// bytes of anything but a newline or a quote, as few as fit, and a final $
+// the message's end. docs/design.md says where each comes from.
 var unservableMessages = []string{
-	// OpenAI and Azure OpenAI (with the code above): "This model's maximum
-	// context length is 4097 tokens. However, you requested 4120 tokens
-	// ...", DeepSeek (with "code":"invalid_request_error",
-	// github.com/FoundationAgents/OpenManus issue 79), vLLM
-	// ({"object":"error", ..., "type":"BadRequestError","code":400},
-	// github.com/vllm-project/vllm issue 20409, github.com/HKUSTDial/
-	// Alpha-SQL issue 5).
+	// OpenAI, Azure OpenAI, DeepSeek, vLLM.
 	"this model's maximum context length is # tokens",
-	// Newer vLLM, for a prompt that leaves no room for max_tokens: "'max_tokens'
-	// or 'max_completion_tokens' is too large: 8000. This model's maximum
-	// context length is 4096 tokens and your request has 2778 input tokens".
+	// Newer vLLM, for a prompt that leaves no room for max_tokens.
 	"'max_tokens' or 'max_completion_tokens' is too large: #. this model's maximum context length is # tokens and your request has # input tokens",
-	// OpenRouter, with "code":400: "This endpoint's maximum context length
-	// is 131072 tokens. However, you requested about 141607 tokens"
-	// (github.com/Aider-AI/aider issue 3721).
+	// OpenRouter.
 	"this endpoint's maximum context length is # tokens",
-	// Mistral, in {"object":"error","message":...,"type":
-	// "invalid_request_error","param":null,"code":null}: "Prompt contains
-	// 300000 tokens, too large for model with 131072 maximum context length"
-	// (the shape: github.com/aurelio-labs/semantic-router issue 297).
+	// Mistral.
 	"prompt contains # tokens, too large for model with # maximum context length",
-	// SGLang: "The input (9000 tokens) is longer than the model's context
-	// length (8192 tokens)." (github.com/BerriAI/litellm issue 10793).
+	// SGLang.
 	"the input (# tokens) is longer than the model's context length (# tokens)",
 
-	// Anthropic: {"type":"error","error":{"type":"invalid_request_error",
-	// "message":"prompt is too long: 208310 tokens > 200000 maximum"},
-	// "request_id":"req_..."} (github.com/anthropics/claude-code issue
-	// 12186); Claude on Vertex AI answers a 413 "Prompt is too long"
-	// (github.com/anthropics/anthropic-sdk-python issue 1028).
+	// Anthropic; Claude on Vertex AI answers a 413 "Prompt is too long".
 	"prompt is too long: # tokens > # maximum",
 	"prompt is too long$",
 
-	// Gemini: {"error":{"code":400,"message":"The input token count
-	// (1200293) exceeds the maximum number of tokens allowed (1048576).",
-	// "errors":[...],"status":"INVALID_ARGUMENT"}}
-	// (github.com/google-gemini/gemini-cli issue 6678); Gemini 2.5 says it
-	// without the count (github.com/BerriAI/litellm issue 18282).
+	// Gemini, with or without the count.
 	"the input token count* exceeds the maximum number of tokens allowed",
 
-	// Vertex AI: "Unable to submit request because the input token count
-	// is 1251952 but model only supports up to 1048576."
-	// (github.com/google-gemini/gemini-cli issue 19727).
+	// Vertex AI.
 	"unable to submit request because the input token count is # but model only supports up to #",
 
 	// Groq, a 413 for a request beyond the organization's tokens per
-	// minute, which no wait makes fit: "Request too large for model
-	// `llama-3.1-70b-versatile` in organization `org_...` on tokens per
-	// minute (TPM): Limit 6000, Requested 18993, ...", "type":"tokens",
-	// "code":"rate_limit_exceeded" (github.com/bklieger-groq/
-	// NotebookLlama-Groq issue 1).
+	// minute, which no wait makes fit.
 	"request too large for model * in organization * on tokens per minute",
 
-	// Anthropic, a 400 invalid_request_error "Output blocked by content
-	// filtering policy" (github.com/anthropics/claude-code issue 43487).
+	// Anthropic's content filter.
 	"output blocked by content filtering policy",
 
-	// Azure OpenAI, with content_filter above: "The response was filtered
-	// due to the prompt triggering Azure OpenAI's content management
-	// policy."
+	// Azure OpenAI, with content_filter above.
 	"the response was filtered due to the prompt triggering azure openai's content management policy",
 
-	// OpenAI's reasoning models, "code":"invalid_prompt": "Invalid prompt:
-	// your prompt was flagged as potentially violating our usage policy."
-	// (github.com/alan-turing-institute/t0-1 issue 69).
+	// OpenAI's reasoning models, "code":"invalid_prompt".
 	"invalid prompt: your prompt was flagged as potentially violating our usage policy",
 
-	// A LiteLLM proxy upstream, which names its own verdict first:
-	// "litellm.BadRequestError: litellm.ContextWindowExceededError:
-	// AnthropicError - {...}" with "code":"400" (github.com/BerriAI/litellm
-	// issue 7259); "litellm.ContentPolicyViolationError: ..." for a
-	// refused prompt (LiteLLM's exception mapping, litellm/
-	// litellm_core_utils/exception_mapping_utils.py). Its message for a
-	// caller's own mistake begins "litellm.BadRequestError: " and names
-	// the provider's error next.
+	// A LiteLLM proxy upstream, which names its own verdict first; its
+	// message for a caller's own mistake names the provider's error next.
 	"litellm.contextwindowexceedederror:",
 	"litellm.badrequesterror: litellm.contextwindowexceedederror:",
 	"litellm.contentpolicyviolationerror:",
@@ -262,19 +181,14 @@ func lower(c byte) byte {
 }
 
 // unservableKey is a key whose presence says so whatever its value:
-// OpenRouter's 403 "Your chosen model requires moderation and your input
-// was flagged" carries error.metadata.reasons and .flagged_input
-// (openrouter.ai/docs/errors, "Moderation Errors").
+// OpenRouter's moderation 403 carries error.metadata.flagged_input.
 const unservableKey = "flagged_input"
 
-// unservableBody reports whether body, a JSON error or the first bytes of
-// one, says its upstream cannot serve the request while another may: a
-// "code" or "type" among unservableCodes, a "message" (or a string "error")
-// that begins as one of unservableMessages does, or a flagged_input. Only the JSON read up
-// to the first syntax error counts, so a body cut short is judged by the
-// values it holds whole; a body that is not JSON says nothing. A marker
-// anywhere else (in an echoed prompt under another key, in a "param") does
-// not count.
+// unservableBody reports whether body, a JSON error or its first bytes,
+// says its upstream cannot serve the request: a "code" or "type" among
+// unservableCodes, a "message" or string "error" that begins as one of
+// unservableMessages does, or a flagged_input key. Only the JSON up to the
+// first syntax error counts; a marker under another key does not.
 func unservableBody(body []byte) bool {
 	dec := json.NewDecoder(bytes.NewReader(body))
 	// The containers open at the token read, and for each object whether

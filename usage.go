@@ -1,11 +1,8 @@
 package failover
 
-// Usage and cost metering: the token usage that an answer reports in its
-// body is read as the caller reads the body, by a small state machine over
-// the bytes that keeps the usage object (a few hundred bytes) and, in a
-// stream, a copy of the current event's data, each at most 4 KiB, never
-// the body: the caller's bytes pass at once, and the work per byte is
-// bounded.
+// Usage and cost metering: the usage an answer reports is read as the
+// caller reads the body, by a small state machine that keeps at most 4 KiB
+// of it; the caller's bytes pass at once.
 
 import (
 	"io"
@@ -23,22 +20,15 @@ import (
 // the answer's body, and what it cost: what [Config.OnUsage] and
 // [Trace.Usage] receive. It holds no credential.
 //
-// The usage is read from the body of a 2xx JSON or text/event-stream
-// answer as the caller reads it, holding none of it back: OpenAI's "usage"
-// (chat completions, the Responses API, embeddings, and the final chunk of
-// a stream asked for with stream_options.include_usage), Anthropic's
-// "usage" (its stream's message_start and message_delta), Gemini's
-// "usageMetadata" (every chunk of its streams, as SSE or as a JSON array),
-// and the many OpenAI-compatible APIs that answer alike. When a stream
-// reports usage more than once, each figure's last report counts:
-// providers report running totals.
-//
-// It is known when the body has been read to its end, or closed: a body
-// closed early reports what the upstream had said by then (an Anthropic
-// stream's input tokens, from message_start), and an answer that reported
-// nothing calls nothing. Only the answer the caller gets is read: the
-// bodies of failed attempts and of hedges that lost are discarded unread,
-// though a provider may bill them.
+// It is read from a 2xx JSON or text/event-stream answer as the caller reads
+// the body, holding none of it back: OpenAI's "usage" (streams with
+// stream_options.include_usage), Anthropic's "usage", Gemini's
+// "usageMetadata", and OpenAI-compatible APIs alike; when a stream reports
+// it more than once, the last report of each figure counts. It is known
+// once the body has been read to its end or closed; a body closed early
+// reports what the upstream had said by then. Only the answer the caller
+// gets is metered, though a provider may bill failed attempts and lost
+// hedges too.
 type Usage struct {
 	// Upstream is the upstream's Name.
 	Upstream string
