@@ -8,16 +8,13 @@ import (
 )
 
 // AuthConfig sets when an upstream whose key looks revoked is tried after
-// the others. A 401 or 403 never counts toward the breaker: the key is
-// wrong, the upstream is not down, and the next upstream, with its own
-// key, is tried. But a key that answers 401 to every request would cost
-// each request a round trip to it first. Once an upstream's last Threshold
-// answers were all 401 or 403 ([AuthFailed]), it is tried after the others
-// ([ReasonAuthFailing]) until it answers anything else, or for at most For
-// after its latest one: then the next request tries it in its place again,
-// and one more 401 demotes it for another For. A request still reaches it
-// when every other upstream fails. Health shows the demotion; the circuit
-// stays closed.
+// the others, so that a key answering 401 to everything does not cost each
+// request a round trip first. Once its last Threshold answers were all 401
+// or 403 ([AuthFailed]), it is tried after the others ([ReasonAuthFailing])
+// until it answers anything else, or for at most For after the latest;
+// then one more 401 demotes it again. It is still tried when every other
+// upstream fails, and its circuit stays closed: a 401 or 403 never counts
+// toward the breaker.
 type AuthConfig struct {
 	// Off turns the demotion off: every request tries the upstream in
 	// its place, whatever its key answered.
@@ -73,9 +70,7 @@ func (t *Transport) authFailing(u *upstream, now time.Time) bool {
 
 // noteAuth records what an attempt at u ended with at now: an answer o
 // (answered: a response came) counts a 401 or 403 in a row, or ends the
-// row. An attempt without an answer (a network error, a timeout, the
-// caller's cancellation) says nothing of the key. A well key costs one
-// atomic load.
+// row. An attempt without an answer says nothing of the key.
 func (t *Transport) noteAuth(u *upstream, o Outcome, answered bool, now mono.Time) {
 	switch {
 	case t.auth.Off || !answered || o == Canceled:

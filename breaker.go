@@ -9,14 +9,11 @@ import (
 	"github.com/failover-go/failover/internal/circuit"
 )
 
-// BreakerConfig sets when the circuit of an upstream opens and closes.
-//
-// By default a circuit opens after FailureThreshold consecutive failures.
-// Real providers fail a fraction of a percent of requests on a good day; a
-// rule that counts failures within a period trips on that noise alone at a
-// few hundred requests per second, while consecutive failures at that rate
-// are vanishingly rare. Set FailureRate for partial outages, where an
-// upstream fails often but not every time.
+// BreakerConfig sets when the circuit of an upstream opens and closes. By
+// default it opens after FailureThreshold consecutive failures: providers
+// fail a fraction of a percent of requests on a good day, which a count of
+// failures per period would trip on at high traffic. Set FailureRate for
+// partial outages, where an upstream fails often but not every time.
 type BreakerConfig struct {
 	// FailureThreshold is how many consecutive failures open the circuit,
 	// at most 1000. Zero means 5. Ignored when FailureRate is set.
@@ -71,9 +68,8 @@ func (c BreakerConfig) withDefaults() BreakerConfig {
 	return c
 }
 
-// Bounds of BreakerConfig: failsafe-go keeps a bit per counted execution
-// (FailureThreshold, SuccessThreshold), and splits FailurePeriod into 10
-// buckets of whole nanoseconds.
+// Bounds of BreakerConfig: failsafe-go keeps a bit per counted execution,
+// and splits FailurePeriod into 10 buckets of whole nanoseconds.
 const (
 	maxBreakerCount  = 1000
 	minFailurePeriod = 10 * time.Millisecond
@@ -146,12 +142,10 @@ func newCircuit(c BreakerConfig, lease func(time.Time, bool) bool, onChange func
 // While the circuit is open, RoundTrip sends nothing and returns an error
 // that matches [ErrCircuitOpen] and says how long is left
 // ([RetryAfterError]). Responses and errors of the next RoundTripper are
-// returned as they are; the classifier only decides what they count for. A
-// next that returns neither (breaking the RoundTripper contract) gets an
-// error, which counts as a failure.
-// An error that the request's own body caused (a read that failed, a
-// length that disagrees with ContentLength) counts for nothing, as the
-// caller's canceled context does.
+// returned as they are; the classifier only decides what they count for.
+// A next that returns neither gets an error, counted as a failure. The
+// caller's cancellation, or an error its own body caused, counts for
+// nothing.
 //
 // A Breaker is safe for concurrent use by multiple goroutines.
 type Breaker struct {
@@ -185,9 +179,8 @@ func (br *Breaker) RoundTrip(req *http.Request) (resp *http.Response, err error)
 		return nil, &unavailableError{err: ErrCircuitOpen, retryAfter: v.Wait}
 	}
 	defer br.c.Release(p) // even if next panics
-	// Watched, as the Transport's attempts are: a body that fails to read,
-	// or disagrees with its ContentLength, is the caller's fault, not the
-	// upstream's.
+	// Watched, as the Transport's attempts are: a bad body is the
+	// caller's fault, not the upstream's.
 	body, watch := watchBody(nil, req.Body, req.ContentLength)
 	if orig := req; body != req.Body || watch != nil {
 		req = watch.traced(req.WithContext(req.Context())) // a copy: the caller's request is not modified
@@ -222,13 +215,9 @@ func (br *Breaker) Reset() { br.c.Reset(time.Now()) }
 
 // failing reports whether u's circuit counts failures in a row and, with
 // the requests in flight at u, has as many as would open it if those
-// failed too (see [ReasonFailing]). Requests already in flight when a
-// fault begins cannot be called back; once its failures are counted,
-// every request sent counts toward the threshold, so that no more reach u
-// than open its circuit. One failure alone is the background noise of a
-// well upstream (providers fail 0.3-0.8 % of requests on a good day) and
-// holds nothing back, unless the next one opens the circuit: two in a
-// row are a fault's. Two atomic loads while u is well.
+// failed too ([ReasonFailing]), so that no more requests reach u than open
+// its circuit. One failure alone is background noise and holds nothing
+// back, unless the next would open the circuit.
 func (u *upstream) failing() bool {
 	f := u.circuit.Streak()
 	if f == 0 {

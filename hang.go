@@ -7,19 +7,12 @@ import (
 )
 
 // HangConfig sets when an upstream is suspected of hanging: it accepts
-// requests and answers none. A hung upstream costs every request a whole
-// AttemptTimeout before failover, and its breaker learns only after
-// FailureThreshold of them timed out; by then many requests wait on it.
-// Instead, once at least MinInFlight requests are in flight there and it
-// has answered none of the requests sent to it for Multiple times its
-// recent p99 (never less than Floor), new requests try it only after every
-// other upstream. What counts is when the answered requests were sent, not
-// when their answers came: the requests sent just before a hang go on
-// answering for up to a p99 after it began, and they say nothing of the
-// ones sent after. An answer to a request sent since clears the suspicion;
-// requests that time out count as failures as usual. An upstream that is
-// failing (ReasonFailing) takes fewer requests than MinInFlight may be:
-// then as many as it can take are enough.
+// requests and answers none. A hung upstream would cost every request a
+// whole AttemptTimeout before its breaker learns. Instead, once at least
+// MinInFlight requests wait there and it has answered none sent to it for
+// Multiple times its recent p99 (never less than Floor), new requests try
+// it after every other upstream ([ReasonSuspect]). An answer to a request
+// sent since clears the suspicion; timeouts count as failures as usual.
 type HangConfig struct {
 	// Off turns hang detection off.
 	Off bool
@@ -103,10 +96,9 @@ func (t *Transport) suspect(u *upstream, now time.Time) bool {
 }
 
 // silent reports whether u has answered nothing sent since start, longer
-// ago than the hang limit: an attempt started then and still unanswered
-// looks hung even when it is the only one in flight. Only an upstream with
-// enough recent latencies (Hang.MinSamples) is judged: without its p99, a
-// slow upstream and a hung one look alike.
+// ago than the hang limit, even with one attempt in flight. Only an
+// upstream with Hang.MinSamples recent latencies is judged: without its
+// p99, slow and hung look alike.
 func (t *Transport) silent(u *upstream, start, now time.Time) bool {
 	c := t.hang
 	if c.Off || mono.Time(u.live.answered.Load()) >= mono.Of(start) {

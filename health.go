@@ -47,12 +47,10 @@ type UpstreamHealth struct {
 	Unavailable Reason
 
 	// Demoted says why the upstream is tried after the others ("" when
-	// it is not): failing toward its threshold, its key refused, out of
-	// rate-limit headroom, degraded, or suspect, the same decision a
-	// request's order makes. Degraded says the upstream
-	// is slow or failing often (see DegradedConfig), and Suspect that it
-	// looks hung (see HangConfig), whichever of them Demoted names.
-	// InFlight is how many attempts wait on it now.
+	// it is not), the same decision a request's order makes. Degraded
+	// says it is slow or failing often (see DegradedConfig), and Suspect
+	// that it looks hung (see HangConfig). InFlight is how many attempts
+	// wait on it now.
 	Demoted  Reason
 	Degraded bool
 	Suspect  bool

@@ -163,20 +163,12 @@ var exposition = func() (e struct {
 //		t.WritePrometheus(w)
 //	})
 //
-// Each family the Transport registered is written with its # HELP and
-// # TYPE lines, once it has a series (failover_failovers_total has none
-// before the first failover). Series of [Config.Metrics] that are not the
-// Transport's are written as the Set writes them.
-//
-// A program whose /metrics is a prometheus/client_golang registry instead
-// registers a prometheus.Collector whose Collect parses this output with
-// github.com/prometheus/common/expfmt's TextParser and sends each series as
-// a const metric (prometheus.NewConstMetric, NewConstHistogram); the
-// registry then serves the Transport's families, help texts and types
-// included, beside its own. The repository's integration module has one to
-// copy, in its example_test.go (Example_clientGolang). A program on
-// OpenTelemetry metrics gives a Reader of its MeterProvider the producer of
-// package github.com/failover-go/failover/otel.
+// Each family is written with its # HELP and # TYPE lines once it has a
+// series. Series of [Config.Metrics] that are not the Transport's are
+// written as the Set writes them. For a prometheus/client_golang registry,
+// the integration module's Example_clientGolang has a Collector that
+// parses this output; for OpenTelemetry, see package
+// github.com/failover-go/failover/otel.
 func (t *Transport) WritePrometheus(w io.Writer) {
 	var b bytes.Buffer
 	t.metrics.WritePrometheus(&b)
@@ -185,12 +177,8 @@ func (t *Transport) WritePrometheus(w io.Writer) {
 
 // writeExposition writes out, a Set's exposition, to w with the # HELP and
 // # TYPE lines of each of [families] before the family's first sample
-// line. The Set groups a family's series together; comment lines that
-// name one of families (the Set's own metadata, when
-// metrics.ExposeMetadata is on in the process) are dropped in favour of
-// these. It looks at each line once and at the map only when a line's
-// name is not the one before, and writes w once per family it adds lines
-// to, with the Set's lines between in one piece.
+// line. The Set's own metadata lines for those families (with
+// metrics.ExposeMetadata on) are dropped in favour of these.
 func writeExposition(w io.Writer, out []byte) {
 	var written [numFamilies]bool
 	var prev []byte // the name of the last sample line
@@ -274,10 +262,9 @@ type upstreamMetrics struct {
 	firstByte lazyHistogram
 }
 
-// lazyHistogram is a histogram series made on its first observation. A
-// histogram writes 17 lines to every scrape, and some may never be
-// observed: the first byte of an upstream that never streams, an outcome
-// that never occurs.
+// lazyHistogram is a histogram series made on its first observation: a
+// histogram writes a line per bucket to every scrape, and some are never
+// observed (the first byte of an upstream that never streams).
 type lazyHistogram struct {
 	h    atomic.Pointer[metrics.PrometheusHistogram]
 	set  *metrics.Set

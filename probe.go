@@ -18,15 +18,11 @@ import (
 
 // ProbeConfig configures active health probes: a background loop that sends
 // each upstream a cheap request every Interval, so that a provider that went
-// down is known before users hit it, and one that came back is tried again
-// before its circuit's Cooldown ends.
-//
-// A failing probe counts toward the upstream's breaker like a failed
-// request; a succeeding probe on an open circuit moves it to half-open at
-// once, so the next request probes it for real. No probe goes out while a
-// half-open probe request is in flight. Probes carry the upstream's Header
-// and are counted in failover_probes_total{upstream,outcome}, not in
-// Health's request counts.
+// down is known before users hit it, and one that came back is tried before
+// its circuit's Cooldown ends. A failing probe counts like a failed request;
+// a succeeding one moves an open circuit to half-open, so that the next
+// request probes it. Probes carry the upstream's Header and are counted in
+// failover_probes_total, not in Health's request counts.
 type ProbeConfig struct {
 	// Interval between two probes of one upstream, each jittered by up
 	// to ±10 % so that a fleet does not probe in lockstep; at least
@@ -37,13 +33,11 @@ type ProbeConfig struct {
 	Timeout time.Duration
 
 	// Request builds the probe of an upstream; the Transport then sets
-	// the upstream's Header on it. Nil means GET {BaseURL}/models, the
-	// cheapest request an OpenAI-compatible API has; a chat completion
-	// with max_tokens 1 suits providers without it. An error, or a nil
-	// request, sends no probe to the upstream that time, and is logged.
-	// The probe ends at Timeout and at Close, whatever context its
-	// request was made with. A panic in it (or in Base or Classify during
-	// a probe) is logged and the probe counts for nothing.
+	// the upstream's Header on it. Nil means GET {BaseURL}/models; a chat
+	// completion with max_tokens 1 suits providers without it. An error
+	// or a nil request skips that probe and is logged. The probe ends at
+	// Timeout and at Close, whatever its request's context. A panic
+	// during a probe is logged and the probe counts for nothing.
 	Request func(ctx context.Context, u Upstream) (*http.Request, error)
 }
 
@@ -123,10 +117,9 @@ func jitter(d time.Duration) time.Duration {
 	return d + j
 }
 
-// probe sends u one probe and records what it says. A panic in
-// ProbeConfig.Request, Base or Classify is reported (reportPanic) and the
-// probe counts for nothing: on the probe loop's goroutine it would end
-// the process.
+// probe sends u one probe and records what it says. A panic is reported
+// and the probe counts for nothing: on the probe loop's goroutine it would
+// end the process.
 func (t *Transport) probe(u *upstream) {
 	if u.circuit.Check(time.Now()).Refusal == circuit.Probing {
 		return // a real request is probing it

@@ -35,10 +35,8 @@ type lastError struct {
 }
 
 // add records an attempt's outcome and latency at now; a negative latency
-// is unknown (the attempt was cut short) and counts in no percentile. A
-// canceled or unservable attempt is only counted: it says nothing of the
-// upstream's speed or health, so it is in no percentile, no success rate
-// and no number of attempts that Degraded compares with MinSamples.
+// is unknown (the attempt was cut short). A canceled or unservable attempt
+// says nothing of the upstream, so it is only counted.
 func (w *window) add(o Outcome, d time.Duration, now mono.Time) {
 	w.counts[o].Add(1)
 	if o == Canceled || o == Unservable {
@@ -55,19 +53,10 @@ func (w *window) add(o Outcome, d time.Duration, now mono.Time) {
 
 // rate returns the attempts per second over the window's attempts made
 // after since: their number over the time since the oldest of them (0
-// with fewer than 2). The ring holds its attempts in the order they were
-// numbered, which is the order of their times but for the few that
-// concurrent writers stored out of step: the oldest attempt after since is
-// found by a binary search over that order, about ten reads rather than a
-// scan of the whole ring (which every failure told to the fleet made, and
-// each read a cache line the other cores write).
-//
-// Writers go on meanwhile. A slot read as older than since is older, or
-// claimed and not yet written; one read as newer is newer, by the order.
-// Only the oldest slot counted can have been written over by an attempt
-// numbered a ring later, which would read as new (a rate of thousands of
-// millions, or none): when the count of attempts shows that one was, the
-// search is made again, and after rateTries the ring is scanned.
+// with fewer than 2). The oldest is found by a binary search over the
+// ring, which is in time order but for concurrent writers' jitter; when a
+// writer lapped the ring meanwhile it searches again, and after rateTries
+// scans (see docs/design.md).
 func (w *window) rate(now, since time.Time) float64 {
 	from, end := mono.Of(since), mono.Of(now)
 	for range rateTries {
@@ -127,9 +116,8 @@ type windowStats struct {
 	n         int             // attempts
 }
 
-// stats returns the figures of w's attempts made after since. (An entry
-// being written while this reads may pair a new latency with an old time:
-// one sample in a thousand, for a moment.)
+// stats returns the figures of w's attempts made after since. An entry
+// being written meanwhile may pair a new latency with an old time.
 func (w *window) stats(since time.Time) windowStats {
 	var s windowStats
 	s.latencies = make([]time.Duration, 0, windowSize)
@@ -250,10 +238,8 @@ type liveness struct {
 	busySince atomic.Int64 // mono.Time when inflight last went from 0 to 1
 
 	// answered is when the newest attempt that got an answer was sent
-	// (a mono.Time): the upstream answered what it was sent until
-	// then. An answer to an older request, sent before the upstream
-	// hung, says nothing of the ones sent after it, however late it
-	// comes.
+	// (a mono.Time). A late answer to an older request says nothing of
+	// those sent after it.
 	answered atomic.Int64
 }
 
@@ -265,9 +251,7 @@ func (l *liveness) start(now mono.Time) {
 
 // end closes an attempt sent at start; answered says whether the upstream
 // answered it (a response, or an error of its own such as a refused
-// connection), as opposed to the attempt timing out or the caller giving
-// up. Most answers are to the newest request answered yet, and write; an
-// older one's reads only.
+// connection) rather than the attempt timing out or the caller giving up.
 func (l *liveness) end(start mono.Time, answered bool) {
 	for answered {
 		old := l.answered.Load()
@@ -282,27 +266,17 @@ func (l *liveness) end(start mono.Time, answered bool) {
 const defaultEWMADecay = 10 * time.Second
 
 // peakEWMA is a peak-sensitive exponentially weighted moving average of an
-// upstream's latency, Finagle's "peak EWMA", lock-free.
-//
-// A sample larger than the average replaces it at once: one slow answer
-// makes the upstream look slow right away. A smaller sample d pulls the
-// average v toward it by the time since the previous sample, Δ:
+// upstream's latency, Finagle's "peak EWMA", lock-free. A sample larger
+// than the average replaces it at once; a smaller one d pulls it toward d
+// by the time Δ since the previous sample:
 //
 //	v ← v·w + d·(1 − w),  w = exp(−Δ/decay)
 //
-// so the average forgets a peak over about decay, however many samples
-// arrive meanwhile. Reading it at now discounts it by the time since the
-// last sample, v·exp(−(now − last)/decay): an upstream that has not
-// answered for a while looks faster and faster, so a router tries it again
-// (Finagle reaches the same end by observing a zero on each read; here
-// reading writes nothing, so the value does not depend on how often it is
-// read).
-//
-// The value and the time of the last sample share one atomic word: the
-// value as a float32 of nanoseconds, the time as monotonic milliseconds
-// modulo 2^32 (49.7 days). A sample timed up to a minute before the last one (goroutines
-// racing) counts as simultaneous with it. The zero value is ready to use,
-// with a decay of 10 s. A peakEWMA must not be copied after first use.
+// Read at now, the average is discounted by the time since the last
+// sample, so an upstream nobody tries looks faster and is tried again. The
+// value and the time share one atomic word (see docs/design.md). The zero
+// value is ready to use, with a decay of 10s; it must not be copied after
+// first use.
 type peakEWMA struct {
 	decay time.Duration // zero means defaultEWMADecay; set before first use
 	state atomic.Uint64 // math.Float32bits(v)<<32 | milliseconds of the last sample
