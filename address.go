@@ -76,14 +76,10 @@ func hasDotSegment(p string) bool {
 }
 
 // route returns the upstream that u is addressed to (the longest matching
-// base path wins) and the rest of the path after its base path, decoded and
-// escaped (the escaped rest "" when u has no RawPath and the base path
-// needs no escaping: see request.escapedRest), or nil. Both the decoded and
-// the escaped path must lie under the base path, so that an encoded slash
-// cannot pass for a path segment. spelled reports that u spells the
-// scheme and host as the upstream's BaseURL does, byte for byte. Only the
-// upstreams on u's host are looked at (hosts), so routing costs the same
-// however many upstreams there are.
+// base path wins), or nil, and the rest of the path after its base path,
+// decoded and escaped (see request.escapedRest). Both must lie under the
+// base path, so that an encoded slash cannot pass for a path segment.
+// spelled reports that u spells scheme and host as the BaseURL does.
 func (t *Transport) route(u *url.URL) (up *upstream, rest, rawRest string, spelled bool) {
 	if u.Opaque != "" || u.Host == "" {
 		return nil, "", "", false
@@ -92,10 +88,8 @@ func (t *Transport) route(u *url.URL) (up *upstream, rest, rawRest string, spell
 	if len(ups) == 0 {
 		return nil, "", "", false
 	}
-	// Without a RawPath, the escaped path is the escaping of Path: under
-	// a base path that needs no escaping whenever Path is under it, and
-	// its rest the escaping of Path's (see request.escapedRest). It is
-	// made only for a base path that needs it.
+	// The escaped path is made only when u has a RawPath or the base
+	// path needs escaping; otherwise it is Path's escaping.
 	var raw string
 	escaped := false
 	for i, c := range ups { // the longest base path first
@@ -182,10 +176,9 @@ func spellings(ups []*upstream, hosts map[string][]*upstream) []spelling {
 	return out
 }
 
-// hostKeyIn is hostKey(scheme, host) (with ASCII letters alone brought to
-// lower case), written to b only when it is not a part of host as it is:
-// an authority in lower case costs no copy, and nothing allocates unless
-// b is too short. Its result may share b's bytes: it is for a map lookup.
+// hostKeyIn is hostKey(scheme, host) with ASCII letters lowered, written
+// to b only when host is not lower case already. Its result may share b's
+// bytes: it is for a map lookup.
 func hostKeyIn(b []byte, scheme, host string) string {
 	h, port := splitHostPort(host)
 	if port == "" || port == defaultPort(scheme) {
@@ -298,20 +291,14 @@ func (t *Transport) reachesUpstream(u *url.URL) bool {
 }
 
 // authorityKey is the host and port a client connects to for scheme and
-// host: a host name in lower case without its trailing dots, an IP
-// address in one form, and the port without its leading zeros, the
-// scheme's default when there is none ("b.test.:08080" is b.test:8080,
-// which net/http dials for it; "http://b.test:443" reaches the server of
-// "https://b.test", in plain text). Routing keeps to hostKey (a URL
-// spelled so is addressed to no upstream); address reads it so that
-// UnroutedFirst sends no such URL's credentials to the first upstream.
+// host, however spelled: "b.test.:08080" is b.test:8080, as net/http dials
+// it. Routing keeps to hostKey; address reads this so that UnroutedFirst
+// sends no other upstream's credentials to the first.
 func authorityKey(scheme, host string) string {
 	h, port := splitHostPort(host)
 	if a, err := netip.ParseAddr(strings.TrimSuffix(strings.TrimPrefix(h, "["), "]")); err == nil {
-		// An IP literal in any of its forms ("[0:0::1]", "[::ffff:10.0.0.1]"
-		// for 10.0.0.1): the address it is. A zone matters only to an
-		// address that needs one: [::1%lo] is dialed to ::1 (and an
-		// unknown zone is index 0).
+		// An IP literal in any of its forms is the address it is; a
+		// zone matters only to an address that needs one.
 		if a = a.Unmap(); !a.IsLinkLocalUnicast() && !a.IsLinkLocalMulticast() && !a.IsInterfaceLocalMulticast() {
 			a = a.WithZone("")
 		}

@@ -101,27 +101,14 @@ func (e ender) closed() {
 func (e ender) ends() bool { return e.cancel != nil || e.ctx != nil }
 
 // ownCtx is an attempt's own context when its caller's is never done
-// (context.Background's kind, whose Done is nil), as a hedged round's
-// first attempt has it: the caller's deadline and values, and the Done,
-// Err and cause of a canceler, which the attempt ends early (end). It is
-// made with the attempt (outParts), and its canceler comes from a pool,
-// so that an attempt answered in time costs its context no allocation: a
-// context derived from it (http.Transport derives one for every request)
-// finds the canceler's cancelCtx through Value, as one derived from a
-// cancelCtx does, and joins its children, a map made already, with no
-// goroutine and no allocation. (An ownCtx of its own, with the context
-// package's AfterFunc hook, took four allocations: its Done channel, the
-// hook's stop func, and the derived context's closure and stopCtx.)
-//
-// The caller's Close of the answer's body releases it: the canceler goes
-// back to the pool, unended, unless the attempt was ended (a canceled
-// cancelCtx cannot serve again) or it has served cancelerUses attempts.
-// After its release the context no longer ends with the attempt: it reads
-// as the caller's own, never done, as the request without Hedge has it,
-// until another attempt that took its canceler from the pool is ended, or
-// the canceler is retired (cancelerUses), which ends it. It still finds
-// its canceler, so that a context derived from it that lets go of it
-// later (http.Transport's, once the body is read) leaves nothing behind.
+// (context.Background's kind), as a hedged round's first attempt has it:
+// the caller's deadline and values, and the Done, Err and cause of a
+// pooled canceler, which the attempt ends early (end). It spares an
+// attempt answered in time any allocation for its context. The caller's
+// Close of the answer's body releases it, giving the canceler back to the
+// pool unless it was ended or has served cancelerUses attempts; after its
+// release it reads as the caller's context, never done. See
+// docs/design.md.
 type ownCtx struct {
 	context.Context // the caller's: Deadline and Value
 	c               *canceler
@@ -135,11 +122,9 @@ const (
 	ctxReleased        // the caller closed the answer: the canceler went back, or was retired
 )
 
-// canceler is the cancelCtx of an ownCtx: context.WithCancelCause's of
-// context.Background, whose Value is nil but for the cancelCtx's own key,
-// and its Done channel, made with it. Pooled ones (cancelers) are made
-// outside any synctest bubble: a channel belongs to the bubble it was made
-// in, and to use it outside is fatal; a round in a bubble makes its own
+// canceler is the cancelCtx of an ownCtx, with its Done channel made at
+// once. Pooled ones are made outside any synctest bubble, since using a
+// bubble's channel outside it is fatal; a round in a bubble makes its own
 // and never pools it.
 type canceler struct {
 	ctx    context.Context
@@ -149,10 +134,8 @@ type canceler struct {
 }
 
 // cancelerUses is how many attempts a pooled canceler serves before it is
-// retired, ended: a context a Base derived from an attempt's and never
-// canceled (or an AfterFunc it never stopped) stays among its children
-// until then, so no canceler holds more than that many, nor keeps one
-// waiting longer than that many requests for its end.
+// retired, ended, so that contexts a Base derived and never canceled do
+// not pile up among its children.
 const cancelerUses = 64
 
 var cancelers = sync.Pool{New: func() any { return newCanceler(true) }}
@@ -287,12 +270,9 @@ func (r *request) mapped(u *upstream) ([]byte, bool) {
 }
 
 // send sends a's request through Base and records what came back, in a
-// and in a.u's circuit and figures: the round trip (roundTrip), the
-// stream's start (guardStream), the response's view of its request
-// (showRequest), the verdict (judge), and the accounting (account). r is
-// the request as a's goroutine has it: the call's on the caller's
-// goroutine, a hedge's own copy on its own (nothing writes either while a
-// is in flight).
+// and in a.u's circuit and figures. r is the request as a's goroutine has
+// it: the call's, or a hedge's own copy; nothing writes either while a is
+// in flight.
 func (a *attempt) send(r *request) {
 	u, t := a.u, r.t
 	answered := false
@@ -301,8 +281,7 @@ func (a *attempt) send(r *request) {
 		start = mono.Of(a.start) // the last resort's: no permit
 	}
 	u.live.start(start)
-	// One deferred func for all of the hand-back (three of them cost
-	// about 50 instructions more per request): it runs even if Base,
+	// One deferred func for all of the hand-back: it runs even if Base,
 	// Classify, the stream guard or a hook panics, or ends the goroutine.
 	defer func() {
 		v := recover()
@@ -347,13 +326,11 @@ func timedOut(err error) bool {
 	return errors.Is(err, ErrAttemptTimeout) || errors.As(err, &nerr) && nerr.Timeout()
 }
 
-// roundTrip sends a.out through Base within the attempt timeout. A
-// response that raced the timeout is closed: its context is canceled and
-// it cannot be read. The attempt's own context, if it has one, ends at
-// once without a response, and when the caller closes the body with one;
-// at once, too, for a protocol switch (101), whose Body is the connection,
-// an io.ReadWriteCloser that the caller owns and that no wrapper may hide
-// (net/http ends its own context for the request then).
+// roundTrip sends a.out through Base within the attempt timeout; a
+// response that raced the timeout is closed. The attempt's own context,
+// if any, ends at once without a response or with a protocol switch (101,
+// whose Body, the connection, no wrapper may hide), and otherwise when the
+// caller closes the body.
 func (a *attempt) roundTrip(r *request) (*http.Response, error) {
 	t := r.t
 	var timer *time.Timer
@@ -412,12 +389,10 @@ func (t *Transport) guardStream(ctx context.Context, resp *http.Response, err er
 }
 
 // showRequest sets resp.Request to where the request went, with the
-// caller's own headers: the upstream's credentials stay out of SDK error
-// dumps, and a redirect that follows the response finds the upstream the
-// caller addressed (see view). An answer from another upstream than the
-// one the caller's URL names loses its Set-Cookie: http.Client's Jar
-// keeps a cookie for the URL the client sent, so that upstream's session
-// would go to the addressed one with the caller's next request.
+// caller's own headers, keeping the upstream's credentials out of SDK
+// error dumps (see view). An answer from an upstream the caller did not
+// address loses its Set-Cookie: the client's Jar would file it under the
+// addressed upstream's URL.
 func (r *request) showRequest(resp *http.Response, a *attempt) {
 	u := a.u
 	if resp == nil {
@@ -526,12 +501,10 @@ func (t *Transport) account(a *attempt, lost bool) {
 // a response nor an error.
 var errNoResponse = errors.New("failover: Base returned no response and no error")
 
-// stalled reports whether an attempt that timed out ended late: its round
-// trip returned more than a tenth of its timeout (the upstream's, or
-// the request's) after the deadline.
-// A canceled dial or read returns at once; one that returns late shows
-// that this process did not run (starved of CPU, a long GC, a paused VM)
-// when the deadline passed, and the answer may have been there to read.
+// stalled reports whether an attempt that timed out returned more than a
+// tenth of its timeout after the deadline: a canceled dial or read returns
+// at once, so this process was not running (starved, a long GC, a paused
+// VM) and the answer may have been there to read.
 func (t *Transport) stalled(a *attempt) bool {
 	d := a.timeout
 	return a.end.Sub(a.sent) > d+min(d/10, maxDuration-d) // saturating
@@ -539,15 +512,9 @@ func (t *Transport) stalled(a *attempt) bool {
 
 // othersTimedOut reports whether an attempt at u that timed out at now
 // says more of this process than of u: every other upstream timed out too
-// within the last two attempt timeouts, of u's or of the other's,
-// whichever is longer (a starved process times out on a long timeout as
-// well as on a short one, only later). Providers rarely all hang at once;
-// a starved client (CPU, GC, a paused VM) makes all of them look hung, and
-// opening every circuit then fails every request at once, which is worse
-// than no failover at all. One upstream that hangs alone still opens its
-// circuit, as the others answer in time. With one upstream there is no
-// other to compare with: its timeouts count (unless stalled says
-// otherwise).
+// within the last two attempt timeouts (the longer of the pair).
+// Providers rarely all hang at once, while a starved client makes all of
+// them look hung, and opening every circuit would fail every request.
 func (t *Transport) othersTimedOut(u *upstream, now time.Time) bool {
 	if len(t.upstreams) < 2 {
 		return false

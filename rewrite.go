@@ -11,11 +11,9 @@ import (
 )
 
 // clone copies the caller's request for one attempt to up: its own URL
-// (the caller's, read only, when rewrite changes nothing in it and
-// shareURL allows), its own header map, without the headers up sets and,
-// for an upstream the caller's credentials are not for, those mayCross
-// keeps back, the value slices shared (nothing writes them). Request and
-// URL take one allocation, or none when own holds them.
+// (or the caller's, read only, when rewrite changes nothing and shareURL
+// allows) and its own header map, without the headers up sets or those
+// mayCross keeps back; the value slices are shared, never written.
 func (r *request) clone(ctx context.Context, up *upstream, shareURL bool, own *outParts) *http.Request {
 	// The request as the caller made it, or with the attempt's own
 	// context (WithContext's copy, inlined, stays on the stack).
@@ -81,14 +79,11 @@ func (r *request) keepsURL(up *upstream) bool {
 }
 
 // rewrite points out, a clone of the caller's request, at u: scheme, host,
-// base path and u's headers. The Host header is u's host, even for the
-// upstream the caller addressed when the caller set another: a gateway
-// built on httputil.ReverseProxy keeps its own client's Host, which would
-// reach the provider with u's credentials. Credentials the caller set go
-// only to the upstream the caller addressed (clone left the caller's
-// credential headers out for any other); a redirect hop's URL loses its user info and
-// the query pairs that carry them for any other. A URL clone shares with
-// the caller (keepsURL) is not written.
+// base path and u's headers. Host is always u's, even when the caller set
+// another (a gateway on httputil.ReverseProxy keeps its own client's Host,
+// which would reach the provider with u's credentials). Any upstream but
+// the credentials' owner gets the URL without user info and credential
+// query pairs. A URL shared with the caller (keepsURL) is not written.
 func (r *request) rewrite(out *http.Request, u *upstream) {
 	out.Host = u.host
 	for _, f := range u.headers {
@@ -120,28 +115,17 @@ func (r *request) rewrite(out *http.Request, u *upstream) {
 // mayCross reports whether the caller's header k, with values vs, may go
 // to an upstream the caller's credentials are not for: not when it is a
 // credential or, on a redirect hop, carries one (a Referer with the first
-// URL's key=). Any upstream's request also goes without the caller's
-// headers it sets itself, in any spelling (upstream.sets: net/http would
-// send a non-canonical key as a second header).
+// URL's key=).
 func (r *request) mayCross(k string, vs []string) bool {
 	return !r.t.creds.header(k) && (r.hop == nil || !r.hop.carries(vs...))
 }
 
 // Redirect hops. http.Client follows a 3xx with a new request, the hop,
-// whose Response is the 3xx and whose headers it copies from the first
-// request of the chain (dropping only Authorization, Cookie and their
-// kin, and only for another domain), adding a Referer with the previous
-// URL and its query. Each hop reaches RoundTrip as a request of its own,
-// addressed to wherever the Location points: the backup's own host, a
-// third host, another upstream. The caller's credentials in it belong to
-// the upstream the first request addressed, its owner; every other
-// upstream, and a host that is no upstream, gets the hop without them:
-// without the credential headers, without the headers and query pairs
-// that carry their values (the Referer, a Location that echoed the
-// caller's key=), and without user info. The Location's own query pairs
-// pass otherwise: a presigned URL's signature is the redirecting server's
-// to hand out. A hop whose chain cannot be followed back to its first
-// request belongs to no upstream.
+// which copies the first request's headers and reaches RoundTrip addressed
+// to wherever the Location points. The caller's credentials in it belong
+// to the upstream the first request addressed, its owner; anyone else gets
+// the hop without them, wherever they are carried (see docs/design.md). A
+// hop whose chain cannot be followed back belongs to no upstream.
 
 // hop is what a redirect hop knows of the caller's credentials: the
 // upstream they belong to, the chain's first request, and every form of
@@ -260,9 +244,8 @@ func (c *viewCtx) String() string {
 }
 
 // pathAt is the request's path at u, an upstream it was not addressed
-// to: u's base path and the rest. It is the caller's path itself when u's
-// base path is the addressed upstream's (OpenAI-compatible upstreams'
-// "/v1" alike), so no string is made.
+// to: u's base path and the rest, or the caller's path itself when the
+// base paths are the same.
 func (r *request) pathAt(u *upstream) string {
 	p := r.req.URL.Path
 	if n := len(u.path); len(p) == n+len(r.rest) && p[:n] == u.path && p[n:] == r.rest {
