@@ -1,36 +1,13 @@
 // Package circuit is the circuit breaker of one upstream: failsafe-go's
-// circuit breaker counts failures and decides when to trip and when to
-// close, and this package adds what a RoundTripper needs around it, with the
-// time passed in as golang.org/x/time/rate takes it:
-//
-//   - Allow(now) returns a Permit to settle with Done(permit, result, now),
-//     and a lock-free fast path: while the circuit is closed, Allow reads
-//     one atomic and takes no lock; Done takes none for a success either
-//     under the consecutive-failure rule, but the FailureThreshold-th in a
-//     row after a failure (see Circuit.succ).
-//   - A single-flight half-open probe whatever SuccessThreshold is
-//     (failsafe-go's half-open state admits SuccessThreshold requests at
-//     once): a gate lets one probe through at a time, a probe that ends
-//     with no verdict hands the gate on without recording anything
-//     (failsafe-go has no neutral outcome), and a probe still out after
-//     Cooldown is presumed hung, so the next request probes instead.
-//   - A generation that drops the results of requests admitted before the
-//     last state change, so a slow success from before the circuit opened
-//     can never close it.
-//   - The open state's deadline is kept here, as a monotonic instant
-//     computed from the now of the change, and the move from open to
-//     half-open is made here when it passes; failsafe-go's own delay is
-//     never consulted.
-//   - A small API for a fleet of processes that share circuits: HoldOpen,
-//     CloseRemote and Trip, and a Lease hook that says whether this
-//     process may send the half-open probe.
-//
-// Every state change is collected under the circuit's mutex and handed to
-// OnChange after it is released, on the goroutine that made the change, in
-// one place (unlock).
-//
-// failsafe-go's time-based window (FailureRate with FailurePeriod) reads
-// failsafe-go's own clock, time.Now, which carries the monotonic reading.
+// breaker counts failures and decides when to trip and close, and this
+// package adds what a RoundTripper needs around it, with the time passed in
+// as golang.org/x/time/rate takes it: a two-step Allow/Done with a
+// lock-free path while closed, a single-flight half-open probe, a
+// generation that drops results from before the last state change, the
+// open state's deadline on the monotonic clock, and HoldOpen, CloseRemote,
+// Trip and a Lease hook for a fleet that shares circuits. State changes go
+// to OnChange after the lock is released, on the goroutine that made them.
+// docs/design.md has the details.
 package circuit
 
 import (
@@ -160,14 +137,10 @@ type Circuit struct {
 	// nothing, and Done takes no lock.
 	clean atomic.Bool
 
-	// succ is the word that lets Done count a success under the
-	// consecutive-failure rule without the lock while clean is false
-	// (after a failure, for the next FailureThreshold results): such a
-	// success is added to its pending count, and the next holder of mu
-	// hands the pending successes to cb before anything else (lock), as
-	// if each had taken mu in its turn. It holds, too, whether the last
-	// attempt that counted failed, which every result writes. See the
-	// succ* constants.
+	// succ lets Done count a success without mu while clean is false:
+	// it adds to a pending count, which the next holder of mu hands to
+	// cb first (lock). It also holds whether the last attempt that
+	// counted failed. See the succ* constants.
 	succ atomic.Uint64
 
 	// streak is how many failures in a row a closed circuit counts under
@@ -175,10 +148,9 @@ type Circuit struct {
 	// without it (Streak).
 	streak atomic.Int32
 
-	// lastFailure is when the attempt of the latest failure counted
-	// started (a mono.Time): under the consecutive-failure rule, a success
-	// of an attempt that started before it is older evidence than that
-	// failure, and resets nothing.
+	// lastFailure is when the attempt of the latest counted failure
+	// started (a mono.Time): a success of an attempt that started before
+	// it is older evidence and resets nothing.
 	lastFailure atomic.Int64
 
 	// mu serializes every call into cb, so that state, gen and the
@@ -191,11 +163,10 @@ type Circuit struct {
 }
 
 // The bits of Circuit.succ: the successes pending (at most
-// FailureThreshold-1: the one that would make FailureThreshold takes mu);
-// an epoch that each release of mu advances, so that a success that read
-// the circuit before a holder of mu changed it and counts after is
-// refused (its compare-and-swap fails); whether mu is held, during which
-// no success is added; and whether the last attempt that counted failed.
+// FailureThreshold-1); an epoch that each release of mu advances, so that
+// a success that read the circuit before a holder of mu changed it fails
+// its compare-and-swap; whether mu is held; and whether the last attempt
+// that counted failed.
 const (
 	succPending uint64 = 1<<16 - 1
 	succEpoch   uint64 = 1 << 16 // its unit; the epoch has bits 16-61
@@ -420,11 +391,10 @@ func (c *Circuit) Release(p Permit) {
 }
 
 // Done settles a permit with the attempt's result at now. A Neutral
-// result records nothing; a probe that ends with one hands the probe to
-// the next request. A result of a permit from before the last state change
-// is dropped, and so, under the consecutive-failure rule, is a success of
-// a permit given before the latest counted failure's: requests sent before
-// a fault that succeed after its first failures reset no count.
+// result records nothing and hands a probe on. A result of a permit from
+// before the last state change is dropped, and so is a success of a permit
+// given before the latest counted failure: requests sent before a fault
+// reset no count.
 func (c *Circuit) Done(p Permit, r Result, now time.Time) {
 	switch r {
 	case Success:
@@ -470,17 +440,11 @@ func (c *Circuit) settle(p Permit, r Result, now time.Time) {
 }
 
 // countSuccess settles p, a permit given while closed, with a success
-// under the consecutive-failure rule without taking mu, when it can: it
-// drops a success that Done would drop, and adds any other to succ's
-// pending count, for the next holder of mu to hand to cb. It reports
-// whether it settled p; if not, Done takes mu. Its reads of gen and
-// lastFailure count only if no holder of mu came and went before the
-// compare-and-swap that adds it (the epoch says), so the success counts
-// as if it had held mu at that moment, before whatever the next holder
-// does; one that finds mu held waits for its holder, then tries again.
-// The FailureThreshold-th success in a row takes mu, which hands
-// them all to cb and finds the window clean: the successes after it take
-// the path without a write.
+// without taking mu when it can: it drops a success Done would drop and
+// adds any other to succ's pending count, as if it had held mu at the
+// moment of its compare-and-swap (the epoch says no holder came between).
+// It reports whether it settled p; if not, Done takes mu, as the
+// FailureThreshold-th success in a row does, which cleans the window.
 func (c *Circuit) countSuccess(p Permit) bool {
 	if !c.Counting() {
 		return false // a failure rate's window is timed: each success when it comes
@@ -491,10 +455,8 @@ func (c *Circuit) countSuccess(p Permit) bool {
 			return false
 		}
 		if w&succLocked != 0 {
-			// Wait for the holder, without holding mu for more than
-			// a moment: a success that settled under mu would make
-			// the successes that come meanwhile wait too, and those
-			// the next ones, a convoy that outlives the failure.
+			// Wait for the holder, then retry without mu: settling
+			// under mu would start a convoy of successes.
 			c.mu.Lock()
 			c.mu.Unlock()
 			continue
