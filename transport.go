@@ -7,14 +7,12 @@
 //	client := &http.Client{Transport: t} // hand it to any SDK
 //
 // A [Transport] is an http.RoundTripper. A request whose URL lies under an
-// upstream's BaseURL (same scheme, host and port, path under the base path)
-// goes to the first upstream whose circuit is closed and which is not
-// cooling down after a 429; when that attempt fails, the next is tried with
-// the same body, rewritten for its upstream (scheme, host, base path and
-// [Upstream.Header]). The caller's credentials reach only the upstream the
-// caller addressed. So aim the SDK at an upstream's BaseURL, spelled the
-// same way: a request addressed to no upstream is refused with an
-// [*UnroutedError] unless [Config.Unrouted] says otherwise.
+// upstream's BaseURL goes to the first upstream whose circuit is closed and
+// which is not cooling down after a 429; when that attempt fails, the next
+// is tried with the same body, rewritten for its upstream. The caller's
+// credentials reach only the upstream the caller addressed. Aim the SDK at
+// an upstream's BaseURL, spelled the same way: by default a request
+// addressed to no upstream is refused ([Config.Unrouted]).
 //
 // Each attempt is classified ([DefaultClassifier]): 2xx, 3xx and the
 // caller's own 4xx end the request; 401 and 403 try the next upstream; 429
@@ -281,12 +279,12 @@ const (
 //     closed, even on errors.
 //   - When any upstream answered, the latest answer is returned with a nil
 //     error, whatever its status. Otherwise the error is an [*Error]; the
-//     context's error when the caller's context ended (net/http's when it
-//     closed Request.Cancel); an [*UnroutedError] or Base's error for a
-//     request addressed to no upstream ([Config.Unrouted]); an
-//     [*UnknownUpstreamError] for a bad [WithUpstreams] list; or the
-//     caller's own error when its request cannot be sent (a body that fails
-//     to read, an invalid header), which counts against no upstream.
+//     context's error when the caller's context ended (net/http's when its
+//     Request.Cancel closed); an [*UnroutedError] or Base's error for a
+//     request addressed to no upstream; an [*UnknownUpstreamError] for a
+//     bad [WithUpstreams] list; or the caller's own error when its request
+//     cannot be sent (a body that fails to read, an invalid header), which
+//     blames no upstream.
 //   - The caller closes the returned body. Its Request is the attempt that
 //     got it, with the caller's headers, never an upstream's. Discarded
 //     responses are drained (up to 64 KiB) and closed by the Transport.
