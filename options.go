@@ -72,13 +72,13 @@ func WithUpstreams(ctx context.Context, names ...string) context.Context {
 
 // WithoutFailover returns a copy of ctx with which a request is sent at
 // most once, for a request that must not be sent twice (a file upload, a
-// paid tool call). It goes to the first upstream that admission lets
-// through, in the usual order, waiting within RateLimit.MaxWait as any
-// request does, and that attempt's answer or error is the result: nothing
-// fails over, is hedged or retried, and there is no last resort. When
-// every upstream refuses it, the [*Error] matches ErrCircuitOpen or
-// ErrRateLimited, and nothing was sent. To pin the request to one
-// upstream, add [WithUpstreams].
+// paid tool call). It goes to the first upstream that takes it, in the
+// usual order, passing over an open circuit, a probe in flight or a
+// cooldown, and waiting within RateLimit.MaxWait as any request does. That
+// attempt's answer or error is the result: nothing fails over, is hedged
+// or retried, and there is no last resort. When every upstream refuses
+// it, the [*Error] matches ErrCircuitOpen or ErrRateLimited, and nothing
+// was sent. To pin the request to one upstream, add [WithUpstreams].
 //
 // A body without GetBody is not buffered unless an upstream has Models.
 // Base may still resend as net/http's Transport does (a request it knows
