@@ -6,7 +6,7 @@ import (
 )
 
 // Counts are an upstream's attempts by outcome since the Transport was
-// made, and the requests that skipped it.
+// made.
 type Counts struct {
 	Success     uint64 `json:"success"`
 	Rejected    uint64 `json:"rejected"`
