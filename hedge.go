@@ -18,49 +18,20 @@ import (
 )
 
 // HedgeConfig turns on hedging: when an attempt has not answered within a
-// delay, the same request also goes to the next upstream in order, and the
-// first answer wins. The other attempt is canceled and its response, if it
-// had one, drained and closed.
+// delay, the same request also goes to the next upstream of the plan, and
+// the first answer wins; the other attempt is canceled and its response,
+// if it had one, drained and closed.
 //
-// Hedging trades money for tail latency: every hedge is a second request
-// the providers bill, and an answer that was only slow, not lost, is paid
-// for twice. The budget bounds that: over any stretch of time, hedges are
-// at most Percent % of the requests plus a burst of 10. A delay at the
-// upstream's p95 hedges about the slowest 5 % of requests, so a Percent
-// above 5 rarely binds on a normal day and holds the bill on a slow one.
-//
-// The first attempt of a round goes to Base on the caller's goroutine, as
-// without hedging, and a timer waits for its delay: a request answered in
-// time costs no goroutine or channel, and no allocation more (the timer
-// comes from a pool). When the delay
-// passes first, the timer's goroutine runs the rest of the round, and
-// RoundTrip returns the winner's answer once Base has returned from the
-// first attempt, which is canceled when it loses: a Base that does not
-// return when its request's context is canceled (http.Transport does)
-// holds the caller until it returns, as it would with an AttemptTimeout.
-//
-// Only a request whose body can be sent twice is hedged: no body, a body
-// with GetBody, or one the Transport buffered (see Config.MaxBodyBuffer).
-// A hedge counts against no retry: when an attempt fails before the delay,
-// the request fails over as usual. A half-open probe is never hedged, and a
-// hedge never probes: a canceled probe would leave its circuit without a
-// verdict. An httptrace.ClientTrace in the request's context hears every
-// attempt, hedged ones at the same time: its hooks must be safe for
-// concurrent use, as they are for a request whose dials race (net/http's
-// Happy Eyeballs).
-//
-// A canceled attempt counts as neither success nor failure, unless its
-// upstream looks hung when it is canceled: it is suspected of hanging (see
-// HangConfig), or, with enough recent latencies to know its p99
-// (HangConfig.MinSamples), it has answered nothing since the attempt started
-// and the attempt waited past the hang limit (HangConfig's Multiple of that
-// p99, at least Floor). Then it counts as a failure, as it would have when
-// it timed out, so that hedging does not hide a hung upstream from its
-// breaker. An upstream with too few recent latencies is not judged so: a
-// slow one and a hung one then look alike. A fixed Delay far below an
-// upstream's usual latency makes every attempt on it lose, and with a
-// known p99 it then looks hung and its circuit opens; the default delay,
-// its own p95, leaves it most of its answers.
+// Hedging trades money for tail latency: every hedge is a request the
+// providers bill. The budget bounds it to Percent % of the requests plus a
+// burst of 10. Only a request whose body can be sent twice is hedged (no
+// body, GetBody, or one the Transport buffered); a half-open probe is
+// never hedged, and a hedge never probes. An attempt that fails before the
+// delay fails over as usual. A Base that ignores its request's canceled
+// context holds the caller until it returns. An httptrace.ClientTrace in
+// the request's context hears hedged attempts at the same time: its hooks
+// must be safe for concurrent use. A canceled attempt counts against its
+// upstream only when the upstream looks hung ([HangConfig]).
 type HedgeConfig struct {
 	// Delay is how long the first attempt may go unanswered before the
 	// hedge is sent. Zero means the p95 of the attempted upstream's

@@ -116,33 +116,19 @@ type Candidate struct {
 //
 // Order appends to dst the Index of every candidate, each exactly once, in
 // the order the Transport should try them, and returns the extended slice.
-// It must not modify cands or keep them after it returns. The Transport
-// calls it once per request, concurrently from many goroutines, so it must
-// be safe for concurrent use and should not allocate when dst has room for
-// every candidate.
+// It must not modify cands or keep them after it returns; it may return a
+// slice of its own, which the Transport only reads. It is called
+// concurrently from many goroutines, so it must be safe for concurrent use,
+// and should not allocate when dst has room for every candidate.
 //
-// A Router only orders. The Transport still skips upstreams whose circuit
-// is open or already probing, and those cooling down after a 429, and falls
-// back through the rest in the order returned. An Index that Order
-// returns out of range, or again, is ignored, and the upstreams it leaves
-// out are tried after the others, by Index: a Router of your own that
-// breaks the contract can neither panic the request, send it twice to one
-// upstream in a round, nor leave it without an upstream to fail over to.
+// A Router only orders: the Transport still passes over upstreams that
+// cannot take the request (see [Candidate.Unavailable]). An Index out of
+// range or given twice is ignored, and the upstreams left out are tried
+// after the others, by Index.
 //
-// The Routers of this package order Demoted candidates after the others
-// and Open ones last, keeping their own order within each of the three
-// groups. A HalfOpen candidate keeps its place: the circuit closes only
-// after a request probes it, and one ordered last would go unprobed for as
-// long as the others serve.
-//
-// For the Routers of this package (not a type that embeds one) the
-// Transport fills no Candidates for a request that their first pick
-// settles: each finds its pick by reading only the upstreams it needs,
-// with the same admission and demotion decisions, so that a request costs
-// the same with 1 upstream or 64. When the pick does not settle the
-// request, the Transport fills every Candidate then, after that attempt,
-// and tries the others in the order Order gives them after its pick. What
-// else differs is said on each Router.
+// The Routers of this package put Demoted candidates after the others and
+// Open ones last, keeping their own order within each group; a HalfOpen
+// candidate keeps its place, so that it is probed.
 type Router interface {
 	Order(dst []int, cands []Candidate) []int
 }
