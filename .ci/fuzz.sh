@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # CI: runs each fuzz target for ${FUZZTIME:-10s}, in every package of every
 # module of the workspace whose tests declare one (the root package and
-# internal/ratelimit). go test -fuzz takes one target per run, so each gets
-# its own.
+# internal/ratelimit and internal/sse). go test -fuzz takes one target per
+# run, so each gets its own.
 # The seed corpus (f.Add and testdata/fuzz/<FuzzName>/) runs first; a
 # failure writes the failing input to the package's testdata/fuzz/<FuzzName>/
 # and fails the script after the other targets have run.
