@@ -205,7 +205,7 @@ type usageBody struct {
 	// than Read's.
 	mu    sync.Mutex
 	done  bool
-	lines sseLines
+	lines sseUsage
 	scan  usageScanner
 }
 

@@ -839,6 +839,76 @@ func TestUsageClosedEarly(t *testing.T) {
 	}
 }
 
+// TestUsageStreamSplitBOM meters a stream that begins with a byte order
+// mark split across the upstream's first writes, each write read apart
+// before the next is sent: the BOM is dropped and the first event, whose
+// message_start has the input and the model, is read.
+func TestUsageStreamSplitBOM(t *testing.T) {
+	start := `data: {"type":"message_start","message":{"id":"msg_1","type":"message","role":"assistant","model":"claude-sonnet-4-5-20250929","content":[],"stop_reason":null,"stop_sequence":null,"usage":{"input_tokens":125,"output_tokens":1}}}`
+	rest := sse(
+		`data: {"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Hello"}}`,
+		"event: message_delta\n"+`data: {"type":"message_delta","delta":{"stop_reason":"end_turn","stop_sequence":null},"usage":{"output_tokens":40}}`,
+		"event: message_stop\n"+`data: {"type":"message_stop"}`,
+	)
+	want := failover.Usage{Upstream: "a", Model: "claude-sonnet-4-5-20250929", Tokens: failover.Tokens{Input: 125, Output: 40}}
+	for _, first := range []struct{ name, event string }{
+		{"event line first", "event: message_start\n" + start + "\n\n"}, // as Anthropic sends it
+		{"data line first", start + "\n\n"},
+	} {
+		stream := "\xEF\xBB\xBF" + first.event + strings.Join(rest, "")
+		for cut := 1; cut <= 2; cut++ {
+			t.Run(fmt.Sprintf("%s/BOM cut after byte %d", first.name, cut), func(t *testing.T) {
+				pieces := []string{stream[:cut], stream[cut:]}
+				next := make(chan struct{}) // the caller read a piece: send the next
+				srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+					w.Header().Set("Content-Type", "text/event-stream")
+					for i, p := range pieces {
+						if i > 0 {
+							select {
+							case <-next:
+							case <-r.Context().Done():
+								return
+							}
+						}
+						io.WriteString(w, p)
+						w.(http.Flusher).Flush()
+					}
+				}))
+				defer srv.Close()
+				var log usageLog
+				tr, err := failover.New(failover.Config{
+					Upstreams:  []failover.Upstream{{Name: "a", BaseURL: srv.URL + "/v1"}},
+					MeterUsage: true,
+					OnUsage:    log.add,
+				})
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer tr.Close()
+				req, _ := http.NewRequest(http.MethodPost, srv.URL+"/v1/messages", strings.NewReader("{}"))
+				resp, err := tr.RoundTrip(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer resp.Body.Close()
+				buf := make([]byte, 4<<10)
+				n, err := resp.Body.Read(buf)
+				if err != nil || string(buf[:n]) != pieces[0] {
+					t.Fatalf("first read %q (%v), want %q", buf[:n], err, pieces[0])
+				}
+				close(next)
+				tail, err := io.ReadAll(resp.Body)
+				if err != nil || string(tail) != pieces[1] {
+					t.Fatalf("the caller got %q (%v), want %q", tail, err, pieces[1])
+				}
+				if got := log.all(); len(got) != 1 || got[0] != want {
+					t.Errorf("got %+v, want once %+v", got, want)
+				}
+			})
+		}
+	}
+}
+
 // TestUsageBounded checks that a usage object larger than the meter
 // keeps (4 KiB) is skipped whole rather than kept or misread, and that
 // what follows is still read.

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"unsafe"
 
+	"github.com/failover-go/failover/internal/sse"
 	"github.com/tidwall/gjson"
 )
 
@@ -542,159 +543,71 @@ func (s *usageScanner) endValue() {
 	s.capturing, s.buf = targetNone, s.buf[:0]
 }
 
-// What a line of a stream is, as sseLines reads it.
-const (
-	lineStart = iota // at the start of a line
-	lineName         // in a field name that may be "data"
-	lineSpace        // after "data:", where one space may come
-	lineData         // in a data field's value
-	lineSkip         // in any other line
-)
-
-// sseLines splits a text/event-stream into lines as the WHATWG HTML
-// standard's "Server-sent events" section does (CRLF, LF or CR; a blank
-// line ends an event) and hands the values of its data fields to a
-// usageScanner, an event's data lines joined, each event's data ended
-// with it.
+// sseUsage hands the data of a text/event-stream's events to a
+// usageScanner, each event's data ended with it.
 //
 // Most events can say nothing of usage: an OpenAI chat stream's chunks
 // but its last. So an event's data is held, up to maxEventHold bytes, and
 // scanned at the event's end only when mayReport says it might report
-// usage or the model; a larger event is scanned as it comes, from its
-// held start on. Either way every byte is scanned at most once, and the
+// usage or the model; a larger event is scanned as it comes, in the
+// reader's Parts. Either way every byte is scanned at most once, and the
 // outcome is the scanner's over every event.
-type sseLines struct {
-	state   uint8
-	name    int  // bytes of "data" matched
-	cr      bool // the last line ended in CR: an LF next is part of it
-	started bool // the byte order mark has been looked for
-
-	held      *[maxEventHold]byte // from eventBufs, once an event had data
-	n         int                 // bytes of the event's data held
-	streaming bool                // the event outgrew held: its data is scanned as it comes
+type sseUsage struct {
+	st *sseState // from sseStates, once the stream began
 }
 
-// maxEventHold bounds the bytes of an event's data that sseLines holds.
+// sseState is a stream's reader and the buffer it holds events in.
+type sseState struct {
+	r         sse.Reader
+	streaming bool // the event outgrew held: its data is scanned as it comes
+	held      [maxEventHold]byte
+}
+
+// maxEventHold bounds the bytes of an event's data that sseUsage holds.
 const maxEventHold = 4 << 10
 
-// eventBufs are the buffers sseLines hold events in, given back when the
-// body is done.
-var eventBufs = sync.Pool{New: func() any { return new([maxEventHold]byte) }}
+// sseStates are given back when the body is done.
+var sseStates = sync.Pool{New: func() any { return new(sseState) }}
 
-// data takes in a piece of the current event's data.
-func (f *sseLines) data(b []byte, s *usageScanner) {
-	switch {
-	case f.streaming:
-		s.scan(b)
-	case f.n+len(b) > maxEventHold:
-		f.streaming = true
-		if f.n > 0 {
-			s.scan(f.held[:f.n])
-			f.n = 0
-		}
-		s.scan(b)
-	case len(b) > 0:
-		if f.held == nil {
-			f.held = eventBufs.Get().(*[maxEventHold]byte)
-		}
-		f.n += copy(f.held[f.n:], b)
+// feed reads the next piece of the stream.
+func (f *sseUsage) feed(p []byte, s *usageScanner) {
+	if f.st == nil {
+		f.st = sseStates.Get().(*sseState)
+		f.st.r.Buffer(f.st.held[:0], maxEventHold)
 	}
+	f.st.r.Feed(p)
+	f.st.next(s)
 }
 
-// end ends the current event: its held data is scanned when it may say
-// something.
-func (f *sseLines) end(s *usageScanner) {
-	if f.n > 0 && s.mayReport(f.held[:f.n]) {
-		s.scan(f.held[:f.n])
+// release ends the stream, and its last event if the stream did not, and
+// gives the state back.
+func (f *sseUsage) release(s *usageScanner) {
+	st := f.st
+	if st == nil {
+		return
 	}
-	f.n, f.streaming = 0, false
-	s.endValue()
+	f.st = nil
+	st.r.End()
+	st.next(s)
+	st.r, st.streaming = sse.Reader{}, false
+	sseStates.Put(st)
 }
 
-// release ends the last event, if the stream did not, and gives the
-// buffer back.
-func (f *sseLines) release(s *usageScanner) {
-	f.end(s)
-	if f.held != nil {
-		eventBufs.Put(f.held)
-		f.held = nil
-	}
-}
-
-func (f *sseLines) feed(buf []byte, s *usageScanner) {
-	if !f.started {
-		f.started = true
-		buf = bytes.TrimPrefix(buf, utf8BOM)
-	}
-	// The next LF and CR at or after at, once looked for: each search
-	// passes over bytes no other search passes again, so that the work
-	// is linear in buf however its lines end.
-	lf, cr := -1, indexFrom(buf, 0, '\r')
-	for at := 0; at < len(buf); {
-		if f.cr {
-			f.cr = false
-			if buf[at] == '\n' {
-				at++
-				continue
+// next scans what the pieces fed so far complete.
+func (st *sseState) next(s *usageScanner) {
+	for {
+		switch st.r.Next() {
+		case sse.None:
+			return
+		case sse.Part:
+			st.streaming = true
+			s.scan(st.r.Data())
+		case sse.Event:
+			if d := st.r.Data(); st.streaming || len(d) > 0 && s.mayReport(d) {
+				s.scan(d)
 			}
-		}
-		switch f.state {
-		case lineData, lineSkip:
-			if lf < at {
-				lf = indexFrom(buf, at, '\n')
-			}
-			if cr < at {
-				cr = indexFrom(buf, at, '\r')
-			}
-			end := min(lf, cr)
-			if f.state == lineData {
-				f.data(buf[at:end], s)
-			}
-			if end == len(buf) {
-				return
-			}
-			f.cr = buf[end] == '\r'
-			at = end + 1
-			f.state = lineStart
-		case lineSpace:
-			if buf[at] == ' ' {
-				at++
-			}
-			f.state = lineData
-		default: // lineStart, lineName
-			if f.state == lineStart && bytes.HasPrefix(buf[at:], []byte("data:")) {
-				f.state, at = lineSpace, at+len("data:") // the usual line, at once
-				continue
-			}
-			c := buf[at]
-			at++
-			if c == '\n' || c == '\r' {
-				if f.state == lineStart {
-					f.end(s) // a blank line ends the event
-				}
-				f.state, f.cr = lineStart, c == '\r'
-				continue
-			}
-			if f.state == lineStart {
-				f.state, f.name = lineName, 0
-			}
-			switch {
-			case f.name < 4 && c == "data"[f.name]:
-				f.name++
-			case f.name == 4 && c == ':':
-				f.state = lineSpace
-			default:
-				f.state = lineSkip
-			}
+			st.streaming = false
+			s.endValue()
 		}
 	}
-}
-
-// indexFrom returns the index of the first c of b at or after at, or
-// len(b).
-func indexFrom(b []byte, at int, c byte) int {
-	if i := bytes.IndexByte(b[at:], c); i >= 0 {
-		return at + i
-	}
-	return len(b)
 }
