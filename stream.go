@@ -16,6 +16,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/failover-go/failover/internal/sse"
 	"github.com/tidwall/gjson"
 )
 
@@ -162,6 +163,7 @@ func (g StreamGuard) guard(resp *http.Response) (*http.Response, error) {
 	if h.maxBytes <= 0 {
 		h.maxBytes = defaultHoldBytes
 	}
+	h.p.Buffer(nil, h.maxBytes) // no event's data outgrows what the guard holds: no Parts
 	body, err := h.run(g.FirstByteTimeout)
 	if err != nil {
 		return nil, err
@@ -184,7 +186,7 @@ type holder struct {
 	maxBytes  int
 
 	buf    []byte // every byte read so far; never more than maxBytes
-	p      sseParser
+	p      sse.Reader
 	events int  // events held that were neither content nor error
 	alive  bool // an event or a comment has arrived
 
@@ -243,7 +245,7 @@ func (h *holder) run(timeout time.Duration) (io.ReadCloser, error) {
 		// that what it decides does not depend on how reads split the
 		// stream.
 		full := len(h.buf) >= h.maxBytes
-		pass, fail := h.scan(err == io.EOF && !full)
+		pass, fail := h.scan(p[:n], err == io.EOF && !full)
 		switch {
 		case fail != nil:
 			h.rc.Close()
@@ -272,30 +274,38 @@ func (h *holder) grow() {
 	h.buf = buf
 }
 
-// scan parses the complete lines read so far. It reports pass when the
-// stream is to be returned (content, the end, a limit) and fail when it is
-// to be abandoned. At eof, the last line and event need no terminator.
-func (h *holder) scan(eof bool) (pass bool, fail error) {
+// scan reads p, the bytes just read, with those before. It reports pass
+// when the stream is to be returned (content, the end, a limit) and fail
+// when it is to be abandoned. At eof, the last line and event need no
+// terminator.
+func (h *holder) scan(p []byte, eof bool) (pass bool, fail error) {
+	h.p.Feed(p)
+	if eof {
+		h.p.End()
+	}
 	for {
-		switch h.p.next(h.buf, eof) {
-		case sseNone:
+		switch h.p.Next() {
+		case sse.None:
 			return eof, nil
-		case sseComment:
+		case sse.Comment:
 			h.alive = true
 			if !h.hold {
 				return true, nil
 			}
-		case sseEvent:
+		case sse.Event:
 			h.alive = true
-			switch classify(h.p.typ, h.p.data) {
+			typ, data := h.p.Type(), h.p.Data()
+			switch classify(typ, data) {
 			case eventError:
-				return false, newStreamError(h.p.typ, h.p.data)
+				return false, newStreamError(typ, data)
 			case eventContent, eventDone:
 				return true, nil
 			}
 			if h.events++; !h.hold || h.events >= h.maxEvents {
 				return true, nil
 			}
+		case sse.Part:
+			return true, nil // an event larger than the hold (see guard: never)
 		}
 	}
 }
@@ -354,137 +364,6 @@ func (b *heldBody) Close() error {
 	b.closed.Store(true)
 	b.closeOnce.Do(func() { b.closeErr = b.rc.Close() })
 	return b.closeErr
-}
-
-// What a line of a stream completes.
-const (
-	sseNone    = iota // no complete line left
-	sseComment        // a comment line
-	sseEvent          // an event, in typ and data
-)
-
-// utf8BOM is the byte order mark a stream may begin with.
-var utf8BOM = []byte("\xEF\xBB\xBF")
-
-// sseParser splits a stream into events as the WHATWG HTML standard's
-// "Server-sent events" section does: lines end in CRLF, LF or CR; a blank
-// line ends an event; "event" and "data" fields, data lines joined by LF;
-// lines beginning with a colon are comments; other fields are ignored. It
-// parses a buffer that only grows, from where it left off.
-type sseParser struct {
-	pos     int  // start of the first line not parsed
-	scan    int  // where the search for the end of that line resumes
-	started bool // the byte order mark has been looked for
-	skipLF  bool // the last line ended in CR at the end of the buffer
-	flushed bool // the end of the stream has been handled
-
-	// The event being read. An event with no data but an event field
-	// counts too (an "event: error" line alone says enough).
-	typ     []byte // a slice of the buffer
-	acc     []byte // data lines, each followed by LF
-	hasData bool
-
-	// The event last returned: typ and data, without the final LF.
-	data []byte
-	sent bool
-}
-
-// next parses buf from where it left off until it completes a comment or an
-// event. At eof, buf is all there is.
-func (p *sseParser) next(buf []byte, eof bool) int {
-	if p.sent {
-		p.typ, p.acc, p.data, p.hasData, p.sent = nil, p.acc[:0], nil, false, false
-	}
-	if !p.started {
-		if !eof && len(buf) < len(utf8BOM) && bytes.HasPrefix(utf8BOM, buf) {
-			return sseNone
-		}
-		p.started = true
-		if bytes.HasPrefix(buf, utf8BOM) {
-			p.pos, p.scan = len(utf8BOM), len(utf8BOM)
-		}
-	}
-	for {
-		if p.skipLF && p.pos < len(buf) {
-			if buf[p.pos] == '\n' {
-				p.pos++
-				p.scan = p.pos
-			}
-			p.skipLF = false
-		}
-		var line []byte
-		if i := bytes.IndexAny(buf[p.scan:], "\r\n"); i >= 0 {
-			i += p.scan
-			end := i + 1
-			if buf[i] == '\r' {
-				if end < len(buf) {
-					if buf[end] == '\n' {
-						end++
-					}
-				} else {
-					p.skipLF = true // the LF of a CRLF may come next
-				}
-			}
-			line = buf[p.pos:i]
-			p.pos, p.scan = end, end
-		} else {
-			p.scan = len(buf)
-			if !eof {
-				return sseNone
-			}
-			if p.pos == len(buf) {
-				// The end of the stream ends the last event too, as the
-				// SDKs that read streams see it.
-				if !p.flushed {
-					p.flushed = true
-					if p.dispatch() {
-						return sseEvent
-					}
-				}
-				return sseNone
-			}
-			line = buf[p.pos:] // the last line, unterminated
-			p.pos = len(buf)
-		}
-		switch {
-		case len(line) == 0:
-			if p.dispatch() {
-				return sseEvent
-			}
-		case line[0] == ':':
-			return sseComment
-		default:
-			p.field(line)
-		}
-	}
-}
-
-// field takes in one "name: value" line.
-func (p *sseParser) field(line []byte) {
-	name, value, _ := bytes.Cut(line, []byte(":"))
-	if len(value) > 0 && value[0] == ' ' {
-		value = value[1:]
-	}
-	switch string(name) {
-	case "event":
-		p.typ = value
-	case "data":
-		p.acc = append(p.acc, value...)
-		p.acc = append(p.acc, '\n')
-		p.hasData = true
-	}
-}
-
-// dispatch ends the event being read and reports whether there was one.
-func (p *sseParser) dispatch() bool {
-	if !p.hasData && len(p.typ) == 0 {
-		return false
-	}
-	if p.hasData {
-		p.data = p.acc[:len(p.acc)-1]
-	}
-	p.sent = true
-	return true
 }
 
 // What an event says about a stream.

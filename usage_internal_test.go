@@ -2,6 +2,7 @@ package failover
 
 import (
 	"bytes"
+	"errors"
 	"io"
 	"math"
 	"strings"
@@ -98,4 +99,71 @@ func TestUsageTotalsSaturate(t *testing.T) {
 	if got := s.snapshot().Tokens; got != want {
 		t.Errorf("totals %+v, want %+v", got, want)
 	}
+}
+
+// The stream guard and the meter read a stream with one reader, and so
+// see the same events however the stream is cut into reads: here, every
+// cut into one to three reads of streams that begin with a byte order
+// mark and an event that is both an error (which the guard names) and a
+// usage report (which the meter counts). Before internal/sse, the meter
+// lost that event when the mark was cut.
+func TestGuardAndMeterSeeTheSameEvents(t *testing.T) {
+	const (
+		first  = `{"model":"m-1","error":{"code":"e1","message":"first"},"usage":{"prompt_tokens":125,"completion_tokens":0}}`
+		second = `{"error":{"code":"e2"},"usage":{"completion_tokens":7}}`
+	)
+	for _, stream := range []string{
+		"\xEF\xBB\xBFdata: " + first + "\n\ndata: " + second + "\n\n",
+		"\xEF\xBB\xBFdata: " + first + "\r\n\r\ndata: " + second + "\r\n\r\n",
+		"\xEF\xBB\xBFdata: " + first + "\r\rdata: " + second + "\r\r",
+		"\xEF\xBB\xBF: hi\nevent: error\ndata: " + first + "\n\ndata: " + second,
+		"\xEF\xBB\xBFdata: " + first[:15] + "\r\ndata: " + first[15:] + "\r\n\r\ndata: " + second + "\n\n", // {"model":"m-1", and the rest
+	} {
+		everyCut(stream, func(reads ...[]byte) {
+			t.Helper()
+			_, err := StreamGuard{}.guard(sseResponse(newGuardBody(&chunkReads{chunks: reads})))
+			var se *streamError
+			if !errors.As(err, &se) || se.code != "e1" {
+				t.Fatalf("reads %q: the guard returned %v, want the first event's error e1", reads, err)
+			}
+			var f sseUsage
+			var s usageScanner
+			for _, p := range reads {
+				f.feed(p, &s)
+			}
+			f.release(&s)
+			tk, _ := s.raw.tokens()
+			if want := (Tokens{Input: 125, Output: 7}); tk != want || s.model != "m-1" {
+				t.Fatalf("reads %q: the meter read %+v of model %q, want %+v of m-1", reads, tk, s.model, want)
+			}
+		})
+	}
+}
+
+// everyCut calls f with every way to cut s into one, two or three reads,
+// empty ones among them.
+func everyCut(s string, f func(reads ...[]byte)) {
+	b := []byte(s)
+	f(b)
+	for i := 0; i <= len(b); i++ {
+		for j := i; j <= len(b); j++ {
+			f(b[:i:i], b[i:j:j], b[j:])
+		}
+	}
+}
+
+// chunkReads returns its chunks, one a read (for reads of 4 KiB or
+// more), then io.EOF.
+type chunkReads struct {
+	chunks [][]byte
+	i      int
+}
+
+func (r *chunkReads) Read(p []byte) (int, error) {
+	if r.i == len(r.chunks) {
+		return 0, io.EOF
+	}
+	n := copy(p, r.chunks[r.i])
+	r.i++
+	return n, nil
 }
