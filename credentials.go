@@ -13,29 +13,15 @@ import (
 )
 
 // The credential rule. A request header carries the caller's credentials
-// when its name, in any case:
-//
-//   - is one of credentialHeaders;
-//   - is a name some Upstream.Header sets;
-//   - is in Config.CredentialHeaders;
-//   - contains one of secretSubstrings, or has one of secretWords as a
-//     word, unless it is one of notCredentialHeaders.
-//
-// The patterns make the rule fail closed: a gateway's new key header is a
-// credential without anyone listing it.
-//
-// A query parameter carries them unless its name, in any case and
-// unescaped, is known to carry none: one of forwardParams (what LLM APIs
-// put in their queries) or Config.ForwardParams, and not in
-// Config.CredentialParams. A deny list of query names cannot fail closed:
-// a credential's name in a query says nothing (Azure Functions' code=, a
-// SAS token's sv, sp and se beside its sig=, whatever a gateway chose), and
-// a query holds few names that an SDK put there. So an upstream the
-// caller did not address (a failover, a hedge, a last resort, a redirect
-// hop's) gets only the pairs with such a name, at the price of the others,
-// which may carry no secret (a pageToken, a name nobody listed); the
-// addressed upstream gets the query as the caller wrote it. The values of
-// the others are scrubbed from errors and logs like any credential's.
+// when its name, in any case, is one of credentialHeaders, is set by some
+// Upstream.Header, is in Config.CredentialHeaders, or matches
+// secretSubstrings or secretWords (unless it is one of
+// notCredentialHeaders): the patterns fail closed. A query parameter
+// carries them unless its name is known to carry none (forwardParams or
+// Config.ForwardParams, and not Config.CredentialParams): an allow list,
+// since a deny list of query names cannot fail closed. An upstream the
+// caller did not address gets neither; the addressed one gets the request
+// as the caller wrote it.
 var (
 	// credentialHeaders are the header names that no pattern catches,
 	// or that matter too much to leave to one.

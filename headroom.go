@@ -87,26 +87,13 @@ type headroomState struct {
 // only for a remaining count of 0 (see ratelimit.ZeroRemaining).
 const headroomEvery = 100 * time.Millisecond
 
-// noteHeadroom reads what a success at now says of u's headroom. A demotion
-// (u goes behind the others) belongs to the window that reported 0
-// remaining: x-ratelimit-remaining-tokens, anthropic-ratelimit-output-
-// tokens-remaining and so on, each on its own. It lasts until that window
-// resets, or for rate.DefaultCooldown when the provider does not say when,
-// and never longer than rate.MaxCooldown from the report, as a cooldown is
-// bounded. A later success that reports the same window above 0 lifts that
-// window's demotion; one that says nothing of it (a report of requests
-// left says nothing of tokens) leaves it. u is demoted while any window
-// is. A report older than the one a window last took is dropped.
-//
-// The headers of an upstream that is not demoted are read at most every
-// headroomEvery unless one reads 0; those of a demoted one, every time, so
-// that a lift is seen at its first success. Between readings, an answer
-// with as many headers as the last one read is looked at only for the
-// remaining counts that one had: a 0 in another waits for the next
-// reading.
-//
-// m is now on the monotonic clock (mono.Of(now), converted once by the
-// attempt); rate is the Transport's, with its defaults.
+// noteHeadroom reads what a success at now says of u's headroom. A window
+// that reports 0 remaining demotes u until it resets (for at most
+// rate.MaxCooldown, rate.DefaultCooldown when the provider does not say
+// when), and a later report of the same window above 0 lifts it. Headers
+// are read in full at most every headroomEvery while u is not demoted;
+// between readings only a remaining count of 0 is looked for. m is now on
+// the monotonic clock.
 func (u *upstream) noteHeadroom(h http.Header, now time.Time, m mono.Time, rate RateLimitConfig) {
 	s := &u.headroom
 	at := s.at.Load()
