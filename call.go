@@ -194,7 +194,7 @@ const (
 // needs a permit that is not the half-open probe (a probe canceled by a
 // winning attempt would leave its circuit without a verdict) and the
 // budget's consent. With racing, a has its own context and URL.
-func (r *request) launch(ctx context.Context, l *tally, b *replay, a *attempt, s step, mode launchMode, racing bool, now time.Time) launched {
+func (r *request) launch(ctx context.Context, l *tally, b *replay, a *attempt, s *step, mode launchMode, racing bool, now time.Time) launched {
 	u, p := s.u, s.p
 	if mode == lastResort && !r.t.takeLastResort() {
 		return skipped // the last resort's bound: the circuit's refusal stands
@@ -282,6 +282,16 @@ func (l *tally) skip(r *request, u *upstream, av availability, passedOver bool) 
 // goes to a.msg.
 func (r *request) heard(l *tally, a *attempt) {
 	a.heard = true
+	if a.o == Success && a.err == nil && r.trace == nil {
+		a.u.noteHeadroom(a.resp.Header, a.end, a.endM, r.t.rate) // most answers
+		return
+	}
+	r.heardAll(l, a)
+}
+
+// heardAll is heard for an answer that is not a plain success, or has a
+// Trace to tell.
+func (r *request) heardAll(l *tally, a *attempt) {
 	if a.err != nil {
 		a.msg = l.redact(r, a.err.Error())
 	}
@@ -318,8 +328,12 @@ func (r *request) heard(l *tally, a *attempt) {
 func (c *call) settle(a *attempt) (*http.Response, error, bool) {
 	u, resp, err := a.u, a.resp, a.err
 	c.lastEnd = a.end
-	if !a.heard {
+	switch {
+	case a.heard:
+	case c.trace != nil && c.trace.AttemptDone != nil:
 		c.callHook(resp, func() { c.request.heard(&c.tally, a) })
+	default:
+		c.request.heard(&c.tally, a)
 	}
 	switch a.o {
 	case Success, Rejected:

@@ -115,7 +115,9 @@ func (c *call) round(ctx context.Context) (*http.Response, error, bool) {
 	if c.start.IsZero() {
 		c.start = now // the body's init before is the caller's time
 	}
-	p := c.plan(now)
+	var p plan
+	c.plan(&p, now)
+	var s step
 	for i := 0; ; i++ {
 		if err := ctx.Err(); err != nil {
 			c.discardHeld()
@@ -124,15 +126,14 @@ func (c *call) round(ctx context.Context) (*http.Response, error, bool) {
 		if i > 0 {
 			now = time.Now() // the attempts before took time
 		}
-		s, ok := p.next(now)
-		if !ok {
+		if !p.next(now, &s) {
 			return nil, nil, false
 		}
 		if s.av.reason != "" {
 			c.skip(&c.request, s.u, s.av, true)
 			continue
 		}
-		if resp, err, done := c.send(ctx, &p, s, now); done {
+		if resp, err, done := c.send(ctx, &p, &s, now); done {
 			return resp, err, true
 		}
 	}
@@ -142,7 +143,7 @@ func (c *call) round(ctx context.Context) (*http.Response, error, bool) {
 // what comes back: hedged when the request may go twice (hedge.go),
 // plainly otherwise. It reports done with the result when the request is
 // over.
-func (c *call) send(ctx context.Context, p *plan, s step, now time.Time) (*http.Response, error, bool) {
+func (c *call) send(ctx context.Context, p *plan, s *step, now time.Time) (*http.Response, error, bool) {
 	if c.t.hedge != nil && c.body.replayable && !c.once() {
 		return c.sendHedged(ctx, p, s, now)
 	}
@@ -180,7 +181,7 @@ func (c *call) failedOver(u *upstream) {
 // Transport.lastResort), and ends the request with what comes back.
 func (c *call) lastResort(ctx context.Context, u *upstream, now time.Time) (*http.Response, error) {
 	var a attempt
-	if c.request.launch(ctx, &c.tally, &c.body, &a, step{u: u}, lastResort, false, now) != ready {
+	if c.request.launch(ctx, &c.tally, &c.body, &a, &step{u: u}, lastResort, false, now) != ready {
 		return c.finish()
 	}
 	c.failedOver(u)

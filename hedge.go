@@ -219,7 +219,7 @@ type hedgedParts struct {
 // the race (race.go), sending hedges to the next upstreams of the plan
 // while the caller waits in Base; the caller takes the race over when
 // Base returns.
-func (c *call) sendHedged(ctx context.Context, p *plan, s step, now time.Time) (*http.Response, error, bool) {
+func (c *call) sendHedged(ctx context.Context, p *plan, s *step, now time.Time) (*http.Response, error, bool) {
 	x := new(hedgedParts)
 	a := &x.a
 	a.own = &x.o
@@ -257,12 +257,12 @@ func (c *call) sendHedged(ctx context.Context, p *plan, s step, now time.Time) (
 // to an upstream that is not closed: it would probe it.
 func hedgeTargets(q plan, dst []*upstream, n int, now time.Time) []*upstream {
 	for len(dst) < n {
-		s, ok := q.upcoming(now)
-		if !ok {
+		u, _ := q.upcoming(now)
+		if u == nil {
 			break
 		}
-		if s.u.circuit.Status(now) == circuit.Closed {
-			dst = append(dst, s.u)
+		if u.circuit.Status(now) == circuit.Closed {
+			dst = append(dst, u)
 		}
 	}
 	return dst

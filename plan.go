@@ -233,9 +233,9 @@ const (
 	ordering        // the Router orders the rest, then walking
 )
 
-// plan starts the round's plan at now.
-func (c *call) plan(now time.Time) plan {
-	p := plan{t: c.t, model: c.model, refused: c.refused}
+// plan starts p, the round's plan, at now.
+func (c *call) plan(p *plan, now time.Time) {
+	p.t, p.model, p.refused = c.t, c.model, c.refused
 	switch {
 	case c.ups != nil || c.t.router == nil:
 		p.order, p.demote = c.usable(), true
@@ -248,7 +248,6 @@ func (c *call) plan(now time.Time) plan {
 	default:
 		p.order = c.t.routed(nil, c.model, now, nil, nil)
 	}
-	return p
 }
 
 // next decides the round's next upstream at now and asks admit whether it
@@ -257,21 +256,24 @@ func (c *call) plan(now time.Time) plan {
 // backup is decided here: the primary came first and was passed over (its
 // step's av says why) or failed, or it was demoted (its step's demoted
 // says why) and the backup went first.
-func (p *plan) next(now time.Time) (step, bool) {
-	s, ok := p.upcoming(now)
-	if ok {
-		s.av = p.t.admit(s.u, p.model, now, &s.p)
+func (p *plan) next(now time.Time, s *step) bool {
+	u, demoted := p.upcoming(now)
+	if u == nil {
+		return false
 	}
-	return s, ok
+	s.u, s.demoted = u, demoted
+	s.av = p.t.admit(u, p.model, now, &s.p) // (admit writes s.p)
+	return true
 }
 
-// upcoming is next without admission.
-func (p *plan) upcoming(now time.Time) (step, bool) {
+// upcoming is next without admission: the next upstream, nil when there
+// is none, and why it was demoted.
+func (p *plan) upcoming(now time.Time) (*upstream, Reason) {
 	switch p.stage {
 	case picking:
 		p.stage = ordering
 		if !p.excluded(p.pick) {
-			return step{u: p.pick}, true // picked from the first group (see picker)
+			return p.pick, "" // picked from the first group (see picker)
 		}
 		fallthrough
 	case ordering:
@@ -283,23 +285,23 @@ func (p *plan) upcoming(now time.Time) (step, bool) {
 		switch {
 		case p.excluded(u):
 		case !p.demote:
-			return step{u: u, demoted: p.t.demotion(u, now)}, true // the Router placed it
+			return u, p.t.demotion(u, now) // the Router placed it
 		case i >= maxDemotable:
-			return step{u: u}, true
+			return u, ""
 		case p.t.demotion(u, now) != "":
 			p.demoted |= 1 << i
 		default:
-			return step{u: u}, true
+			return u, ""
 		}
 	}
 	for p.demoted != 0 {
 		i := bits.TrailingZeros64(p.demoted)
 		p.demoted &^= 1 << i
 		if u := p.order[i]; !p.excluded(u) {
-			return step{u: u, demoted: p.t.demotion(u, now)}, true
+			return u, p.t.demotion(u, now)
 		}
 	}
-	return step{}, false
+	return nil, ""
 }
 
 // excluded reports whether u is out of the round: it answered the request
@@ -311,8 +313,7 @@ func (p *plan) excluded(u *upstream) bool {
 // admitted is the step of u at now for a request for model, when u is
 // sent to out of a plan's turn (a hedge): admit's verdict, and the
 // permit when it takes the request.
-func (t *Transport) admitted(u *upstream, model string, now time.Time) step {
-	s := step{u: u}
+func (t *Transport) admitted(u *upstream, model string, now time.Time, s *step) {
+	*s = step{u: u}
 	s.av = t.admit(u, model, now, &s.p)
-	return s
 }

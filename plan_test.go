@@ -69,17 +69,18 @@ func TestPlanOrder(t *testing.T) {
 	revoke(3)
 	c := &call{request: request{t: tr}, tally: tally{}}
 	c.refused = []*upstream{tr.upstreams[1]}
-	p := c.plan(now)
+	var p plan
+	c.plan(&p, now)
 	p.taken = []*upstream{tr.upstreams[2]}
 	var got []string
 	var why []Reason
 	for {
-		s, ok := p.upcoming(now)
-		if !ok {
+		u, demoted := p.upcoming(now)
+		if u == nil {
 			break
 		}
-		got = append(got, s.u.name)
-		why = append(why, s.demoted)
+		got = append(got, u.name)
+		why = append(why, demoted)
 	}
 	var want []string
 	for i := 4; i < n; i++ {

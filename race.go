@@ -188,14 +188,15 @@ func (r *race) hedge(l *tally) {
 		u := r.targets[0]
 		r.targets = r.targets[1:]
 		now := time.Now()
-		s := r.req.t.admitted(u, r.req.model, now)
+		var s step
+		r.req.t.admitted(u, r.req.model, now, &s)
 		r.taken = append(r.taken, u)
 		if s.av.reason != "" {
 			l.skip(&r.req, u, s.av, false)
 			continue
 		}
 		a := new(attempt)
-		switch r.req.launch(r.ctx, l, &r.body, a, s, hedge, true, now) {
+		switch r.req.launch(r.ctx, l, &r.body, a, &s, hedge, true, now) {
 		case ready:
 			r.hedges++
 			r.flying = append(r.flying, a)
