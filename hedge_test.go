@@ -1564,3 +1564,39 @@ func BenchmarkHedgeIdle(b *testing.B) {
 		})
 	}
 }
+
+// Once an answer ends the request, no further hedge goes out, even while
+// the caller still waits for a Base that does not heed its canceled
+// context: with MaxHedges 2, the second delay passing after the first
+// hedge's answer must not send (and bill) a hedge to c.
+func TestHedgeNoneAfterFinalAnswer(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := newFakeNet()
+		n.handle("a.test", func(*http.Request) (*http.Response, error) {
+			time.Sleep(time.Second) // deaf to its context
+			return respond(200, "a"), nil
+		})
+		n.handle("b.test", slowly(10*time.Millisecond, "b", new(atomic.Int32)))
+		n.handle("c.test", slowly(10*time.Millisecond, "c", new(atomic.Int32)))
+		tr := newTestTransport(t, threeUpstreams(n, Config{Hedge: &HedgeConfig{Delay: 50 * time.Millisecond, MaxHedges: 2, Percent: 100}}))
+		var started []string
+		ctx := WithTrace(context.Background(), &Trace{AttemptStart: func(a TraceAttempt) { started = append(started, a.Upstream) }})
+		resp, err := tr.RoundTrip(httptestRequest("GET", "http://a.test/", "").WithContext(ctx))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := readBody(t, resp); got != "b" {
+			t.Errorf("body %q, want the hedge's to b", got)
+		}
+		synctest.Wait()
+		if got := n.count("c.test"); got != 0 {
+			t.Errorf("c got %d requests after b answered, want 0", got)
+		}
+		if got := metricValue(t, tr, "failover_hedges_total"); got != 1 {
+			t.Errorf("failover_hedges_total = %v, want 1", got)
+		}
+		if want := []string{"a", "b"}; !slices.Equal(started, want) {
+			t.Errorf("AttemptStart for %v, want %v", started, want)
+		}
+	})
+}

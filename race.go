@@ -231,8 +231,10 @@ func (r *race) land(a *attempt) {
 
 // stop ends the caller's attempt and the hedges in flight: an answer
 // ends the request, or the race's goroutine ended. Their results are
-// dropped as they come.
+// dropped as they come, and no hedge follows them: the caller may wait
+// in a Base deaf to its canceled context for a while yet.
 func (r *race) stop() {
+	r.targets = nil
 	for _, a := range append(r.flying, r.first) {
 		a.lost.Store(true)
 		a.stop(errHedgeLost)
