@@ -252,16 +252,18 @@ func (c *call) sendHedged(ctx context.Context, p *plan, s *step, now time.Time) 
 }
 
 // hedgeTargets appends to dst the next n upstreams of q, a copy of the
-// round's plan (which it does not move on), whose circuits are closed:
-// where the hedges go, each admitted when it is sent. A hedge never goes
-// to an upstream that is not closed: it would probe it.
+// round's plan (which it does not move on), whose circuits are closed and
+// that admit takes now: where the hedges go, each admitted again when it
+// is sent. A hedge never goes to an upstream that is not closed: it would
+// probe it. One that admit refuses (cooling down, or not serving the
+// model) would only use up a hedge: the round passes over it in its turn.
 func hedgeTargets(q plan, dst []*upstream, n int, now time.Time) []*upstream {
 	for len(dst) < n {
 		u, _ := q.upcoming(now)
 		if u == nil {
 			break
 		}
-		if u.circuit.Status(now) == circuit.Closed {
+		if u.circuit.Status(now) == circuit.Closed && q.t.admit(u, q.model, now, nil).reason == "" {
 			dst = append(dst, u)
 		}
 	}

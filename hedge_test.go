@@ -1565,6 +1565,59 @@ func BenchmarkHedgeIdle(b *testing.B) {
 	}
 }
 
+// A hedge passes over an upstream that does not take the request (its
+// Models do not serve the model, or it cools down after a 429) and goes
+// to the next one that does, as it passes over an open circuit: such an
+// upstream must not use up the request's hedge.
+func TestHedgePassesUpstreamThatTakesNoRequest(t *testing.T) {
+	for _, tt := range []struct {
+		name  string
+		setup func(t *testing.T, n *fakeNet, tr *Transport)
+		b     []string // b's Models
+	}{
+		{"model not served", func(*testing.T, *fakeNet, *Transport) {}, []string{"other"}},
+		{"rate limited", func(t *testing.T, n *fakeNet, tr *Transport) {
+			n.status("b.test", 429, "slow down", "Retry-After", "60")
+			ctx := WithUpstreams(context.Background(), "b")
+			resp, err := tr.RoundTrip(httptestRequest("POST", "http://a.test/", `{"model":"m"}`).WithContext(ctx))
+			if err == nil {
+				resp.Body.Close()
+			}
+			if h := tr.Health()[1]; h.Unavailable != ReasonRateLimited {
+				t.Fatalf("setup: b is %q, want rate_limited", h.Unavailable)
+			}
+		}, nil},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				n := newFakeNet()
+				cfg := threeUpstreams(n, Config{Hedge: &HedgeConfig{Delay: 50 * time.Millisecond, Percent: 100}})
+				if tt.b != nil {
+					cfg.Upstreams[1].Models = map[string]string{tt.b[0]: "*"}
+				}
+				tr := newTestTransport(t, cfg)
+				tt.setup(t, n, tr)
+				n.handle("a.test", slowly(time.Second, "a", new(atomic.Int32)))
+				n.status("b.test", 200, "b")
+				n.handle("c.test", slowly(10*time.Millisecond, "c", new(atomic.Int32)))
+				before := n.count("b.test")
+				start := time.Now()
+				resp := mustPost(t, tr, "http://a.test/", `{"model":"m"}`)
+				if got := readBody(t, resp); got != "c" {
+					t.Errorf("body %q, want the hedge's to c", got)
+				}
+				if d := time.Since(start); d != 60*time.Millisecond {
+					t.Errorf("answered after %v, want 60ms (50ms delay + 10ms)", d)
+				}
+				if got := n.count("b.test") - before; got != 0 {
+					t.Errorf("b got %d requests, want 0", got)
+				}
+				synctest.Wait()
+			})
+		})
+	}
+}
+
 // Once an answer ends the request, no further hedge goes out, even while
 // the caller still waits for a Base that does not heed its canceled
 // context: with MaxHedges 2, the second delay passing after the first
