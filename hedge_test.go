@@ -1653,3 +1653,47 @@ func TestHedgeNoneAfterFinalAnswer(t *testing.T) {
 		}
 	})
 }
+
+// The attempts an answer beat are traced as abandoned, with their time to
+// the answer that ended the request, whether their results come in before
+// the caller's Base returns or after: with MaxHedges 2, c's answer at
+// 110ms ends b's hedge (which hears its cancellation at once) and the
+// first attempt, whose Base is deaf to it until 1s.
+func TestHedgeTraceAbandonedWhileCallerInBase(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := newFakeNet()
+		n.handle("a.test", func(*http.Request) (*http.Response, error) {
+			time.Sleep(time.Second) // deaf to its context
+			return respond(200, "a"), nil
+		})
+		n.handle("b.test", slowly(time.Second, "b", new(atomic.Int32)))
+		n.handle("c.test", slowly(10*time.Millisecond, "c", new(atomic.Int32)))
+		tr := newTestTransport(t, threeUpstreams(n, Config{Hedge: &HedgeConfig{Delay: 50 * time.Millisecond, MaxHedges: 2, Percent: 100}}))
+		var r recordTrace
+		resp, err := tr.RoundTrip(traced(httptestRequest("GET", "http://a.test/", ""), &r))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := readBody(t, resp); got != "c" {
+			t.Errorf("body %q, want the second hedge's, c's", got)
+		}
+		synctest.Wait()
+		r.check(t,
+			"start 1 a hedge=false",
+			"start 2 b hedge=true",
+			"start 3 c hedge=true",
+			"done 3 c success 200 abandoned=false",
+			"done 2 b canceled 0 abandoned=true",
+			"done 1 a canceled 0 abandoned=true",
+			"end hedged c #3 of 3 200")
+		for _, a := range r.args {
+			d, ok := a.(TraceAttemptDone)
+			if !ok || !d.Abandoned {
+				continue
+			}
+			if want := 110*time.Millisecond - time.Duration(d.Attempt-1)*50*time.Millisecond; d.Duration != want {
+				t.Errorf("abandoned attempt %d (%s): Duration %v, want %v, to c's answer", d.Attempt, d.Upstream, d.Duration, want)
+			}
+		}
+	})
+}

@@ -42,6 +42,7 @@ type race struct {
 	got     []*attempt      // results taken in while the caller waited in Base
 	back    chan struct{}   // closed by the caller when Base returned
 	stopped chan struct{}   // closed when the timer's goroutine has stopped
+	ended   time.Time       // when stop ended the attempts in flight; zero until it does
 
 	// How the timer's goroutine ended, for the caller to go on with: a
 	// Trace hook's panic, or its runtime.Goexit.
@@ -54,7 +55,8 @@ type race struct {
 // ones as their delays pass, and takes in their results, which the Trace
 // and the upstreams hear at once (heard). On an answer that ends the
 // request it stops the other attempts, the caller's too, so that Base
-// returns. It stops when the caller is back.
+// returns; their results, which may still come in, are the caller's to
+// trace as abandoned. It stops when the caller is back.
 func (r *race) run() {
 	returned := false
 	defer func() {
@@ -79,7 +81,7 @@ func (r *race) run() {
 		case a := <-r.results:
 			r.land(a)
 			r.got = append(r.got, a)
-			if a.panicked == nil {
+			if a.panicked == nil && !a.lost.Load() {
 				r.req.heard(&r.tally, a)
 			}
 			if a.final() {
@@ -129,8 +131,12 @@ func (c *call) race(ctx context.Context, p *plan, r *race) (resp *http.Response,
 				unheard = append(unheard, a)
 			}
 		}
+		at := r.ended // the race stopped them while the caller was in Base
+		if at.IsZero() {
+			at = time.Now()
+		}
 		c.callHook(resp, func() {
-			c.request.traceAbandoned(&c.tally, append(unheard, r.flying...), time.Now())
+			c.request.traceAbandoned(&c.tally, append(unheard, r.flying...), at)
 		})
 	}()
 	if r.panicked != nil {
@@ -235,6 +241,9 @@ func (r *race) land(a *attempt) {
 // in a Base deaf to its canceled context for a while yet.
 func (r *race) stop() {
 	r.targets = nil
+	if r.ended.IsZero() {
+		r.ended = time.Now()
+	}
 	for _, a := range append(r.flying, r.first) {
 		a.lost.Store(true)
 		a.stop(errHedgeLost)
