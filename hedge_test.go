@@ -1697,3 +1697,28 @@ func TestHedgeTraceAbandonedWhileCallerInBase(t *testing.T) {
 		}
 	})
 }
+
+// An answer the race took in before the caller gave up is the request's:
+// the cancel that comes while the first attempt's Base, deaf to it, still
+// runs does not undo it, as it did not before the race moved to the
+// caller's goroutine. Found by review of issue 33's race.
+func TestHedgeAnswerInHandBeforeCancelStands(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := newFakeNet()
+		n.handle("a.test", func(*http.Request) (*http.Response, error) {
+			time.Sleep(200 * time.Millisecond) // deaf to its context
+			return respond(200, "a"), nil
+		})
+		n.handle("b.test", slowly(10*time.Millisecond, "b", new(atomic.Int32)))
+		tr := newTestTransport(t, twoUpstreams(n, Config{Hedge: &HedgeConfig{Delay: 50 * time.Millisecond, Percent: 100}}))
+		ctx, cancel := context.WithCancel(context.Background())
+		time.AfterFunc(65*time.Millisecond, cancel)
+		resp, err := tr.RoundTrip(httptestRequest("GET", "http://a.test/", "").WithContext(ctx))
+		if err != nil {
+			t.Fatalf("err %v, want b's answer, in hand at 60ms before the cancel at 65ms", err)
+		}
+		if got := readBody(t, resp); got != "b" {
+			t.Errorf("body %q, want b", got)
+		}
+	})
+}

@@ -71,14 +71,20 @@ func (r *race) run() {
 		close(r.stopped)
 	}()
 	r.hedge(&r.tally)
+	canceled, results := r.ctx.Done(), r.results
 	for {
 		select {
 		case <-r.back:
 			returned = true
 			return
+		case <-canceled:
+			// The caller gave up: what the race took in before stands,
+			// nothing after.
+			r.stop()
+			canceled, results = nil, nil
 		case <-r.tick():
 			r.hedge(&r.tally)
-		case a := <-r.results:
+		case a := <-results:
 			r.land(a)
 			r.got = append(r.got, a)
 			if a.panicked == nil && !a.lost.Load() {
@@ -99,6 +105,7 @@ func (r *race) run() {
 func (c *call) race(ctx context.Context, p *plan, r *race) (resp *http.Response, err error, done bool) {
 	first := r.first
 	c.tally.takeIn(&r.tally)
+	inHand := len(r.got)            // taken in before the caller gave up, if it did: they stand
 	pending := append(r.got, first) // taken in, not settled yet
 	var lost []*attempt             // stopped for another's answer
 	defer func() {
@@ -145,8 +152,8 @@ func (c *call) race(ctx context.Context, p *plan, r *race) (resp *http.Response,
 	if r.goexited {
 		runtime.Goexit() // a hook's, on the race's goroutine
 	}
-	for {
-		if err := ctx.Err(); err != nil {
+	for n := 0; ; n++ {
+		if err := ctx.Err(); err != nil && n >= inHand {
 			c.discardHeld()
 			return nil, err, true
 		}
