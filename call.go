@@ -233,6 +233,14 @@ func (r *request) launch(ctx context.Context, l *tally, b *replay, a *attempt, s
 		}
 		return over
 	}
+	l.sent++
+	a.n = int(l.sent)
+	if r.trace != nil && r.trace.AttemptStart != nil {
+		// Before sent: a hook that panics leaves the permit, the last
+		// resort's slot and the hedge budget to the deferred hand-back,
+		// and counts nothing.
+		r.trace.AttemptStart(r.traceAttempt(l, a))
+	}
 	switch mode {
 	case hedge:
 		h.sent.Inc()
@@ -241,13 +249,6 @@ func (r *request) launch(ctx context.Context, l *tally, b *replay, a *attempt, s
 	}
 	if s.demoted != "" {
 		u.m.demoted[s.demoted].Inc()
-	}
-	l.sent++
-	a.n = int(l.sent)
-	if r.trace != nil && r.trace.AttemptStart != nil {
-		// Before sent: a hook that panics leaves the permit, the last
-		// resort's slot and the hedge budget to the deferred hand-back.
-		r.trace.AttemptStart(r.traceAttempt(l, a))
 	}
 	sent = true
 	return ready
