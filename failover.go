@@ -144,7 +144,7 @@ func (c *call) round(ctx context.Context) (*http.Response, error, bool) {
 // plainly otherwise. It reports done with the result when the request is
 // over.
 func (c *call) send(ctx context.Context, p *plan, s *step, now time.Time) (*http.Response, error, bool) {
-	if c.t.hedge != nil && c.body.replayable && !c.once() {
+	if c.t.hedge != nil && c.body.replayable && !c.once() && len(c.usable()) > 1 {
 		return c.sendHedged(ctx, p, s, now)
 	}
 	var a attempt
