@@ -353,14 +353,14 @@ func (w *hedgeWait) arm(r *race) {
 
 // hedgeFire is the func a hedgeWait's timer runs, and the hedgeWait it
 // runs for, pooled with the timer that runs it when that was made outside
-// any synctest bubble: a round whose timer never fired gives them back
+// any synctest bubble: an attempt whose timer never fired gives them back
 // (recycle), stopped, so that an unfired hedge allocates nothing. One whose
 // timer fired, or may have, is left to the garbage collector: its func may
-// still be on its way, and must find the round it was armed for.
+// still be on its way, and must find the attempt it was armed for.
 //
 // A timer made in a bubble belongs to it, and to stop or reset it from
 // outside is fatal (a pooled one would go to a request in another bubble,
-// or in none): it is never pooled, nor is a bubble's round given a pooled
+// or in none): it is never pooled, nor is a bubble's attempt given a pooled
 // one (it would run on the real clock).
 type hedgeFire struct {
 	w     atomic.Pointer[hedgeWait]
