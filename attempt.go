@@ -62,7 +62,7 @@ type outParts struct {
 	r   http.Request
 	u   url.URL
 	b   watchedBody
-	cc  cancelOnClose
+	rb  releasingBody
 	ctx ownCtx
 }
 
@@ -85,9 +85,9 @@ func (e ender) stop(cause error) {
 	}
 }
 
-// closed is the caller's Close of the answer's body: it ends a
-// context.WithCancelCause's, which its parent lets go of only then, and
-// releases an ownCtx.
+// closed is the end of the answer's body (read to its end or closed): it
+// ends a context.WithCancelCause's, which its parent lets go of only then,
+// and releases an ownCtx. It may be called again.
 func (e ender) closed() {
 	switch {
 	case e.cancel != nil:
@@ -104,8 +104,8 @@ func (e ender) ends() bool { return e.cancel != nil || e.ctx != nil }
 // (context.Background's kind), as a hedged round's first attempt has it:
 // the caller's deadline and values, and the Done, Err and cause of a
 // pooled canceler, which the attempt ends early (end). It spares an
-// attempt answered in time any allocation for its context. The caller's
-// Close of the answer's body releases it, giving the canceler back to the
+// attempt answered in time any allocation for its context. The end of the
+// answer's body releases it, giving the canceler back to the
 // pool unless it was ended or has served cancelerUses attempts; after its
 // release it reads as the caller's context, never done. See
 // docs/design.md.
@@ -119,7 +119,7 @@ type ownCtx struct {
 const (
 	ctxLive     = iota // the attempt's: end ends it
 	ctxEnded           // ended: its canceler is canceled
-	ctxReleased        // the caller closed the answer: the canceler went back, or was retired
+	ctxReleased        // the answer's body is done: the canceler went back, or was retired
 )
 
 // canceler is the cancelCtx of an ownCtx, with its Done channel made at
@@ -178,7 +178,7 @@ func (c *ownCtx) end(cause error) {
 }
 
 // release gives the canceler back to the pool, unless the context ended
-// already: the caller has closed the answer, and the attempt will not end
+// already: the answer's body is done, and the attempt will not end
 // it. A canceler of a bubble's round, or one that has served cancelerUses
 // attempts, is ended instead.
 func (c *ownCtx) release() {
@@ -329,8 +329,8 @@ func timedOut(err error) bool {
 // roundTrip sends a.out through Base within the attempt timeout; a
 // response that raced the timeout is closed. The attempt's own context,
 // if any, ends at once without a response or with a protocol switch (101,
-// whose Body, the connection, no wrapper may hide), and otherwise when the
-// caller closes the body.
+// whose Body, the connection, no wrapper may hide), at once for an answer
+// without a body, and otherwise when the body is done (releasingBody).
 func (a *attempt) roundTrip(r *request) (*http.Response, error) {
 	t := r.t
 	var timer *time.Timer
@@ -354,13 +354,16 @@ func (a *attempt) roundTrip(r *request) (*http.Response, error) {
 		err = ErrAttemptTimeout
 	}
 	if a.ends() {
-		if err != nil || switched(resp) {
+		switch {
+		case err != nil || switched(resp):
 			a.stop(nil)
-		} else if a.own != nil {
-			a.own.cc = cancelOnClose{ReadCloser: resp.Body, e: a.ender}
-			resp.Body = &a.own.cc
-		} else {
-			resp.Body = &cancelOnClose{ReadCloser: resp.Body, e: a.ender}
+		case resp.Body == http.NoBody:
+			a.closed() // nothing to read: done now (a 204, a HEAD's answer)
+		case a.own != nil:
+			a.own.rb = releasingBody{ReadCloser: resp.Body, e: a.ender}
+			resp.Body = &a.own.rb
+		default:
+			resp.Body = &releasingBody{ReadCloser: resp.Body, e: a.ender}
 		}
 	}
 	return resp, err

@@ -671,3 +671,125 @@ func TestPrepareGetBodyFailsCountsNoFailover(t *testing.T) {
 		t.Errorf("a failover was counted:\n%s", seriesLines(m, "failover_failovers_total"))
 	}
 }
+
+// countingCtx is a cancelable context that is never done and counts what
+// is registered on it: context.AfterFunc and the children of
+// context.WithCancel register through its AfterFunc, and let go when they
+// end. It tells whether what a request made outlives its answer under a
+// long-lived context, as an agent's or a server's is.
+type countingCtx struct {
+	context.Context
+	done chan struct{}
+	live atomic.Int64
+}
+
+func newCountingCtx() *countingCtx {
+	return &countingCtx{Context: context.Background(), done: make(chan struct{})}
+}
+
+func (c *countingCtx) Done() <-chan struct{} { return c.done }
+
+func (c *countingCtx) AfterFunc(func()) func() bool {
+	c.live.Add(1)
+	var stopped atomic.Bool
+	return func() bool {
+		if stopped.CompareAndSwap(false, true) {
+			c.live.Add(-1)
+			return true
+		}
+		return false
+	}
+}
+
+// An answer read to its end, or to an error, lets go of everything its
+// attempts took under the caller's context, though the caller never closes
+// it, as a bare http.Transport keeps nothing: with an attempt timeout, a
+// hedge (fired or not), a stream guard, a failover and metering; for a
+// JSON answer, a stream, an answer without a body, an error answer handed
+// back and a body cut short.
+func TestAnswerReadToEndKeepsNothing(t *testing.T) {
+	const json = `{"id":"x","model":"m","usage":{"prompt_tokens":3,"completion_tokens":2,"total_tokens":5}}`
+	ok := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/v1/stream":
+			w.Header().Set("Content-Type", "text/event-stream")
+			io.WriteString(w, "data: {\"choices\":[{\"delta\":{\"content\":\"hi\"}}]}\n\ndata: [DONE]\n\n")
+		case "/v1/empty":
+			w.WriteHeader(http.StatusNoContent)
+		case "/v1/bad":
+			w.WriteHeader(http.StatusBadRequest)
+			io.WriteString(w, `{"error":{"message":"bad"}}`)
+		case "/v1/cut":
+			w.Header().Set("Content-Length", "100")
+			io.WriteString(w, "0123456789")
+			w.(http.Flusher).Flush()
+			conn, _, _ := w.(http.Hijacker).Hijack()
+			conn.Close()
+		default:
+			w.Header().Set("Content-Type", "application/json")
+			io.WriteString(w, json)
+		}
+	})
+	down := newUpstreamServer(t, 503, "down")
+	hung := newServer(t, func(w http.ResponseWriter, r *http.Request) { <-r.Context().Done() })
+	two := func(primary *server, cfg Config) Config {
+		cfg.Upstreams = []Upstream{{Name: "primary", BaseURL: primary.URL + "/v1"}, {Name: "backup", BaseURL: ok.URL + "/v1"}}
+		return cfg
+	}
+	configs := []struct {
+		name    string
+		cfg     Config
+		primary *server
+	}{
+		{"attempt timeout", Config{AttemptTimeout: time.Hour}, ok},
+		{"hedge not fired", Config{Hedge: &HedgeConfig{Delay: time.Hour, Percent: 100}}, ok},
+		{"hedge fired", Config{Hedge: &HedgeConfig{Delay: time.Millisecond, Percent: 100}}, hung},
+		{"failover, timeout, guard, meter", Config{AttemptTimeout: time.Hour, MeterUsage: true, StreamGuard: &StreamGuard{FirstByteTimeout: time.Hour}}, down},
+	}
+	paths := []string{"/v1/chat", "/v1/stream", "/v1/empty", "/v1/bad", "/v1/cut"}
+	for _, c := range configs {
+		tr := newTestTransport(t, two(c.primary, c.cfg))
+		for _, path := range paths {
+			if c.primary == hung && path == "/v1/bad" {
+				continue // the primary answers nothing, and a 400 of the backup is no hedge's answer
+			}
+			ctx := newCountingCtx()
+			for i := range 3 {
+				req, _ := http.NewRequestWithContext(ctx, "POST", c.primary.URL+path, strings.NewReader(`{"model":"m"}`))
+				resp, err := tr.RoundTrip(req)
+				if err != nil {
+					t.Fatalf("%s %s: %v", c.name, path, err)
+				}
+				if i == 0 && path == "/v1/chat" && c.primary != hung && ctx.live.Load() == 0 {
+					t.Errorf("%s: an answer not yet read holds nothing of its attempt: this test cannot see what it looks for", c.name)
+				}
+				io.ReadAll(resp.Body) // to its end, or the cut; never closed
+			}
+			// A hedge that lost ends on its own goroutine.
+			deadline := time.Now().Add(10 * time.Second)
+			for ctx.live.Load() != 0 && time.Now().Before(deadline) {
+				time.Sleep(time.Millisecond)
+			}
+			if n := ctx.live.Load(); n != 0 {
+				t.Errorf("%s %s: %d registrations on the caller's context outlive 3 answers read to their end", c.name, path, n)
+			}
+		}
+	}
+
+	// What this compares with: a bare http.Transport keeps nothing once an
+	// answer ends (one cut short, it keeps until Close).
+	bare := http.DefaultTransport.(*http.Transport).Clone()
+	defer bare.CloseIdleConnections()
+	ctx := newCountingCtx()
+	for _, path := range paths[:len(paths)-1] {
+		req, _ := http.NewRequestWithContext(ctx, "POST", ok.URL+path, strings.NewReader(`{}`))
+		resp, err := bare.RoundTrip(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.ReadAll(resp.Body)
+	}
+	if n := ctx.live.Load(); n != 0 {
+		t.Errorf("bare http.Transport: %d registrations outlive its answers", n)
+	}
+}

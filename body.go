@@ -294,14 +294,25 @@ func (b *watchedBody) faulted(err error) bool {
 	return e != nil && (*e == errBodyLength || errors.Is(err, *e))
 }
 
-// cancelOnClose ends an attempt's context, or releases it (an ownCtx),
-// when the caller closes the body.
-type cancelOnClose struct {
+// releasingBody is an answer's body that ends its attempt's context, or
+// releases it (an ownCtx), once the body is done: read to its end or to an
+// error, or closed. A caller that reads an answer to its end and never
+// closes it, under a context that lives on, leaves nothing registered on
+// that context, as with a bare http.Transport.
+type releasingBody struct {
 	io.ReadCloser
 	e ender
 }
 
-func (b *cancelOnClose) Close() error {
+func (b *releasingBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err != nil {
+		b.e.closed()
+	}
+	return n, err
+}
+
+func (b *releasingBody) Close() error {
 	err := b.ReadCloser.Close()
 	b.e.closed()
 	return err
