@@ -53,6 +53,15 @@ func (t *Transport) reportPanic(msg string) {
 	log.Print(msg)
 }
 
+// reportLeft tells the Logger, else log.Print, what Close left running.
+func (t *Transport) reportLeft(msg string) {
+	if t.logger != nil {
+		t.logger.Warn(msg)
+		return
+	}
+	log.Print(msg)
+}
+
 // logf writes one record about no upstream in particular, when a Logger is
 // set.
 func (t *Transport) logf(level slog.Level, msg string, attrs ...slog.Attr) {

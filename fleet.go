@@ -210,10 +210,6 @@ func (f *fleet) stop() {
 // has passed.
 func (f *fleet) closeWait() time.Duration { return f.callBound() + closeGrace }
 
-// closeGrace is how long past a call's deadline Close waits for it to
-// return: a client that honours the deadline may be slow to unwind.
-const closeGrace = time.Second
-
 // callBound bounds each call to the store: the period, at least
 // minCallBound.
 func (f *fleet) callBound() time.Duration { return max(f.every, minCallBound) }

@@ -10,6 +10,7 @@ import (
 	"runtime/debug"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/failover-go/failover/internal/circuit"
@@ -67,6 +68,50 @@ type prober struct {
 	ctx    context.Context // canceled by Close
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
+	stages []atomic.Int32 // by upstream index: where its probe is, for Close's log
+}
+
+// Where a probe is: what Close names when it leaves a probe behind.
+const (
+	probeIdle     = iota
+	probeBuilding // in Probe.Request
+	probeSending  // in Base
+	probeJudging  // reading the answer: Classify, the circuit's hooks
+)
+
+var probeStages = [...]string{probeBuilding: "in Probe.Request", probeSending: "in Base", probeJudging: "judging its answer"}
+
+// stop ends the probe loops and waits for them until deadline. It returns
+// what the probes left running are doing, by upstream ("a in Base"), in
+// the order of the upstreams: user code (a Base that ignores its
+// context, a Probe.Request that blocks) ends on its own, and what it
+// returns then is dropped.
+func (p *prober) stop(ups []*upstream, deadline time.Time) []string {
+	p.cancel()
+	done := make(chan struct{})
+	go func() {
+		p.wg.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return nil
+	default:
+	}
+	wait := time.NewTimer(time.Until(deadline))
+	defer wait.Stop()
+	select {
+	case <-done:
+		return nil
+	case <-wait.C:
+	}
+	var left []string
+	for _, u := range ups {
+		if st := p.stages[u.index].Load(); st != probeIdle {
+			left = append(left, u.name+" "+probeStages[st])
+		}
+	}
+	return left
 }
 
 // startProbes starts one loop per upstream, when probes are configured.
@@ -81,7 +126,7 @@ func (t *Transport) startProbes(cfg ProbeConfig) {
 		cfg.Request = modelsRequest
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	t.probes = &prober{cfg: cfg, ctx: ctx, cancel: cancel}
+	t.probes = &prober{cfg: cfg, ctx: ctx, cancel: cancel, stages: make([]atomic.Int32, len(t.upstreams))}
 	for _, u := range t.upstreams {
 		t.probes.wg.Add(1)
 		go t.probeLoop(u)
@@ -119,21 +164,28 @@ func jitter(d time.Duration) time.Duration {
 
 // probe sends u one probe and records what it says. A panic is reported
 // and the probe counts for nothing: on the probe loop's goroutine it would
-// end the process.
+// end the process. A probe that returns after Close (from user code that
+// ignored its context) sends and records nothing more.
 func (t *Transport) probe(u *upstream) {
 	if u.circuit.Check(time.Now()).Refusal == circuit.Probing {
 		return // a real request is probing it
 	}
+	p := t.probes
+	stage := &p.stages[u.index]
 	defer func() {
+		stage.Store(probeIdle)
 		if v := recover(); v != nil {
 			msg := fmt.Sprintf("failover: panic in the probe of %s: %v\n%s", u.name, v, debug.Stack())
 			t.reportPanic(redact.String(msg, t.creds.upstreamSecrets))
 		}
 	}()
-	p := t.probes
 	ctx, cancel := context.WithTimeout(p.ctx, p.cfg.Timeout)
 	defer cancel()
+	stage.Store(probeBuilding)
 	req, err := p.cfg.Request(ctx, u.cfg)
+	if p.ctx.Err() != nil {
+		return // closed while Request built it
+	}
 	if err == nil && req == nil {
 		err = errNoProbeRequest
 	}
@@ -155,13 +207,23 @@ func (t *Transport) probe(u *upstream) {
 	for k, v := range u.header {
 		req.Header[k] = v
 	}
+	stage.Store(probeSending)
 	resp, err := t.base.RoundTrip(req)
-	o := t.classify(resp, err) // the probe's timeout is the upstream's failure
-	if err != nil && p.ctx.Err() != nil {
-		o = Canceled // Close ended it
+	if p.ctx.Err() != nil {
+		// Closed while Base had it: what it says is dropped, a
+		// failure of Close's own making above all.
+		if resp != nil {
+			discard(resp)
+		}
+		return
 	}
+	stage.Store(probeJudging)
+	o := t.classify(resp, err) // the probe's timeout is the upstream's failure
 	if resp != nil {
 		discard(resp)
+	}
+	if p.ctx.Err() != nil {
+		return
 	}
 	u.m.probes[o].Inc()
 	u.circuit.Probed(circuitResult(o, err), time.Now())

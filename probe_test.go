@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"regexp"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -298,5 +299,82 @@ func TestProbeJitterHugeInterval(t *testing.T) {
 		if j := jitter(time.Second); j < 900*time.Millisecond || j > 1100*time.Millisecond {
 			t.Fatalf("jitter(1s) = %v, want within 10 %% of it", j)
 		}
+	}
+}
+
+// Close returns within its second whatever user code a probe is in: a Base
+// that ignores its context, a Probe.Request or a Classify that blocks. It
+// logs which probes it left, and what each says when it comes back is
+// dropped: no request is sent, nothing is counted, no circuit moves.
+func TestCloseLeavesStuckProbesBehind(t *testing.T) {
+	for _, stuck := range []string{"Base", "Probe.Request", "Classify"} {
+		t.Run(stuck, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				release := make(chan struct{})
+				var sent atomic.Int64
+				inUserCode := make(chan struct{}, 1)
+				block := func(where, host string) {
+					if where == stuck && host == "a.test" {
+						select {
+						case inUserCode <- struct{}{}:
+						default:
+						}
+						<-release // ignores every context
+					}
+				}
+				base := roundTripFunc(func(r *http.Request) (*http.Response, error) {
+					sent.Add(1)
+					block("Base", r.URL.Host)
+					resp := respond(503, "down")
+					resp.Request = r
+					return resp, nil
+				})
+				var logs logBuffer
+				tr, err := New(Config{
+					Base:      base,
+					Logger:    newLogger(&logs),
+					Breaker:   BreakerConfig{FailureThreshold: 1},
+					Upstreams: []Upstream{{Name: "a", BaseURL: "http://a.test/v1", Header: http.Header{"Authorization": {"Bearer sk-stuck-0123456789"}}}, {Name: "b", BaseURL: "http://b.test/v1"}},
+					Classify: func(resp *http.Response, err error) Outcome {
+						block("Classify", resp.Request.URL.Host)
+						return DefaultClassifier(resp, err)
+					},
+					Probe: ProbeConfig{Interval: time.Second, Request: func(ctx context.Context, u Upstream) (*http.Request, error) {
+						block("Probe.Request", strings.TrimPrefix(strings.TrimSuffix(u.BaseURL, "/v1"), "http://"))
+						return http.NewRequestWithContext(ctx, http.MethodGet, u.BaseURL+"/models", nil)
+					}},
+				})
+				if err != nil {
+					t.Fatal(err)
+				}
+				<-inUserCode // a's first probe is stuck
+				synctest.Wait()
+				before := sent.Load()
+				start := time.Now()
+				tr.Close()
+				if took := time.Since(start); took > closeGrace {
+					t.Errorf("Close took %v, want at most %v", took, closeGrace)
+				}
+				if out := logs.String(); !strings.Contains(out, "a in "+stuck) && !(stuck == "Classify" && strings.Contains(out, "a judging its answer")) {
+					t.Errorf("the log does not say what Close left:\n%s", out)
+				} else if strings.Contains(out, "sk-stuck") {
+					t.Errorf("the log shows a's key:\n%s", out)
+				}
+				close(release)
+				synctest.Wait()
+				time.Sleep(time.Minute)
+				if n := sent.Load(); n != before {
+					t.Errorf("%d probes sent after Close", n-before)
+				}
+				if h := tr.Health()[0]; h.State != "closed" || h.Requests.Total() != 0 {
+					t.Errorf("a after its stuck probe came back: %+v; want closed, nothing counted", h)
+				}
+				var m strings.Builder
+				tr.WritePrometheus(&m)
+				if regexp.MustCompile(`failover_probes_total\{upstream="a",[^}]*\} [1-9]`).MatchString(m.String()) {
+					t.Errorf("a probe that came back after Close is counted:\n%s", m.String())
+				}
+			})
+		})
 	}
 }

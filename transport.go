@@ -35,6 +35,8 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -322,7 +324,8 @@ type Transport struct {
 
 	onStateChange func(StateChange)
 	probes        *prober // nil without probes
-	ownBase       bool    // base is the http.Transport New made: Close closes its idle connections
+	closeOnce     sync.Once
+	ownBase       bool // base is the http.Transport New made: Close closes its idle connections
 
 	lastResortCfg      LastResortConfig
 	lastResortInFlight atomic.Int64
@@ -558,22 +561,40 @@ func (t *Transport) Reset(name string) error {
 // call more than once. Requests in flight go on to their end, and requests
 // still work after Close.
 //
-// With Config.Shared, Close returns within SharedSync (at least 1s) and a
-// second, whatever the store does: a call to the store that ignores its
-// context's deadline is left to end on its own, and Close logs it.
+// Close returns within a second, or with Config.Shared within SharedSync
+// (at least 1s) and a second, whatever user code does. A probe still in
+// user code then (a Base that ignores its context, a Probe.Request or
+// Classify that blocks), or a call to the store that ignores its
+// deadline, is left to end on its own, Close logs which, and what it
+// returns is dropped: nothing changes routing after Close.
 func (t *Transport) Close() error {
-	if p := t.probes; p != nil {
-		p.cancel()
-		p.wg.Wait()
+	t.closeOnce.Do(t.close)
+	return nil
+}
+
+func (t *Transport) close() {
+	deadline := time.Now().Add(closeGrace)
+	p := t.probes
+	if p != nil {
+		p.cancel() // at once, while the fleet stops
 	}
 	if f := t.fleet; f != nil {
 		f.stopOnce.Do(f.stop)
 	}
+	if p != nil {
+		if left := p.stop(t.upstreams, deadline); len(left) > 0 {
+			t.reportLeft("failover: Close returns while probes are still in user code that ignored their context, each to end on its own and count for nothing: " + strings.Join(left, ", "))
+		}
+	}
 	if t.ownBase {
 		t.CloseIdleConnections()
 	}
-	return nil
 }
+
+// closeGrace is how long Close waits for background work (a probe, a call
+// to the shared state) to return once told to stop, past the bound of the
+// call in flight: user code that honours its context unwinds within it.
+const closeGrace = time.Second
 
 // CloseIdleConnections closes the idle connections of Base, when Base has
 // such a method. http.Client.CloseIdleConnections calls it.
