@@ -243,6 +243,9 @@ func (r *request) prepare(ctx context.Context, a *attempt, b *replay, cancelable
 			out.ContentLength = int64(len(data)) // with trailers and no length, it goes chunked, as above
 		}
 	}
+	if len(r.req.Trailer) > 0 {
+		r.trailer(out, u)
+	}
 	// A body of a kind that may fail to read, or disagree with its
 	// length, is watched, to tell the caller's fault (see judge); a body
 	// in memory, the usual one, spares the watcher's allocation.

@@ -378,10 +378,13 @@ func queryName(pair string) string {
 }
 
 // appendRequestSecrets appends to dst every form of the credentials that
-// req carries by the rule: its credential headers' values, its credential
-// query parameters' values, and its URL's user and password.
+// req carries by the rule: its credential headers' and trailers' values,
+// its credential query parameters' values, and its URL's user and
+// password.
 func (c *credentials) appendRequestSecrets(dst []string, req *http.Request) []string {
-	return c.appendURLSecrets(c.appendHeaderSecrets(dst, req.Header), req.URL)
+	dst = c.appendHeaderSecrets(dst, req.Header)
+	dst = c.appendHeaderSecrets(dst, req.Trailer)
+	return c.appendURLSecrets(dst, req.URL)
 }
 
 // appendHeaderSecrets appends to dst every form of the values of h's

@@ -618,3 +618,87 @@ func TestRedactsEverySecretPart(t *testing.T) {
 		}
 	}
 }
+
+// The credential rule holds in a request's trailers as in its headers: the
+// upstream the caller addressed gets the caller's credential trailers, any
+// other gets the request without them but with every other trailer, set
+// before the request or while its body is read, replayed or streamed (the
+// primary's circuit open); an upstream's own Header names are its own in
+// trailers too; and the caller's trailer credentials are kept out of
+// errors and Health.
+func TestTrailerCredentialsStayWithTheirUpstream(t *testing.T) {
+	const callerKey = "sk-trailer-caller-0123456789"
+	type got struct{ host, key, sum, sig string }
+	seen := make(chan got, 8)
+	handler := func(code int) http.HandlerFunc {
+		return func(w http.ResponseWriter, r *http.Request) {
+			io.ReadAll(r.Body)
+			seen <- got{r.Host, r.Trailer.Get("X-Api-Key"), r.Trailer.Get("X-Checksum"), r.Trailer.Get("X-Signature")}
+			w.WriteHeader(code)
+		}
+	}
+	primary, backup := newServer(t, handler(503)), newServer(t, handler(200))
+	tr := newTestTransport(t, Config{Breaker: BreakerConfig{FailureThreshold: 2}, Upstreams: []Upstream{
+		{Name: "primary", BaseURL: primary.URL + "/v1"},
+		{Name: "backup", BaseURL: backup.URL + "/v1", Header: http.Header{"X-Signature": {"backup-own"}}},
+	}})
+	for _, tc := range []struct {
+		name     string
+		duringIO bool // the trailer values are set while the body is read
+	}{{"set before", false}, {"set while the body is read", true}, {"circuit open, streamed body", true}} {
+		pr, pw := io.Pipe()
+		req, _ := http.NewRequest("POST", primary.URL+"/v1/files", pr)
+		req.Trailer = http.Header{"X-Api-Key": nil, "X-Checksum": nil, "X-Signature": nil}
+		set := func() {
+			req.Trailer.Set("X-Api-Key", callerKey)
+			req.Trailer.Set("X-Checksum", "c0ffee")
+			req.Trailer.Set("X-Signature", "caller-sig")
+		}
+		if !tc.duringIO {
+			set()
+		}
+		go func() {
+			io.WriteString(pw, "part")
+			if tc.duringIO {
+				set()
+			}
+			pw.Close()
+		}()
+		resp, err := tr.RoundTrip(req)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		resp.Body.Close()
+		want := []got{
+			{primary.Listener.Addr().String(), callerKey, "c0ffee", "caller-sig"},
+			{backup.Listener.Addr().String(), "", "c0ffee", ""},
+		}
+		if tc.name == "circuit open, streamed body" {
+			want = want[1:]
+		}
+		for _, w := range want {
+			if g := <-seen; g != w {
+				t.Errorf("%s: upstream got trailers %+v, want %+v", tc.name, g, w)
+			}
+		}
+	}
+
+	// In errors and Health: Base's error quotes the trailer it was sent.
+	n := newFakeNet()
+	n.handle("a.test", func(r *http.Request) (*http.Response, error) {
+		io.ReadAll(r.Body)
+		return nil, errors.New("refused trailer " + r.Trailer.Get("X-Api-Key"))
+	})
+	tr = newTestTransport(t, Config{Base: n, Upstreams: []Upstream{{Name: "a", BaseURL: "http://a.test"}}})
+	req := httptestRequest("POST", "http://a.test/v1", "body")
+	req.Trailer = http.Header{"X-Api-Key": {callerKey}}
+	_, err := tr.RoundTrip(req)
+	if err == nil || !strings.Contains(err.Error(), "refused trailer") {
+		t.Fatalf("err = %v, want Base's", err)
+	}
+	for _, s := range []string{err.Error(), tr.Health()[0].LastError} {
+		if strings.Contains(s, callerKey) {
+			t.Errorf("the caller's trailer key leaked: %s", s)
+		}
+	}
+}

@@ -3,6 +3,7 @@ package failover
 import (
 	"context"
 	"fmt"
+	"io"
 	"net/http"
 	"net/url"
 	"strings"
@@ -48,12 +49,76 @@ func (r *request) clone(ctx context.Context, up *upstream, shareURL bool, own *o
 	h := make(http.Header, len(r.req.Header)+len(up.header))
 	owner := up == r.owner()
 	for k, v := range r.req.Header {
-		if !up.sets(k) && (owner || r.mayCross(k, v)) {
+		if r.crosses(up, owner, k, v) {
 			h[k] = v
 		}
 	}
 	out.Header = h
 	return out
+}
+
+// crosses reports whether the caller's field k (a header or a trailer),
+// with values vs, may go to up: not when up sets it (its Header), nor,
+// unless up is the credentials' owner, when mayCross says no.
+func (r *request) crosses(up *upstream, owner bool, k string, vs []string) bool {
+	return !up.sets(k) && (owner || r.mayCross(k, vs))
+}
+
+// trailer gives out, bound for up, the caller's trailers by the rule its
+// headers follow (crosses): the caller's map itself when every field may
+// go, else a map of those that may. A caller may set trailer values while
+// its body is read, as net/http allows, so that map takes them again when
+// the body ends (trailerBody). It runs once out's body is final.
+func (r *request) trailer(out *http.Request, up *upstream) {
+	owner := up == r.owner()
+	all := true
+	for k, vs := range r.req.Trailer {
+		if !r.crosses(up, owner, k, vs) {
+			all = false
+			break
+		}
+	}
+	if all {
+		return
+	}
+	own := make(http.Header, len(r.req.Trailer))
+	for k, vs := range r.req.Trailer {
+		if r.crosses(up, owner, k, vs) {
+			own[k] = vs
+		}
+	}
+	out.Trailer = own
+	if out.Body != nil && out.Body != http.NoBody {
+		out.Body = &trailerBody{ReadCloser: out.Body, r: r, up: up, own: own}
+	}
+}
+
+// trailerBody is the body of a request whose trailers are a map of their
+// own (see trailer): at the body's end, before net/http writes the
+// trailers, it takes the caller's values again for the fields that may
+// go, and drops those that may not any more (a redirect hop's value that
+// carries a credential). It never adds a field: net/http has announced
+// them.
+type trailerBody struct {
+	io.ReadCloser
+	r   *request
+	up  *upstream
+	own http.Header
+}
+
+func (b *trailerBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err == io.EOF {
+		owner := b.up == b.r.owner()
+		for k := range b.own {
+			if vs := b.r.req.Trailer[k]; b.r.crosses(b.up, owner, k, vs) {
+				b.own[k] = vs
+			} else {
+				delete(b.own, k)
+			}
+		}
+	}
+	return n, err
 }
 
 // escapedRest is the escaped rest of the request's path after its
