@@ -62,23 +62,47 @@ type fleetState struct {
 	failures []mono.Time           // the fleet's last FailureThreshold failures, a ring
 	next     int                   // where the next one goes
 	members  map[string]memberRate // the other members' request rates
-	coolEnd  time.Time             // when the fleet's cooldown last adopted ends, as the fleet said
-	coolCap  time.Time             // until when this process keeps to it: MaxCooldown from its adoption
+	cool     claim                 // the fleet's cooldown, as this process adopted it
+	open     claim                 // the fleet's open circuit, as this process adopted it
 }
 
-// coolFor returns how long to cool down, at now, for the fleet's cooldown
-// of d, capped at max from when that cooldown was first adopted. The store
-// repeats the same cooldown at each reconcile (its end moved by up to
-// slack); capping each afresh would never end it. A cooldown that ends
-// elsewhere is another, capped from now.
-func (s *fleetState) coolFor(now time.Time, d, max, slack time.Duration) time.Duration {
+// claim is a state the fleet says an upstream is in (cooling down, open)
+// as this process adopted it: one episode, from its first adoption for as
+// long as the fleet keeps saying it, each time within slack of the end it
+// said last.
+type claim struct {
+	since mono.Time // when this process first adopted it; 0: never
+	end   mono.Time // the latest end the fleet said
+}
+
+// hold returns how long to hold the state at now for the fleet's word
+// that it lasts d: d, capped at limit from the episode's first adoption.
+// Said within slack of the end said last (the store repeats it at every
+// reconcile), it is the same episode however it moves the end, so that a
+// store that repeats or extends a state keeps it no longer than limit;
+// said later, it is a new one. Requires that the fleetState's mu is held.
+func (c *claim) hold(now mono.Time, d, limit, slack time.Duration) time.Duration {
+	if c.since == 0 || now.Sub(c.end) > slack {
+		c.since, c.end = now, now
+	}
+	c.end = max(c.end, now.Add(d))
+	return min(d, c.since.Add(limit).Sub(now))
+}
+
+// adopt returns how long this process holds the state c, which the fleet
+// says lasts d from now (see claim.hold).
+func (s *fleetState) adopt(c *claim, now time.Time, d, limit, slack time.Duration) time.Duration {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	end := now.Add(d)
-	if s.coolCap.IsZero() || end.Sub(s.coolEnd).Abs() > slack {
-		s.coolEnd, s.coolCap = end, now.Add(max)
-	}
-	return min(d, s.coolCap.Sub(now))
+	return c.hold(mono.Of(now), d, limit, slack)
+}
+
+// forget ends c's episode: this process saw for itself what the fleet
+// says (a 429, a trip), and the fleet's next word on it is news.
+func (s *fleetState) forget(c *claim) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	*c = claim{}
 }
 
 type memberRate struct {
@@ -257,13 +281,16 @@ func (f *fleet) publish(e SharedEvent) {
 
 // changed publishes a state change of u's circuit that this process made.
 // The times told are this circuit's own (its Upstream.Breaker's): the
-// others hold it open for as long, extend-only (see Shared).
+// others hold it open for as long, extend-only (see Shared). One to open
+// is its own evidence, after which the fleet's word on an open circuit is
+// news (see claim).
 func (f *fleet) changed(u *upstream, c circuit.Change) {
 	if c.Remote {
 		return
 	}
 	switch c.To {
 	case circuit.Open:
+		u.fleet.forget(&u.fleet.open)
 		if left := u.circuit.OpenFor(c.At); left > 0 {
 			f.publish(SharedEvent{Upstream: u.name, Kind: SharedOpen, For: left})
 		}
@@ -291,8 +318,11 @@ func (u *upstream) rate(now time.Time) float64 {
 	return u.window.rate(now, now.Add(-rateWindow))
 }
 
-// cooled publishes u's cooldown.
+// cooled publishes u's cooldown, which a 429 to this process started or
+// lengthened: after it, the fleet's word on u's cooldown is news (see
+// claim).
 func (f *fleet) cooled(u *upstream, d time.Duration, reason CooldownReason) {
+	u.fleet.forget(&u.fleet.cool)
 	f.publish(SharedEvent{Upstream: u.name, Kind: SharedCooling, For: d, Reason: reason})
 }
 
@@ -464,7 +494,11 @@ func (f *fleet) listen(ctx context.Context) {
 	}
 }
 
-// apply adopts an event from the fleet into this process's state.
+// apply adopts an event from the fleet into this process's state. What
+// the fleet says keeps an upstream out no longer than this process's own
+// cap from when it first adopted it (see claim): a cooldown, MaxCooldown;
+// an open circuit, that or its own Cooldown, whichever is longer, so that
+// it holds another member's longer Cooldown.
 func (f *fleet) apply(e SharedEvent) {
 	u := f.byName[e.Upstream]
 	if u == nil {
@@ -475,11 +509,12 @@ func (f *fleet) apply(e SharedEvent) {
 	case SharedOpen:
 		// The lease holder's probe decides: an Open arriving meanwhile
 		// (its own read back, another member's late) must not drop it.
-		if e.For > 0 && u.circuit.Status(now) == circuit.HalfOpen && f.holdsLease(u, now) {
+		if e.For <= 0 || u.circuit.Status(now) == circuit.HalfOpen && f.holdsLease(u, now) {
 			return
 		}
-		if e.For > 0 && (u.circuit.Status(now) != circuit.Open || u.circuit.OpenFor(now) < e.For) {
-			u.circuit.HoldOpen(now.Add(e.For), now)
+		d := u.fleet.adopt(&u.fleet.open, now, e.For, max(u.circuit.Cooldown(), f.t.rate.MaxCooldown), f.callBound())
+		if d > 0 && (u.circuit.Status(now) != circuit.Open || u.circuit.OpenFor(now) < d) {
+			u.circuit.HoldOpen(now.Add(d), now)
 			f.adopted.Inc()
 		}
 	case SharedClosed, SharedReset:
@@ -515,11 +550,11 @@ func (f *fleet) apply(e SharedEvent) {
 		}
 	case SharedCooling:
 		// Capped at this process's MaxCooldown, as a provider's own
-		// Retry-After is (coolFor).
+		// Retry-After is.
 		if e.For <= 0 {
 			return
 		}
-		d := u.fleet.coolFor(now, e.For, f.t.rate.MaxCooldown, f.callBound())
+		d := u.fleet.adopt(&u.fleet.cool, now, e.For, f.t.rate.MaxCooldown, f.callBound())
 		if d > 0 && u.cd.remaining(now) < d {
 			reason := e.Reason
 			if reason == "" {

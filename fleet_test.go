@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -632,6 +633,210 @@ func TestSharedOpenSparesTheProbe(t *testing.T) {
 		}
 		if h := tr.Health()[0]; h.State != "open" || h.OpenFor < 800*time.Millisecond {
 			t.Errorf("after its probe failed, the primary is %s for %v, want open for about the cooldown", h.State, h.OpenFor)
+		}
+	})
+}
+
+// scriptShared is a memShared that a test scripts: every Load answers
+// with the events said last too, AcquireProbe refuses while deny is set,
+// and Subscribe keeps its deliver, which tell calls when the test likes
+// (from many goroutines, after Close), as a store's own goroutine might.
+type scriptShared struct {
+	*memShared
+	deny    atomic.Bool
+	mu      sync.Mutex
+	said    []SharedEvent
+	deliver func(SharedEvent)
+}
+
+func newScriptShared() *scriptShared { return &scriptShared{memShared: newMemShared()} }
+
+// say makes every Load from now on answer evs too.
+func (s *scriptShared) say(evs ...SharedEvent) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.said = evs
+}
+
+// tell delivers e, through the deliver of the latest Subscribe.
+func (s *scriptShared) tell(e SharedEvent) {
+	s.mu.Lock()
+	deliver := s.deliver
+	s.mu.Unlock()
+	deliver(e)
+}
+
+func (s *scriptShared) Load(ctx context.Context, names []string) ([]SharedEvent, error) {
+	evs, err := s.memShared.Load(ctx, names)
+	if err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append(evs, s.said...), nil
+}
+
+func (s *scriptShared) Subscribe(ctx context.Context, deliver func(SharedEvent)) error {
+	s.mu.Lock()
+	s.deliver = deliver
+	s.mu.Unlock()
+	return s.memShared.Subscribe(ctx, deliver)
+}
+
+func (s *scriptShared) AcquireProbe(ctx context.Context, upstream, member string, ttl time.Duration) (bool, error) {
+	if s.deny.Load() {
+		return false, nil
+	}
+	return s.memShared.AcquireProbe(ctx, upstream, member, ttl)
+}
+
+// scriptedMember is one Transport in front of a.test and b.test sharing s,
+// with a Breaker.Cooldown of 1 s, FailureThreshold 2, and a MaxCooldown of
+// 1 s unless cfg says.
+func scriptedMember(t *testing.T, n *fakeNet, s Shared, cfg Config) *Transport {
+	t.Helper()
+	cfg.Shared, cfg.SharedSync = s, 100*time.Millisecond
+	if cfg.RateLimit.MaxCooldown == 0 {
+		cfg.RateLimit.MaxCooldown = time.Second
+	}
+	cfg.Breaker = BreakerConfig{FailureThreshold: 2, Cooldown: time.Second}
+	tr := newTestTransport(t, twoUpstreams(n, cfg))
+	t.Cleanup(func() { tr.Close() })
+	return tr
+}
+
+// What a store says keeps an upstream out for no longer than this member's
+// cap, counted from when it first adopted it, however often the store says
+// it again, moves its end or makes it longer: 1 s here (MaxCooldown for a
+// cooldown; for an open circuit, that or Breaker.Cooldown, whichever is
+// longer). Before, a store that answered every Load with "cooling, 1 h
+// left" kept the upstream cooling for good: each answer's end, a period
+// later than the last, was taken after 1 s of drift for a new cooldown,
+// capped afresh; and an open circuit the store repeated was held open as
+// long as it said.
+func TestSharedClaimsBounded(t *testing.T) {
+	cooling := func(d time.Duration) SharedEvent {
+		return SharedEvent{Upstream: "b", Kind: SharedCooling, For: d, Member: "other"}
+	}
+	open := func(d time.Duration) SharedEvent {
+		return SharedEvent{Upstream: "a", Kind: SharedOpen, For: d, Member: "other"}
+	}
+	for _, tt := range []struct {
+		name     string
+		upstream int
+		said     SharedEvent             // answered at every Load
+		told     func(i int) SharedEvent // delivered every 10ms
+		tellers  int                     // goroutines telling at once
+	}{
+		{name: "cooling 1h at every Load", upstream: 1, said: cooling(time.Hour)},
+		{name: "cooling a period at every Load", upstream: 1, said: cooling(100 * time.Millisecond)},
+		{name: "cooling without end at every Load", upstream: 1, said: cooling(maxDuration)},
+		{name: "cooling told longer each time", upstream: 1, told: func(i int) SharedEvent { return cooling(time.Hour + time.Duration(i)*time.Second) }, tellers: 1},
+		{name: "cooling told from 8 goroutines", upstream: 1, told: func(i int) SharedEvent { return cooling(time.Duration(1+i%7) * 100 * time.Millisecond) }, tellers: 8},
+		{name: "open 1h at every Load", upstream: 0, said: open(time.Hour)},
+		{name: "open a period at every Load", upstream: 0, said: open(100 * time.Millisecond)},
+		{name: "open without end at every Load", upstream: 0, said: open(maxDuration)},
+		{name: "open told longer each time", upstream: 0, told: func(i int) SharedEvent { return open(time.Hour + time.Duration(i)*time.Second) }, tellers: 1},
+		{name: "open told from 8 goroutines", upstream: 0, told: func(i int) SharedEvent { return open(time.Duration(1+i%7) * 100 * time.Millisecond) }, tellers: 8},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				n := newFakeNet()
+				n.status("a.test", 200, "a")
+				n.status("b.test", 200, "b")
+				s := newScriptShared()
+				tr := scriptedMember(t, n, s, Config{})
+				synctest.Wait()
+				start := time.Now()
+				if tt.said.Kind != 0 {
+					s.say(tt.said)
+					time.Sleep(100 * time.Millisecond) // the next reconcile
+					start = time.Now()
+				}
+				stop := make(chan struct{})
+				var wg sync.WaitGroup
+				defer func() {
+					close(stop)
+					wg.Wait()
+				}()
+				for range tt.tellers {
+					wg.Go(func() {
+						for i := 0; ; i++ {
+							select {
+							case <-stop:
+								return
+							default:
+							}
+							s.tell(tt.told(i))
+							time.Sleep(10 * time.Millisecond)
+						}
+					})
+				}
+				synctest.Wait()
+				if h := tr.Health()[tt.upstream]; h.Available {
+					t.Fatalf("setup: %s did not adopt what the store said", h.Name)
+				}
+				// Requests let the circuit, once free of the store, ask for
+				// the probe's lease and probe.
+				for time.Since(start) < 6*time.Second {
+					get(t, tr, "http://a.test/")
+					synctest.Wait()
+					if h := tr.Health()[tt.upstream]; !h.Available && time.Since(start) > 1200*time.Millisecond {
+						t.Fatalf("%v after the store first said it, %s is %s, unavailable (%s), cooling %v, open %v: past the 1s cap", time.Since(start), h.Name, h.State, h.Unavailable, h.Cooldown, h.OpenFor)
+					}
+					time.Sleep(50 * time.Millisecond)
+				}
+			})
+		})
+	}
+}
+
+// Past its cap, a state the store goes on saying is adopted again once
+// this member saw it for itself: its own 429 or trip starts a new episode,
+// capped afresh, so that a fleet still rate-limited or down goes on
+// sharing it.
+func TestSharedClaimsAfterOwnEvidence(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := newFakeNet()
+		n.status("a.test", 429, "slow down", "retry-after-ms", "200")
+		n.status("b.test", 200, "b")
+		s := newScriptShared()
+		tr := scriptedMember(t, n, s, Config{})
+		synctest.Wait()
+		s.say(SharedEvent{Upstream: "a", Kind: SharedCooling, For: time.Hour})
+		time.Sleep(100 * time.Millisecond) // adopted, for the 1s cap
+		time.Sleep(time.Second)
+		if h := tr.Health()[0]; h.Cooldown != 0 {
+			t.Fatalf("setup: a cools down for %v past the cap", h.Cooldown)
+		}
+		get(t, tr, "http://a.test/") // a 429 of its own, for 200ms
+		time.Sleep(150 * time.Millisecond)
+		synctest.Wait()
+		if h := tr.Health()[0]; h.Cooldown < 500*time.Millisecond {
+			t.Errorf("after a 429 of its own, a cools down for %v; want the fleet's, capped afresh at 1s", h.Cooldown)
+		}
+	})
+	synctest.Test(t, func(t *testing.T) {
+		n := newFakeNet()
+		n.status("a.test", 503, "down")
+		n.status("b.test", 200, "b")
+		s := newScriptShared()
+		tr := scriptedMember(t, n, s, Config{RateLimit: RateLimitConfig{MaxCooldown: 2 * time.Second}})
+		synctest.Wait()
+		s.say(SharedEvent{Upstream: "a", Kind: SharedOpen, For: time.Hour})
+		time.Sleep(100 * time.Millisecond) // adopted, for the 2s cap
+		time.Sleep(2 * time.Second)
+		for range 2 { // the lease, then the probe, which fails
+			get(t, tr, "http://a.test/")
+			synctest.Wait()
+		}
+		if h := tr.Health()[0]; h.State != "open" || n.count("a.test") != 1 {
+			t.Fatalf("setup: a is %s after %d probes", h.State, n.count("a.test"))
+		}
+		time.Sleep(150 * time.Millisecond)
+		synctest.Wait()
+		if h := tr.Health()[0]; h.OpenFor < 1500*time.Millisecond {
+			t.Errorf("after its own probe failed, a is open for %v; want the fleet's, capped afresh at 2s", h.OpenFor)
 		}
 	})
 }
