@@ -58,12 +58,26 @@ type fleetState struct {
 	lease   atomic.Int64 // mono.Time until which this process holds the probe
 	wanting atomic.Bool  // a request for the probe is queued
 
+	// news counts the circuit's changes and the fleet's Opens adopted,
+	// asked is its count when the lease was last asked for, and refused
+	// the store's first refusal of the lease since.
+	news    atomic.Uint64
+	asked   atomic.Uint64
+	refused atomic.Pointer[refusal]
+
 	mu       sync.Mutex
 	failures []mono.Time           // the fleet's last FailureThreshold failures, a ring
 	next     int                   // where the next one goes
 	members  map[string]memberRate // the other members' request rates
 	cool     claim                 // the fleet's cooldown, as this process adopted it
 	open     claim                 // the fleet's open circuit, as this process adopted it
+}
+
+// refusal is the store's first refusal of the probe's lease, asked for
+// when the circuit's news counted news.
+type refusal struct {
+	news uint64
+	at   mono.Time
 }
 
 // claim is a state the fleet says an upstream is in (cooling down, open)
@@ -240,13 +254,19 @@ func (f *fleet) callBound() time.Duration { return max(f.every, minCallBound) }
 
 // mayProbe reports whether this process may send u's half-open probe: it
 // holds the fleet's lease, or the store is unreachable, or the Transport
-// is closed. Otherwise, with ask, it asks for the lease, without waiting
-// for it. It is the circuit's Lease.
+// is closed, or the store has refused the lease for the circuit's
+// Cooldown with no word of another member's probe meanwhile (a probe
+// older is presumed hung). Otherwise, with ask, it asks for the lease,
+// without waiting for it. It is the circuit's Lease.
 func (f *fleet) mayProbe(u *upstream, now time.Time, ask bool) bool {
 	if f.down.Load() || f.stopped.Load() || f.holdsLease(u, now) {
 		return true
 	}
+	if r := u.fleet.refused.Load(); r != nil && r.news == u.fleet.news.Load() && mono.Of(now).Sub(r.at) >= u.circuit.Cooldown() {
+		return true
+	}
 	if ask && u.fleet.wanting.CompareAndSwap(false, true) {
+		u.fleet.asked.Store(u.fleet.news.Load())
 		select {
 		case f.leases <- u:
 		default:
@@ -281,10 +301,12 @@ func (f *fleet) publish(e SharedEvent) {
 
 // changed publishes a state change of u's circuit that this process made.
 // The times told are this circuit's own (its Upstream.Breaker's): the
-// others hold it open for as long, extend-only (see Shared). One to open
-// is its own evidence, after which the fleet's word on an open circuit is
-// news (see claim).
+// others hold it open for as long, extend-only (see Shared). Any change
+// is news, which ends a wait for the probe's lease; one to open that this
+// process made is its own evidence, after which the fleet's word on an
+// open circuit is news too (see claim).
 func (f *fleet) changed(u *upstream, c circuit.Change) {
+	u.fleet.news.Add(1)
 	if c.Remote {
 		return
 	}
@@ -344,11 +366,21 @@ func (f *fleet) work(ctx context.Context) {
 			var got bool
 			now := time.Now()
 			ttl := u.circuit.Cooldown()
-			if f.call(ctx, func(ctx context.Context) (err error) {
+			asked := u.fleet.asked.Load()
+			switch {
+			case !f.call(ctx, func(ctx context.Context) (err error) {
 				got, err = f.s.AcquireProbe(ctx, u.name, f.member, ttl)
 				return err
-			}) && got {
+			}):
+			case got:
 				u.fleet.lease.Store(int64(mono.Of(now).Add(ttl)))
+				u.fleet.refused.Store(nil)
+			default:
+				// The first refusal since the news the lease was
+				// asked after: mayProbe waits a Cooldown from it.
+				if r := u.fleet.refused.Load(); r == nil || r.news != asked {
+					u.fleet.refused.Store(&refusal{asked, mono.Of(now)})
+				}
 			}
 			u.fleet.wanting.Store(false)
 		case <-tick.C:
@@ -514,6 +546,7 @@ func (f *fleet) apply(e SharedEvent) {
 		}
 		d := u.fleet.adopt(&u.fleet.open, now, e.For, max(u.circuit.Cooldown(), f.t.rate.MaxCooldown), f.callBound())
 		if d > 0 && (u.circuit.Status(now) != circuit.Open || u.circuit.OpenFor(now) < d) {
+			u.fleet.news.Add(1) // a probe's verdict, or a trip
 			u.circuit.HoldOpen(now.Add(d), now)
 			f.adopted.Inc()
 		}

@@ -840,3 +840,36 @@ func TestSharedClaimsAfterOwnEvidence(t *testing.T) {
 		}
 	})
 }
+
+// A store that refuses every probe lease, and never tells a verdict, keeps
+// an upstream whose circuit opened from probing for no longer than the
+// circuit's Cooldown: then the member probes on its own, as it would
+// with the store down. Before, it waited for the lease for good, the
+// upstream skipped as probed elsewhere.
+func TestSharedLeaseRefusedBounded(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := newFakeNet()
+		n.status("a.test", 503, "down")
+		n.status("b.test", 200, "b")
+		s := newScriptShared()
+		s.deny.Store(true)
+		tr := scriptedMember(t, n, s, Config{})
+		synctest.Wait()
+		get(t, tr, "http://a.test/")
+		get(t, tr, "http://a.test/")
+		if h := tr.Health()[0]; h.State != "open" {
+			t.Fatalf("setup: a is %s, want open", h.State)
+		}
+		n.status("a.test", 200, "a")
+		time.Sleep(time.Second) // the cooldown ends: the lease is asked for, and refused
+		start := time.Now()
+		for tr.Health()[0].State != "closed" && time.Since(start) < 3*time.Second {
+			get(t, tr, "http://a.test/")
+			synctest.Wait()
+			time.Sleep(50 * time.Millisecond)
+		}
+		if h := tr.Health()[0]; h.State != "closed" || time.Since(start) > 1100*time.Millisecond {
+			t.Errorf("%v after its cooldown, with every lease refused, a is %s (%s); want closed by its own probe a Cooldown (1s) after the first refusal", time.Since(start), h.State, h.Unavailable)
+		}
+	})
+}
