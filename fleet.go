@@ -46,6 +46,12 @@ type fleet struct {
 	stopped              atomic.Bool  // Close was called: local state rules
 	ticks                atomic.Int32 // periods run: the fleet's rates are known after 2
 
+	// adopting counts the adoptions under way (enter), and idle is closed
+	// once Close was called and none is: Close waits for it.
+	adopting atomic.Int32
+	idle     chan struct{}
+	idleOnce sync.Once
+
 	errors    *metrics.Counter
 	dropped   *metrics.Counter
 	published *metrics.Counter
@@ -191,6 +197,7 @@ func newFleet(t *Transport, s Shared, every time.Duration) *fleet {
 		queue:    make(chan SharedEvent, sharedQueue),
 		failures: make(chan SharedEvent, sharedQueue),
 		leases:   make(chan *upstream, len(t.upstreams)),
+		idle:     make(chan struct{}),
 		errors:   t.metrics.GetOrCreateCounter(famSharedErrors.series()),
 		dropped:  t.metrics.GetOrCreateCounter(famSharedDropped.series()),
 
@@ -222,16 +229,20 @@ func (f *fleet) start() {
 	}()
 }
 
-// stop ends the fleet's goroutines and waits for them, for no longer than
-// closeWait: a call to the store in flight ends at its context's deadline
-// when the store honours it, and one that does not is left to end on its
-// own, its goroutine with it (see Transport.Close).
+// stop ends the fleet's goroutines and waits for them and for the
+// adoptions under way, for no longer than closeWait: a call to the store
+// in flight ends at its context's deadline when the store honours it, and
+// one that does not is left to end on its own, its goroutine with it (see
+// Transport.Close). From its start, nothing the store says is adopted.
 func (f *fleet) stop() {
 	f.stopped.Store(true)
 	f.cancel()
+	f.adopting.Add(1)
+	f.leave() // closes idle unless an adoption is under way; its leave will
 	done := make(chan struct{})
 	go func() {
 		f.wg.Wait()
+		<-f.idle
 		close(done)
 	}()
 	wait := time.NewTimer(f.closeWait())
@@ -240,6 +251,25 @@ func (f *fleet) stop() {
 	case <-done:
 	case <-wait.C:
 		f.log(slog.LevelWarn, "Close returns while a call to the shared state goes on past its context's deadline; the goroutine that made it ends when it returns")
+	}
+}
+
+// enter begins adopting what the store said, and reports whether it may:
+// not once Close was called. Each enter that reports true is followed by a
+// leave.
+func (f *fleet) enter() bool {
+	f.adopting.Add(1)
+	if f.stopped.Load() {
+		f.leave()
+		return false
+	}
+	return true
+}
+
+// leave ends what enter began.
+func (f *fleet) leave() {
+	if f.adopting.Add(-1) == 0 && f.stopped.Load() {
+		f.idleOnce.Do(func() { close(f.idle) })
 	}
 }
 
@@ -323,9 +353,10 @@ func (f *fleet) changed(u *upstream, c circuit.Change) {
 }
 
 // failure publishes a failed attempt on u at now, while its circuit is
-// closed, and trips it when the fleet's failures are dense enough.
+// closed, and trips it when the fleet's failures are dense enough. After
+// Close, the fleet's failures, heard before, trip nothing.
 func (f *fleet) failure(u *upstream, now time.Time) {
-	if !u.circuit.Counting() || u.circuit.Status(now) != circuit.Closed {
+	if f.stopped.Load() || !u.circuit.Counting() || u.circuit.Status(now) != circuit.Closed {
 		return
 	}
 	rate := u.rate(now)
@@ -506,6 +537,9 @@ func (f *fleet) listen(ctx context.Context) {
 	for {
 		err := callShared(ctx, func(ctx context.Context) error {
 			return f.s.Subscribe(ctx, func(e SharedEvent) {
+				if f.stopped.Load() {
+					return // a store's goroutine may deliver after Close
+				}
 				f.received.Inc()
 				if e.Member != f.member {
 					f.apply(e)
@@ -526,16 +560,20 @@ func (f *fleet) listen(ctx context.Context) {
 	}
 }
 
-// apply adopts an event from the fleet into this process's state. What
-// the fleet says keeps an upstream out no longer than this process's own
-// cap from when it first adopted it (see claim): a cooldown, MaxCooldown;
-// an open circuit, that or its own Cooldown, whichever is longer, so that
-// it holds another member's longer Cooldown.
+// apply adopts an event from the fleet into this process's state, unless
+// Close was called. What the fleet says keeps an upstream out no longer
+// than this process's own cap from when it first adopted it (see claim): a
+// cooldown, MaxCooldown; an open circuit, that or its own Cooldown,
+// whichever is longer, so that it holds another member's longer Cooldown.
 func (f *fleet) apply(e SharedEvent) {
 	u := f.byName[e.Upstream]
 	if u == nil {
 		return // an upstream this process does not have
 	}
+	if !f.enter() {
+		return
+	}
+	defer f.leave()
 	now := time.Now()
 	switch e.Kind {
 	case SharedOpen:

@@ -3,6 +3,7 @@ package failover
 import (
 	"context"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -871,5 +872,124 @@ func TestSharedLeaseRefusedBounded(t *testing.T) {
 		if h := tr.Health()[0]; h.State != "closed" || time.Since(start) > 1100*time.Millisecond {
 			t.Errorf("%v after its cooldown, with every lease refused, a is %s (%s); want closed by its own probe a Cooldown (1s) after the first refusal", time.Since(start), h.State, h.Unavailable)
 		}
+	})
+}
+
+// healthAfterClose is what Health says of an upstream that the store must
+// not change once Close was called.
+type healthAfterClose struct {
+	State       string
+	Available   bool
+	Unavailable Reason
+	OpenFor     time.Duration
+	Cooldown    time.Duration
+	Reason      CooldownReason
+	Trips       uint64
+}
+
+func healthOf(tr *Transport) []healthAfterClose {
+	var out []healthAfterClose
+	for _, h := range tr.Health() {
+		out = append(out, healthAfterClose{h.State, h.Available, h.Unavailable, h.OpenFor, h.Cooldown, h.CooldownReason, h.Trips})
+	}
+	return out
+}
+
+// After Close, nothing the store delivers changes routing or Health: not
+// an event a goroutine of the store's own delivers late, nor one
+// delivered while Close waits for the fleet's goroutines, nor the fleet's
+// failures heard before Close, which a failure after it would have
+// completed into a trip. Before, each was adopted: a Closed closed a
+// circuit this member had opened, an Open or Cooling skipped a healthy
+// upstream.
+func TestSharedNothingAfterClose(t *testing.T) {
+	t.Run("delivered late", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			n := newFakeNet()
+			n.status("a.test", 503, "down")
+			n.status("b.test", 200, "b")
+			s := newScriptShared()
+			tr := scriptedMember(t, n, s, Config{})
+			synctest.Wait()
+			get(t, tr, "http://a.test/")
+			get(t, tr, "http://a.test/") // a opens, its own
+			tr.Close()
+			before := healthOf(tr)
+			for _, e := range []SharedEvent{
+				{Upstream: "a", Kind: SharedClosed, For: time.Second},
+				{Upstream: "a", Kind: SharedReset, For: time.Second},
+				{Upstream: "b", Kind: SharedOpen, For: time.Minute},
+				{Upstream: "b", Kind: SharedCooling, For: time.Minute},
+			} {
+				e.Member = "other"
+				s.tell(e)
+			}
+			synctest.Wait()
+			if got := healthOf(tr); !slices.Equal(got, before) {
+				t.Errorf("events delivered after Close changed Health:\n got %+v\nwant %+v", got, before)
+			}
+			if code, err := get(t, tr, "http://a.test/"); err != nil || code != 200 {
+				t.Errorf("after Close, a request got %d %v, want b's 200", code, err)
+			}
+		})
+	})
+	t.Run("loaded while closing", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			n := newFakeNet()
+			n.status("a.test", 200, "a")
+			n.status("b.test", 200, "b")
+			s := newScriptShared()
+			entered, release := make(chan struct{}), make(chan struct{})
+			tr := scriptedMember(t, n, s, Config{OnStateChange: func(c StateChange) {
+				if c.Upstream == "a" && c.To == Open {
+					close(entered)
+					<-release
+				}
+			}})
+			synctest.Wait()
+			// The next reconcile adopts a's Open, and waits in its
+			// OnStateChange, with b's Cooling still to adopt.
+			s.say(SharedEvent{Upstream: "a", Kind: SharedOpen, For: time.Minute}, SharedEvent{Upstream: "b", Kind: SharedCooling, For: time.Minute})
+			<-entered
+			closed := make(chan struct{})
+			go func() {
+				tr.Close()
+				close(closed)
+			}()
+			synctest.Wait() // Close waits for the reconcile
+			close(release)
+			<-closed
+			if h := tr.Health()[1]; h.Cooldown != 0 {
+				t.Errorf("b cools down for %v: a Load's event was adopted while Close waited", h.Cooldown)
+			}
+		})
+	})
+	t.Run("failures heard before", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			n := newFakeNet()
+			var fail atomic.Bool
+			n.handle("a.test", func(*http.Request) (*http.Response, error) {
+				if fail.Load() {
+					return respond(503, "down"), nil
+				}
+				return respond(200, "a"), nil
+			})
+			n.status("b.test", 200, "b")
+			s := newScriptShared()
+			tr := scriptedMember(t, n, s, Config{})
+			for range 5 { // a rate of its own, and the fleet's rates known
+				get(t, tr, "http://a.test/")
+				time.Sleep(100 * time.Millisecond)
+			}
+			synctest.Wait()
+			s.tell(SharedEvent{Upstream: "a", Kind: SharedFailure, Rate: 1000, At: time.Now(), Member: "other"})
+			synctest.Wait()
+			tr.Close()
+			fail.Store(true)
+			get(t, tr, "http://a.test/") // one failure: half of a's threshold
+			if h := tr.Health()[0]; h.State != "closed" || h.Trips != 0 {
+				t.Errorf("after Close, one failure of its own and one of the fleet's heard before left a %s, %d trips; want closed", h.State, h.Trips)
+			}
+		})
 	})
 }
