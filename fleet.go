@@ -130,6 +130,13 @@ type memberRate struct {
 	at   mono.Time // when it was reported
 }
 
+// maxRate is the most requests per second a member's rate may say: more,
+// or a rate that is not a positive number, is the store's garbage.
+const maxRate = 1e9
+
+// isRate reports whether r can be a member's request rate.
+func isRate(r float64) bool { return r > 0 && r <= maxRate }
+
 // rateWindow is how far back request rates reach.
 const rateWindow = 10 * time.Second
 
@@ -154,7 +161,7 @@ func (s *fleetState) dense(now time.Time, member string, rate, own float64, thre
 	for _, f := range s.failures {
 		first, last = min(first, f), max(last, f)
 	}
-	if member != "" {
+	if member != "" && isRate(rate) {
 		if s.members == nil {
 			s.members = map[string]memberRate{}
 		}
@@ -175,14 +182,24 @@ func (s *fleetState) dense(now time.Time, member string, rate, own float64, thre
 	return last.Sub(first) <= span
 }
 
-// noteRate records a member's request rate.
+// noteRate records a member's request rate. A member not heard of
+// before makes it drop the rates of members gone quiet, so that a store
+// naming ever new members does not grow the map for good.
 func (s *fleetState) noteRate(member string, rate float64, now time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	at := mono.Of(now)
 	if s.members == nil {
 		s.members = map[string]memberRate{}
 	}
-	s.members[member] = memberRate{rate, mono.Of(now)}
+	if _, ok := s.members[member]; !ok {
+		for m, r := range s.members {
+			if at.Sub(r.at) > rateWindow {
+				delete(s.members, m)
+			}
+		}
+	}
+	s.members[member] = memberRate{rate, at}
 }
 
 func newFleet(t *Transport, s Shared, every time.Duration) *fleet {
@@ -616,7 +633,7 @@ func (f *fleet) apply(e SharedEvent) {
 			f.adopted.Inc()
 		}
 	case SharedRate:
-		if e.Member != f.member && e.Rate > 0 {
+		if e.Member != f.member && e.Member != "" && isRate(e.Rate) {
 			u.fleet.noteRate(e.Member, e.Rate, now)
 		}
 	case SharedCooling:
@@ -627,9 +644,9 @@ func (f *fleet) apply(e SharedEvent) {
 		}
 		d := u.fleet.adopt(&u.fleet.cool, now, e.For, f.t.rate.MaxCooldown, f.callBound())
 		if d > 0 && u.cd.remaining(now) < d {
-			reason := e.Reason
-			if reason == "" {
-				reason = CooldownRateLimited
+			reason := CooldownRateLimited
+			if e.Reason == CooldownQuotaExhausted {
+				reason = e.Reason
 			}
 			u.cd.extend(now, d, reason)
 			f.adopted.Inc()

@@ -2,6 +2,8 @@ package failover
 
 import (
 	"context"
+	"fmt"
+	"math"
 	"net/http"
 	"slices"
 	"strings"
@@ -992,4 +994,54 @@ func TestSharedNothingAfterClose(t *testing.T) {
 			}
 		})
 	})
+}
+
+// A Cooling whose reason is not one of the package's is adopted as
+// rate_limited: Health showed whatever the store said.
+func TestSharedCoolingReason(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := newFakeNet()
+		n.status("a.test", 200, "a")
+		n.status("b.test", 200, "b")
+		s := newScriptShared()
+		tr := scriptedMember(t, n, s, Config{})
+		synctest.Wait()
+		for _, e := range []SharedEvent{
+			{Upstream: "a", Kind: SharedCooling, For: 500 * time.Millisecond, Reason: "<script>", Member: "other"},
+			{Upstream: "b", Kind: SharedCooling, For: 500 * time.Millisecond, Reason: CooldownQuotaExhausted, Member: "other"},
+			{Upstream: "c", Kind: SharedCooling, For: time.Minute, Member: "other"},
+			{Upstream: "a", Kind: SharedKind(99), For: time.Minute, Member: "other"},
+			{Upstream: "b", Kind: SharedOpen, For: -time.Minute, Member: "other"},
+		} {
+			s.tell(e)
+		}
+		synctest.Wait()
+		for i, want := range []CooldownReason{CooldownRateLimited, CooldownQuotaExhausted} {
+			if h := tr.Health()[i]; h.CooldownReason != want || h.Cooldown != 500*time.Millisecond || h.State != "closed" {
+				t.Errorf("%s: cooling %v for %q, %s; want 500ms for %q, closed", h.Name, h.Cooldown, h.CooldownReason, h.State, want)
+			}
+		}
+	})
+}
+
+// The fleet's failures count a member's rate only when it is one: a
+// negative rate from the store made the fleet's rate look small, and
+// failures a second apart look dense.
+func TestFleetStateRates(t *testing.T) {
+	now := time.Now()
+	for _, rate := range []float64{-999.9, math.NaN(), math.Inf(1), math.Inf(-1), 0} {
+		var s fleetState
+		s.dense(now, "m", rate, 1000, 2)
+		if s.dense(now.Add(time.Second), "m", rate, 1000, 2) {
+			t.Errorf("rate %v: 2 failures 1s apart dense at 1000 requests/s of this member's own", rate)
+		}
+	}
+	// Rates of members gone quiet are dropped as others come.
+	var s fleetState
+	for i := range 5000 {
+		s.noteRate(fmt.Sprint("m", i), 1, now.Add(time.Duration(i)*10*time.Millisecond))
+	}
+	if len(s.members) > 1001 {
+		t.Errorf("%d members' rates kept, want those of the last %v, 1001", len(s.members), rateWindow)
+	}
 }
