@@ -23,6 +23,18 @@ import (
 // down each process runs on its own state. Each call's context has a
 // deadline of Config.SharedSync (at least 1s), which an implementation
 // must honour. A call that panics counts as one that failed.
+//
+// What the store says is bounded, however often it says it. A member
+// holds a cooldown or an open circuit it adopts for at most its
+// [RateLimitConfig.MaxCooldown] (an open circuit: or its
+// [BreakerConfig.Cooldown], if longer) counted from its first adoption,
+// through every repetition that comes within SharedSync (at least 1s) of
+// the end said last, however it moves that end; only a lapse, or a 429 or
+// trip of the member's own, starts the count anew. A lease the store
+// refuses holds the member's probe back for at most its Cooldown.
+// Durations that are not positive, unknown upstreams, kinds and reasons,
+// and rates that are not positive numbers are ignored. From Close on,
+// nothing the store returns or delivers is adopted.
 type Shared interface {
 	// Publish records e in the store and tells the other members.
 	// Publishing an Open or Cooling event never shortens what the store
@@ -43,6 +55,8 @@ type Shared interface {
 	// Subscribe calls deliver with each event that members publish,
 	// its own included, until ctx is done or the subscription fails. It
 	// returns the error that ended it; the Transport subscribes again.
+	// deliver may be called from several goroutines at once; after
+	// Close it does nothing.
 	Subscribe(ctx context.Context, deliver func(SharedEvent)) error
 
 	// AcquireProbe takes the lease on the half-open probe of upstream for

@@ -173,8 +173,11 @@ type Config struct {
 
 	// Shared, when set, shares open circuits, cooldowns and the
 	// half-open probe with the other processes of a fleet (see [Shared]).
-	// New starts two goroutines for it, which Close stops. Nil means each
-	// Transport learns on its own.
+	// What it says keeps an upstream out for at most RateLimit.MaxCooldown
+	// (an open circuit: or its Breaker.Cooldown, if longer) from when this
+	// Transport first adopted it. New starts two goroutines for it, which
+	// Close stops; from Close on, nothing it says is adopted. Nil means
+	// each Transport learns on its own.
 	Shared Shared
 
 	// SharedSync is how often the Transport reads the shared state in
