@@ -100,13 +100,16 @@ type claim struct {
 // Said within slack of the end said last (the store repeats it at every
 // reconcile), it is the same episode however it moves the end, so that a
 // store that repeats or extends a state keeps it no longer than limit;
-// said later, it is a new one. Requires that the fleetState's mu is held.
+// said later, it is a new one. It returns 0 past the cap. Requires that
+// the fleetState's mu is held.
 func (c *claim) hold(now mono.Time, d, limit, slack time.Duration) time.Duration {
 	if c.since == 0 || now.Sub(c.end) > slack {
 		c.since, c.end = now, now
 	}
 	c.end = max(c.end, now.Add(d))
-	return min(d, c.since.Add(limit).Sub(now))
+	// Never past limit, not even for a now read before since's: goroutines
+	// that deliver at once take the lock in any order.
+	return max(0, min(d, limit, c.since.Add(limit).Sub(now)))
 }
 
 // adopt returns how long this process holds the state c, which the fleet

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/failover-go/failover/internal/mono"
 )
 
 // fleetOf returns n Transports over net sharing s.
@@ -791,6 +793,32 @@ func TestSharedClaimsBounded(t *testing.T) {
 				}
 			})
 		})
+	}
+}
+
+// A claim is one episode through every repetition within slack of the end
+// said last, however it moves the end, and never held past its limit from
+// the first, even for a repetition read before it; one said after a lapse
+// is a new episode.
+func TestClaimHold(t *testing.T) {
+	var c claim
+	at := mono.Of(time.Now())
+	for _, tt := range []struct {
+		now  time.Duration // after at
+		d    time.Duration
+		want time.Duration
+	}{
+		{0, time.Hour, time.Second},
+		{-time.Millisecond, time.Hour, time.Second}, // read before the first, locked after
+		{500 * time.Millisecond, time.Hour, 500 * time.Millisecond},
+		{900 * time.Millisecond, 50 * time.Millisecond, 50 * time.Millisecond},
+		{time.Second, time.Hour, 0},
+		{time.Hour + 2*time.Second, 10 * time.Millisecond, 0},       // within slack of 1h+1s: its end moves to 1h+2.01s
+		{time.Hour + 3100*time.Millisecond, time.Hour, time.Second}, // lapsed: a new one
+	} {
+		if got := c.hold(at.Add(tt.now), tt.d, time.Second, time.Second); got != tt.want {
+			t.Errorf("at +%v, said for %v: held %v, want %v", tt.now, tt.d, got, tt.want)
+		}
 	}
 }
 
