@@ -270,7 +270,7 @@ func (f *fleet) stop() {
 	select {
 	case <-done:
 	case <-wait.C:
-		f.log(slog.LevelWarn, "Close returns while a call to the shared state goes on past its context's deadline; the goroutine that made it ends when it returns")
+		f.log(slog.LevelWarn, "Close returns while a call to the shared state, or the adoption of what it said, goes on past its bound; the goroutine that made it ends when it returns")
 	}
 }
 

@@ -321,7 +321,7 @@ func TestSharedCloseBounded(t *testing.T) {
 		if got, want := time.Since(start), minCallBound+closeGrace; got > want {
 			t.Errorf("Close took %v, want at most %v", got, want)
 		}
-		if !strings.Contains(logs.String(), "goes on past its context's deadline") {
+		if !strings.Contains(logs.String(), "goes on past its bound") {
 			t.Errorf("Close did not log the call it left: %q", logs.String())
 		}
 		close(s.release)

@@ -107,7 +107,7 @@ func checkClose(t *testing.T, tr *failover.Transport, logs *lockedBuffer) {
 		t.Fatalf("Close still waits after 10s; its goroutines:\n%s", ours())
 	}
 	t.Logf("Close returned after %v", time.Since(start).Round(time.Millisecond))
-	if logs.count("goes on past its context's deadline") > 0 {
+	if logs.count("goes on past its bound") > 0 {
 		t.Errorf("Close left a call to Redis behind:\n%s", logs.b.String())
 	}
 	// The fleet's goroutines have ended when Close returns; the one
