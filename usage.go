@@ -23,8 +23,9 @@ import (
 // It is read from a 2xx JSON or text/event-stream answer as the caller reads
 // the body, holding none of it back: OpenAI's "usage" (streams with
 // stream_options.include_usage), Anthropic's "usage", Gemini's
-// "usageMetadata", and OpenAI-compatible APIs alike; when a stream reports
-// it more than once, the last report of each figure counts. It is known
+// "usageMetadata", and OpenAI-compatible APIs alike (Groq's streams in
+// their "x_groq" object); when a stream reports it more than once, the
+// last report of each figure counts. It is known
 // once the body has been read to its end or closed; a body closed early
 // reports what the upstream had said by then. Only the answer the caller
 // gets is metered, though a provider may bill failed attempts and lost

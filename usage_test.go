@@ -210,6 +210,18 @@ var (
 	}
 )
 
+// Usage that providers report in fields or places of their own, as their
+// documentation shows it.
+var (
+	// Groq's stream: the usage only in the last chunk's x_groq.
+	groqStream = sse(
+		`data: {"id":"chatcmpl-b2d8","object":"chat.completion.chunk","created":1730241104,"model":"llama-3.1-8b-instant","system_fingerprint":"fp_179b0f92c9","choices":[{"index":0,"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}],"x_groq":{"id":"req_01jbd6g2qdfw2adyrt2az8hz4w"}}`,
+		`data: {"id":"chatcmpl-b2d8","object":"chat.completion.chunk","created":1730241104,"model":"llama-3.1-8b-instant","system_fingerprint":"fp_179b0f92c9","choices":[{"index":0,"delta":{"content":"Hello"},"logprobs":null,"finish_reason":null}]}`,
+		`data: {"id":"chatcmpl-b2d8","object":"chat.completion.chunk","created":1730241104,"model":"llama-3.1-8b-instant","system_fingerprint":"fp_179b0f92c9","choices":[{"index":0,"delta":{},"logprobs":null,"finish_reason":"stop"}],"x_groq":{"id":"req_01jbd6g2qdfw2adyrt2az8hz4w","usage":{"queue_time":0.019,"prompt_tokens":40,"prompt_time":0.002,"completion_tokens":25,"completion_time":0.02,"total_tokens":65,"total_time":0.022}}}`,
+		`data: [DONE]`,
+	)
+)
+
 // usageCase is an answer and the usage the Transport must read from it.
 type usageCase struct {
 	name   string
@@ -247,6 +259,8 @@ var usageCases = []usageCase{
 		want: failover.Usage{Model: "gemini-2.0-flash", Tokens: failover.Tokens{Input: 10, Output: 578}}},
 	{name: "gemini json array", ct: "application/json; charset=UTF-8", pieces: geminiArray,
 		want: failover.Usage{Model: "gemini-1.5-flash", Tokens: failover.Tokens{Input: 17, Output: 6}}},
+	{name: "groq stream x_groq", ct: "text/event-stream", pieces: groqStream,
+		want: failover.Usage{Model: "llama-3.1-8b-instant", Tokens: failover.Tokens{Input: 40, Output: 25}}},
 	{name: "json without usage", ct: "application/json", pieces: []string{`{"object":"list","data":[{"id":"gpt-4o","object":"model"}]}`}, none: true},
 }
 
@@ -481,7 +495,8 @@ func TestUsageStreamGuard(t *testing.T) {
 // the oracle that the Transport's reading of the bytes as they come is
 // checked against. It merges each usage report of the body (the members
 // "usage" and "usageMetadata" of each top-level object, of each element of
-// a top-level array, and of their "response" and "message" objects), each
+// a top-level array, and of their "response", "message" and "x_groq"
+// objects), each
 // figure's last report counting, and brings the figures to Tokens by the
 // providers' rules.
 func recordedUsage(t *testing.T, ct string, body []byte) (failover.Tokens, string, bool) {
@@ -545,7 +560,7 @@ func recordedUsage(t *testing.T, ct string, body []byte) (failover.Tokens, strin
 			continue
 		}
 		take(o, true)
-		for _, k := range []string{"response", "message"} {
+		for _, k := range []string{"response", "message", "x_groq"} {
 			if n, ok := o[k].(map[string]any); ok {
 				take(n, false)
 			}

@@ -137,7 +137,7 @@ const (
 	targetNone  = iota
 	targetUsage // "usage", "usageMetadata": the object to read
 	targetModel // "model", "modelVersion": the string to read
-	targetNest  // "response", "message": an object whose members are read too
+	targetNest  // "response", "message", "x_groq": an object whose members are read too
 )
 
 // Where the scanner is in a member of an object whose members it reads.
@@ -157,8 +157,9 @@ var jsonStructural = [256]bool{'"': true, '{': true, '}': true, '[': true, ']': 
 // sequence of them, as its bytes come, in any pieces. It follows strings
 // and the nesting of containers, and reads the members of the top-level
 // objects (the elements of a top-level array, as Gemini streams them, count
-// as top-level objects) and of their "response" and "message" objects (the
-// Responses API's and Anthropic's stream events): their "usage" (or
+// as top-level objects) and of their "response", "message" and "x_groq"
+// objects (the Responses API's and Anthropic's stream events, Groq's stream
+// chunks, which report usage nowhere else): their "usage" (or
 // "usageMetadata") object is captured and parsed, as is their "model" (or
 // "modelVersion") string. Nothing else is kept: the work per byte is a
 // table lookup, or IndexByte within strings, and the memory a usage
@@ -167,7 +168,7 @@ type usageScanner struct {
 	depth   int    // containers open
 	objects uint64 // bit d-1: the container at depth d (at most 64) is an object
 	root    int    // the depth of the top-level objects: 1, or 2 in a top-level array; 0 between values
-	nested  int    // the depth of the "response" or "message" object open in a top-level one; 0 when none
+	nested  int    // the depth of the targetNest object open in a top-level one; 0 when none
 	watched bool   // the container at depth is one whose members are read
 	str     bool   // in a string
 	esc     bool   // the last piece ended with a backslash in a string
@@ -455,7 +456,7 @@ func keyTarget(key []byte, top bool) uint8 {
 			return targetUsage
 		case "modelVersion":
 			return targetModel
-		case "response", "message":
+		case "response", "message", "x_groq":
 			return targetNest
 		}
 	}
