@@ -69,7 +69,9 @@ type Tokens struct {
 
 	// CacheWrite counts the input tokens written to the prompt cache: a
 	// part of Input, where reported (Anthropic's
-	// cache_creation_input_tokens).
+	// cache_creation_input_tokens, the cache_write_tokens of OpenAI's and
+	// OpenRouter's prompt_tokens_details and of the Responses API's
+	// input_tokens_details).
 	CacheWrite int64
 }
 

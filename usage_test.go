@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -220,6 +221,17 @@ var (
 		`data: {"id":"chatcmpl-b2d8","object":"chat.completion.chunk","created":1730241104,"model":"llama-3.1-8b-instant","system_fingerprint":"fp_179b0f92c9","choices":[{"index":0,"delta":{},"logprobs":null,"finish_reason":"stop"}],"x_groq":{"id":"req_01jbd6g2qdfw2adyrt2az8hz4w","usage":{"queue_time":0.019,"prompt_tokens":40,"prompt_time":0.002,"completion_tokens":25,"completion_time":0.02,"total_tokens":65,"total_time":0.022}}}`,
 		`data: [DONE]`,
 	)
+	// OpenRouter, serving a Claude model: what was written to the prompt
+	// cache is a part of prompt_tokens, in prompt_tokens_details.
+	openRouterCacheWrite = `{"id":"gen-1761231441-x","provider":"Anthropic","model":"anthropic/claude-sonnet-4.5","object":"chat.completion","created":1761231441,"choices":[{"logprobs":null,"finish_reason":"stop","native_finish_reason":"end_turn","index":0,"message":{"role":"assistant","content":"Hi","refusal":null,"reasoning":null}}],"usage":{"prompt_tokens":2400,"completion_tokens":50,"total_tokens":2450,"cost":0.016,"is_byok":false,"prompt_tokens_details":{"cached_tokens":0,"cache_write_tokens":2350,"audio_tokens":0},"cost_details":{"upstream_inference_cost":null},"completion_tokens_details":{"reasoning_tokens":0,"image_tokens":0}}}`
+	// The same in a stream, read and written at once.
+	openRouterCacheStream = sse(
+		`data: {"id":"gen-1","provider":"Anthropic","model":"anthropic/claude-sonnet-4.5","object":"chat.completion.chunk","created":1,"choices":[{"index":0,"delta":{"role":"assistant","content":"Hi"},"finish_reason":null}]}`,
+		`data: {"id":"gen-1","provider":"Anthropic","model":"anthropic/claude-sonnet-4.5","object":"chat.completion.chunk","created":1,"choices":[{"index":0,"delta":{"role":"assistant","content":""},"finish_reason":"stop"}],"usage":{"prompt_tokens":5000,"completion_tokens":9,"total_tokens":5009,"cost":0.002,"is_byok":false,"prompt_tokens_details":{"cached_tokens":3000,"cache_write_tokens":1900},"completion_tokens_details":{"reasoning_tokens":0}}}`,
+		`data: [DONE]`,
+	)
+	// The Responses API's cache writes, in input_tokens_details.
+	responsesCacheWrite = `{"id":"resp_1","object":"response","status":"completed","model":"gpt-5-2025-08-07","output":[],"usage":{"input_tokens":3000,"input_tokens_details":{"cached_tokens":1000,"cache_write_tokens":1500},"output_tokens":20,"output_tokens_details":{"reasoning_tokens":0},"total_tokens":3020}}`
 )
 
 // usageCase is an answer and the usage the Transport must read from it.
@@ -261,6 +273,12 @@ var usageCases = []usageCase{
 		want: failover.Usage{Model: "gemini-1.5-flash", Tokens: failover.Tokens{Input: 17, Output: 6}}},
 	{name: "groq stream x_groq", ct: "text/event-stream", pieces: groqStream,
 		want: failover.Usage{Model: "llama-3.1-8b-instant", Tokens: failover.Tokens{Input: 40, Output: 25}}},
+	{name: "openrouter cache write", ct: "application/json", pieces: []string{openRouterCacheWrite},
+		want: failover.Usage{Model: "anthropic/claude-sonnet-4.5", Tokens: failover.Tokens{Input: 2400, Output: 50, CacheWrite: 2350}}},
+	{name: "openrouter stream cache read and write", ct: "text/event-stream", pieces: openRouterCacheStream,
+		want: failover.Usage{Model: "anthropic/claude-sonnet-4.5", Tokens: failover.Tokens{Input: 5000, Output: 9, Cached: 3000, CacheWrite: 1900}}},
+	{name: "responses cache write", ct: "application/json", pieces: []string{responsesCacheWrite},
+		want: failover.Usage{Model: "gpt-5-2025-08-07", Tokens: failover.Tokens{Input: 3000, Output: 20, Cached: 1000, CacheWrite: 1500}}},
 	{name: "json without usage", ct: "application/json", pieces: []string{`{"object":"list","data":[{"id":"gpt-4o","object":"model"}]}`}, none: true},
 }
 
@@ -349,6 +367,23 @@ func TestUsageShapes(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// Cache writes reported in prompt_tokens_details are priced at
+// Cost.CacheWrite and cache reads at Cost.CachedInput, not as plain input.
+func TestUsageCacheWritePriced(t *testing.T) {
+	srv := usageServer(t, http.StatusOK, "text/event-stream", openRouterCacheStream...)
+	var log usageLog
+	price := failover.Cost{Input: 3, Output: 15, CachedInput: 0.3, CacheWrite: 3.75}
+	_, send := usageTransport(t, srv, failover.Config{
+		Upstreams: []failover.Upstream{{Name: "a", BaseURL: srv.URL + "/v1", Cost: price}},
+		OnUsage:   log.add,
+	})
+	send(context.Background(), "{}")
+	want := (100*3 + 3000*0.3 + 1900*3.75 + 9*15) / 1e6
+	if got := log.all(); len(got) != 1 || math.Abs(got[0].Cost-want) > 1e-12 {
+		t.Errorf("reported %+v, want a cost of %v", got, want)
 	}
 }
 
@@ -539,8 +574,10 @@ func recordedUsage(t *testing.T, ct string, body []byte) (failover.Tokens, strin
 					fields[f] = n
 				}
 				if d, ok := v.(map[string]any); ok {
-					if n, ok := d["cached_tokens"].(float64); ok {
-						fields[f+".cached_tokens"] = n
+					for _, sub := range []string{"cached_tokens", "cache_write_tokens"} {
+						if n, ok := d[sub].(float64); ok {
+							fields[f+"."+sub] = n
+						}
 					}
 				}
 			}
@@ -591,7 +628,7 @@ func recordedUsage(t *testing.T, ct string, body []byte) (failover.Tokens, strin
 		Output: first([]string{"completion_tokens"}, []string{"candidatesTokenCount", "thoughtsTokenCount"}, []string{"output_tokens"}),
 		Cached: first([]string{"prompt_tokens_details.cached_tokens"}, []string{"prompt_cache_hit_tokens"}, []string{"cachedContentTokenCount"},
 			[]string{"input_tokens_details.cached_tokens"}, []string{"cache_read_input_tokens"}),
-		CacheWrite: first([]string{"cache_creation_input_tokens"}),
+		CacheWrite: first([]string{"prompt_tokens_details.cache_write_tokens"}, []string{"input_tokens_details.cache_write_tokens"}, []string{"cache_creation_input_tokens"}),
 	}
 	return tk, model, true
 }

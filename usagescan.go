@@ -19,10 +19,12 @@ const (
 	fPromptTokens        usageField = iota // prompt_tokens: OpenAI chat, embeddings, the compatible APIs
 	fCompletionTokens                      // completion_tokens
 	fPromptCached                          // prompt_tokens_details.cached_tokens
+	fPromptCacheWrite                      // prompt_tokens_details.cache_write_tokens: OpenAI, OpenRouter
 	fPromptCacheHit                        // prompt_cache_hit_tokens: DeepSeek
 	fInputTokens                           // input_tokens: the Responses API (cache included), Anthropic (cache apart)
 	fOutputTokens                          // output_tokens
 	fInputCached                           // input_tokens_details.cached_tokens: the Responses API
+	fInputCacheWrite                       // input_tokens_details.cache_write_tokens: the Responses API
 	fCacheRead                             // cache_read_input_tokens: Anthropic
 	fCacheCreation                         // cache_creation_input_tokens: Anthropic
 	fPromptTokenCount                      // Gemini's promptTokenCount (cache included)
@@ -68,6 +70,7 @@ func (r *rawUsage) parse(obj []byte) {
 			r.set(fCompletionTokens, v)
 		case "prompt_tokens_details":
 			r.set(fPromptCached, v.Get("cached_tokens"))
+			r.set(fPromptCacheWrite, v.Get("cache_write_tokens"))
 		case "prompt_cache_hit_tokens":
 			r.set(fPromptCacheHit, v)
 		case "input_tokens":
@@ -76,6 +79,7 @@ func (r *rawUsage) parse(obj []byte) {
 			r.set(fOutputTokens, v)
 		case "input_tokens_details":
 			r.set(fInputCached, v.Get("cached_tokens"))
+			r.set(fInputCacheWrite, v.Get("cache_write_tokens"))
 		case "cache_read_input_tokens":
 			r.set(fCacheRead, v)
 		case "cache_creation_input_tokens":
@@ -128,7 +132,13 @@ func (r *rawUsage) tokens() (Tokens, bool) {
 		}
 	}
 	t.Cached = min(t.Cached, t.Input)
-	t.CacheWrite = min(v[fCacheCreation], t.Input-t.Cached)
+	for _, f := range [...]usageField{fPromptCacheWrite, fInputCacheWrite, fCacheCreation} {
+		if r.has(f) {
+			t.CacheWrite = v[f]
+			break
+		}
+	}
+	t.CacheWrite = min(t.CacheWrite, t.Input-t.Cached)
 	return t, true
 }
 
