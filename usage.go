@@ -25,7 +25,9 @@ import (
 // stream_options.include_usage), Anthropic's "usage", Gemini's
 // "usageMetadata", and OpenAI-compatible APIs alike (Groq's streams in
 // their "x_groq" object); when a stream reports it more than once, the
-// last report of each figure counts. It is known
+// last report of each figure counts, except that Gemini's last
+// usageMetadata counts whole: it is the tally billed, and leaves out the
+// counts that are 0. It is known
 // once the body has been read to its end or closed; a body closed early
 // reports what the upstream had said by then. Only the answer the caller
 // gets is metered, though a provider may bill failed attempts and lost

@@ -167,3 +167,40 @@ func (r *chunkReads) Read(p []byte) (int, error) {
 	r.i++
 	return n, nil
 }
+
+// Gemini's usageMetadata is the whole tally so far, its zero counts left
+// out: the last one read counts whole, and a count it leaves out is 0, not
+// an earlier chunk's; an empty one reports zeros.
+func TestUsageGeminiTally(t *testing.T) {
+	for _, tt := range []struct {
+		name   string
+		chunks []string
+		want   Tokens
+	}{
+		{"last omits candidates and thoughts", []string{
+			`{"usageMetadata":{"promptTokenCount":10,"candidatesTokenCount":30,"thoughtsTokenCount":100,"totalTokenCount":140}}`,
+			`{"usageMetadata":{"promptTokenCount":10,"totalTokenCount":10}}`,
+		}, Tokens{Input: 10}},
+		{"last omits the cache and the tool-use prompt", []string{
+			`{"usageMetadata":{"promptTokenCount":1200,"cachedContentTokenCount":1000,"toolUsePromptTokenCount":7,"candidatesTokenCount":3}}`,
+			`{"usageMetadata":{"promptTokenCount":1200,"candidatesTokenCount":9}}`,
+		}, Tokens{Input: 1200, Output: 9}},
+		{"an empty tally last", []string{
+			`{"usageMetadata":{"promptTokenCount":10,"candidatesTokenCount":30}}`,
+			`{"usageMetadata":{}}`,
+		}, Tokens{}},
+		{"a chunk without usageMetadata last", []string{
+			`{"usageMetadata":{"promptTokenCount":10,"candidatesTokenCount":30,"thoughtsTokenCount":5}}`,
+			`{"candidates":[]}`,
+		}, Tokens{Input: 10, Output: 35}},
+	} {
+		var s usageScanner
+		for _, c := range tt.chunks {
+			s.scan([]byte(c))
+			s.endValue()
+		}
+		if got, ok := s.raw.tokens(); !ok || got != tt.want {
+			t.Errorf("%s: %+v, %v; want %+v, true", tt.name, got, ok, tt.want)
+		}
+	}
+}

@@ -232,6 +232,12 @@ var (
 	)
 	// The Responses API's cache writes, in input_tokens_details.
 	responsesCacheWrite = `{"id":"resp_1","object":"response","status":"completed","model":"gpt-5-2025-08-07","output":[],"usage":{"input_tokens":3000,"input_tokens_details":{"cached_tokens":1000,"cache_write_tokens":1500},"output_tokens":20,"output_tokens_details":{"reasoning_tokens":0},"total_tokens":3020}}`
+	// A Gemini stream whose last chunk, the tally, leaves out what is 0
+	// (proto3 JSON omits zeros): no candidates, no thoughts, no cache.
+	geminiStreamLastOmits = []string{
+		"data: {\"candidates\": [{\"content\": {\"parts\": [{\"text\": \"Hel\"}],\"role\": \"model\"},\"index\": 0}],\"usageMetadata\": {\"promptTokenCount\": 1200,\"candidatesTokenCount\": 30,\"totalTokenCount\": 1330,\"cachedContentTokenCount\": 1000,\"thoughtsTokenCount\": 100,\"toolUsePromptTokenCount\": 7},\"modelVersion\": \"gemini-2.5-flash\",\"responseId\": \"b\"}\r\n\r\n",
+		"data: {\"candidates\": [{\"content\": {\"parts\": [{\"text\": \"\"}],\"role\": \"model\"},\"finishReason\": \"SAFETY\",\"index\": 0}],\"usageMetadata\": {\"promptTokenCount\": 1200,\"totalTokenCount\": 1200},\"modelVersion\": \"gemini-2.5-flash\",\"responseId\": \"b\"}\r\n\r\n",
+	}
 )
 
 // usageCase is an answer and the usage the Transport must read from it.
@@ -279,6 +285,8 @@ var usageCases = []usageCase{
 		want: failover.Usage{Model: "anthropic/claude-sonnet-4.5", Tokens: failover.Tokens{Input: 5000, Output: 9, Cached: 3000, CacheWrite: 1900}}},
 	{name: "responses cache write", ct: "application/json", pieces: []string{responsesCacheWrite},
 		want: failover.Usage{Model: "gpt-5-2025-08-07", Tokens: failover.Tokens{Input: 3000, Output: 20, Cached: 1000, CacheWrite: 1500}}},
+	{name: "gemini sse, last chunk omits zeros", ct: "text/event-stream", pieces: geminiStreamLastOmits,
+		want: failover.Usage{Model: "gemini-2.5-flash", Tokens: failover.Tokens{Input: 1200}}},
 	{name: "json without usage", ct: "application/json", pieces: []string{`{"object":"list","data":[{"id":"gpt-4o","object":"model"}]}`}, none: true},
 }
 
@@ -531,9 +539,9 @@ func TestUsageStreamGuard(t *testing.T) {
 // checked against. It merges each usage report of the body (the members
 // "usage" and "usageMetadata" of each top-level object, of each element of
 // a top-level array, and of their "response", "message" and "x_groq"
-// objects), each
-// figure's last report counting, and brings the figures to Tokens by the
-// providers' rules.
+// objects), each figure's last report counting (a usageMetadata replaces
+// every Gemini figure), and brings the figures to Tokens by the providers'
+// rules.
 func recordedUsage(t *testing.T, ct string, body []byte) (failover.Tokens, string, bool) {
 	t.Helper()
 	var docs []any
@@ -563,12 +571,19 @@ func recordedUsage(t *testing.T, ct string, body []byte) (failover.Tokens, strin
 	}
 	fields := map[string]float64{}
 	model := ""
+	tallied := false // a usageMetadata was read: its absent figures are 0
 	take := func(o map[string]any, top bool) {
 		for _, k := range []string{"usage", "usageMetadata"} {
 			if k == "usageMetadata" && !top {
 				continue
 			}
 			u, _ := o[k].(map[string]any)
+			if k == "usageMetadata" && u != nil {
+				tallied = true
+				for _, f := range geminiFields {
+					delete(fields, f)
+				}
+			}
 			for f, v := range u {
 				if n, ok := v.(float64); ok {
 					fields[f] = n
@@ -603,7 +618,7 @@ func recordedUsage(t *testing.T, ct string, body []byte) (failover.Tokens, strin
 			}
 		}
 	}
-	if len(fields) == 0 {
+	if len(fields) == 0 && !tallied {
 		return failover.Tokens{}, model, false
 	}
 	f := func(names ...string) (float64, bool) {
@@ -612,6 +627,7 @@ func recordedUsage(t *testing.T, ct string, body []byte) (failover.Tokens, strin
 			if v, ok := fields[n]; ok {
 				sum, any = sum+v, true
 			}
+			any = any || tallied && slices.Contains(geminiFields, n) // left out of the tally: 0
 		}
 		return sum, any
 	}
@@ -632,6 +648,9 @@ func recordedUsage(t *testing.T, ct string, body []byte) (failover.Tokens, strin
 	}
 	return tk, model, true
 }
+
+// geminiFields are the figures of Gemini's usageMetadata.
+var geminiFields = []string{"promptTokenCount", "toolUsePromptTokenCount", "candidatesTokenCount", "thoughtsTokenCount", "cachedContentTokenCount"}
 
 // TestUsageRecordings replays every recorded 2xx JSON and SSE answer of
 // ../shared/recordings through a metered Transport, read a byte at a time:

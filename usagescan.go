@@ -32,11 +32,18 @@ const (
 	fCandidatesTokens                      // Gemini's candidatesTokenCount
 	fThoughtsTokens                        // Gemini's thoughtsTokenCount
 	fCachedContentTokens                   // Gemini's cachedContentTokenCount
+	fTally                                 // Gemini's usageMetadata was read: a tally, not a figure
 	numUsageFields
 )
 
+// geminiFields are the figures of Gemini's usageMetadata.
+const geminiFields = 1<<fPromptTokenCount | 1<<fToolUsePrompt | 1<<fCandidatesTokens | 1<<fThoughtsTokens | 1<<fCachedContentTokens
+
 // rawUsage is what an answer's usage reports said, each figure's last
-// report kept.
+// report kept. Gemini's usageMetadata is the exception: each is the whole
+// tally so far, whose JSON leaves out the counts that are 0, and the last
+// one is what is billed; so it replaces every Gemini figure, and a figure
+// it leaves out is 0, not an earlier report's.
 type rawUsage struct {
 	v    [numUsageFields]int64
 	seen uint32 // bit f: field f was reported
@@ -58,8 +65,16 @@ func (r *rawUsage) set(f usageField, v gjson.Result) {
 }
 
 // parse takes in one usage object, a JSON object of the bounded size
-// maxUsageCapture.
-func (r *rawUsage) parse(obj []byte) {
+// maxUsageCapture; tally says it is Gemini's usageMetadata.
+func (r *rawUsage) parse(obj []byte, tally bool) {
+	if tally {
+		r.seen = r.seen&^geminiFields | 1<<fTally
+		for f := range usageField(numUsageFields) {
+			if geminiFields&(1<<f) != 0 {
+				r.v[f] = 0
+			}
+		}
+	}
 	// Parsed in place: nothing of the Results outlives the call but the
 	// numbers read from them.
 	gjson.Parse(unsafe.String(unsafe.SliceData(obj), len(obj))).ForEach(func(k, v gjson.Result) bool {
@@ -110,7 +125,7 @@ func (r *rawUsage) tokens() (Tokens, bool) {
 	switch {
 	case r.has(fPromptTokens):
 		t.Input = v[fPromptTokens]
-	case r.has(fPromptTokenCount) || r.has(fToolUsePrompt):
+	case r.has(fTally) || r.has(fPromptTokenCount) || r.has(fToolUsePrompt):
 		t.Input = v[fPromptTokenCount] + v[fToolUsePrompt]
 	default:
 		// Anthropic's input_tokens leave out what the cache served and
@@ -120,7 +135,7 @@ func (r *rawUsage) tokens() (Tokens, bool) {
 	switch {
 	case r.has(fCompletionTokens):
 		t.Output = v[fCompletionTokens]
-	case r.has(fCandidatesTokens) || r.has(fThoughtsTokens):
+	case r.has(fTally) || r.has(fCandidatesTokens) || r.has(fThoughtsTokens):
 		t.Output = v[fCandidatesTokens] + v[fThoughtsTokens]
 	default:
 		t.Output = v[fOutputTokens]
@@ -145,7 +160,8 @@ func (r *rawUsage) tokens() (Tokens, bool) {
 // What a member's value is to the scanner.
 const (
 	targetNone  = iota
-	targetUsage // "usage", "usageMetadata": the object to read
+	targetUsage // "usage": the object to read
+	targetTally // "usageMetadata": the object to read, a whole tally (see rawUsage)
 	targetModel // "model", "modelVersion": the string to read
 	targetNest  // "response", "message", "x_groq": an object whose members are read too
 )
@@ -190,6 +206,7 @@ type usageScanner struct {
 
 	capturing uint8 // targetNone, or what is being captured into buf
 	capDepth  int   // with targetUsage, the depth the captured object opened at
+	tally     bool  // with targetUsage, the captured object is Gemini's usageMetadata
 	buf       []byte
 	small     [512]byte // buf's first backing
 
@@ -246,8 +263,8 @@ func (s *usageScanner) scan(p []byte) {
 				s.state = inValue
 				if c == '{' {
 					switch s.target {
-					case targetUsage:
-						s.capturing, s.capDepth, from = targetUsage, s.depth, i
+					case targetUsage, targetTally:
+						s.capturing, s.capDepth, s.tally, from = targetUsage, s.depth, s.target == targetTally, i
 					case targetNest:
 						if s.depth == s.root {
 							s.nested = s.depth + 1
@@ -463,7 +480,7 @@ func keyTarget(key []byte, top bool) uint8 {
 	if top {
 		switch string(key) {
 		case "usageMetadata":
-			return targetUsage
+			return targetTally
 		case "modelVersion":
 			return targetModel
 		case "response", "message", "x_groq":
@@ -490,7 +507,7 @@ func (s *usageScanner) capture(b []byte) {
 func (s *usageScanner) captured() {
 	switch s.capturing {
 	case targetUsage:
-		s.raw.parse(s.buf)
+		s.raw.parse(s.buf, s.tally)
 	case targetModel:
 		// (gjson unescapes it; clip makes it one line of valid UTF-8.)
 		if m := gjson.Parse(unsafe.String(unsafe.SliceData(s.buf), len(s.buf))).Str; m != "" {
