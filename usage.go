@@ -21,17 +21,16 @@ import (
 // [Trace.Usage] receive. It holds no credential.
 //
 // It is read from a 2xx JSON or text/event-stream answer as the caller reads
-// the body, holding none of it back: OpenAI's "usage" (streams with
-// stream_options.include_usage), Anthropic's "usage", Gemini's
-// "usageMetadata", and OpenAI-compatible APIs alike (Groq's streams in
-// their "x_groq" object); when a stream reports it more than once, the
-// last report of each figure counts, except that Gemini's last
-// usageMetadata counts whole: it is the tally billed, and leaves out the
-// counts that are 0. It is known
-// once the body has been read to its end or closed; a body closed early
-// reports what the upstream had said by then. Only the answer the caller
-// gets is metered, though a provider may bill failed attempts and lost
-// hedges too.
+// the body, holding none of it back, in each provider's shape: OpenAI's
+// "usage" (a stream's with stream_options.include_usage), Anthropic's
+// (summed over its "iterations" when it has them, as they are billed),
+// Gemini's "usageMetadata", and the OpenAI-compatible APIs' (Groq's in a
+// stream's "x_groq"). When a stream reports more than once, each figure's
+// last report counts, but Gemini's last usageMetadata counts whole. It is
+// known once the body has been read to its end or closed; a body closed
+// early reports what the upstream had said by then. Only the answer the
+// caller gets is metered, though a provider may bill failed attempts and
+// lost hedges too.
 type Usage struct {
 	// Upstream is the upstream's Name.
 	Upstream string

@@ -204,3 +204,32 @@ func TestUsageGeminiTally(t *testing.T) {
 		}
 	}
 }
+
+// The entries of an iterations array are summed and dropped as each ends:
+// the bytes held stay within maxUsageCapture however many there are, and
+// an entry past that bound drops its usage object whole, as any usage
+// object past it is.
+func TestUsageIterationsBounded(t *testing.T) {
+	entry := []byte(`{"type":"message","input_tokens":3,"cache_read_input_tokens":2,"output_tokens":1},`)
+	var s usageScanner
+	s.scan([]byte(`{"usage":{"input_tokens":1,"output_tokens":1,"iterations":[`))
+	for range 10000 {
+		s.scan(entry)
+		if cap(s.buf) > maxUsageCapture {
+			t.Fatalf("%d bytes held", cap(s.buf))
+		}
+	}
+	s.scan([]byte(`{"type":"message","input_tokens":3,"output_tokens":1}]}}`))
+	s.endValue()
+	if got, ok := s.raw.tokens(); !ok || got != (Tokens{Input: 10001*3 + 10000*2, Output: 10001, Cached: 10000 * 2}) {
+		t.Errorf("read %+v, %v", got, ok)
+	}
+
+	var big usageScanner
+	big.scan([]byte(`{"usage":{"input_tokens":1,"output_tokens":1,"iterations":[{"type":"message","input_tokens":3,"output_tokens":1,"pad":"` +
+		strings.Repeat("x", maxUsageCapture) + `"}]}}`))
+	big.endValue()
+	if got, ok := big.raw.tokens(); ok {
+		t.Errorf("an entry past the bound: read %+v", got)
+	}
+}

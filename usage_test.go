@@ -238,6 +238,19 @@ var (
 		"data: {\"candidates\": [{\"content\": {\"parts\": [{\"text\": \"Hel\"}],\"role\": \"model\"},\"index\": 0}],\"usageMetadata\": {\"promptTokenCount\": 1200,\"candidatesTokenCount\": 30,\"totalTokenCount\": 1330,\"cachedContentTokenCount\": 1000,\"thoughtsTokenCount\": 100,\"toolUsePromptTokenCount\": 7},\"modelVersion\": \"gemini-2.5-flash\",\"responseId\": \"b\"}\r\n\r\n",
 		"data: {\"candidates\": [{\"content\": {\"parts\": [{\"text\": \"\"}],\"role\": \"model\"},\"finishReason\": \"SAFETY\",\"index\": 0}],\"usageMetadata\": {\"promptTokenCount\": 1200,\"totalTokenCount\": 1200},\"modelVersion\": \"gemini-2.5-flash\",\"responseId\": \"b\"}\r\n\r\n",
 	}
+	// Anthropic with compaction: the top-level counts leave out the
+	// compaction's iteration; what is billed is the sum over iterations.
+	anthropicIterations = `{"id":"msg_1","type":"message","role":"assistant","model":"claude-opus-4-6","content":[{"type":"compaction","content":"Summary of the conversation: ..."},{"type":"text","text":"Based on our conversation so far..."}],"stop_reason":"end_turn","usage":{"input_tokens":45000,"output_tokens":1234,"iterations":[{"type":"compaction","input_tokens":180000,"output_tokens":3500},{"type":"message","input_tokens":23000,"output_tokens":1000}]}}`
+	// Iterations with the prompt cache, and a server tool's requests.
+	anthropicIterationsCache = `{"id":"msg_2","type":"message","role":"assistant","model":"claude-sonnet-4-6","content":[{"type":"text","text":"Done."}],"stop_reason":"end_turn","usage":{"input_tokens":30,"cache_creation_input_tokens":500,"cache_read_input_tokens":20000,"cache_creation":{"ephemeral_5m_input_tokens":500,"ephemeral_1h_input_tokens":0},"output_tokens":700,"server_tool_use":{"web_search_requests":2},"service_tier":"standard","iterations":[{"type":"compaction","input_tokens":150000,"cache_creation_input_tokens":0,"cache_read_input_tokens":60000,"cache_creation":{"ephemeral_5m_input_tokens":0,"ephemeral_1h_input_tokens":0},"output_tokens":4000},{"type":"message","input_tokens":20,"cache_creation_input_tokens":500,"cache_read_input_tokens":12000,"output_tokens":300},{"type":"message","input_tokens":10,"cache_creation_input_tokens":0,"cache_read_input_tokens":8000,"output_tokens":400}]}}`
+	// Iterations in a stream: message_delta has them.
+	anthropicIterationsStream = sse(
+		"event: message_start\n"+`data: {"type":"message_start","message":{"id":"msg_3","type":"message","role":"assistant","model":"claude-opus-4-6","content":[],"stop_reason":null,"usage":{"input_tokens":23000,"cache_creation_input_tokens":0,"cache_read_input_tokens":0,"output_tokens":1}}}`,
+		"event: content_block_start\n"+`data: {"type":"content_block_start","index":0,"content_block":{"type":"compaction","content":""}}`,
+		"event: content_block_delta\n"+`data: {"type":"content_block_delta","index":0,"delta":{"type":"compaction_delta","content":"Summary of the conversation: ..."}}`,
+		"event: message_delta\n"+`data: {"type":"message_delta","delta":{"stop_reason":"end_turn","stop_sequence":null},"usage":{"input_tokens":23000,"cache_creation_input_tokens":0,"cache_read_input_tokens":0,"output_tokens":1000,"iterations":[{"type":"compaction","input_tokens":180000,"output_tokens":3500},{"type":"message","input_tokens":23000,"output_tokens":1000}]}}`,
+		"event: message_stop\n"+`data: {"type":"message_stop"}`,
+	)
 )
 
 // usageCase is an answer and the usage the Transport must read from it.
@@ -287,6 +300,12 @@ var usageCases = []usageCase{
 		want: failover.Usage{Model: "gpt-5-2025-08-07", Tokens: failover.Tokens{Input: 3000, Output: 20, Cached: 1000, CacheWrite: 1500}}},
 	{name: "gemini sse, last chunk omits zeros", ct: "text/event-stream", pieces: geminiStreamLastOmits,
 		want: failover.Usage{Model: "gemini-2.5-flash", Tokens: failover.Tokens{Input: 1200}}},
+	{name: "anthropic iterations", ct: "application/json", pieces: []string{anthropicIterations},
+		want: failover.Usage{Model: "claude-opus-4-6", Tokens: failover.Tokens{Input: 203000, Output: 4500}}},
+	{name: "anthropic iterations with cache", ct: "application/json", pieces: []string{anthropicIterationsCache},
+		want: failover.Usage{Model: "claude-sonnet-4-6", Tokens: failover.Tokens{Input: 150030 + 500 + 80000, Output: 4700, Cached: 80000, CacheWrite: 500}}},
+	{name: "anthropic stream iterations", ct: "text/event-stream", pieces: anthropicIterationsStream,
+		want: failover.Usage{Model: "claude-opus-4-6", Tokens: failover.Tokens{Input: 203000, Output: 4500}}},
 	{name: "json without usage", ct: "application/json", pieces: []string{`{"object":"list","data":[{"id":"gpt-4o","object":"model"}]}`}, none: true},
 }
 
@@ -541,7 +560,8 @@ func TestUsageStreamGuard(t *testing.T) {
 // a top-level array, and of their "response", "message" and "x_groq"
 // objects), each figure's last report counting (a usageMetadata replaces
 // every Gemini figure), and brings the figures to Tokens by the providers'
-// rules.
+// rules (the sum over the last usage.iterations with entries, when one
+// has them).
 func recordedUsage(t *testing.T, ct string, body []byte) (failover.Tokens, string, bool) {
 	t.Helper()
 	var docs []any
@@ -571,13 +591,26 @@ func recordedUsage(t *testing.T, ct string, body []byte) (failover.Tokens, strin
 	}
 	fields := map[string]float64{}
 	model := ""
-	tallied := false // a usageMetadata was read: its absent figures are 0
+	tallied := false           // a usageMetadata was read: its absent figures are 0
+	var iters *failover.Tokens // the sum over the last usage.iterations with entries
 	take := func(o map[string]any, top bool) {
 		for _, k := range []string{"usage", "usageMetadata"} {
 			if k == "usageMetadata" && !top {
 				continue
 			}
 			u, _ := o[k].(map[string]any)
+			if its, _ := u["iterations"].([]any); len(its) > 0 {
+				var sum failover.Tokens
+				for _, e := range its {
+					e, _ := e.(map[string]any)
+					n := func(k string) int64 { v, _ := e[k].(float64); return int64(v) }
+					sum.Input += n("input_tokens") + n("cache_read_input_tokens") + n("cache_creation_input_tokens")
+					sum.Output += n("output_tokens")
+					sum.Cached += n("cache_read_input_tokens")
+					sum.CacheWrite += n("cache_creation_input_tokens")
+				}
+				iters = &sum
+			}
 			if k == "usageMetadata" && u != nil {
 				tallied = true
 				for _, f := range geminiFields {
@@ -617,6 +650,9 @@ func recordedUsage(t *testing.T, ct string, body []byte) (failover.Tokens, strin
 				take(n, false)
 			}
 		}
+	}
+	if iters != nil {
+		return *iters, model, true
 	}
 	if len(fields) == 0 && !tallied {
 		return failover.Tokens{}, model, false
@@ -997,6 +1033,46 @@ func TestUsageBounded(t *testing.T) {
 	}
 }
 
+// An iterations array of any length is summed, though it is far larger
+// than the 4 KiB a usage object may take: its entries count one by one,
+// in a JSON answer and in a stream's message_delta, however it is read.
+func TestUsageIterationsBeyondCapture(t *testing.T) {
+	const n = 250
+	entry := `{"type":"message","input_tokens":1000,"cache_read_input_tokens":10,"cache_creation_input_tokens":5,"cache_creation":{"ephemeral_5m_input_tokens":5,"ephemeral_1h_input_tokens":0},"output_tokens":20}`
+	its := `[` + strings.Repeat(entry+`,`, n-1) + `{"type":"compaction","input_tokens":180000,"output_tokens":3500}]`
+	usage := `{"input_tokens":1000,"cache_read_input_tokens":10,"cache_creation_input_tokens":5,"output_tokens":20,"iterations":` + its + `}`
+	want := failover.Usage{Upstream: "a", Model: "claude-opus-4-6", Tokens: failover.Tokens{
+		Input: (n-1)*1015 + 180000, Output: (n-1)*20 + 3500, Cached: (n - 1) * 10, CacheWrite: (n - 1) * 5,
+	}}
+	for _, tc := range []struct {
+		name, ct string
+		pieces   []string
+	}{
+		{"json", "application/json", []string{`{"id":"msg_1","type":"message","role":"assistant","model":"claude-opus-4-6","content":[],"usage":` + usage + `}`}},
+		{"stream", "text/event-stream", sse(
+			"event: message_start\n"+`data: {"type":"message_start","message":{"id":"msg_1","type":"message","role":"assistant","model":"claude-opus-4-6","content":[],"usage":{"input_tokens":1000,"output_tokens":1}}}`,
+			"event: message_delta\n"+`data: {"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":`+usage+`}`,
+			"event: message_stop\n"+`data: {"type":"message_stop"}`,
+		)},
+	} {
+		for _, mode := range readModes {
+			srv := usageServer(t, http.StatusOK, tc.ct, tc.pieces...)
+			var log usageLog
+			tr, _ := usageTransport(t, srv, failover.Config{OnUsage: log.add})
+			req, _ := http.NewRequest(http.MethodPost, srv.URL+"/v1/messages", strings.NewReader("{}"))
+			resp, err := tr.RoundTrip(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			mode.read(resp.Body)
+			resp.Body.Close()
+			if got := log.all(); len(got) != 1 || got[0] != want {
+				t.Errorf("%s/%s: reported %+v, want once %+v", tc.name, mode.name, got, want)
+			}
+		}
+	}
+}
+
 // TestUsageFirstByte checks that a metered stream's first byte is still
 // timed (the meter does what firstByteBody does, in one wrapper).
 func TestUsageFirstByte(t *testing.T) {
@@ -1230,6 +1306,8 @@ func FuzzUsage(f *testing.F) {
 	}
 	f.Add(`{"usage":{"prompt_tokens":1e400,"completion_tokens":-3,"input_tokens":"7"},"model":"\u00e9\"x"}`, false, []byte{1})
 	f.Add("data: {\"usage\":\r\ndata: {\"prompt_tokens\":4}}\r\rdata: [DONE]", true, []byte{2, 0})
+	f.Add(`{"usage":{"input_tokens":9,"iterations":[{"input_tokens":1,"x":[}],{"output_tokens":2},3,[{}]]},"model":"m"}`, false, []byte{4, 1})
+	f.Add("data: {\"usage\":{\"iterations\":[{\"input_tokens\":1}]}}\n\ndata: {\"usage\":{\"iterations\":[]}}\n\n", true, []byte{0, 9})
 	var (
 		log  usageLog
 		base fuzzBody // the answer of the input being run

@@ -44,9 +44,18 @@ const geminiFields = 1<<fPromptTokenCount | 1<<fToolUsePrompt | 1<<fCandidatesTo
 // tally so far, whose JSON leaves out the counts that are 0, and the last
 // one is what is billed; so it replaces every Gemini figure, and a figure
 // it leaves out is 0, not an earlier report's.
+//
+// Anthropic's usage.iterations, where present, is what is billed: one entry
+// for each sampling step of the request (a compaction, an advisor's
+// answer, the message), while the top-level counts leave the compactions
+// and the advisor's answers out. The last array with entries counts, as
+// the sum of its entries; an advisor's tokens are priced with the rest, at
+// the upstream's Cost.
 type rawUsage struct {
-	v    [numUsageFields]int64
-	seen uint32 // bit f: field f was reported
+	v     [numUsageFields]int64
+	seen  uint32 // bit f: field f was reported
+	iters Tokens // the sum over the last usage.iterations with entries
+	iterN int    // its entries; 0 when none was read
 }
 
 func (r *rawUsage) has(f usageField) bool { return r.seen&(1<<f) != 0 }
@@ -117,6 +126,9 @@ func (r *rawUsage) parse(obj []byte, tally bool) {
 // tokens brings the report to one shape; false when nothing was
 // reported.
 func (r *rawUsage) tokens() (Tokens, bool) {
+	if r.iterN > 0 {
+		return r.iters, true
+	}
 	if r.seen == 0 {
 		return Tokens{}, false
 	}
@@ -157,13 +169,33 @@ func (r *rawUsage) tokens() (Tokens, bool) {
 	return t, true
 }
 
+// iterations is a sum over the entries of a usage.iterations array.
+type iterations struct {
+	sum Tokens
+	n   int
+}
+
+// add takes in one entry, a JSON object of the bounded size
+// maxUsageCapture, as a usage report of its own.
+func (it *iterations) add(obj []byte) {
+	var r rawUsage
+	r.parse(obj, false)
+	t, _ := r.tokens()
+	it.sum.Input = min(sumTokens(it.sum.Input, t.Input), maxTokens)
+	it.sum.Output = min(sumTokens(it.sum.Output, t.Output), maxTokens)
+	it.sum.Cached = min(sumTokens(it.sum.Cached, t.Cached), it.sum.Input)
+	it.sum.CacheWrite = min(sumTokens(it.sum.CacheWrite, t.CacheWrite), it.sum.Input-it.sum.Cached)
+	it.n++
+}
+
 // What a member's value is to the scanner.
 const (
-	targetNone  = iota
-	targetUsage // "usage": the object to read
-	targetTally // "usageMetadata": the object to read, a whole tally (see rawUsage)
-	targetModel // "model", "modelVersion": the string to read
-	targetNest  // "response", "message", "x_groq": an object whose members are read too
+	targetNone       = iota
+	targetUsage      // "usage": the object to read
+	targetTally      // "usageMetadata": the object to read, a whole tally (see rawUsage)
+	targetModel      // "model", "modelVersion": the string to read
+	targetNest       // "response", "message", "x_groq": an object whose members are read too
+	targetIterations // in the usage object read, "iterations": an array whose entries are read one by one
 )
 
 // Where the scanner is in a member of an object whose members it reads.
@@ -189,7 +221,10 @@ var jsonStructural = [256]bool{'"': true, '{': true, '}': true, '[': true, ']': 
 // "usageMetadata") object is captured and parsed, as is their "model" (or
 // "modelVersion") string. Nothing else is kept: the work per byte is a
 // table lookup, or IndexByte within strings, and the memory a usage
-// object's bytes, at most maxUsageCapture.
+// object's bytes, at most maxUsageCapture. The entries of a usage object's
+// "iterations" array, which grows with the steps of a request, are summed
+// and dropped one by one: only the entry being read counts toward that
+// bound.
 type usageScanner struct {
 	depth   int    // containers open
 	objects uint64 // bit d-1: the container at depth d (at most 64) is an object
@@ -209,6 +244,14 @@ type usageScanner struct {
 	tally     bool  // with targetUsage, the captured object is Gemini's usageMetadata
 	buf       []byte
 	small     [512]byte // buf's first backing
+
+	// The captured usage object's "iterations" array: its entries are
+	// summed as each ends, and cut from buf.
+	iterDepth int // the array's depth while it is open; 0 otherwise
+	iterAt    int // the length of buf after the array's '['
+	entryAt   int // the length of buf before the open entry's '{'; -1 when none is open
+	iterRead  bool
+	iters     iterations
 
 	raw   rawUsage
 	model string // the first model named
@@ -261,16 +304,23 @@ func (s *usageScanner) scan(p []byte) {
 		case '{', '[':
 			if s.watched && s.state == atValue {
 				s.state = inValue
-				if c == '{' {
-					switch s.target {
-					case targetUsage, targetTally:
-						s.capturing, s.capDepth, s.tally, from = targetUsage, s.depth, s.target == targetTally, i
-					case targetNest:
-						if s.depth == s.root {
-							s.nested = s.depth + 1
-						}
+				switch {
+				case c == '{' && (s.target == targetUsage || s.target == targetTally):
+					s.capturing, s.capDepth, s.tally, from = targetUsage, s.depth, s.target == targetTally, i
+				case c == '{' && s.target == targetNest && s.depth == s.root:
+					s.nested = s.depth + 1
+				case c == '[' && s.target == targetIterations:
+					s.capture(p[from : i+1])
+					from = i + 1
+					if s.capturing == targetUsage {
+						s.iterDepth, s.iterAt, s.entryAt, s.iterRead, s.iters = s.depth+1, len(s.buf), -1, true, iterations{}
 					}
 				}
+			}
+			if c == '{' && s.iterDepth != 0 && s.depth == s.iterDepth { // an entry opens
+				s.capture(p[from:i])
+				from = i
+				s.entryAt = len(s.buf)
 			}
 			s.depth++
 			if s.depth <= 64 {
@@ -294,6 +344,18 @@ func (s *usageScanner) scan(p []byte) {
 		case '}', ']':
 			if s.depth == 0 {
 				break // not JSON: ignored
+			}
+			switch {
+			case s.iterDepth == 0:
+			case c == '}' && s.depth == s.iterDepth+1 && s.entryAt >= 0: // an entry ends
+				s.capture(p[from : i+1])
+				from = i + 1
+				if s.iterDepth != 0 {
+					s.iters.add(s.buf[s.entryAt:])
+					s.buf, s.entryAt = s.buf[:s.iterAt], -1
+				}
+			case s.depth == s.iterDepth:
+				s.iterDepth = 0
 			}
 			if s.capturing == targetUsage && s.depth == s.capDepth+1 {
 				s.capture(p[from : i+1])
@@ -335,7 +397,8 @@ func (s *usageScanner) scan(p []byte) {
 // watch sets watched for the container open at depth.
 func (s *usageScanner) watch() {
 	d := s.depth
-	s.watched = d > 0 && d <= 64 && s.objects&(1<<(d-1)) != 0 && (d == s.root || d == s.nested)
+	s.watched = d > 0 && d <= 64 && s.objects&(1<<(d-1)) != 0 &&
+		(d == s.root || d == s.nested || s.capturing == targetUsage && d == s.capDepth+1)
 }
 
 // skipString reads a string's content from p[i] on. It returns the index
@@ -454,7 +517,13 @@ func (s *usageScanner) closeString(p []byte, q, from int) int {
 	switch s.state {
 	case inKey:
 		s.target = targetNone
-		if s.keyLen <= len(s.key) {
+		switch {
+		case s.keyLen > len(s.key):
+		case s.capturing == targetUsage: // a member of the usage object read
+			if string(s.key[:s.keyLen]) == "iterations" {
+				s.target = targetIterations
+			}
+		default:
 			s.target = keyTarget(s.key[:s.keyLen], s.depth == s.root)
 		}
 		s.state = atColon
@@ -498,6 +567,8 @@ func (s *usageScanner) capture(b []byte) {
 	}
 	if len(s.buf)+len(b) > maxUsageCapture {
 		s.capturing, s.buf = targetNone, s.buf[:0]
+		s.iterDepth, s.iterRead = 0, false
+		s.watch() // the usage object's members are read no more
 		return
 	}
 	s.buf = append(s.buf, b...)
@@ -508,6 +579,10 @@ func (s *usageScanner) captured() {
 	switch s.capturing {
 	case targetUsage:
 		s.raw.parse(s.buf, s.tally)
+		if s.iterRead && s.iters.n > 0 {
+			s.raw.iters, s.raw.iterN = s.iters.sum, s.iters.n
+		}
+		s.iterDepth, s.iterRead = 0, false
 	case targetModel:
 		// (gjson unescapes it; clip makes it one line of valid UTF-8.)
 		if m := gjson.Parse(unsafe.String(unsafe.SliceData(s.buf), len(s.buf))).Str; m != "" {
@@ -569,6 +644,7 @@ func (s *usageScanner) endValue() {
 	s.depth, s.objects, s.root, s.nested, s.watched = 0, 0, 0, 0, false
 	s.str, s.esc, s.state, s.keyLen, s.target = false, false, atKey, 0, targetNone
 	s.capturing, s.buf = targetNone, s.buf[:0]
+	s.iterDepth, s.iterRead = 0, false
 }
 
 // sseUsage hands the data of a text/event-stream's events to a
