@@ -24,7 +24,8 @@ import (
 // the body, holding none of it back, in each provider's shape: OpenAI's
 // "usage" (a stream's with stream_options.include_usage), Anthropic's
 // (summed over its "iterations" when it has them, as they are billed),
-// Gemini's "usageMetadata", and the OpenAI-compatible APIs' (Groq's in a
+// Gemini's "usageMetadata", Cohere's "billed_units" (in "usage", "meta" or
+// a stream's "delta"), and the OpenAI-compatible APIs' (Groq's in a
 // stream's "x_groq"). When a stream reports more than once, each figure's
 // last report counts, but Gemini's last usageMetadata counts whole. It is
 // known once the body has been read to its end or closed; a body closed

@@ -251,6 +251,17 @@ var (
 		"event: message_delta\n"+`data: {"type":"message_delta","delta":{"stop_reason":"end_turn","stop_sequence":null},"usage":{"input_tokens":23000,"cache_creation_input_tokens":0,"cache_read_input_tokens":0,"output_tokens":1000,"iterations":[{"type":"compaction","input_tokens":180000,"output_tokens":3500},{"type":"message","input_tokens":23000,"output_tokens":1000}]}}`,
 		"event: message_stop\n"+`data: {"type":"message_stop"}`,
 	)
+	// Cohere's v2 chat: billed_units is what is billed; tokens counts the
+	// prompt template too.
+	cohereChat = `{"id":"c14c80c3-18eb-4519-9460-6c92edd8cfb4","finish_reason":"COMPLETE","message":{"role":"assistant","content":[{"type":"text","text":"LLMs are..."}]},"usage":{"billed_units":{"input_tokens":5,"output_tokens":418},"tokens":{"input_tokens":71,"output_tokens":418}}}`
+	// Cohere's v2 stream: the usage in message-end's delta.
+	cohereStream = sse(
+		"event: message-start\n"+`data: {"id":"29f14a5a-11de-4cae-9800-25e4747408ea","type":"message-start","delta":{"message":{"role":"assistant","content":[],"tool_plan":"","tool_calls":[],"citations":[]}}}`,
+		"event: content-delta\n"+`data: {"type":"content-delta","index":0,"delta":{"message":{"content":{"text":"Hello"}}}}`,
+		"event: message-end\n"+`data: {"type":"message-end","delta":{"finish_reason":"COMPLETE","usage":{"billed_units":{"input_tokens":3,"output_tokens":10},"tokens":{"input_tokens":69,"output_tokens":10}}}}`,
+	)
+	// Cohere's v1 generate: billed_units in meta (as recorded).
+	cohereGenerate = `{"id":"df0d8117-b88d-42b9-b87e-105d0087e6eb","generations":[{"id":"c0e39a2b","text":" a wise old owl.","finish_reason":"COMPLETE"}],"prompt":"Once upon a time","meta":{"api_version":{"version":"1"},"warnings":["Generate API is deprecated"],"billed_units":{"input_tokens":11,"output_tokens":321}}}`
 )
 
 // usageCase is an answer and the usage the Transport must read from it.
@@ -306,6 +317,12 @@ var usageCases = []usageCase{
 		want: failover.Usage{Model: "claude-sonnet-4-6", Tokens: failover.Tokens{Input: 150030 + 500 + 80000, Output: 4700, Cached: 80000, CacheWrite: 500}}},
 	{name: "anthropic stream iterations", ct: "text/event-stream", pieces: anthropicIterationsStream,
 		want: failover.Usage{Model: "claude-opus-4-6", Tokens: failover.Tokens{Input: 203000, Output: 4500}}},
+	{name: "cohere chat", ct: "application/json", pieces: []string{cohereChat},
+		want: failover.Usage{Tokens: failover.Tokens{Input: 5, Output: 418}}},
+	{name: "cohere stream", ct: "text/event-stream", pieces: cohereStream,
+		want: failover.Usage{Tokens: failover.Tokens{Input: 3, Output: 10}}},
+	{name: "cohere generate", ct: "application/json", pieces: []string{cohereGenerate},
+		want: failover.Usage{Tokens: failover.Tokens{Input: 11, Output: 321}}},
 	{name: "json without usage", ct: "application/json", pieces: []string{`{"object":"list","data":[{"id":"gpt-4o","object":"model"}]}`}, none: true},
 }
 
@@ -558,7 +575,7 @@ func TestUsageStreamGuard(t *testing.T) {
 // checked against. It merges each usage report of the body (the members
 // "usage" and "usageMetadata" of each top-level object, of each element of
 // a top-level array, and of their "response", "message" and "x_groq"
-// objects), each figure's last report counting (a usageMetadata replaces
+// objects, and Cohere's "meta" and "delta"), each figure's last report counting (a usageMetadata replaces
 // every Gemini figure), and brings the figures to Tokens by the providers'
 // rules (the sum over the last usage.iterations with entries, when one
 // has them).
@@ -594,8 +611,8 @@ func recordedUsage(t *testing.T, ct string, body []byte) (failover.Tokens, strin
 	tallied := false           // a usageMetadata was read: its absent figures are 0
 	var iters *failover.Tokens // the sum over the last usage.iterations with entries
 	take := func(o map[string]any, top bool) {
-		for _, k := range []string{"usage", "usageMetadata"} {
-			if k == "usageMetadata" && !top {
+		for _, k := range []string{"usage", "usageMetadata", "meta"} {
+			if k != "usage" && !top {
 				continue
 			}
 			u, _ := o[k].(map[string]any)
@@ -622,7 +639,7 @@ func recordedUsage(t *testing.T, ct string, body []byte) (failover.Tokens, strin
 					fields[f] = n
 				}
 				if d, ok := v.(map[string]any); ok {
-					for _, sub := range []string{"cached_tokens", "cache_write_tokens"} {
+					for _, sub := range []string{"cached_tokens", "cache_write_tokens", "input_tokens", "output_tokens"} {
 						if n, ok := d[sub].(float64); ok {
 							fields[f+"."+sub] = n
 						}
@@ -645,7 +662,7 @@ func recordedUsage(t *testing.T, ct string, body []byte) (failover.Tokens, strin
 			continue
 		}
 		take(o, true)
-		for _, k := range []string{"response", "message", "x_groq"} {
+		for _, k := range []string{"response", "message", "x_groq", "delta"} {
 			if n, ok := o[k].(map[string]any); ok {
 				take(n, false)
 			}
@@ -676,8 +693,10 @@ func recordedUsage(t *testing.T, ct string, body []byte) (failover.Tokens, strin
 		return 0
 	}
 	tk := failover.Tokens{
-		Input:  first([]string{"prompt_tokens"}, []string{"promptTokenCount", "toolUsePromptTokenCount"}, []string{"input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens"}),
-		Output: first([]string{"completion_tokens"}, []string{"candidatesTokenCount", "thoughtsTokenCount"}, []string{"output_tokens"}),
+		Input: first([]string{"prompt_tokens"}, []string{"promptTokenCount", "toolUsePromptTokenCount"},
+			[]string{"billed_units.input_tokens"}, []string{"input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens"}),
+		Output: first([]string{"completion_tokens"}, []string{"candidatesTokenCount", "thoughtsTokenCount"},
+			[]string{"billed_units.output_tokens"}, []string{"output_tokens"}),
 		Cached: first([]string{"prompt_tokens_details.cached_tokens"}, []string{"prompt_cache_hit_tokens"}, []string{"cachedContentTokenCount"},
 			[]string{"input_tokens_details.cached_tokens"}, []string{"cache_read_input_tokens"}),
 		CacheWrite: first([]string{"prompt_tokens_details.cache_write_tokens"}, []string{"input_tokens_details.cache_write_tokens"}, []string{"cache_creation_input_tokens"}),
@@ -700,6 +719,7 @@ func TestUsageRecordings(t *testing.T) {
 		"llms_googleai_testdata_TestGoogleAIWithStreaming/0":                                 {Tokens: failover.Tokens{Input: 8, Output: 578}},
 		"llms_anthropic_internal_anthropicclient_testdata_TestClient_CreateMessage/0":        {Tokens: failover.Tokens{Input: 13, Output: 35}},
 		"tools_perplexity_testdata_TestPerplexityTool/0":                                     {Tokens: failover.Tokens{Input: 12, Output: 125}},
+		"llms_cohere_internal_cohereclient_testdata_TestClient_CreateGeneration/0":           {Tokens: failover.Tokens{Input: 11, Output: 321}},
 	}
 	metered, reported, checked := 0, 0, 0
 	for i := range exchanges {

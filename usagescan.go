@@ -32,6 +32,8 @@ const (
 	fCandidatesTokens                      // Gemini's candidatesTokenCount
 	fThoughtsTokens                        // Gemini's thoughtsTokenCount
 	fCachedContentTokens                   // Gemini's cachedContentTokenCount
+	fBilledInput                           // billed_units.input_tokens: Cohere (what is billed, not all it read)
+	fBilledOutput                          // billed_units.output_tokens: Cohere
 	fTally                                 // Gemini's usageMetadata was read: a tally, not a figure
 	numUsageFields
 )
@@ -118,6 +120,9 @@ func (r *rawUsage) parse(obj []byte, tally bool) {
 			r.set(fThoughtsTokens, v)
 		case "cachedContentTokenCount":
 			r.set(fCachedContentTokens, v)
+		case "billed_units":
+			r.set(fBilledInput, v.Get("input_tokens"))
+			r.set(fBilledOutput, v.Get("output_tokens"))
 		}
 		return true
 	})
@@ -139,6 +144,8 @@ func (r *rawUsage) tokens() (Tokens, bool) {
 		t.Input = v[fPromptTokens]
 	case r.has(fTally) || r.has(fPromptTokenCount) || r.has(fToolUsePrompt):
 		t.Input = v[fPromptTokenCount] + v[fToolUsePrompt]
+	case r.has(fBilledInput) || r.has(fBilledOutput):
+		t.Input = v[fBilledInput]
 	default:
 		// Anthropic's input_tokens leave out what the cache served and
 		// stored; the Responses API reports neither of those.
@@ -149,6 +156,8 @@ func (r *rawUsage) tokens() (Tokens, bool) {
 		t.Output = v[fCompletionTokens]
 	case r.has(fTally) || r.has(fCandidatesTokens) || r.has(fThoughtsTokens):
 		t.Output = v[fCandidatesTokens] + v[fThoughtsTokens]
+	case r.has(fBilledInput) || r.has(fBilledOutput):
+		t.Output = v[fBilledOutput]
 	default:
 		t.Output = v[fOutputTokens]
 	}
@@ -191,10 +200,10 @@ func (it *iterations) add(obj []byte) {
 // What a member's value is to the scanner.
 const (
 	targetNone       = iota
-	targetUsage      // "usage": the object to read
+	targetUsage      // "usage", Cohere's "meta": the object to read
 	targetTally      // "usageMetadata": the object to read, a whole tally (see rawUsage)
 	targetModel      // "model", "modelVersion": the string to read
-	targetNest       // "response", "message", "x_groq": an object whose members are read too
+	targetNest       // "response", "message", "x_groq", "delta": an object whose members are read too
 	targetIterations // in the usage object read, "iterations": an array whose entries are read one by one
 )
 
@@ -215,11 +224,11 @@ var jsonStructural = [256]bool{'"': true, '{': true, '}': true, '[': true, ']': 
 // sequence of them, as its bytes come, in any pieces. It follows strings
 // and the nesting of containers, and reads the members of the top-level
 // objects (the elements of a top-level array, as Gemini streams them, count
-// as top-level objects) and of their "response", "message" and "x_groq"
-// objects (the Responses API's and Anthropic's stream events, Groq's stream
-// chunks, which report usage nowhere else): their "usage" (or
-// "usageMetadata") object is captured and parsed, as is their "model" (or
-// "modelVersion") string. Nothing else is kept: the work per byte is a
+// as top-level objects) and of their "response", "message", "x_groq" and
+// "delta" objects (the Responses API's and Anthropic's stream events,
+// Groq's and Cohere's stream chunks, which report usage nowhere else):
+// their "usage" (or "usageMetadata", or Cohere's "meta") object is
+// captured and parsed, as is their "model" (or "modelVersion") string. Nothing else is kept: the work per byte is a
 // table lookup, or IndexByte within strings, and the memory a usage
 // object's bytes, at most maxUsageCapture. The entries of a usage object's
 // "iterations" array, which grows with the steps of a request, are summed
@@ -552,7 +561,9 @@ func keyTarget(key []byte, top bool) uint8 {
 			return targetTally
 		case "modelVersion":
 			return targetModel
-		case "response", "message", "x_groq":
+		case "meta":
+			return targetUsage
+		case "response", "message", "x_groq", "delta":
 			return targetNest
 		}
 	}
