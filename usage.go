@@ -25,13 +25,13 @@ import (
 // "usage" (a stream's with stream_options.include_usage), Anthropic's
 // (summed over its "iterations" when it has them, as they are billed),
 // Gemini's "usageMetadata", Cohere's "billed_units" (in "usage", "meta" or
-// a stream's "delta"), and the OpenAI-compatible APIs' (Groq's in a
-// stream's "x_groq"). When a stream reports more than once, each figure's
-// last report counts, but Gemini's last usageMetadata counts whole. It is
-// known once the body has been read to its end or closed; a body closed
-// early reports what the upstream had said by then. Only the answer the
-// caller gets is metered, though a provider may bill failed attempts and
-// lost hedges too.
+// a stream's "delta"), Bedrock's camel-case "usage", and the
+// OpenAI-compatible APIs' (Groq's in a stream's "x_groq"). When a stream
+// reports more than once, each figure's last report counts, but Gemini's
+// last usageMetadata counts whole. It is known once the body has been read
+// to its end or closed; a body closed early reports what the upstream had
+// said by then. Only the answer the caller gets is metered, though a
+// provider may bill failed attempts and lost hedges too.
 type Usage struct {
 	// Upstream is the upstream's Name.
 	Upstream string
@@ -66,14 +66,15 @@ type Tokens struct {
 
 	// Cached counts the input tokens read from the prompt cache: a part
 	// of Input, where reported (OpenAI's cached_tokens, Anthropic's
-	// cache_read_input_tokens, Gemini's cachedContentTokenCount).
+	// cache_read_input_tokens, Gemini's cachedContentTokenCount,
+	// Bedrock's cacheReadInputTokens).
 	Cached int64
 
 	// CacheWrite counts the input tokens written to the prompt cache: a
 	// part of Input, where reported (Anthropic's
 	// cache_creation_input_tokens, the cache_write_tokens of OpenAI's and
 	// OpenRouter's prompt_tokens_details and of the Responses API's
-	// input_tokens_details).
+	// input_tokens_details, Bedrock's cacheWriteInputTokens).
 	CacheWrite int64
 }
 

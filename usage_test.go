@@ -262,6 +262,10 @@ var (
 	)
 	// Cohere's v1 generate: billed_units in meta (as recorded).
 	cohereGenerate = `{"id":"df0d8117-b88d-42b9-b87e-105d0087e6eb","generations":[{"id":"c0e39a2b","text":" a wise old owl.","finish_reason":"COMPLETE"}],"prompt":"Once upon a time","meta":{"api_version":{"version":"1"},"warnings":["Generate API is deprecated"],"billed_units":{"input_tokens":11,"output_tokens":321}}}`
+	// Bedrock's Converse: camelCase, inputTokens without the cache.
+	bedrockConverse = `{"metrics":{"latencyMs":1046},"output":{"message":{"content":[{"text":"Hello!"}],"role":"assistant"}},"stopReason":"end_turn","usage":{"cacheReadInputTokens":1000,"cacheWriteInputTokens":200,"inputTokens":13,"outputTokens":35,"totalTokens":1248}}`
+	// Bedrock's InvokeModel of an Amazon Nova model.
+	bedrockNova = `{"output":{"message":{"content":[{"text":"AI mimics human thinking."}],"role":"assistant"}},"stopReason":"end_turn","usage":{"inputTokens":20,"outputTokens":9,"totalTokens":829,"cacheReadInputTokenCount":800,"cacheWriteInputTokenCount":0}}`
 )
 
 // usageCase is an answer and the usage the Transport must read from it.
@@ -323,6 +327,10 @@ var usageCases = []usageCase{
 		want: failover.Usage{Tokens: failover.Tokens{Input: 3, Output: 10}}},
 	{name: "cohere generate", ct: "application/json", pieces: []string{cohereGenerate},
 		want: failover.Usage{Tokens: failover.Tokens{Input: 11, Output: 321}}},
+	{name: "bedrock converse", ct: "application/json", pieces: []string{bedrockConverse},
+		want: failover.Usage{Tokens: failover.Tokens{Input: 1213, Output: 35, Cached: 1000, CacheWrite: 200}}},
+	{name: "bedrock nova", ct: "application/json", pieces: []string{bedrockNova},
+		want: failover.Usage{Tokens: failover.Tokens{Input: 820, Output: 9, Cached: 800}}},
 	{name: "json without usage", ct: "application/json", pieces: []string{`{"object":"list","data":[{"id":"gpt-4o","object":"model"}]}`}, none: true},
 }
 
@@ -694,12 +702,14 @@ func recordedUsage(t *testing.T, ct string, body []byte) (failover.Tokens, strin
 	}
 	tk := failover.Tokens{
 		Input: first([]string{"prompt_tokens"}, []string{"promptTokenCount", "toolUsePromptTokenCount"},
-			[]string{"billed_units.input_tokens"}, []string{"input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens"}),
+			[]string{"billed_units.input_tokens"}, []string{"inputTokens", "cacheReadInputTokens", "cacheReadInputTokenCount", "cacheWriteInputTokens", "cacheWriteInputTokenCount"},
+			[]string{"input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens"}),
 		Output: first([]string{"completion_tokens"}, []string{"candidatesTokenCount", "thoughtsTokenCount"},
-			[]string{"billed_units.output_tokens"}, []string{"output_tokens"}),
+			[]string{"billed_units.output_tokens"}, []string{"outputTokens"}, []string{"output_tokens"}),
 		Cached: first([]string{"prompt_tokens_details.cached_tokens"}, []string{"prompt_cache_hit_tokens"}, []string{"cachedContentTokenCount"},
-			[]string{"input_tokens_details.cached_tokens"}, []string{"cache_read_input_tokens"}),
-		CacheWrite: first([]string{"prompt_tokens_details.cache_write_tokens"}, []string{"input_tokens_details.cache_write_tokens"}, []string{"cache_creation_input_tokens"}),
+			[]string{"input_tokens_details.cached_tokens"}, []string{"cache_read_input_tokens"}, []string{"cacheReadInputTokens", "cacheReadInputTokenCount"}),
+		CacheWrite: first([]string{"prompt_tokens_details.cache_write_tokens"}, []string{"input_tokens_details.cache_write_tokens"}, []string{"cache_creation_input_tokens"},
+			[]string{"cacheWriteInputTokens", "cacheWriteInputTokenCount"}),
 	}
 	return tk, model, true
 }

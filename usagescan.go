@@ -34,6 +34,10 @@ const (
 	fCachedContentTokens                   // Gemini's cachedContentTokenCount
 	fBilledInput                           // billed_units.input_tokens: Cohere (what is billed, not all it read)
 	fBilledOutput                          // billed_units.output_tokens: Cohere
+	fBedrockInput                          // inputTokens: Bedrock (cache apart)
+	fBedrockOutput                         // outputTokens: Bedrock
+	fBedrockCacheRead                      // cacheReadInputTokens, cacheReadInputTokenCount: Bedrock
+	fBedrockCacheWrite                     // cacheWriteInputTokens, cacheWriteInputTokenCount: Bedrock
 	fTally                                 // Gemini's usageMetadata was read: a tally, not a figure
 	numUsageFields
 )
@@ -120,6 +124,14 @@ func (r *rawUsage) parse(obj []byte, tally bool) {
 			r.set(fThoughtsTokens, v)
 		case "cachedContentTokenCount":
 			r.set(fCachedContentTokens, v)
+		case "inputTokens":
+			r.set(fBedrockInput, v)
+		case "outputTokens":
+			r.set(fBedrockOutput, v)
+		case "cacheReadInputTokens", "cacheReadInputTokenCount":
+			r.set(fBedrockCacheRead, v)
+		case "cacheWriteInputTokens", "cacheWriteInputTokenCount":
+			r.set(fBedrockCacheWrite, v)
 		case "billed_units":
 			r.set(fBilledInput, v.Get("input_tokens"))
 			r.set(fBilledOutput, v.Get("output_tokens"))
@@ -146,6 +158,10 @@ func (r *rawUsage) tokens() (Tokens, bool) {
 		t.Input = v[fPromptTokenCount] + v[fToolUsePrompt]
 	case r.has(fBilledInput) || r.has(fBilledOutput):
 		t.Input = v[fBilledInput]
+	case r.has(fBedrockInput) || r.has(fBedrockCacheRead) || r.has(fBedrockCacheWrite):
+		// Bedrock's inputTokens, as Anthropic's input_tokens, leave out
+		// what the cache served and stored.
+		t.Input = v[fBedrockInput] + v[fBedrockCacheRead] + v[fBedrockCacheWrite]
 	default:
 		// Anthropic's input_tokens leave out what the cache served and
 		// stored; the Responses API reports neither of those.
@@ -158,17 +174,19 @@ func (r *rawUsage) tokens() (Tokens, bool) {
 		t.Output = v[fCandidatesTokens] + v[fThoughtsTokens]
 	case r.has(fBilledInput) || r.has(fBilledOutput):
 		t.Output = v[fBilledOutput]
+	case r.has(fBedrockOutput):
+		t.Output = v[fBedrockOutput]
 	default:
 		t.Output = v[fOutputTokens]
 	}
-	for _, f := range [...]usageField{fPromptCached, fPromptCacheHit, fCachedContentTokens, fInputCached, fCacheRead} {
+	for _, f := range [...]usageField{fPromptCached, fPromptCacheHit, fCachedContentTokens, fInputCached, fCacheRead, fBedrockCacheRead} {
 		if r.has(f) {
 			t.Cached = v[f]
 			break
 		}
 	}
 	t.Cached = min(t.Cached, t.Input)
-	for _, f := range [...]usageField{fPromptCacheWrite, fInputCacheWrite, fCacheCreation} {
+	for _, f := range [...]usageField{fPromptCacheWrite, fInputCacheWrite, fCacheCreation, fBedrockCacheWrite} {
 		if r.has(f) {
 			t.CacheWrite = v[f]
 			break
