@@ -25,13 +25,14 @@ import (
 // "usage" (a stream's with stream_options.include_usage), Anthropic's
 // (summed over its "iterations" when it has them, as they are billed),
 // Gemini's "usageMetadata", Cohere's "billed_units" (in "usage", "meta" or
-// a stream's "delta"), Bedrock's camel-case "usage", and the
-// OpenAI-compatible APIs' (Groq's in a stream's "x_groq"). When a stream
-// reports more than once, each figure's last report counts, but Gemini's
-// last usageMetadata counts whole. It is known once the body has been read
-// to its end or closed; a body closed early reports what the upstream had
-// said by then. Only the answer the caller gets is metered, though a
-// provider may bill failed attempts and lost hedges too.
+// a stream's "delta"), Bedrock's camel-case "usage" (or its token-count
+// headers, when the body reports nothing), and the OpenAI-compatible APIs'
+// (Groq's in a stream's "x_groq"). When a stream reports more than once,
+// each figure's last report counts, but Gemini's last usageMetadata counts
+// whole. It is known once the body has been read to its end or closed; a
+// body closed early reports what the upstream had said by then. Only the
+// answer the caller gets is metered, though a provider may bill failed
+// attempts and lost hedges too.
 type Usage struct {
 	// Upstream is the upstream's Name.
 	Upstream string
@@ -169,6 +170,9 @@ func (c *call) meter(resp *http.Response, u *upstream) bool {
 		return false
 	}
 	b := &usageBody{rc: resp.Body, t: c.t, u: u, sse: sse}
+	if _, ok := resp.Header[bedrockInputHeader]; ok {
+		b.hdr, b.hdrOK = headerUsage(resp.Header)
+	}
 	if sse {
 		b.start, b.hist = c.start, &u.m.firstByte
 	}
@@ -201,6 +205,11 @@ type usageBody struct {
 	hook  func(Usage) // the request's Trace.Usage; nil without one
 	model string      // the model the request asked u for; "" when unknown
 	sse   bool
+
+	// What the answer's headers report (Bedrock's): the usage when the
+	// body reports none.
+	hdr   Tokens
+	hdrOK bool
 
 	// A stream's time to first byte, as firstByteBody observes it.
 	start time.Time
@@ -267,6 +276,9 @@ func (b *usageBody) report(eof bool) {
 		b.lines.release(&b.scan) // the end of the stream ends its last event
 	}
 	tk, ok := b.scan.raw.tokens()
+	if !ok {
+		tk, ok = b.hdr, b.hdrOK
+	}
 	if !ok {
 		if eof && b.sse {
 			b.u.usage.unreported(b.t, b.u)

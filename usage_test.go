@@ -1103,6 +1103,45 @@ func TestUsageIterationsBeyondCapture(t *testing.T) {
 	}
 }
 
+// Bedrock's InvokeModel reports what it bills in headers: they are the
+// usage of an answer whose body reports none in a shape the meter reads
+// (Llama's counts), and the body's usage wins when it has one.
+func TestUsageBedrockHeaders(t *testing.T) {
+	bedrock := func(body string, kv ...string) *httptest.Server {
+		s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			for i := 0; i+1 < len(kv); i += 2 {
+				w.Header().Set(kv[i], kv[i+1])
+			}
+			w.Header().Set("Content-Type", "application/json")
+			io.WriteString(w, body)
+		}))
+		t.Cleanup(s.Close)
+		return s
+	}
+	llama := `{"generation":" AI is a machine that thinks.","prompt_token_count":18,"generation_token_count":52,"stop_reason":"stop"}`
+	for _, tc := range []struct {
+		name string
+		srv  *httptest.Server
+		want failover.Tokens
+	}{
+		{"llama", bedrock(llama, "X-Amzn-Bedrock-Input-Token-Count", "18", "X-Amzn-Bedrock-Output-Token-Count", "52", "X-Amzn-Bedrock-Invocation-Latency", "320"),
+			failover.Tokens{Input: 18, Output: 52}},
+		{"cache headers", bedrock(`{"outputs":[{"text":"Hi","stop_reason":"stop"}]}`,
+			"X-Amzn-Bedrock-Input-Token-Count", "13", "X-Amzn-Bedrock-Output-Token-Count", "35",
+			"X-Amzn-Bedrock-Cache-Read-Input-Token-Count", "1000", "X-Amzn-Bedrock-Cache-Write-Input-Token-Count", "200"),
+			failover.Tokens{Input: 1213, Output: 35, Cached: 1000, CacheWrite: 200}},
+		{"the body's usage wins", bedrock(anthropicMessage, "X-Amzn-Bedrock-Input-Token-Count", "1", "X-Amzn-Bedrock-Output-Token-Count", "1"),
+			failover.Tokens{Input: 1213, Output: 35, Cached: 1000, CacheWrite: 200}},
+	} {
+		var log usageLog
+		_, send := usageTransport(t, tc.srv, failover.Config{OnUsage: log.add})
+		send(context.Background(), "{}")
+		if got := log.all(); len(got) != 1 || got[0].Tokens != tc.want {
+			t.Errorf("%s: reported %+v, want once %+v", tc.name, got, tc.want)
+		}
+	}
+}
+
 // TestUsageFirstByte checks that a metered stream's first byte is still
 // timed (the meter does what firstByteBody does, in one wrapper).
 func TestUsageFirstByte(t *testing.T) {

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/binary"
 	"math/bits"
+	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"unsafe"
@@ -213,6 +215,39 @@ func (it *iterations) add(obj []byte) {
 	it.sum.Cached = min(sumTokens(it.sum.Cached, t.Cached), it.sum.Input)
 	it.sum.CacheWrite = min(sumTokens(it.sum.CacheWrite, t.CacheWrite), it.sum.Input-it.sum.Cached)
 	it.n++
+}
+
+// Bedrock's InvokeModel reports the tokens it bills in headers, whatever
+// the model's body says (Llama's, Mistral's and Titan's count in names of
+// their own); the input count, as Converse's inputTokens, leaves the cache
+// out.
+const (
+	bedrockInputHeader      = "X-Amzn-Bedrock-Input-Token-Count"
+	bedrockOutputHeader     = "X-Amzn-Bedrock-Output-Token-Count"
+	bedrockCacheReadHeader  = "X-Amzn-Bedrock-Cache-Read-Input-Token-Count"
+	bedrockCacheWriteHeader = "X-Amzn-Bedrock-Cache-Write-Input-Token-Count"
+)
+
+// headerUsage reads Bedrock's token-count headers; false when none holds
+// a count.
+func headerUsage(h http.Header) (Tokens, bool) {
+	var r rawUsage
+	for _, hf := range [...]struct {
+		name string
+		f    usageField
+	}{
+		{bedrockInputHeader, fBedrockInput},
+		{bedrockOutputHeader, fBedrockOutput},
+		{bedrockCacheReadHeader, fBedrockCacheRead},
+		{bedrockCacheWriteHeader, fBedrockCacheWrite},
+	} {
+		if v := h[hf.name]; len(v) > 0 {
+			if n, err := strconv.ParseInt(strings.TrimSpace(v[0]), 10, 64); err == nil && n >= 0 {
+				r.v[hf.f], r.seen = min(n, maxTokens), r.seen|1<<hf.f
+			}
+		}
+	}
+	return r.tokens()
 }
 
 // What a member's value is to the scanner.
