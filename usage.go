@@ -62,7 +62,8 @@ type Tokens struct {
 	Input int64
 
 	// Output counts the tokens generated, reasoning ("thinking")
-	// included (Gemini reports it apart, as thoughtsTokenCount).
+	// included (Gemini reports it apart, as thoughtsTokenCount, and so do
+	// some OpenAI-compatible APIs, in completion_tokens_details).
 	Output int64
 
 	// Cached counts the input tokens read from the prompt cache: a part

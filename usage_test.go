@@ -266,6 +266,13 @@ var (
 	bedrockConverse = `{"metrics":{"latencyMs":1046},"output":{"message":{"content":[{"text":"Hello!"}],"role":"assistant"}},"stopReason":"end_turn","usage":{"cacheReadInputTokens":1000,"cacheWriteInputTokens":200,"inputTokens":13,"outputTokens":35,"totalTokens":1248}}`
 	// Bedrock's InvokeModel of an Amazon Nova model.
 	bedrockNova = `{"output":{"message":{"content":[{"text":"AI mimics human thinking."}],"role":"assistant"}},"stopReason":"end_turn","usage":{"inputTokens":20,"outputTokens":9,"totalTokens":829,"cacheReadInputTokenCount":800,"cacheWriteInputTokenCount":0}}`
+	// xAI's reasoning models count the reasoning apart from
+	// completion_tokens, and in total_tokens.
+	xaiReasoning = `{"id":"a3d1","object":"chat.completion","created":1743770302,"model":"grok-3-mini","choices":[{"index":0,"message":{"role":"assistant","content":"101 multiplied by 3 is 303.","refusal":null},"finish_reason":"stop"}],"usage":{"prompt_tokens":12,"completion_tokens":3,"total_tokens":180,"prompt_tokens_details":{"text_tokens":12,"audio_tokens":0,"image_tokens":0,"cached_tokens":0},"completion_tokens_details":{"reasoning_tokens":165,"audio_tokens":0,"accepted_prediction_tokens":0,"rejected_prediction_tokens":0}},"system_fingerprint":"fp_d133ae3397"}`
+	// OpenAI's count the reasoning within completion_tokens.
+	openAIReasoning = `{"id":"chatcmpl-2","object":"chat.completion","created":1,"model":"o4-mini-2025-04-16","choices":[{"index":0,"message":{"role":"assistant","content":"303"},"finish_reason":"stop"}],"usage":{"prompt_tokens":10,"completion_tokens":200,"total_tokens":210,"completion_tokens_details":{"reasoning_tokens":150}}}`
+	// A gateway's Responses API in front of Gemini: the thoughts apart.
+	responsesReasoningApart = `{"id":"resp_2","object":"response","status":"completed","model":"gemini-2.5-flash","output":[],"usage":{"input_tokens":21,"input_tokens_details":{"cached_tokens":0},"output_tokens":0,"output_tokens_details":{"reasoning_tokens":60},"total_tokens":81}}`
 )
 
 // usageCase is an answer and the usage the Transport must read from it.
@@ -331,6 +338,12 @@ var usageCases = []usageCase{
 		want: failover.Usage{Tokens: failover.Tokens{Input: 1213, Output: 35, Cached: 1000, CacheWrite: 200}}},
 	{name: "bedrock nova", ct: "application/json", pieces: []string{bedrockNova},
 		want: failover.Usage{Tokens: failover.Tokens{Input: 820, Output: 9, Cached: 800}}},
+	{name: "reasoning apart from completion_tokens", ct: "application/json", pieces: []string{xaiReasoning},
+		want: failover.Usage{Model: "grok-3-mini", Tokens: failover.Tokens{Input: 12, Output: 168}}},
+	{name: "reasoning within completion_tokens", ct: "application/json", pieces: []string{openAIReasoning},
+		want: failover.Usage{Model: "o4-mini-2025-04-16", Tokens: failover.Tokens{Input: 10, Output: 200}}},
+	{name: "responses reasoning apart from output_tokens", ct: "application/json", pieces: []string{responsesReasoningApart},
+		want: failover.Usage{Model: "gemini-2.5-flash", Tokens: failover.Tokens{Input: 21, Output: 60}}},
 	{name: "json without usage", ct: "application/json", pieces: []string{`{"object":"list","data":[{"id":"gpt-4o","object":"model"}]}`}, none: true},
 }
 
@@ -647,7 +660,7 @@ func recordedUsage(t *testing.T, ct string, body []byte) (failover.Tokens, strin
 					fields[f] = n
 				}
 				if d, ok := v.(map[string]any); ok {
-					for _, sub := range []string{"cached_tokens", "cache_write_tokens", "input_tokens", "output_tokens"} {
+					for _, sub := range []string{"cached_tokens", "cache_write_tokens", "input_tokens", "output_tokens", "reasoning_tokens"} {
 						if n, ok := d[sub].(float64); ok {
 							fields[f+"."+sub] = n
 						}
@@ -710,6 +723,18 @@ func recordedUsage(t *testing.T, ct string, body []byte) (failover.Tokens, strin
 			[]string{"input_tokens_details.cached_tokens"}, []string{"cache_read_input_tokens"}, []string{"cacheReadInputTokens", "cacheReadInputTokenCount"}),
 		CacheWrite: first([]string{"prompt_tokens_details.cache_write_tokens"}, []string{"input_tokens_details.cache_write_tokens"}, []string{"cache_creation_input_tokens"},
 			[]string{"cacheWriteInputTokens", "cacheWriteInputTokenCount"}),
+	}
+	// Reasoning that total_tokens counts apart from the output reported.
+	for _, shape := range [][3]string{
+		{"prompt_tokens", "completion_tokens", "completion_tokens_details.reasoning_tokens"},
+		{"input_tokens", "output_tokens", "output_tokens_details.reasoning_tokens"},
+	} {
+		in, _ := f(shape[0])
+		out, ok := f(shape[1])
+		r := fields[shape[2]]
+		if total, hasTotal := fields["total_tokens"]; ok && hasTotal && r > 0 && total == in+out+r && tk.Output == int64(out) {
+			tk.Output += int64(r)
+		}
 	}
 	return tk, model, true
 }

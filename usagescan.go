@@ -40,9 +40,14 @@ const (
 	fBedrockOutput                         // outputTokens: Bedrock
 	fBedrockCacheRead                      // cacheReadInputTokens, cacheReadInputTokenCount: Bedrock
 	fBedrockCacheWrite                     // cacheWriteInputTokens, cacheWriteInputTokenCount: Bedrock
+	fTotalTokens                           // total_tokens
+	fReasoning                             // completion_tokens_details.reasoning_tokens, output_tokens_details.reasoning_tokens
 	fTally                                 // Gemini's usageMetadata was read: a tally, not a figure
 	numUsageFields
 )
+
+// rawUsage.seen has a bit for each field.
+const _ uint32 = 1 << (numUsageFields - 1)
 
 // geminiFields are the figures of Gemini's usageMetadata.
 const geminiFields = 1<<fPromptTokenCount | 1<<fToolUsePrompt | 1<<fCandidatesTokens | 1<<fThoughtsTokens | 1<<fCachedContentTokens
@@ -112,6 +117,10 @@ func (r *rawUsage) parse(obj []byte, tally bool) {
 		case "input_tokens_details":
 			r.set(fInputCached, v.Get("cached_tokens"))
 			r.set(fInputCacheWrite, v.Get("cache_write_tokens"))
+		case "total_tokens":
+			r.set(fTotalTokens, v)
+		case "completion_tokens_details", "output_tokens_details":
+			r.set(fReasoning, v.Get("reasoning_tokens"))
 		case "cache_read_input_tokens":
 			r.set(fCacheRead, v)
 		case "cache_creation_input_tokens":
@@ -171,7 +180,7 @@ func (r *rawUsage) tokens() (Tokens, bool) {
 	}
 	switch {
 	case r.has(fCompletionTokens):
-		t.Output = v[fCompletionTokens]
+		t.Output = v[fCompletionTokens] + r.reasoningApart(v[fPromptTokens], v[fCompletionTokens])
 	case r.has(fTally) || r.has(fCandidatesTokens) || r.has(fThoughtsTokens):
 		t.Output = v[fCandidatesTokens] + v[fThoughtsTokens]
 	case r.has(fBilledInput) || r.has(fBilledOutput):
@@ -179,7 +188,7 @@ func (r *rawUsage) tokens() (Tokens, bool) {
 	case r.has(fBedrockOutput):
 		t.Output = v[fBedrockOutput]
 	default:
-		t.Output = v[fOutputTokens]
+		t.Output = v[fOutputTokens] + r.reasoningApart(v[fInputTokens], v[fOutputTokens])
 	}
 	for _, f := range [...]usageField{fPromptCached, fPromptCacheHit, fCachedContentTokens, fInputCached, fCacheRead, fBedrockCacheRead} {
 		if r.has(f) {
@@ -248,6 +257,19 @@ func headerUsage(h http.Header) (Tokens, bool) {
 		}
 	}
 	return r.tokens()
+}
+
+// reasoningApart returns the reasoning tokens when the report counts them
+// apart from out, the output it reports, and 0 when out includes them, as
+// OpenAI's does. Some APIs that copy OpenAI's shape (xAI's, gateways in
+// front of Gemini) leave the reasoning out of completion_tokens though it
+// is billed as output; their total_tokens tells them apart, as the sum of
+// in, out and the reasoning.
+func (r *rawUsage) reasoningApart(in, out int64) int64 {
+	if !r.has(fReasoning) || !r.has(fTotalTokens) || r.v[fReasoning] == 0 || r.v[fTotalTokens] != in+out+r.v[fReasoning] {
+		return 0
+	}
+	return r.v[fReasoning]
 }
 
 // What a member's value is to the scanner.
