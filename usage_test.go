@@ -344,6 +344,11 @@ var usageCases = []usageCase{
 		want: failover.Usage{Model: "o4-mini-2025-04-16", Tokens: failover.Tokens{Input: 10, Output: 200}}},
 	{name: "responses reasoning apart from output_tokens", ct: "application/json", pieces: []string{responsesReasoningApart},
 		want: failover.Usage{Model: "gemini-2.5-flash", Tokens: failover.Tokens{Input: 21, Output: 60}}},
+	{name: "deepseek stream, hits and misses alone", ct: "text/event-stream", pieces: sse(
+		`data: {"id":"1","object":"chat.completion.chunk","created":1,"model":"deepseek-chat","choices":[{"index":0,"delta":{"content":"Hi"},"finish_reason":null}],"usage":null}`,
+		`data: {"id":"1","object":"chat.completion.chunk","created":1,"model":"deepseek-chat","choices":[{"index":0,"delta":{"content":""},"finish_reason":"stop"}],"usage":{"completion_tokens":9,"prompt_cache_hit_tokens":64,"prompt_cache_miss_tokens":56}}`,
+		`data: [DONE]`),
+		want: failover.Usage{Model: "deepseek-chat", Tokens: failover.Tokens{Input: 120, Output: 9, Cached: 64}}},
 	{name: "json without usage", ct: "application/json", pieces: []string{`{"object":"list","data":[{"id":"gpt-4o","object":"model"}]}`}, none: true},
 }
 
@@ -714,7 +719,7 @@ func recordedUsage(t *testing.T, ct string, body []byte) (failover.Tokens, strin
 		return 0
 	}
 	tk := failover.Tokens{
-		Input: first([]string{"prompt_tokens"}, []string{"promptTokenCount", "toolUsePromptTokenCount"},
+		Input: first([]string{"prompt_tokens"}, []string{"prompt_cache_hit_tokens", "prompt_cache_miss_tokens"}, []string{"promptTokenCount", "toolUsePromptTokenCount"},
 			[]string{"billed_units.input_tokens"}, []string{"inputTokens", "cacheReadInputTokens", "cacheReadInputTokenCount", "cacheWriteInputTokens", "cacheWriteInputTokenCount"},
 			[]string{"input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens"}),
 		Output: first([]string{"completion_tokens"}, []string{"candidatesTokenCount", "thoughtsTokenCount"},

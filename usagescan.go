@@ -23,6 +23,7 @@ const (
 	fPromptCached                          // prompt_tokens_details.cached_tokens
 	fPromptCacheWrite                      // prompt_tokens_details.cache_write_tokens: OpenAI, OpenRouter
 	fPromptCacheHit                        // prompt_cache_hit_tokens: DeepSeek
+	fPromptCacheMiss                       // prompt_cache_miss_tokens: DeepSeek
 	fInputTokens                           // input_tokens: the Responses API (cache included), Anthropic (cache apart)
 	fOutputTokens                          // output_tokens
 	fInputCached                           // input_tokens_details.cached_tokens: the Responses API
@@ -110,6 +111,8 @@ func (r *rawUsage) parse(obj []byte, tally bool) {
 			r.set(fPromptCacheWrite, v.Get("cache_write_tokens"))
 		case "prompt_cache_hit_tokens":
 			r.set(fPromptCacheHit, v)
+		case "prompt_cache_miss_tokens":
+			r.set(fPromptCacheMiss, v)
 		case "input_tokens":
 			r.set(fInputTokens, v)
 		case "output_tokens":
@@ -165,6 +168,8 @@ func (r *rawUsage) tokens() (Tokens, bool) {
 	switch {
 	case r.has(fPromptTokens):
 		t.Input = v[fPromptTokens]
+	case r.has(fPromptCacheHit) || r.has(fPromptCacheMiss):
+		t.Input = v[fPromptCacheHit] + v[fPromptCacheMiss] // the two parts of DeepSeek's prompt_tokens
 	case r.has(fTally) || r.has(fPromptTokenCount) || r.has(fToolUsePrompt):
 		t.Input = v[fPromptTokenCount] + v[fToolUsePrompt]
 	case r.has(fBilledInput) || r.has(fBilledOutput):
