@@ -206,11 +206,8 @@ type usageBody struct {
 	hook  func(Usage) // the request's Trace.Usage; nil without one
 	model string      // the model the request asked u for; "" when unknown
 	sse   bool
-
-	// What the answer's headers report (Bedrock's): the usage when the
-	// body reports none.
-	hdr   Tokens
-	hdrOK bool
+	hdrOK bool   // the answer's headers report usage (Bedrock's): hdr
+	hdr   Tokens // what they report: the usage when the body reports none
 
 	// A stream's time to first byte, as firstByteBody observes it.
 	start time.Time

@@ -24,23 +24,17 @@ const (
 	fPromptCacheWrite                      // prompt_tokens_details.cache_write_tokens: OpenAI, OpenRouter
 	fPromptCacheHit                        // prompt_cache_hit_tokens: DeepSeek
 	fPromptCacheMiss                       // prompt_cache_miss_tokens: DeepSeek
-	fInputTokens                           // input_tokens: the Responses API (cache included), Anthropic (cache apart)
-	fOutputTokens                          // output_tokens
+	fInputTokens                           // input_tokens: the Responses API (cache included), Anthropic (cache apart), and alike (see parse)
+	fOutputTokens                          // output_tokens, and alike
 	fInputCached                           // input_tokens_details.cached_tokens: the Responses API
 	fInputCacheWrite                       // input_tokens_details.cache_write_tokens: the Responses API
-	fCacheRead                             // cache_read_input_tokens: Anthropic
-	fCacheCreation                         // cache_creation_input_tokens: Anthropic
+	fCacheRead                             // cache_read_input_tokens: Anthropic, and alike
+	fCacheCreation                         // cache_creation_input_tokens: Anthropic, and alike
 	fPromptTokenCount                      // Gemini's promptTokenCount (cache included)
 	fToolUsePrompt                         // Gemini's toolUsePromptTokenCount
 	fCandidatesTokens                      // Gemini's candidatesTokenCount
 	fThoughtsTokens                        // Gemini's thoughtsTokenCount
 	fCachedContentTokens                   // Gemini's cachedContentTokenCount
-	fBilledInput                           // billed_units.input_tokens: Cohere (what is billed, not all it read)
-	fBilledOutput                          // billed_units.output_tokens: Cohere
-	fBedrockInput                          // inputTokens: Bedrock (cache apart)
-	fBedrockOutput                         // outputTokens: Bedrock
-	fBedrockCacheRead                      // cacheReadInputTokens, cacheReadInputTokenCount: Bedrock
-	fBedrockCacheWrite                     // cacheWriteInputTokens, cacheWriteInputTokenCount: Bedrock
 	fTotalTokens                           // total_tokens
 	fReasoning                             // completion_tokens_details.reasoning_tokens, output_tokens_details.reasoning_tokens
 	fTally                                 // Gemini's usageMetadata was read: a tally, not a figure
@@ -68,8 +62,8 @@ const geminiFields = 1<<fPromptTokenCount | 1<<fToolUsePrompt | 1<<fCandidatesTo
 type rawUsage struct {
 	v     [numUsageFields]int64
 	seen  uint32 // bit f: field f was reported
-	iters Tokens // the sum over the last usage.iterations with entries
-	iterN int    // its entries; 0 when none was read
+	iter  bool   // a usage.iterations with entries was read: iters
+	iters Tokens // the sum over the last one
 }
 
 func (r *rawUsage) has(f usageField) bool { return r.seen&(1<<f) != 0 }
@@ -138,17 +132,19 @@ func (r *rawUsage) parse(obj []byte, tally bool) {
 			r.set(fThoughtsTokens, v)
 		case "cachedContentTokenCount":
 			r.set(fCachedContentTokens, v)
+		// Bedrock's, as Anthropic's, with the cache apart.
 		case "inputTokens":
-			r.set(fBedrockInput, v)
+			r.set(fInputTokens, v)
 		case "outputTokens":
-			r.set(fBedrockOutput, v)
+			r.set(fOutputTokens, v)
 		case "cacheReadInputTokens", "cacheReadInputTokenCount":
-			r.set(fBedrockCacheRead, v)
+			r.set(fCacheRead, v)
 		case "cacheWriteInputTokens", "cacheWriteInputTokenCount":
-			r.set(fBedrockCacheWrite, v)
+			r.set(fCacheCreation, v)
+		// Cohere's: what is billed, not all it read.
 		case "billed_units":
-			r.set(fBilledInput, v.Get("input_tokens"))
-			r.set(fBilledOutput, v.Get("output_tokens"))
+			r.set(fInputTokens, v.Get("input_tokens"))
+			r.set(fOutputTokens, v.Get("output_tokens"))
 		}
 		return true
 	})
@@ -157,7 +153,7 @@ func (r *rawUsage) parse(obj []byte, tally bool) {
 // tokens brings the report to one shape; false when nothing was
 // reported.
 func (r *rawUsage) tokens() (Tokens, bool) {
-	if r.iterN > 0 {
+	if r.iter {
 		return r.iters, true
 	}
 	if r.seen == 0 {
@@ -172,15 +168,9 @@ func (r *rawUsage) tokens() (Tokens, bool) {
 		t.Input = v[fPromptCacheHit] + v[fPromptCacheMiss] // the two parts of DeepSeek's prompt_tokens
 	case r.has(fTally) || r.has(fPromptTokenCount) || r.has(fToolUsePrompt):
 		t.Input = v[fPromptTokenCount] + v[fToolUsePrompt]
-	case r.has(fBilledInput) || r.has(fBilledOutput):
-		t.Input = v[fBilledInput]
-	case r.has(fBedrockInput) || r.has(fBedrockCacheRead) || r.has(fBedrockCacheWrite):
-		// Bedrock's inputTokens, as Anthropic's input_tokens, leave out
-		// what the cache served and stored.
-		t.Input = v[fBedrockInput] + v[fBedrockCacheRead] + v[fBedrockCacheWrite]
 	default:
-		// Anthropic's input_tokens leave out what the cache served and
-		// stored; the Responses API reports neither of those.
+		// Anthropic's input_tokens (and Bedrock's) leave out what the
+		// cache served and stored; the Responses API reports neither.
 		t.Input = v[fInputTokens] + v[fCacheRead] + v[fCacheCreation]
 	}
 	switch {
@@ -188,21 +178,17 @@ func (r *rawUsage) tokens() (Tokens, bool) {
 		t.Output = v[fCompletionTokens] + r.reasoningApart(v[fPromptTokens], v[fCompletionTokens])
 	case r.has(fTally) || r.has(fCandidatesTokens) || r.has(fThoughtsTokens):
 		t.Output = v[fCandidatesTokens] + v[fThoughtsTokens]
-	case r.has(fBilledInput) || r.has(fBilledOutput):
-		t.Output = v[fBilledOutput]
-	case r.has(fBedrockOutput):
-		t.Output = v[fBedrockOutput]
 	default:
 		t.Output = v[fOutputTokens] + r.reasoningApart(v[fInputTokens], v[fOutputTokens])
 	}
-	for _, f := range [...]usageField{fPromptCached, fPromptCacheHit, fCachedContentTokens, fInputCached, fCacheRead, fBedrockCacheRead} {
+	for _, f := range [...]usageField{fPromptCached, fPromptCacheHit, fCachedContentTokens, fInputCached, fCacheRead} {
 		if r.has(f) {
 			t.Cached = v[f]
 			break
 		}
 	}
 	t.Cached = min(t.Cached, t.Input)
-	for _, f := range [...]usageField{fPromptCacheWrite, fInputCacheWrite, fCacheCreation, fBedrockCacheWrite} {
+	for _, f := range [...]usageField{fPromptCacheWrite, fInputCacheWrite, fCacheCreation} {
 		if r.has(f) {
 			t.CacheWrite = v[f]
 			break
@@ -250,10 +236,10 @@ func headerUsage(h http.Header) (Tokens, bool) {
 		name string
 		f    usageField
 	}{
-		{bedrockInputHeader, fBedrockInput},
-		{bedrockOutputHeader, fBedrockOutput},
-		{bedrockCacheReadHeader, fBedrockCacheRead},
-		{bedrockCacheWriteHeader, fBedrockCacheWrite},
+		{bedrockInputHeader, fInputTokens},
+		{bedrockOutputHeader, fOutputTokens},
+		{bedrockCacheReadHeader, fCacheRead},
+		{bedrockCacheWriteHeader, fCacheCreation},
 	} {
 		if v := h[hf.name]; len(v) > 0 {
 			if n, err := strconv.ParseInt(strings.TrimSpace(v[0]), 10, 64); err == nil && n >= 0 {
@@ -329,18 +315,17 @@ type usageScanner struct {
 	target uint8    // what the current member's value is
 
 	capturing uint8 // targetNone, or what is being captured into buf
-	capDepth  int   // with targetUsage, the depth the captured object opened at
 	tally     bool  // with targetUsage, the captured object is Gemini's usageMetadata
+	capDepth  int   // with targetUsage, the depth the captured object opened at
 	buf       []byte
 	small     [512]byte // buf's first backing
 
 	// The captured usage object's "iterations" array: its entries are
 	// summed as each ends, and cut from buf.
-	iterDepth int // the array's depth while it is open; 0 otherwise
-	iterAt    int // the length of buf after the array's '['
-	entryAt   int // the length of buf before the open entry's '{'; -1 when none is open
-	iterRead  bool
-	iters     iterations
+	iterDepth int        // the array's depth while it is open; 0 otherwise
+	iterAt    int32      // the length of buf after the array's '['
+	entryAt   int32      // the length of buf before the open entry's '{'; -1 when none is open
+	iters     iterations // of the usage object being captured
 
 	raw   rawUsage
 	model string // the first model named
@@ -402,14 +387,14 @@ func (s *usageScanner) scan(p []byte) {
 					s.capture(p[from : i+1])
 					from = i + 1
 					if s.capturing == targetUsage {
-						s.iterDepth, s.iterAt, s.entryAt, s.iterRead, s.iters = s.depth+1, len(s.buf), -1, true, iterations{}
+						s.iterDepth, s.iterAt, s.entryAt, s.iters = s.depth+1, int32(len(s.buf)), -1, iterations{}
 					}
 				}
 			}
 			if c == '{' && s.iterDepth != 0 && s.depth == s.iterDepth { // an entry opens
 				s.capture(p[from:i])
 				from = i
-				s.entryAt = len(s.buf)
+				s.entryAt = int32(len(s.buf))
 			}
 			s.depth++
 			if s.depth <= 64 {
@@ -658,7 +643,7 @@ func (s *usageScanner) capture(b []byte) {
 	}
 	if len(s.buf)+len(b) > maxUsageCapture {
 		s.capturing, s.buf = targetNone, s.buf[:0]
-		s.iterDepth, s.iterRead = 0, false
+		s.iterDepth, s.iters = 0, iterations{}
 		s.watch() // the usage object's members are read no more
 		return
 	}
@@ -670,10 +655,10 @@ func (s *usageScanner) captured() {
 	switch s.capturing {
 	case targetUsage:
 		s.raw.parse(s.buf, s.tally)
-		if s.iterRead && s.iters.n > 0 {
-			s.raw.iters, s.raw.iterN = s.iters.sum, s.iters.n
+		if s.iters.n > 0 {
+			s.raw.iter, s.raw.iters = true, s.iters.sum
 		}
-		s.iterDepth, s.iterRead = 0, false
+		s.iterDepth, s.iters = 0, iterations{}
 	case targetModel:
 		// (gjson unescapes it; clip makes it one line of valid UTF-8.)
 		if m := gjson.Parse(unsafe.String(unsafe.SliceData(s.buf), len(s.buf))).Str; m != "" {
@@ -735,7 +720,7 @@ func (s *usageScanner) endValue() {
 	s.depth, s.objects, s.root, s.nested, s.watched = 0, 0, 0, 0, false
 	s.str, s.esc, s.state, s.keyLen, s.target = false, false, atKey, 0, targetNone
 	s.capturing, s.buf = targetNone, s.buf[:0]
-	s.iterDepth, s.iterRead = 0, false
+	s.iterDepth, s.iters = 0, iterations{}
 }
 
 // sseUsage hands the data of a text/event-stream's events to a
