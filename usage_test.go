@@ -273,6 +273,12 @@ var (
 	openAIReasoning = `{"id":"chatcmpl-2","object":"chat.completion","created":1,"model":"o4-mini-2025-04-16","choices":[{"index":0,"message":{"role":"assistant","content":"303"},"finish_reason":"stop"}],"usage":{"prompt_tokens":10,"completion_tokens":200,"total_tokens":210,"completion_tokens_details":{"reasoning_tokens":150}}}`
 	// A gateway's Responses API in front of Gemini: the thoughts apart.
 	responsesReasoningApart = `{"id":"resp_2","object":"response","status":"completed","model":"gemini-2.5-flash","output":[],"usage":{"input_tokens":21,"input_tokens_details":{"cached_tokens":0},"output_tokens":0,"output_tokens_details":{"reasoning_tokens":60},"total_tokens":81}}`
+	// Google's Code Assist API (gemini-cli's) wraps each of Gemini's
+	// chunks in a response object.
+	codeAssistStream = sse(
+		`data: {"response": {"candidates": [{"content": {"role": "model","parts": [{"text": "Hello"}]}}],"usageMetadata": {"promptTokenCount": 5210,"totalTokenCount": 5210,"trafficType": "PROVISIONED_THROUGHPUT"},"modelVersion": "gemini-2.5-pro","createTime": "2025-09-01T10:00:00.000000Z","responseId": "c1"},"traceId": "t1"}`,
+		`data: {"response": {"candidates": [{"content": {"role": "model","parts": [{"text": "!"}]},"finishReason": "STOP"}],"usageMetadata": {"promptTokenCount": 5210,"candidatesTokenCount": 12,"totalTokenCount": 5622,"trafficType": "PROVISIONED_THROUGHPUT","thoughtsTokenCount": 400},"modelVersion": "gemini-2.5-pro","createTime": "2025-09-01T10:00:00.000000Z","responseId": "c1"},"traceId": "t1"}`,
+	)
 )
 
 // usageCase is an answer and the usage the Transport must read from it.
@@ -349,6 +355,8 @@ var usageCases = []usageCase{
 		`data: {"id":"1","object":"chat.completion.chunk","created":1,"model":"deepseek-chat","choices":[{"index":0,"delta":{"content":""},"finish_reason":"stop"}],"usage":{"completion_tokens":9,"prompt_cache_hit_tokens":64,"prompt_cache_miss_tokens":56}}`,
 		`data: [DONE]`),
 		want: failover.Usage{Model: "deepseek-chat", Tokens: failover.Tokens{Input: 120, Output: 9, Cached: 64}}},
+	{name: "gemini wrapped by code assist", ct: "text/event-stream", pieces: codeAssistStream,
+		want: failover.Usage{Model: "gemini-2.5-pro", Tokens: failover.Tokens{Input: 5210, Output: 412}}},
 	{name: "json without usage", ct: "application/json", pieces: []string{`{"object":"list","data":[{"id":"gpt-4o","object":"model"}]}`}, none: true},
 }
 
@@ -638,7 +646,7 @@ func recordedUsage(t *testing.T, ct string, body []byte) (failover.Tokens, strin
 	var iters *failover.Tokens // the sum over the last usage.iterations with entries
 	take := func(o map[string]any, top bool) {
 		for _, k := range []string{"usage", "usageMetadata", "meta"} {
-			if k != "usage" && !top {
+			if k == "meta" && !top {
 				continue
 			}
 			u, _ := o[k].(map[string]any)
@@ -674,9 +682,6 @@ func recordedUsage(t *testing.T, ct string, body []byte) (failover.Tokens, strin
 			}
 		}
 		for _, k := range []string{"model", "modelVersion"} {
-			if k == "modelVersion" && !top {
-				continue
-			}
 			if m, ok := o[k].(string); ok && model == "" {
 				model = m
 			}

@@ -292,9 +292,10 @@ var jsonStructural = [256]bool{'"': true, '{': true, '}': true, '[': true, ']': 
 // objects (the elements of a top-level array, as Gemini streams them, count
 // as top-level objects) and of their "response", "message", "x_groq" and
 // "delta" objects (the Responses API's and Anthropic's stream events,
-// Groq's and Cohere's stream chunks, which report usage nowhere else):
-// their "usage" (or "usageMetadata", or Cohere's "meta") object is
-// captured and parsed, as is their "model" (or "modelVersion") string. Nothing else is kept: the work per byte is a
+// Groq's and Cohere's stream chunks, Gemini's answers as Google's Code
+// Assist API wraps them): their "usage" (or "usageMetadata", or Cohere's
+// "meta") object is captured and parsed, as is their "model" (or
+// "modelVersion") string. Nothing else is kept: the work per byte is a
 // table lookup, or IndexByte within strings, and the memory a usage
 // object's bytes, at most maxUsageCapture. The entries of a usage object's
 // "iterations" array, which grows with the steps of a request, are summed
@@ -617,15 +618,13 @@ func keyTarget(key []byte, top bool) uint8 {
 	switch string(key) {
 	case "usage":
 		return targetUsage
-	case "model":
+	case "usageMetadata":
+		return targetTally
+	case "model", "modelVersion":
 		return targetModel
 	}
 	if top {
 		switch string(key) {
-		case "usageMetadata":
-			return targetTally
-		case "modelVersion":
-			return targetModel
 		case "meta":
 			return targetUsage
 		case "response", "message", "x_groq", "delta":
