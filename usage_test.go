@@ -279,6 +279,26 @@ var (
 		`data: {"response": {"candidates": [{"content": {"role": "model","parts": [{"text": "Hello"}]}}],"usageMetadata": {"promptTokenCount": 5210,"totalTokenCount": 5210,"trafficType": "PROVISIONED_THROUGHPUT"},"modelVersion": "gemini-2.5-pro","createTime": "2025-09-01T10:00:00.000000Z","responseId": "c1"},"traceId": "t1"}`,
 		`data: {"response": {"candidates": [{"content": {"role": "model","parts": [{"text": "!"}]},"finishReason": "STOP"}],"usageMetadata": {"promptTokenCount": 5210,"candidatesTokenCount": 12,"totalTokenCount": 5622,"trafficType": "PROVISIONED_THROUGHPUT","thoughtsTokenCount": 400},"modelVersion": "gemini-2.5-pro","createTime": "2025-09-01T10:00:00.000000Z","responseId": "c1"},"traceId": "t1"}`,
 	)
+	// Azure OpenAI's stream: a first chunk with the prompt's filter
+	// results and no model, and the usage last, as OpenAI's.
+	azureStream = sse(
+		`data: {"choices":[],"created":0,"id":"","model":"","object":"","prompt_filter_results":[{"prompt_index":0,"content_filter_results":{"hate":{"filtered":false,"severity":"safe"}}}]}`,
+		`data: {"choices":[{"content_filter_results":{},"delta":{"content":"Hi","role":"assistant"},"finish_reason":null,"index":0}],"created":1741570283,"id":"chatcmpl-3","model":"gpt-4o-2024-11-20","object":"chat.completion.chunk","system_fingerprint":"fp_b705f0c291","usage":null}`,
+		`data: {"choices":[],"created":1741570283,"id":"chatcmpl-3","model":"gpt-4o-2024-11-20","object":"chat.completion.chunk","system_fingerprint":"fp_b705f0c291","usage":{"completion_tokens":7,"completion_tokens_details":{"accepted_prediction_tokens":0,"audio_tokens":0,"reasoning_tokens":0,"rejected_prediction_tokens":0},"prompt_tokens":1450,"prompt_tokens_details":{"audio_tokens":0,"cached_tokens":1280},"total_tokens":1457}}`,
+		`data: [DONE]`,
+	)
+	// Mistral's stream: the usage in the last chunk, unasked.
+	mistralStream = sse(
+		`data: {"id":"cf79f7daaee244b1a0ae5c7b1444424a","object":"chat.completion.chunk","created":1711563265,"model":"mistral-small-latest","choices":[{"index":0,"delta":{"role":"assistant","content":"Hello"},"finish_reason":null}]}`,
+		`data: {"id":"cf79f7daaee244b1a0ae5c7b1444424a","object":"chat.completion.chunk","created":1711563265,"model":"mistral-small-latest","choices":[{"index":0,"delta":{"content":""},"finish_reason":"stop"}],"usage":{"prompt_tokens":8,"total_tokens":13,"completion_tokens":5}}`,
+		`data: [DONE]`,
+	)
+	// Cerebras's stream: the usage with its time_info.
+	cerebrasStream = sse(
+		`data: {"id":"chatcmpl-4","choices":[{"delta":{"role":"assistant","content":"Hi"},"index":0}],"created":1750000000,"model":"llama3.1-8b","system_fingerprint":"fp_1","object":"chat.completion.chunk"}`,
+		`data: {"id":"chatcmpl-4","choices":[{"delta":{},"finish_reason":"stop","index":0}],"created":1750000000,"model":"llama3.1-8b","system_fingerprint":"fp_1","object":"chat.completion.chunk","usage":{"prompt_tokens":38,"completion_tokens":3,"total_tokens":41,"prompt_tokens_details":{"cached_tokens":0}},"time_info":{"queue_time":0.00012,"prompt_time":0.0016,"completion_time":0.0009,"total_time":0.0043,"created":1750000000}}`,
+		`data: [DONE]`,
+	)
 )
 
 // usageCase is an answer and the usage the Transport must read from it.
@@ -357,6 +377,12 @@ var usageCases = []usageCase{
 		want: failover.Usage{Model: "deepseek-chat", Tokens: failover.Tokens{Input: 120, Output: 9, Cached: 64}}},
 	{name: "gemini wrapped by code assist", ct: "text/event-stream", pieces: codeAssistStream,
 		want: failover.Usage{Model: "gemini-2.5-pro", Tokens: failover.Tokens{Input: 5210, Output: 412}}},
+	{name: "azure stream", ct: "text/event-stream", pieces: azureStream,
+		want: failover.Usage{Model: "gpt-4o-2024-11-20", Tokens: failover.Tokens{Input: 1450, Output: 7, Cached: 1280}}},
+	{name: "mistral stream", ct: "text/event-stream", pieces: mistralStream,
+		want: failover.Usage{Model: "mistral-small-latest", Tokens: failover.Tokens{Input: 8, Output: 5}}},
+	{name: "cerebras stream", ct: "text/event-stream", pieces: cerebrasStream,
+		want: failover.Usage{Model: "llama3.1-8b", Tokens: failover.Tokens{Input: 38, Output: 3, Cached: 0}}},
 	{name: "json without usage", ct: "application/json", pieces: []string{`{"object":"list","data":[{"id":"gpt-4o","object":"model"}]}`}, none: true},
 }
 
