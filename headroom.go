@@ -46,7 +46,10 @@ func (h Headroom) Exhausted() bool {
 //     "6m0s", "1m30.5s"; a leading "2d" and a bare number of seconds are
 //     read too);
 //   - Anthropic: anthropic-ratelimit-{requests,tokens,input-tokens,
-//     output-tokens}-{remaining,reset}, resets as RFC 3339 times;
+//     output-tokens}-{remaining,reset}, resets as RFC 3339 times (the T
+//     and Z in either case, or a space for the T), or as gateways give
+//     them, a duration read as OpenAI's and a number as
+//     X-RateLimit-Reset is;
 //   - OpenRouter and many others: X-RateLimit-Remaining (requests) and
 //     X-RateLimit-Reset as a Unix time in milliseconds (a number above
 //     1e11) or seconds (above 1e9), or else as seconds from now;

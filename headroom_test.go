@@ -3,6 +3,7 @@ package failover
 import (
 	"bufio"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/textproto"
 	"strconv"
@@ -428,6 +429,55 @@ func headroomFuzzNow(sec int64, nsec uint32) time.Time {
 		sec = (sec%hi + hi) % hi
 	}
 	return time.Unix(sec, int64(nsec%1e9)).UTC()
+}
+
+// Anthropic's anthropic-ratelimit-* headers and Azure's demote an upstream
+// as OpenAI's do, whatever form their reset takes: until the exhausted
+// window resets (DefaultCooldown when no reset is announced), read at once
+// between full readings when the upstream sent that count before, and
+// lifted by the window's next report above 0.
+func TestHeadroomDialectsAlike(t *testing.T) {
+	rate := RateLimitConfig{}.withDefaults()
+	start := time.Now().Truncate(time.Second) // RFC 3339 resets are often in whole seconds
+	anthropic := func(remaining int, reset string) string {
+		return fmt.Sprintf("anthropic-ratelimit-tokens-remaining: %d\nanthropic-ratelimit-tokens-reset: %s", remaining, reset)
+	}
+	in20 := start.Add(20 * time.Second)
+	later := start.Add(time.Hour).Format(time.RFC3339)
+	for _, tt := range []struct {
+		name     string
+		ok, zero string // a success's headers with the window above 0, and at 0
+		want     time.Duration
+	}{
+		{"openai", "x-ratelimit-remaining-tokens: 900\nx-ratelimit-reset-tokens: 1s", "x-ratelimit-remaining-tokens: 0\nx-ratelimit-reset-tokens: 20s", 20 * time.Second},
+		{"azure, no reset", "x-ratelimit-remaining-tokens: 900\nx-ratelimit-remaining-requests: 9", "x-ratelimit-remaining-tokens: 0\nx-ratelimit-remaining-requests: 9", time.Second},
+		{"anthropic", anthropic(900, later), anthropic(0, in20.Format(time.RFC3339)), 20 * time.Second},
+		{"anthropic, fraction", anthropic(900, later), anthropic(0, in20.Add(500*time.Millisecond).Format(time.RFC3339Nano)), 20500 * time.Millisecond},
+		{"anthropic, lower case", anthropic(900, later), anthropic(0, strings.ToLower(in20.Format(time.RFC3339))), 20 * time.Second},
+		{"anthropic, space for the T", anthropic(900, later), anthropic(0, in20.Format("2006-01-02 15:04:05Z07:00")), 20 * time.Second},
+		{"anthropic gateway, a duration", anthropic(900, "59s"), anthropic(0, "20s"), 20 * time.Second},
+		{"anthropic, no reset", "anthropic-ratelimit-tokens-remaining: 900", "anthropic-ratelimit-tokens-remaining: 0", time.Second},
+	} {
+		check := func(how string, u *upstream) {
+			t.Helper()
+			got := mono.Time(u.headroom.until.Load()).Sub(mono.Of(start))
+			if got != tt.want || !u.outOfHeadroom(start.Add(tt.want-1)) || u.outOfHeadroom(start.Add(tt.want)) {
+				t.Errorf("%s, %s: demoted for %v, want %v", tt.name, how, got, tt.want)
+			}
+		}
+		u := &upstream{}
+		noteHeadroomAt(u, wireHeader(t, tt.zero), start, rate)
+		check("a full reading", u)
+
+		u = &upstream{}
+		noteHeadroomAt(u, wireHeader(t, tt.ok), start.Add(-time.Millisecond), rate)
+		noteHeadroomAt(u, wireHeader(t, tt.zero), start, rate)
+		check("between full readings", u)
+		noteHeadroomAt(u, wireHeader(t, tt.ok), start.Add(time.Millisecond), rate)
+		if u.outOfHeadroom(start.Add(time.Millisecond)) {
+			t.Errorf("%s: a report above 0 did not lift the demotion", tt.name)
+		}
+	}
 }
 
 // A success that reports a window at 0 puts the upstream behind the others

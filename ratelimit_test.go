@@ -401,6 +401,65 @@ func TestRateLimitCooldown(t *testing.T) {
 	}
 }
 
+// A 429 cools its upstream down alike in every dialect: Azure's
+// x-ms-retry-after-ms as OpenAI's retry-after-ms, Anthropic's exhausted
+// window until its reset (whatever form the reset takes) as OpenAI's,
+// through the Transport and a RateLimiter alike.
+func TestRateLimitDialectsAlike(t *testing.T) {
+	const want = 20 * time.Second
+	anthropic := func(reset func(time.Time) string) func() []string {
+		return func() []string {
+			return []string{"Anthropic-Ratelimit-Tokens-Remaining", "0", "Anthropic-Ratelimit-Tokens-Reset", reset(time.Now().Add(want))}
+		}
+	}
+	fixed := func(kv ...string) func() []string { return func() []string { return kv } }
+	for _, tt := range []struct {
+		name   string
+		header func() []string
+	}{
+		{"openai retry-after-ms", fixed("Retry-After-Ms", "20000")},
+		{"azure x-ms-retry-after-ms", fixed("X-Ms-Retry-After-Ms", "20000")},
+		{"azure, all three", fixed("Retry-After", "20", "Retry-After-Ms", "20000", "X-Ms-Retry-After-Ms", "20000")},
+		{"openai reset", fixed("X-Ratelimit-Remaining-Tokens", "0", "X-Ratelimit-Reset-Tokens", "20s")},
+		{"anthropic reset", anthropic(func(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) })},
+		{"anthropic reset, lower case", anthropic(func(t time.Time) string { return strings.ToLower(t.UTC().Format(time.RFC3339Nano)) })},
+		{"anthropic reset, space for the T", anthropic(func(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05.999999999Z07:00") })},
+		{"anthropic gateway reset, a duration", fixed("Anthropic-Ratelimit-Tokens-Remaining", "0", "Anthropic-Ratelimit-Tokens-Reset", "20s")},
+	} {
+		primary := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+			kv := tt.header()
+			for i := 0; i+1 < len(kv); i += 2 {
+				w.Header().Set(kv[i], kv[i+1])
+			}
+			w.WriteHeader(http.StatusTooManyRequests)
+			io.WriteString(w, `{"type":"error","error":{"type":"rate_limit_error","message":"slow down"}}`)
+		})
+		backup := newUpstreamServer(t, 200, "ok")
+		tr := newTestTransport(t, Config{Upstreams: []Upstream{{Name: "p", BaseURL: primary.URL}, {Name: "b", BaseURL: backup.URL}}})
+		if resp := mustGet(t, tr, primary.URL+"/v1/messages"); readBody(t, resp) != "ok" {
+			t.Fatalf("%s: not served by the backup", tt.name)
+		}
+		if cd := tr.Health()[0].Cooldown; cd <= want-5*time.Second || cd > want {
+			t.Errorf("%s: the Transport cools down for %v, want %v", tt.name, cd, want)
+		}
+
+		next := http.DefaultTransport.(*http.Transport).Clone()
+		t.Cleanup(next.CloseIdleConnections)
+		l, err := NewRateLimiter(next, RateLimitConfig{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := (&http.Client{Transport: l}).Get(primary.URL + "/v1/messages")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if left := l.Remaining(); left <= want-5*time.Second || left > want {
+			t.Errorf("%s: the RateLimiter cools down for %v, want %v", tt.name, left, want)
+		}
+	}
+}
+
 // A 429 with no Retry-After at all still fails over, and cools the
 // upstream for the default cooldown.
 func TestRateLimitWithoutHeaderFailsOver(t *testing.T) {

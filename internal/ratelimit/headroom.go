@@ -28,7 +28,10 @@ type Headroom struct {
 //     "6m0s", "1m30.5s"; a leading "2d" and a bare number of seconds are
 //     read too);
 //   - Anthropic: anthropic-ratelimit-{requests,tokens,input-tokens,
-//     output-tokens}-{remaining,reset}, resets as RFC 3339 times;
+//     output-tokens}-{remaining,reset}, resets as RFC 3339 times (the T
+//     and Z in either case, or a space for the T), or as gateways give
+//     them, a duration read as OpenAI's and a number as
+//     X-RateLimit-Reset is;
 //   - OpenRouter and many others: X-RateLimit-Remaining (requests) and
 //     X-RateLimit-Reset as a Unix time in milliseconds (a number above
 //     1e11) or seconds (above 1e9), or else as seconds from now;
@@ -209,18 +212,54 @@ var anthropicWindows = [...]struct {
 	{winAnthropicOutputTokens, "Anthropic-Ratelimit-Output-Tokens-Remaining", "Anthropic-Ratelimit-Output-Tokens-Reset", true},
 }
 
-// anthropic reads anthropic-ratelimit-*-{remaining,reset}, resets as RFC
-// 3339 times.
+// anthropic reads anthropic-ratelimit-*-{remaining,reset} (see
+// resetTime).
 func (r *Report) anthropic(h http.Header) {
 	for _, w := range anthropicWindows {
-		var reset time.Time
-		if v := headerValue(h, w.reset); v != "" {
-			if t, err := time.Parse(time.RFC3339, v); err == nil {
-				reset = t
-			}
-		}
-		r.window(w.w, w.tokens, parseRemaining(headerValue(h, w.remaining)), reset)
+		r.window(w.w, w.tokens, parseRemaining(headerValue(h, w.remaining)), r.resetTime(headerValue(h, w.reset)))
 	}
+}
+
+// resetTime reads an Anthropic reset: an RFC 3339 time, with the T and Z
+// in either case and the T or a space between date and time, as RFC 3339
+// (section 5.6) allows. Gateways that speak Anthropic's API may give it as
+// the other dialects do: a duration with a unit is read as OpenAI's reset
+// is, and a number as X-RateLimit-Reset is. Anything else is the zero
+// Time.
+func (r *Report) resetTime(v string) time.Time {
+	if v == "" {
+		return time.Time{}
+	}
+	if t, ok := parseRFC3339(v); ok {
+		return t
+	}
+	if c := v[len(v)-1]; !isDigit(c) && c != '.' {
+		return r.after(parseResetDuration(v))
+	}
+	return parseResetNumber(v, r.now)
+}
+
+// parseRFC3339 reads an RFC 3339 time as time.RFC3339 does, and also with
+// a lower-case t or z or a space for the t.
+func parseRFC3339(v string) (time.Time, bool) {
+	if t, err := time.Parse(time.RFC3339, v); err == nil {
+		return t, true
+	}
+	const maxLen = 64 // far more than a date, a time to the nanosecond and an offset
+	if len(v) < len("2006-01-02T15:04:05Z") || len(v) > maxLen {
+		return time.Time{}, false
+	}
+	var b [maxLen]byte
+	n := copy(b[:], v)
+	switch b[10] {
+	case 't', ' ':
+		b[10] = 'T'
+	}
+	if b[n-1] == 'z' {
+		b[n-1] = 'Z'
+	}
+	t, err := time.Parse(time.RFC3339, string(b[:n]))
+	return t, err == nil
 }
 
 // xRateLimit reads X-RateLimit-Remaining and X-RateLimit-Reset (OpenRouter

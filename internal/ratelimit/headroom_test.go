@@ -5,6 +5,7 @@ import (
 	"math"
 	"net/http"
 	"net/textproto"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -205,6 +206,25 @@ anthropic-ratelimit-output-tokens-reset: ` + at(60*time.Second),
 			"anthropic-ratelimit-requests-remaining: 0\nanthropic-ratelimit-requests-reset: " +
 				now.Add(1500*time.Millisecond).In(time.FixedZone("", 2*3600)).Format(time.RFC3339Nano),
 			Headroom{0, -1, now.Add(1500 * time.Millisecond)}, true, 1500 * time.Millisecond},
+		// RFC 3339 allows a lower-case t and z, and a space for the t
+		// (section 5.6); time.RFC3339 takes neither.
+		{"lower-case t and z", now, "anthropic-ratelimit-tokens-remaining: 0\nanthropic-ratelimit-tokens-reset: " +
+			strings.ToLower(now.Add(20*time.Second).Format(time.RFC3339)),
+			Headroom{-1, 0, now.Add(20 * time.Second)}, true, 20 * time.Second},
+		{"space for the t", now, "anthropic-ratelimit-requests-remaining: 0\nanthropic-ratelimit-requests-reset: " +
+			now.Add(2500*time.Millisecond).Format("2006-01-02 15:04:05.000Z07:00"),
+			Headroom{0, -1, now.Add(2500 * time.Millisecond)}, true, 2500 * time.Millisecond},
+		{"nine digits of fraction, offset -00:00", now, "anthropic-ratelimit-output-tokens-remaining: 0\nanthropic-ratelimit-output-tokens-reset: " +
+			strings.Replace(now.Add(time.Second+time.Nanosecond).Format(time.RFC3339Nano), "Z", "-00:00", 1),
+			Headroom{-1, 0, now.Add(time.Second + time.Nanosecond)}, true, time.Second + time.Nanosecond},
+		// Gateways that speak Anthropic's API give its resets as OpenAI's
+		// and X-RateLimit-Reset's forms: they are read as those are.
+		{"a duration", now, "anthropic-ratelimit-input-tokens-remaining: 0\nanthropic-ratelimit-input-tokens-reset: 1m30.5s",
+			Headroom{-1, 0, now.Add(90500 * time.Millisecond)}, true, 90500 * time.Millisecond},
+		{"Unix seconds", now, "anthropic-ratelimit-requests-remaining: 0\nanthropic-ratelimit-requests-reset: " + strconv.FormatInt(now.Add(40*time.Second).Unix(), 10),
+			Headroom{0, -1, now.Add(40 * time.Second)}, true, 40 * time.Second},
+		{"seconds from now", now, "anthropic-ratelimit-tokens-remaining: 0\nanthropic-ratelimit-tokens-reset: 12",
+			Headroom{-1, 0, now.Add(12 * time.Second)}, true, 12 * time.Second},
 		{"reset in the past", now, "anthropic-ratelimit-tokens-remaining: 0\nanthropic-ratelimit-tokens-reset: " + at(-time.Minute),
 			Headroom{-1, 0, time.Time{}}, true, 0},
 		{"not RFC 3339", now, "anthropic-ratelimit-tokens-reset: " + now.Add(time.Minute).Format(http.TimeFormat),
