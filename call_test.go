@@ -407,3 +407,40 @@ func (b *closedBody) Close() error {
 	b.closed.Store(true)
 	return b.ReadCloser.Close()
 }
+
+// Between rounds, an overloaded upstream's Retry-After is the wait, as a
+// 503's is: Anthropic's 529 "overloaded" and Azure's millisecond header
+// included. Before, a 529's Retry-After was ignored for the exponential
+// backoff.
+func TestBackoffHeedsRetryAfterOfEveryOverload(t *testing.T) {
+	for _, c := range []struct {
+		code   int
+		header []string
+	}{
+		{503, []string{"Retry-After", "3"}},
+		{529, []string{"Retry-After", "3"}},
+		{529, []string{"X-Ms-Retry-After-Ms", "3000"}},
+		{429, []string{"Retry-After-Ms", "3000"}},
+	} {
+		synctest.Test(t, func(t *testing.T) {
+			n := newFakeNet()
+			var calls atomic.Int32
+			n.handle("a.test", func(*http.Request) (*http.Response, error) {
+				if calls.Add(1) == 1 {
+					return respond(c.code, "overloaded", c.header...), nil
+				}
+				return respond(200, "a"), nil
+			})
+			tr := newTestTransport(t, Config{Base: n, Retries: 1,
+				Upstreams: []Upstream{{Name: "a", BaseURL: "http://a.test"}}})
+			start := time.Now()
+			code, err := get(t, tr, "http://a.test/")
+			if err != nil || code != 200 {
+				t.Fatalf("%d %v: got %d, %v; want the second round's 200", c.code, c.header, code, err)
+			}
+			if waited := time.Since(start); waited != 3*time.Second {
+				t.Errorf("%d %v: the second round came after %v, want after its Retry-After of 3s", c.code, c.header, waited)
+			}
+		})
+	}
+}

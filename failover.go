@@ -94,12 +94,13 @@ func (c *call) run() (*http.Response, error) {
 	}
 }
 
-// backoff is the wait before round+1: a held 429's or 503's Retry-After
-// (RetryAfter reads it, saturating; go-retryablehttp's DefaultBackoff
-// would multiply a huge value past int64), else DefaultBackoff's
-// exponential wait; never more than MaxCooldown, never negative.
+// backoff is the wait before round+1: a held 429's or 5xx's Retry-After
+// (503, Anthropic's 529 "overloaded"; RetryAfter reads it, saturating:
+// go-retryablehttp's DefaultBackoff would multiply a huge value past
+// int64), else DefaultBackoff's exponential wait; never more than
+// MaxCooldown, never negative.
 func (c *call) backoff(round int, now time.Time) time.Duration {
-	if r := c.held; r != nil && (r.StatusCode == http.StatusTooManyRequests || r.StatusCode == http.StatusServiceUnavailable) {
+	if r := c.held; r != nil && (r.StatusCode == http.StatusTooManyRequests || r.StatusCode/100 == 5) {
 		if d, ok := RetryAfter(r.Header, now); ok {
 			return min(d, c.t.rate.MaxCooldown)
 		}

@@ -133,10 +133,12 @@ type Config struct {
 
 	// Retries is how many more rounds over the upstreams a request gets
 	// after every upstream failed in a round, at most 100. Zero means
-	// none: SDKs retry on their own. The wait between rounds doubles from
-	// RetryWaitMin up to RetryWaitMax (go-retryablehttp's DefaultBackoff),
-	// longer while every upstream is open or cooling down, and never past
-	// the request's deadline.
+	// none: SDKs retry on their own. The wait between rounds is the last
+	// 429's or 5xx's Retry-After (529 "overloaded" included), else doubles
+	// from RetryWaitMin up to RetryWaitMax (go-retryablehttp's
+	// DefaultBackoff); longer while every upstream is open or cooling
+	// down, never more than RateLimit.MaxCooldown, and never past the
+	// request's deadline.
 	Retries int
 
 	// RetryWaitMin and RetryWaitMax bound the wait between rounds. Zero
