@@ -89,32 +89,32 @@ func (r *request) trailer(out *http.Request, up *upstream) {
 	}
 	out.Trailer = own
 	if out.Body != nil && out.Body != http.NoBody {
-		out.Body = &trailerBody{ReadCloser: out.Body, r: r, up: up, own: own}
+		// Not r itself: the call it belongs to would escape to the heap.
+		out.Body = &trailerBody{ReadCloser: out.Body, src: r.req.Trailer, hop: r.hop, own: own}
 	}
 }
 
 // trailerBody is the body of a request whose trailers are a map of their
 // own (see trailer): at the body's end, before net/http writes the
-// trailers, it takes the caller's values again for the fields that may
-// go, and drops those that may not any more (a redirect hop's value that
-// carries a credential). It never adds a field: net/http has announced
-// them.
+// trailers, it takes the caller's values again for the fields that may go
+// (their names decided when the map was made), and drops those whose
+// values now carry a credential of a redirect hop's. It never adds a
+// field: net/http has announced them.
 type trailerBody struct {
 	io.ReadCloser
-	r   *request
-	up  *upstream
+	src http.Header // the caller's trailers
+	hop *hop        // nil unless the request is a redirect hop
 	own http.Header
 }
 
 func (b *trailerBody) Read(p []byte) (int, error) {
 	n, err := b.ReadCloser.Read(p)
 	if err == io.EOF {
-		owner := b.up == b.r.owner()
 		for k := range b.own {
-			if vs := b.r.req.Trailer[k]; b.r.crosses(b.up, owner, k, vs) {
-				b.own[k] = vs
-			} else {
+			if vs := b.src[k]; b.hop != nil && b.hop.carries(vs...) {
 				delete(b.own, k)
+			} else {
+				b.own[k] = vs
 			}
 		}
 	}
