@@ -23,7 +23,9 @@ type RateLimitConfig struct {
 
 	// MaxCooldown caps every cooldown that a provider asks for (here or,
 	// through Config.Shared, of another member) and every headroom
-	// demotion, and is the cooldown after a 429 whose body says
+	// demotion, and an open circuit taken from Config.Shared (or the
+	// circuit's Cooldown, if longer), each counted from when this process
+	// first adopted it; it is the cooldown after a 429 whose body says
 	// the quota or spend limit is exhausted (waiting a few seconds does not
 	// help then). Zero means 60s.
 	MaxCooldown time.Duration
