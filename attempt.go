@@ -333,7 +333,8 @@ func timedOut(err error) bool {
 // response that raced the timeout is closed. The attempt's own context,
 // if any, ends at once without a response or with a protocol switch (101,
 // whose Body, the connection, no wrapper may hide), at once for an answer
-// without a body, and otherwise when the body is done (releasingBody).
+// without a body (bodyless), and otherwise when the body is done
+// (releasingBody).
 func (a *attempt) roundTrip(r *request) (*http.Response, error) {
 	t := r.t
 	var timer *time.Timer
@@ -360,8 +361,8 @@ func (a *attempt) roundTrip(r *request) (*http.Response, error) {
 		switch {
 		case err != nil || switched(resp):
 			a.stop(nil)
-		case resp.Body == http.NoBody:
-			a.closed() // nothing to read: done now (a 204, a HEAD's answer)
+		case bodyless(a.out, resp):
+			a.closed() // nothing to read: done now
 		case a.own != nil:
 			a.own.rb = releasingBody{ReadCloser: resp.Body, e: a.ender}
 			resp.Body = &a.own.rb
@@ -370,6 +371,15 @@ func (a *attempt) roundTrip(r *request) (*http.Response, error) {
 		}
 	}
 	return resp, err
+}
+
+// bodyless reports whether resp, the answer to req, has no body to read:
+// none at all (a Base's nil), http.NoBody (net/http's HTTP/1 for a 204, a
+// 304 or a HEAD), or one that HTTP allows none for, which HTTP/2 gives
+// a body of its own that reads nothing.
+func bodyless(req *http.Request, resp *http.Response) bool {
+	return resp.Body == nil || resp.Body == http.NoBody || req.Method == http.MethodHead ||
+		resp.StatusCode == http.StatusNoContent || resp.StatusCode == http.StatusNotModified
 }
 
 // switched reports whether resp is a protocol switch whose Body is the

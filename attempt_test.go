@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/cookiejar"
+	"net/http/httptest"
 	"runtime"
 	"runtime/metrics"
 	"strings"
@@ -788,6 +789,76 @@ func TestAnswerReadToEndKeepsNothing(t *testing.T) {
 			t.Fatal(err)
 		}
 		io.ReadAll(resp.Body)
+	}
+	if n := ctx.live.Load(); n != 0 {
+		t.Errorf("bare http.Transport: %d registrations outlive its answers", n)
+	}
+}
+
+// An answer that has no body holds nothing of its attempt, read or not, as
+// with a bare http.Transport: a HEAD's, a 204 and a 304 over HTTP/2 (whose
+// bodies are not http.NoBody), and a Base's answer with a nil Body, which
+// the caller may then close or not.
+func TestAnswerWithoutBodyKeepsNothing(t *testing.T) {
+	s := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/v1/empty":
+			w.WriteHeader(http.StatusNoContent)
+		case "/v1/same":
+			w.WriteHeader(http.StatusNotModified)
+		default:
+			io.WriteString(w, `{"id":"x"}`)
+		}
+	}))
+	s.EnableHTTP2 = true
+	s.StartTLS()
+	defer s.Close()
+	h2 := s.Client().Transport.(*http.Transport).Clone()
+	defer h2.CloseIdleConnections()
+	nilBody := roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		return &http.Response{StatusCode: http.StatusOK, Header: http.Header{}, Request: r}, nil
+	})
+	for _, cfg := range []Config{
+		{AttemptTimeout: time.Hour},
+		{Hedge: &HedgeConfig{Delay: time.Hour, Percent: 100}},
+	} {
+		for _, base := range []struct {
+			name string
+			rt   http.RoundTripper
+		}{{"HTTP/2", h2}, {"nil Body", nilBody}} {
+			cfg.Base = base.rt
+			cfg.Upstreams = []Upstream{{Name: "primary", BaseURL: s.URL + "/v1"}, {Name: "backup", BaseURL: s.URL + "/v2"}}
+			tr := newTestTransport(t, cfg)
+			for _, c := range []struct{ method, path string }{{"HEAD", "/v1/chat"}, {"GET", "/v1/empty"}, {"GET", "/v1/same"}} {
+				ctx := newCountingCtx()
+				req, _ := http.NewRequestWithContext(ctx, c.method, s.URL+c.path, nil)
+				resp, err := tr.RoundTrip(req)
+				if err != nil {
+					t.Fatalf("%s %s: %v", c.method, c.path, err)
+				}
+				if base.rt == h2 && resp.ProtoMajor != 2 {
+					t.Fatalf("%s %s went over %s, want HTTP/2", c.method, c.path, resp.Proto)
+				}
+				if n := ctx.live.Load(); n != 0 {
+					t.Errorf("%s, %s %s: %d registrations on the caller's context outlive an answer without a body", base.name, c.method, c.path, n)
+				}
+				if base.rt != h2 {
+					if resp.Body != nil {
+						t.Errorf("a nil Body came back as a %T", resp.Body)
+					}
+					break
+				}
+			}
+		}
+	}
+
+	// What this compares with: a bare http.Transport keeps nothing of them.
+	ctx := newCountingCtx()
+	for _, path := range []string{"/v1/empty", "/v1/same"} {
+		req, _ := http.NewRequestWithContext(ctx, "GET", s.URL+path, nil)
+		if _, err := h2.RoundTrip(req); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if n := ctx.live.Load(); n != 0 {
 		t.Errorf("bare http.Transport: %d registrations outlive its answers", n)
