@@ -4,6 +4,7 @@ import (
 	"context"
 	"log"
 	"log/slog"
+	"time"
 
 	"github.com/failover-go/failover/internal/circuit"
 )
@@ -53,13 +54,42 @@ func (t *Transport) reportPanic(msg string) {
 	log.Print(msg)
 }
 
-// reportLeft tells the Logger, else log.Print, what Close left running.
-func (t *Transport) reportLeft(msg string) {
-	if t.logger != nil {
-		t.logger.Warn(msg)
-		return
+// reportLeft tells the Logger, else log.Print, what Close left running,
+// waiting for it until deadline (see bounded).
+func (t *Transport) reportLeft(msg string, deadline time.Time) {
+	bounded(deadline, func() {
+		if t.logger != nil {
+			t.logger.Warn(msg)
+			return
+		}
+		log.Print(msg)
+	})
+}
+
+// closeLogWait is what Close keeps of its bound for telling the Logger
+// what it leaves behind.
+const closeLogWait = 100 * time.Millisecond
+
+// bounded runs f, user code that Close calls (the Logger), on a goroutine
+// of its own and waits for it until deadline: an f that blocks is left to
+// return on its own, as a probe stuck in user code is. A panic of f's in
+// time goes on in the caller, as if f ran there; a later one is dropped,
+// rather than end the process from a goroutine of ours.
+func bounded(deadline time.Time, f func()) {
+	done := make(chan any, 1)
+	go func() {
+		defer func() { done <- recover() }()
+		f()
+	}()
+	wait := time.NewTimer(time.Until(deadline))
+	defer wait.Stop()
+	select {
+	case v := <-done:
+		if v != nil {
+			panic(v)
+		}
+	case <-wait.C:
 	}
-	log.Print(msg)
 }
 
 // logf writes one record about no upstream in particular, when a Logger is

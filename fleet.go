@@ -250,11 +250,12 @@ func (f *fleet) start() {
 }
 
 // stop ends the fleet's goroutines and waits for them and for the
-// adoptions under way, for no longer than closeWait: a call to the store
-// in flight ends at its context's deadline when the store honours it, and
-// one that does not is left to end on its own, its goroutine with it (see
-// Transport.Close). From its start, nothing the store says is adopted.
-func (f *fleet) stop() {
+// adoptions under way until deadline, closeWait from Close's start: a call
+// to the store in flight ends at its context's deadline when the store
+// honours it, and one that does not is left to end on its own, its
+// goroutine with it (see Transport.Close), which the log tells by
+// deadline. From its start, nothing the store says is adopted.
+func (f *fleet) stop(deadline time.Time) {
 	f.stopped.Store(true)
 	f.cancel()
 	f.adopting.Add(1)
@@ -265,12 +266,14 @@ func (f *fleet) stop() {
 		<-f.idle
 		close(done)
 	}()
-	wait := time.NewTimer(f.closeWait())
+	wait := time.NewTimer(time.Until(deadline.Add(-closeLogWait)))
 	defer wait.Stop()
 	select {
 	case <-done:
 	case <-wait.C:
-		f.log(slog.LevelWarn, "Close returns while a call to the shared state, or the adoption of what it said, goes on past its bound; the goroutine that made it ends when it returns")
+		bounded(deadline, func() {
+			f.log(slog.LevelWarn, "Close returns while a call to the shared state, or the adoption of what it said, goes on past its bound; the goroutine that made it ends when it returns")
+		})
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"regexp"
 	"strings"
@@ -374,6 +375,93 @@ func TestCloseLeavesStuckProbesBehind(t *testing.T) {
 				if regexp.MustCompile(`failover_probes_total\{upstream="a",[^}]*\} [1-9]`).MatchString(m.String()) {
 					t.Errorf("a probe that came back after Close is counted:\n%s", m.String())
 				}
+			})
+		})
+	}
+}
+
+// blockingHandler is a slog.Handler that, once block is set, holds every
+// record until release is closed, ignoring every context, as a handler
+// writing to a pipe nobody reads does.
+type blockingHandler struct {
+	block   *atomic.Bool
+	release chan struct{}
+	held    chan struct{} // told of the first record held
+}
+
+func (h blockingHandler) Enabled(context.Context, slog.Level) bool { return true }
+func (h blockingHandler) WithAttrs([]slog.Attr) slog.Handler       { return h }
+func (h blockingHandler) WithGroup(string) slog.Handler            { return h }
+
+func (h blockingHandler) Handle(context.Context, slog.Record) error {
+	if h.block.Load() {
+		select {
+		case h.held <- struct{}{}:
+		default:
+		}
+		<-h.release
+	}
+	return nil
+}
+
+// Close keeps its bound when the Logger it tells what it leaves behind
+// blocks too: a probe stuck logging its circuit's change, or a call to the
+// shared state past its bound, leaves Close waiting on the Logger no
+// longer than on the rest of user code.
+func TestCloseBoundedWhenLoggerBlocks(t *testing.T) {
+	for _, stuck := range []string{"probe", "shared"} {
+		t.Run(stuck, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				h := blockingHandler{block: new(atomic.Bool), release: make(chan struct{}), held: make(chan struct{}, 1)}
+				cfg := Config{Logger: slog.New(h), Breaker: BreakerConfig{FailureThreshold: 1}}
+				bound := closeGrace
+				var s *deafShared
+				if stuck == "probe" {
+					h.block.Store(true)
+					cfg.Base = roundTripFunc(func(*http.Request) (*http.Response, error) { return nil, errors.New("refused") })
+					cfg.Upstreams = []Upstream{{Name: "a", BaseURL: "http://a.test/v1"}}
+					cfg.Probe = ProbeConfig{Interval: time.Second}
+				} else {
+					n := newFakeNet()
+					n.status("a.test", 200, "a")
+					n.status("b.test", 200, "b")
+					s = &deafShared{memShared: newMemShared(), loading: make(chan struct{}), release: make(chan struct{})}
+					cfg = twoUpstreams(n, Config{Shared: s, SharedSync: 100 * time.Millisecond, Logger: cfg.Logger})
+					bound = minCallBound + closeGrace
+				}
+				tr, err := New(cfg)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if stuck == "probe" {
+					<-h.held // the probe's failure opened a's circuit, which it logs
+				} else {
+					synctest.Wait()
+					s.deaf.Store(true)
+					<-s.loading // the next reconcile's Load, which ignores its context
+					h.block.Store(true)
+				}
+				synctest.Wait()
+				start := time.Now()
+				closed := make(chan struct{})
+				go func() {
+					tr.Close()
+					close(closed)
+				}()
+				select {
+				case <-closed:
+					if took := time.Since(start); took > bound {
+						t.Errorf("Close took %v, want at most %v", took, bound)
+					}
+				case <-time.After(time.Hour):
+					t.Errorf("Close has not returned within an hour")
+				}
+				close(h.release)
+				if s != nil {
+					close(s.release)
+				}
+				<-closed
+				synctest.Wait()
 			})
 		})
 	}

@@ -570,25 +570,28 @@ func (t *Transport) Reset(name string) error {
 // (at least 1s) and a second, whatever user code does. A probe still in
 // user code then (a Base that ignores its context, a Probe.Request or
 // Classify that blocks), or a call to the store that ignores its
-// deadline, is left to end on its own, Close logs which, and what it
-// returns is dropped: nothing changes routing after Close.
+// deadline, is left to end on its own, Close logs which (a Logger that
+// blocks is left likewise), and what it returns is dropped: nothing
+// changes routing after Close.
 func (t *Transport) Close() error {
 	t.closeOnce.Do(t.close)
 	return nil
 }
 
 func (t *Transport) close() {
-	deadline := time.Now().Add(closeGrace)
+	start := time.Now()
+	end := start.Add(closeGrace) // when Close returns at the latest
 	p := t.probes
 	if p != nil {
 		p.cancel() // at once, while the fleet stops
 	}
 	if f := t.fleet; f != nil {
-		f.stopOnce.Do(f.stop)
+		end = start.Add(f.closeWait())
+		f.stopOnce.Do(func() { f.stop(end) })
 	}
 	if p != nil {
-		if left := p.stop(t.upstreams, deadline); len(left) > 0 {
-			t.reportLeft("failover: Close returns while probes are still in user code that ignored their context, each to end on its own and count for nothing: " + strings.Join(left, ", "))
+		if left := p.stop(t.upstreams, start.Add(closeGrace-closeLogWait)); len(left) > 0 {
+			t.reportLeft("failover: Close returns while probes are still in user code that ignored their context, each to end on its own and count for nothing: "+strings.Join(left, ", "), end)
 		}
 	}
 	if t.ownBase {
@@ -599,6 +602,7 @@ func (t *Transport) close() {
 // closeGrace is how long Close waits for background work (a probe, a call
 // to the shared state) to return once told to stop, past the bound of the
 // call in flight: user code that honours its context unwinds within it.
+// Its last closeLogWait is the Logger's, told what is left.
 const closeGrace = time.Second
 
 // CloseIdleConnections closes the idle connections of Base, when Base has
