@@ -243,7 +243,7 @@ func (r *request) prepare(ctx context.Context, a *attempt, b *replay, cancelable
 			out.ContentLength = int64(len(data)) // with trailers and no length, it goes chunked, as above
 		}
 	}
-	if len(r.req.Trailer) > 0 {
+	if r.req.Trailer != nil {
 		r.trailer(out, u)
 	}
 	// A body of a kind that may fail to read, or disagree with its

@@ -702,3 +702,62 @@ func TestTrailerCredentialsStayWithTheirUpstream(t *testing.T) {
 		}
 	}
 }
+
+// A trailer the caller adds while its body is read, which net/http sends
+// though it was not announced, reaches no upstream but the credentials'
+// owner: here the request goes to the backup first (the primary's circuit
+// is open, the body read once as it streams), with its announced trailers
+// free to go, or none announced.
+func TestTrailerAddedWhileBodyReadStaysWithItsUpstream(t *testing.T) {
+	const callerKey = "sk-trailer-late-0123456789"
+	type got struct{ host, key, sum string }
+	seen := make(chan got, 4)
+	handler := func(code int) http.HandlerFunc {
+		return func(w http.ResponseWriter, r *http.Request) {
+			io.ReadAll(r.Body)
+			seen <- got{r.Host, r.Trailer.Get("X-Api-Key"), r.Trailer.Get("X-Checksum")}
+			w.WriteHeader(code)
+		}
+	}
+	for _, sums := range []bool{true, false} {
+		primary, backup := newServer(t, handler(503)), newServer(t, handler(200))
+		tr := newTestTransport(t, Config{MaxBodyBuffer: -1, Breaker: BreakerConfig{FailureThreshold: 1}, Upstreams: []Upstream{
+			{Name: "primary", BaseURL: primary.URL + "/v1"},
+			{Name: "backup", BaseURL: backup.URL + "/v1"},
+		}})
+		resp, err := tr.RoundTrip(httptestRequest("POST", primary.URL+"/v1/files", "open")) // the primary's circuit opens
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		<-seen
+		<-seen
+
+		pr, pw := io.Pipe()
+		req, _ := http.NewRequest("POST", primary.URL+"/v1/files", pr)
+		req.Trailer = http.Header{}
+		if sums {
+			req.Trailer["X-Checksum"] = nil // announced
+		}
+		go func() {
+			io.WriteString(pw, "part")
+			req.Trailer.Set("X-Api-Key", callerKey)
+			if sums {
+				req.Trailer.Set("X-Checksum", "c0ffee")
+			}
+			pw.Close()
+		}()
+		resp, err = tr.RoundTrip(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		want := got{backup.Listener.Addr().String(), "", ""}
+		if sums {
+			want.sum = "c0ffee"
+		}
+		if g := <-seen; g != want {
+			t.Errorf("X-Checksum announced %v: upstream got trailers %+v, want %+v", sums, g, want)
+		}
+	}
+}

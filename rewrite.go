@@ -65,20 +65,16 @@ func (r *request) crosses(up *upstream, owner bool, k string, vs []string) bool 
 }
 
 // trailer gives out, bound for up, the caller's trailers by the rule its
-// headers follow (crosses): the caller's map itself when every field may
-// go, else a map of those that may. A caller may set trailer values while
+// headers follow (crosses): the caller's map itself when up is the
+// credentials' owner and every field may go, else a map of those that
+// may. Any other upstream gets a map of its own whatever the caller's
+// holds, so that a field the caller adds while its body is read (which
+// net/http sends) reaches none. A caller may set trailer values while
 // its body is read, as net/http allows, so that map takes them again when
 // the body ends (trailerBody). It runs once out's body is final.
 func (r *request) trailer(out *http.Request, up *upstream) {
 	owner := up == r.owner()
-	all := true
-	for k, vs := range r.req.Trailer {
-		if !r.crosses(up, owner, k, vs) {
-			all = false
-			break
-		}
-	}
-	if all {
+	if owner && r.allCross(up) {
 		return
 	}
 	own := make(http.Header, len(r.req.Trailer))
@@ -88,10 +84,21 @@ func (r *request) trailer(out *http.Request, up *upstream) {
 		}
 	}
 	out.Trailer = own
-	if out.Body != nil && out.Body != http.NoBody {
+	if len(own) > 0 && out.Body != nil && out.Body != http.NoBody {
 		// Not r itself: the call it belongs to would escape to the heap.
 		out.Body = &trailerBody{ReadCloser: out.Body, src: r.req.Trailer, hop: r.hop, own: own}
 	}
+}
+
+// allCross reports whether every trailer of the caller's may go to up,
+// the credentials' owner: up sets none of them.
+func (r *request) allCross(up *upstream) bool {
+	for k, vs := range r.req.Trailer {
+		if !r.crosses(up, true, k, vs) {
+			return false
+		}
+	}
+	return true
 }
 
 // trailerBody is the body of a request whose trailers are a map of their
