@@ -107,7 +107,8 @@ func (e ender) ends() bool { return e.cancel != nil || e.ctx != nil }
 // attempt answered in time any allocation for its context. The end of the
 // answer's body releases it, giving the canceler back to the
 // pool unless it was ended or has served cancelerUses attempts; after its
-// release it reads as the caller's context, never done. See
+// release it may read as done (its canceler retired, or ended by a later
+// attempt), as any attempt's context does once its answer is over. See
 // docs/design.md.
 type ownCtx struct {
 	context.Context // the caller's: Deadline and Value

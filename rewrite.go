@@ -275,8 +275,9 @@ type viewMark struct {
 
 // view returns what resp.Request shows of out, the attempt at an upstream
 // the request was not addressed to: out, with the caller's own headers and
-// a context that names the chain's first request, for a redirect that
-// follows the response (firstRequest).
+// the caller's context, which also names the chain's first request, for a
+// redirect that follows the response (firstRequest). Not the attempt's
+// context: that ends with the answer's body.
 func (r *request) view(out *http.Request) *http.Request {
 	all := new(struct { // one allocation
 		v http.Request
@@ -287,7 +288,7 @@ func (r *request) view(out *http.Request) *http.Request {
 	if r.hop != nil {
 		m.origin = r.hop.origin
 	}
-	all.c.Context = out.Context()
+	all.c.Context = r.req.Context()
 	all.v = *out.WithContext(&all.c) // WithContext's copy, inlined, stays on the stack
 	v := &all.v
 	v.Header = r.req.Header
@@ -295,7 +296,7 @@ func (r *request) view(out *http.Request) *http.Request {
 	return v
 }
 
-// viewCtx is a view's context: out's, with its viewMark under viewKey
+// viewCtx is a view's context: the caller's, with its viewMark under viewKey
 // (context.WithValue's, made in the view's allocation).
 type viewCtx struct {
 	context.Context
