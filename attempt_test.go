@@ -864,3 +864,29 @@ func TestAnswerWithoutBodyKeepsNothing(t *testing.T) {
 		t.Errorf("bare http.Transport: %d registrations outlive its answers", n)
 	}
 }
+
+// The request an answer shows (resp.Request) carries the caller's context,
+// also from an upstream the caller did not address: the attempt's own
+// ends with the answer's body, and an ownCtx's canceler may be retired or
+// ended by a later attempt, which made every 64th answer's context read as
+// canceled once read to its end.
+func TestAnswerRequestKeepsCallersContext(t *testing.T) {
+	n := newFakeNet()
+	n.status("a.test", 503, "down")
+	n.status("b.test", 200, "b")
+	for _, cfg := range []Config{{Hedge: &HedgeConfig{Delay: time.Hour, Percent: 100}}, {AttemptTimeout: time.Hour}} {
+		cfg.Breaker = BreakerConfig{FailureThreshold: 1000}
+		tr := newTestTransport(t, twoUpstreams(n, cfg))
+		for i := range 130 {
+			resp, err := tr.RoundTrip(httptestRequest("GET", "http://a.test/v1/models", ""))
+			if err != nil {
+				t.Fatal(err)
+			}
+			io.ReadAll(resp.Body)
+			if err := resp.Request.Context().Err(); err != nil {
+				t.Fatalf("answer %d: resp.Request's context: %v, want the caller's, live", i, err)
+			}
+			resp.Body.Close()
+		}
+	}
+}
