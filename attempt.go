@@ -30,15 +30,20 @@ type attempt struct {
 	lastResort bool   // sent past its circuit's refusal (Transport.lastResort): it counts as an active probe
 	demoted    Reason // why the plan put its upstream after others (step.demoted)
 	out        *http.Request
-	body       *watchedBody // the watcher of out's body, when it has one (see watchBody)
-	ender                   // what ends its own context; zero when nothing needs to end the attempt early
-	own        *outParts    // made with the attempt for out and its wrappers (hedgedParts); nil: prepare makes them
+	body       *watchedBody  // the watcher of out's body, when it has one (see watchBody)
+	ender                    // what ends its own context; zero when nothing needs to end the attempt early
+	own        *outParts     // made with the attempt for out and its wrappers (hedgedParts); nil: prepare makes them
+	watch      *headersWatch // made with the attempt (timedParts, hedgedParts); nil: roundTrip makes one if needed
 
-	// timeout bounds its wait for response headers
-	// (request.attemptTimeout); 0 means no bound.
-	timeout time.Duration
+	// timeout and answer bound its wait for response headers, if the
+	// request is streamed and if not (request.attemptTimeouts); 0 means
+	// no bound. callerBound says they are the caller's own.
+	timeout, answer time.Duration
+	callerBound     bool
+	fired           time.Duration // the bound that ended it (headersWatch); 0: none did
+	streamed        bool          // the request is streamed, as far as the watch learned
 
-	sent        time.Time // when Base was called, with AttemptTimeout
+	sent        time.Time // when Base was called, with a bound
 	resp        *http.Response
 	err         error
 	o           Outcome
@@ -308,7 +313,7 @@ func (a *attempt) send(r *request) {
 	resp, err := a.roundTrip(r)
 	a.resp = resp
 	if r.t.stream != nil {
-		resp, err = r.t.guardStream(r.req.Context(), resp, err)
+		resp, err = r.t.guardStream(r.req.Context(), a.u, resp, err)
 		a.resp = resp
 	}
 	a.end = time.Now()
@@ -338,25 +343,25 @@ func timedOut(err error) bool {
 // (releasingBody).
 func (a *attempt) roundTrip(r *request) (*http.Response, error) {
 	t := r.t
-	var timer *time.Timer
-	if a.timeout > 0 {
-		e := a.ender
-		timer = time.AfterFunc(a.timeout, func() { e.stop(ErrAttemptTimeout) })
-	}
-	if timer != nil {
+	var w *headersWatch
+	if a.timeout > 0 || a.answer > 0 {
 		a.sent = time.Now() // for stalled: the deadline is counted from here
+		w = a.watch.start(a.ender, a.out, a.sent, a.timeout, a.answer, t.maxBody, a.callerBound)
 	}
 	resp, err := t.base.RoundTrip(a.out)
 	if resp == nil && err == nil {
 		err = errNoResponse // a Base that breaks the RoundTripper contract
 	}
-	if timer != nil && !timer.Stop() && !canceled(r.req) && !a.lost.Load() {
-		// Our timeout fired, not the caller's.
-		if resp != nil {
-			resp.Body.Close()
-			resp = nil
+	if w != nil {
+		a.fired, a.streamed = w.end()
+		if a.fired > 0 && !canceled(r.req) && !a.lost.Load() {
+			// Our timeout fired, not the caller's.
+			if resp != nil {
+				resp.Body.Close()
+				resp = nil
+			}
+			err = ErrAttemptTimeout
 		}
-		err = ErrAttemptTimeout
 	}
 	if a.ends() {
 		switch {
@@ -391,16 +396,25 @@ func switched(resp *http.Response) bool {
 }
 
 // guardStream holds a successful stream with the StreamGuard until its
-// first event: nothing has reached the caller yet, so a stream that starts
-// with an error, or says nothing in time, fails over.
-func (t *Transport) guardStream(ctx context.Context, resp *http.Response, err error) (*http.Response, error) {
+// first content: nothing has reached the caller yet, so a stream that
+// starts with an error, or says nothing in time, fails over. The stream it
+// hands on fails a read that waits past u's Idle bound (FirstContent's,
+// if longer, while no content came) with a *StallError.
+func (t *Transport) guardStream(ctx context.Context, u *upstream, resp *http.Response, err error) (*http.Response, error) {
 	g := t.stream
 	if g == nil || err != nil || resp.StatusCode/100 != 2 || ctx.Err() != nil {
 		return resp, err
 	}
-	guarded, gerr := g.guard(resp)
+	guarded, content, gerr := g.hold(resp, u.timeouts.FirstContent)
 	if gerr != nil {
 		return nil, gerr
+	}
+	limit := u.timeouts.Idle
+	if !content && limit > 0 && u.timeouts.FirstContent > limit {
+		limit = u.timeouts.FirstContent
+	}
+	if limit > 0 && guarded.Body != nil && guarded.Body != http.NoBody && isEventStream(guarded.Header.Get("Content-Type")) {
+		guarded.Body = watchStalls(guarded.Body, u.name, limit, func() { t.streamStalled(u, limit) })
 	}
 	return guarded, nil
 }
@@ -451,6 +465,11 @@ func (a *attempt) judge(r *request, resp *http.Response, err error, lost bool) (
 			peekBody(resp) // for BodyPrefix: is it Unservable?
 		}
 		return t.classify(resp, err), err
+	case resp == nil && errors.Is(r.req.Context().Err(), context.DeadlineExceeded) && t.silent(a.u, a.start, a.end):
+		// The caller's deadline ended an attempt at an upstream that had
+		// stayed silent past its normal time: it counts, as the
+		// attempt's own timeout would have.
+		return Failed, err
 	}
 	return Canceled, err
 }
@@ -514,6 +533,19 @@ func (t *Transport) account(a *attempt, lost bool) {
 	u.observe(a.o, figure, elapsed, a.endM)
 }
 
+// streamStalled counts a stream of u that went silent for silence after
+// its content began as a failure of u: in its circuit, the fleet's
+// failures, its metrics and its last error.
+func (t *Transport) streamStalled(u *upstream, silence time.Duration) {
+	now := time.Now()
+	u.circuit.Probed(circuit.Failure, now)
+	if t.fleet != nil {
+		t.fleet.failure(u, now)
+	}
+	u.m.stalls.Inc()
+	u.setLastError((&StallError{Upstream: u.name, Silence: silence}).Error(), now)
+}
+
 // errNoResponse is what an attempt gets from a Base that returned neither
 // a response nor an error.
 var errNoResponse = errors.New("failover: Base returned no response and no error")
@@ -523,7 +555,7 @@ var errNoResponse = errors.New("failover: Base returned no response and no error
 // at once, so this process was not running (starved, a long GC, a paused
 // VM) and the answer may have been there to read.
 func (t *Transport) stalled(a *attempt) bool {
-	d := a.timeout
+	d := a.fired
 	return a.end.Sub(a.sent) > d+min(d/10, maxDuration-d) // saturating
 }
 

@@ -224,9 +224,13 @@ func (r *request) launch(ctx context.Context, l *tally, b *replay, a *attempt, s
 		return over
 	}
 	a.u, a.p, a.start, a.hedge, a.lastResort, a.demoted = u, p, now, mode == hedge, mode == lastResort, s.demoted
-	a.timeout = r.attemptTimeout(u)
+	a.timeout, a.answer = r.attemptTimeouts(u)
+	a.callerBound = r.opts != nil && r.opts.timeoutSet
+	if dl, ok := ctx.Deadline(); ok && !a.callerBound {
+		a.timeout = r.t.deadlineBound(u, a.timeout, dl.Sub(now))
+	}
 	l.attempts++
-	if err := r.prepare(ctx, a, b, racing || a.timeout > 0, !racing); err != nil {
+	if err := r.prepare(ctx, a, b, racing || a.timeout > 0 || a.answer > 0, !racing); err != nil {
 		l.addErr(r, u, err)
 		if mode == hedge {
 			return dropped // the attempts in flight may still answer (the deferred refund gives the hedge back)

@@ -204,7 +204,7 @@ func TestStreamFirstByteMetric(t *testing.T) {
 		for series, want := range map[string]float64{
 			`failover_stream_first_byte_seconds_count{upstream="a"}`:    1,
 			`failover_stream_first_byte_seconds_sum{upstream="a"}`:      3,
-			`failover_request_duration_seconds_sum{outcome="answered"}`: 1,
+			`failover_request_duration_seconds_sum{outcome="answered"}`: 3, // held until the stream's first event: nothing was the caller's before
 		} {
 			if got := metricValue(t, tr, series); got != want {
 				t.Errorf("%s = %v, want %v", series, got, want)

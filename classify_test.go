@@ -340,8 +340,9 @@ func TestFaults(t *testing.T) {
 		{name: "truncated SSE stream", fault: func(*faultServer) func(net.Conn, *http.Request) {
 			return func(c net.Conn, _ *http.Request) {
 				io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")
-				io.WriteString(c, "e\r\ndata: {\"n\":1}\n\r\n")
-				c.Close() // no terminating chunk, no [DONE]
+				ev := "data: {\"choices\":[{\"delta\":{\"content\":\"Hi\"}}]}\n\n"
+				fmt.Fprintf(c, "%x\r\n%s\r\n", len(ev), ev) // content: the stream is the caller's
+				c.Close()                                   // no terminating chunk, no [DONE]
 			}
 		}, status: 200, bodyErr: true, counted: Success},
 		{name: "slow headers, byte by byte", fault: func(s *faultServer) func(net.Conn, *http.Request) {

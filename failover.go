@@ -148,6 +148,9 @@ func (c *call) send(ctx context.Context, p *plan, s *step, now time.Time) (*http
 	if c.t.hedge != nil && c.body.replayable && !c.once() && len(c.usable()) > 1 {
 		return c.sendHedged(ctx, p, s, now)
 	}
+	if t := s.u.timeouts; t.Headers > 0 || t.Attempt > 0 || c.opts != nil {
+		return c.sendTimed(ctx, s, now)
+	}
 	var a attempt
 	if c.request.launch(ctx, &c.tally, &c.body, &a, s, plain, false, now) != ready {
 		return c.finishRound()
@@ -155,6 +158,28 @@ func (c *call) send(ctx context.Context, p *plan, s *step, now time.Time) (*http
 	c.failedOver(s.u)
 	a.send(&c.request)
 	return c.settleSent(&a)
+}
+
+// timedParts is what an attempt with a bound on its headers takes, in one
+// allocation: the attempt, the parts of its request (which prepare would
+// allocate, with the context the bound ends) and its watch.
+type timedParts struct {
+	a attempt
+	o outParts
+	w headersWatch
+}
+
+// sendTimed is send for an attempt that may have a bound on its headers.
+func (c *call) sendTimed(ctx context.Context, s *step, now time.Time) (*http.Response, error, bool) {
+	x := new(timedParts)
+	a := &x.a
+	a.own, a.watch = &x.o, &x.w
+	if c.request.launch(ctx, &c.tally, &c.body, a, s, plain, false, now) != ready {
+		return c.finishRound()
+	}
+	c.failedOver(s.u)
+	a.send(&c.request)
+	return c.settleSent(a)
 }
 
 // settleSent settles a, the round's attempt at its turn: a request sent

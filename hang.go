@@ -1,6 +1,7 @@
 package failover
 
 import (
+	"cmp"
 	"time"
 
 	"github.com/failover-go/failover/internal/mono"
@@ -96,9 +97,10 @@ func (t *Transport) suspect(u *upstream, now time.Time) bool {
 }
 
 // silent reports whether u has answered nothing sent since start, longer
-// ago than the hang limit, even with one attempt in flight. Only an
-// upstream with Hang.MinSamples recent latencies is judged: without its
-// p99, slow and hung look alike.
+// ago than the hang limit, even with one attempt in flight. An upstream
+// with fewer than Hang.MinSamples recent latencies, whose p99 is not yet
+// known, is silent only past its Timeouts.Headers (or that default): with
+// no p99, slow and hung look alike.
 func (t *Transport) silent(u *upstream, start, now time.Time) bool {
 	c := t.hang
 	if c.Off || mono.Time(u.live.answered.Load()) >= mono.Of(start) {
@@ -106,7 +108,7 @@ func (t *Transport) silent(u *upstream, start, now time.Time) bool {
 	}
 	f := u.hangRecent.get(&u.window, now)
 	if f.samples < c.MinSamples {
-		return false
+		return now.Sub(start) > cmp.Or(u.timeouts.Headers, defaultHeadersTimeout)
 	}
 	return now.Sub(start) > c.limit(f)
 }

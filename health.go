@@ -77,11 +77,16 @@ type UpstreamHealth struct {
 	// its current window (consecutive failures by default).
 	BreakerFailures uint
 
-	// Breaker and AttemptTimeout are the upstream's policy in effect:
-	// its Upstream.Breaker over Config.Breaker with the defaults filled
-	// in, and its Upstream.AttemptTimeout, else Config.AttemptTimeout (0:
-	// none).
-	Breaker        BreakerConfig
+	// Breaker and Timeouts are the upstream's policy in effect: its
+	// Upstream.Breaker over Config.Breaker, and its Upstream.Timeouts over
+	// Config.Timeouts, with the defaults filled in (a zero timeout: no
+	// bound).
+	Breaker  BreakerConfig
+	Timeouts Timeouts
+
+	// AttemptTimeout is Timeouts.Headers.
+	//
+	// Deprecated: read Timeouts.
 	AttemptTimeout time.Duration
 
 	// Requests counts attempts by outcome since the Transport was made.
@@ -144,6 +149,7 @@ func (t *Transport) health(u *upstream, now time.Time) UpstreamHealth {
 		Degraded:        t.isDegraded(u, now),
 		Suspect:         t.suspect(u, now),
 		Breaker:         u.breaker,
+		Timeouts:        u.timeouts,
 		AttemptTimeout:  u.timeout,
 	}
 	if hr := u.headroom.last.Load(); hr != nil {
@@ -209,7 +215,7 @@ func (h UpstreamHealth) MarshalJSON() ([]byte, error) {
 		Trips           uint64         `json:"trips"`
 		BreakerFailures uint           `json:"breaker_failures"`
 		Breaker         breakerJSON    `json:"breaker"`
-		AttemptTimeout  float64        `json:"attempt_timeout_seconds,omitempty"`
+		Timeouts        timeoutsJSON   `json:"timeouts"`
 		Requests        Counts         `json:"requests"`
 		Window          int            `json:"window"`
 		SuccessRate     float64        `json:"success_rate"`
@@ -219,7 +225,7 @@ func (h UpstreamHealth) MarshalJSON() ([]byte, error) {
 		Usage           usageJSON      `json:"usage"`
 	}{
 		h.Name, h.BaseURL, h.State, since, h.Available, h.Unavailable, h.Demoted, h.Degraded, h.Suspect, h.InFlight, h.Headroom.json(), h.OutOfHeadroom, h.OpenFor.Seconds(), h.Cooldown.Seconds(), h.CooldownReason,
-		h.Trips, h.BreakerFailures, h.Breaker.json(), h.AttemptTimeout.Seconds(), h.Requests, h.Window, h.SuccessRate,
+		h.Trips, h.BreakerFailures, h.Breaker.json(), h.Timeouts.json(), h.Requests, h.Window, h.SuccessRate,
 		latency{h.P50.Seconds(), h.P95.Seconds(), h.P99.Seconds()},
 		h.LastError, lastAt,
 		h.Usage.json(),
@@ -247,4 +253,18 @@ func (h *Headroom) json() *headroomJSON {
 		j.Reset = &h.Reset
 	}
 	return &j
+}
+
+// timeoutsJSON is a Timeouts in effect as Health's JSON shows it, in
+// seconds; 0 is no bound. (It replaces attempt_timeout_seconds, which was
+// its Headers.)
+type timeoutsJSON struct {
+	Headers      float64 `json:"headers_seconds"`
+	FirstContent float64 `json:"first_content_seconds"`
+	Idle         float64 `json:"idle_seconds"`
+	Attempt      float64 `json:"attempt_seconds"`
+}
+
+func (c Timeouts) json() timeoutsJSON {
+	return timeoutsJSON{c.Headers.Seconds(), c.FirstContent.Seconds(), c.Idle.Seconds(), c.Attempt.Seconds()}
 }

@@ -207,6 +207,7 @@ var errHedgeLost = errors.New("failover: another attempt answered first")
 type hedgedParts struct {
 	a    attempt
 	o    outParts
+	hw   headersWatch
 	w    hedgeWait
 	race race
 	buf  [4]*upstream
@@ -222,7 +223,7 @@ type hedgedParts struct {
 func (c *call) sendHedged(ctx context.Context, p *plan, s *step, now time.Time) (*http.Response, error, bool) {
 	x := new(hedgedParts)
 	a := &x.a
-	a.own = &x.o
+	a.own, a.watch = &x.o, &x.hw
 	if c.request.launch(ctx, &c.tally, &c.body, a, s, plain, true, now) != ready {
 		return c.finishRound()
 	}

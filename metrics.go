@@ -42,6 +42,7 @@ const (
 	famBreakerState
 	famBreakerTrips
 	famHeldBack
+	famStalls
 	famLastResort
 	famCooldown
 	famCooldowns
@@ -84,6 +85,7 @@ var families = [numFamilies]family{
 	famDemoted:          {"failover_demoted_total", "counter", []string{"upstream", "reason"}, "Attempts sent to the upstream while it was demoted, tried after the upstreams that were not, by why (failing, auth_failing, out_of_headroom, degraded, suspect)."},
 	famBreakerState:     {"failover_breaker_state", "gauge", []string{"upstream"}, "State of the upstream's circuit: 0 closed, 1 open, 2 half-open."},
 	famBreakerTrips:     {"failover_breaker_trips_total", "counter", []string{"upstream"}, "Times the upstream's circuit opened from closed."},
+	famStalls:           {"failover_stream_stalls_total", "counter", []string{"upstream"}, "Streams ended because their upstream went silent past Timeouts.Idle after their content began."},
 	famHeldBack:         {"failover_timeouts_held_back_total", "counter", []string{"upstream"}, "Attempt timeouts not counted against the upstream's circuit: every upstream was timing out at once, or the round trip returned late."},
 	famLastResort:       {"failover_last_resort_total", "counter", []string{"upstream"}, "Requests sent to the upstream past its open circuit, every other upstream refusing them (LastResortConfig)."},
 	famCooldown:         {"failover_cooldown_seconds", "gauge", []string{"upstream"}, "Seconds left of the upstream's cooldown after a 429; 0 when it is not cooling down."},
@@ -248,6 +250,7 @@ type upstreamMetrics struct {
 	duration   *metrics.PrometheusHistogram // attempt time to response headers
 	trips      *metrics.Counter
 	heldBack   *metrics.Counter            // attempt timeouts not counted: every upstream was timing out
+	stalls     *metrics.Counter            // streams that stalled after their content began
 	lastResort *metrics.Counter            // requests sent past the circuit (LastResortConfig)
 	skipped    map[Reason]*metrics.Counter // by skipReasons
 	demoted    map[Reason]*metrics.Counter // by demoteReasons
@@ -328,6 +331,7 @@ func (t *Transport) initMetrics() {
 		u.m.duration = s.GetOrCreatePrometheusHistogramExt(famAttemptDuration.series(u.name), latencyBuckets)
 		u.m.trips = s.GetOrCreateCounter(famBreakerTrips.series(u.name))
 		u.m.heldBack = s.GetOrCreateCounter(famHeldBack.series(u.name))
+		u.m.stalls = s.GetOrCreateCounter(famStalls.series(u.name))
 		u.m.lastResort = s.GetOrCreateCounter(famLastResort.series(u.name))
 		u.m.skipped = map[Reason]*metrics.Counter{}
 		for _, r := range skipReasons {

@@ -88,14 +88,13 @@ func WithoutFailover(ctx context.Context) context.Context {
 }
 
 // WithAttemptTimeout returns a copy of ctx with which each attempt of a
-// request waits at most d for its response headers, instead of the
-// Transport's attempt timeouts; d <= 0 means no bound but the request's
-// deadline (for a long generation without streaming). A later call
-// replaces d. An attempt that times out fails over with ErrAttemptTimeout,
-// but counts against the upstream's circuit only when d is at least the
-// Transport's own timeout there: a caller's impatience must not open a
-// circuit for every other caller. So a service that bounds attempts only
-// per request should set Config.AttemptTimeout too, for hangs to count.
+// request waits at most d for its response headers, streamed or not,
+// instead of the Transport's Timeouts.Headers and Timeouts.Attempt; d <= 0
+// means no bound but the request's deadline. A later call replaces d. An
+// attempt that times out fails over with ErrAttemptTimeout, but counts
+// against the upstream's circuit only when d is at least the Transport's
+// own bound there: a caller's impatience must not open a circuit for
+// every other caller.
 func WithAttemptTimeout(ctx context.Context, d time.Duration) context.Context {
 	d = max(d, 0)
 	return withOptions(ctx, func(o *requestOptions) { o.timeout, o.timeoutSet = d, true })
@@ -104,26 +103,29 @@ func WithAttemptTimeout(ctx context.Context, d time.Duration) context.Context {
 // once reports whether the request is sent at most once (WithoutFailover).
 func (r *request) once() bool { return r.opts != nil && r.opts.once }
 
-// attemptTimeout is the bound of an attempt of the request at u: the
-// request's own (WithAttemptTimeout) when it has one, else the
-// Transport's; 0 for none.
-func (r *request) attemptTimeout(u *upstream) time.Duration {
+// attemptTimeouts are the bounds on the headers of an attempt of the
+// request at u, if it is streamed and if not: the request's own
+// (WithAttemptTimeout) when it has one, else u's Timeouts; 0 for none.
+func (r *request) attemptTimeouts(u *upstream) (stream, answer time.Duration) {
 	if o := r.opts; o != nil && o.timeoutSet {
-		return o.timeout
+		return o.timeout, o.timeout
 	}
-	return r.t.configuredTimeout(u)
+	return u.timeouts.Headers, u.timeouts.Attempt
 }
 
-// configuredTimeout is the Transport's own attempt timeout at u
-// (Upstream.AttemptTimeout, else Config.AttemptTimeout); 0 for none.
-func (t *Transport) configuredTimeout(u *upstream) time.Duration { return u.timeout }
-
-// impatient reports whether a, which timed out, did so on a bound of the
-// caller's shorter than the Transport's own at a.u (or where it has
-// none): a timeout that says nothing against the upstream.
+// impatient reports whether a timed out on a bound of the caller's
+// (WithAttemptTimeout) shorter than the Transport's own at a.u for the
+// request's kind, or where it has none: a timeout that says nothing
+// against the upstream.
 func (t *Transport) impatient(a *attempt) bool {
-	c := t.configuredTimeout(a.u)
-	return a.timeout > 0 && (c == 0 || a.timeout < c)
+	if !a.callerBound {
+		return false
+	}
+	own := a.u.timeouts.Attempt
+	if a.streamed {
+		own = a.u.timeouts.Headers
+	}
+	return own == 0 || a.fired < own
 }
 
 // options applies the request's options before its body is read, and

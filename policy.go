@@ -3,28 +3,23 @@ package failover
 import (
 	"errors"
 	"fmt"
-	"time"
 )
 
-// Policy per upstream: Upstream.Breaker and Upstream.AttemptTimeout
-// replace Config's for one upstream. Whatever reads an upstream's breaker
-// or timeout reads the one in effect, upstream.breaker and
-// upstream.timeout: its circuit, the attempt's timer, stalled,
+// Policy per upstream: Upstream.Breaker and Upstream.Timeouts replace
+// Config's for one upstream. Whatever reads an upstream's breaker or
+// timeouts reads the ones in effect, upstream.breaker and
+// upstream.timeouts: its circuit, the attempt's timers, stalled,
 // othersTimedOut, and what the fleet is told.
 
-// policy returns uc's breaker and attempt timeout in effect under cfg:
+// policy returns uc's breaker and timeouts in effect under cfg:
 // uc.Breaker's fields over cfg.Breaker's, field by field, then the
-// defaults; uc.AttemptTimeout, else cfg.AttemptTimeout.
-func (uc Upstream) policy(cfg Config) (BreakerConfig, time.Duration) {
+// defaults; and timeoutsOf's.
+func (uc Upstream) policy(cfg Config) (BreakerConfig, Timeouts) {
 	b := cfg.Breaker
 	if o := uc.Breaker; o != nil {
 		b = o.over(b)
 	}
-	timeout := cfg.AttemptTimeout
-	if uc.AttemptTimeout != 0 {
-		timeout = uc.AttemptTimeout
-	}
-	return b.withDefaults(), timeout
+	return b.withDefaults(), timeoutsOf(uc, cfg)
 }
 
 // over returns c with each zero field taken from inherited.

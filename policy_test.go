@@ -84,8 +84,8 @@ func TestUpstreamPolicyInherits(t *testing.T) {
 		t.Fatal(err)
 	}
 	var got []struct {
-		Breaker        map[string]any `json:"breaker"`
-		AttemptTimeout *float64       `json:"attempt_timeout_seconds"`
+		Breaker  map[string]any     `json:"breaker"`
+		Timeouts map[string]float64 `json:"timeouts"`
 	}
 	if err := json.Unmarshal(js, &got); err != nil {
 		t.Fatal(err)
@@ -100,16 +100,22 @@ func TestUpstreamPolicyInherits(t *testing.T) {
 		if string(b) != w {
 			t.Errorf("%s: breaker JSON %s, want %s", hs[i].Name, b, w)
 		}
-		if got[i].AttemptTimeout == nil || *got[i].AttemptTimeout != want[i].timeout.Seconds() {
-			t.Errorf("%s: attempt_timeout_seconds %v, want %v", hs[i].Name, got[i].AttemptTimeout, want[i].timeout.Seconds())
+		if w := want[i].timeout.Seconds(); got[i].Timeouts["headers_seconds"] != w || got[i].Timeouts["attempt_seconds"] != w {
+			t.Errorf("%s: timeouts %v, want headers and attempt %v", hs[i].Name, got[i].Timeouts, w)
 		}
 	}
 
-	// Without a timeout anywhere, the JSON says none.
-	tr = newTestTransport(t, Config{Base: newFakeNet(), Upstreams: []Upstream{{Name: "a", BaseURL: "http://a.test"}}})
-	js, _ = json.Marshal(tr.Health()[0])
-	if strings.Contains(string(js), "attempt_timeout") {
-		t.Errorf("JSON without an attempt timeout names one: %s", js)
+	// Without a timeout anywhere, the JSON says the defaults; -1 says
+	// none, as 0.
+	tr = newTestTransport(t, Config{Base: newFakeNet(), Upstreams: []Upstream{
+		{Name: "a", BaseURL: "http://a.test"},
+		{Name: "b", BaseURL: "http://b.test", Timeouts: Timeouts{Headers: -1, FirstContent: -1, Idle: -1, Attempt: -1}},
+	}})
+	for i, w := range []string{`"timeouts":{"headers_seconds":30,"first_content_seconds":600,"idle_seconds":20,"attempt_seconds":600}`, `"timeouts":{"headers_seconds":0,"first_content_seconds":0,"idle_seconds":0,"attempt_seconds":0}`} {
+		js, _ = json.Marshal(tr.Health()[i])
+		if !strings.Contains(string(js), w) || strings.Contains(string(js), "attempt_timeout") {
+			t.Errorf("JSON %s, want %s and no attempt_timeout", js, w)
+		}
 	}
 }
 

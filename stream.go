@@ -10,6 +10,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -26,6 +27,10 @@ var (
 	// ErrFirstByteTimeout means a streamed answer sent no event within
 	// [StreamGuard.FirstByteTimeout] of its headers.
 	ErrFirstByteTimeout = errors.New("failover: no stream event within FirstByteTimeout")
+
+	// ErrFirstContentTimeout means a streamed answer sent no content
+	// within [Timeouts.FirstContent] of its headers.
+	ErrFirstContentTimeout = errors.New("failover: no stream content within Timeouts.FirstContent")
 
 	// ErrStreamError means a streamed answer sent an error event before any
 	// content (Anthropic's overloaded_error, the Responses API's
@@ -71,17 +76,17 @@ const (
 // the holding, as does the end of the stream.
 //
 // The zero value holds back up to 64 events or 256 KiB before the first
-// content event and puts no bound on the time to the first event.
+// content event, for at most [Timeouts.FirstContent].
 type StreamGuard struct {
-	// FirstByteTimeout bounds the wait, from the response headers, for the
-	// stream's first event. A comment line (OpenRouter's ": OPENROUTER
-	// PROCESSING" keep-alive) counts: it proves the upstream alive, though
-	// it is not content. A stream with no event in time is abandoned with
-	// [ErrFirstByteTimeout]. It bounds the holding too: a stream that has
-	// sent its first event but no content by then is returned as it is,
-	// still streaming (a reasoning model may think for a minute).
-	// Zero means no bound: the guard waits as long as the request's
-	// context lets the body be read.
+	// FirstByteTimeout, when set, replaces Timeouts.FirstContent with a
+	// bound, from the response headers, on the stream's first event. A
+	// comment line (OpenRouter's ": OPENROUTER PROCESSING" keep-alive)
+	// counts. A stream with no event in time is abandoned with
+	// [ErrFirstByteTimeout]; one that has sent an event but no content by
+	// then is returned as it is, still streaming.
+	//
+	// Deprecated: set Timeouts.FirstContent, which bounds the time to
+	// content, the time a reasoning model thinks.
 	FirstByteTimeout time.Duration
 
 	// HoldEvents is how many events may be held back before the first
@@ -144,9 +149,17 @@ func (e *streamError) Unwrap() error { return ErrStreamError }
 // which ends when its last read returns (a body that is closed returns at
 // once); otherwise guard reads in the caller's goroutine.
 func (g StreamGuard) guard(resp *http.Response) (*http.Response, error) {
+	resp, _, err := g.hold(resp, 0)
+	return resp, err
+}
+
+// hold is guard with firstContent, the bound on the time to the first
+// content event when FirstByteTimeout is not set (0: none). It reports
+// whether content arrived before it returned the stream.
+func (g StreamGuard) hold(resp *http.Response, firstContent time.Duration) (*http.Response, bool, error) {
 	if resp == nil || resp.StatusCode < 200 || resp.StatusCode > 299 ||
 		resp.Body == nil || resp.Body == http.NoBody || !isEventStream(resp.Header.Get("Content-Type")) {
-		return resp, nil
+		return resp, false, nil
 	}
 	h := holder{
 		rc:        resp.Body,
@@ -154,8 +167,12 @@ func (g StreamGuard) guard(resp *http.Response) (*http.Response, error) {
 		maxEvents: g.HoldEvents,
 		maxBytes:  g.HoldBytes,
 	}
-	if !h.hold && g.FirstByteTimeout <= 0 {
-		return resp, nil
+	timeout := g.FirstByteTimeout
+	if timeout <= 0 && h.hold {
+		timeout, h.strict = firstContent, true
+	}
+	if !h.hold && timeout <= 0 {
+		return resp, false, nil
 	}
 	if h.maxEvents <= 0 {
 		h.maxEvents = defaultHoldEvents
@@ -164,12 +181,12 @@ func (g StreamGuard) guard(resp *http.Response) (*http.Response, error) {
 		h.maxBytes = defaultHoldBytes
 	}
 	h.p.Buffer(nil, h.maxBytes) // no event's data outgrows what the guard holds: no Parts
-	body, err := h.run(g.FirstByteTimeout)
+	body, err := h.run(timeout)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	resp.Body = body
-	return resp, nil
+	return resp, h.content, nil
 }
 
 // isEventStream reports whether a Content-Type is text/event-stream.
@@ -185,10 +202,12 @@ type holder struct {
 	maxEvents int
 	maxBytes  int
 
-	buf    []byte // every byte read so far; never more than maxBytes
-	p      sse.Reader
-	events int  // events held that were neither content nor error
-	alive  bool // an event or a comment has arrived
+	buf     []byte // every byte read so far; never more than maxBytes
+	p       sse.Reader
+	events  int  // events held that were neither content nor error
+	alive   bool // an event or a comment has arrived
+	content bool // a content event has arrived
+	strict  bool // the timeout bounds the time to content (Timeouts.FirstContent)
 
 	// With a FirstByteTimeout, reads go through a goroutine so that the
 	// deadline can interrupt them: one buffer at a time on reqs, its
@@ -231,8 +250,12 @@ func (h *holder) run(timeout time.Duration) (io.ReadCloser, error) {
 			case r := <-h.res:
 				n, err = r.n, r.err
 			case <-deadline:
-				if !h.alive {
+				if h.strict {
 					h.rc.Close() // ends the read in flight
+					return nil, ErrFirstContentTimeout
+				}
+				if !h.alive {
+					h.rc.Close()
 					return nil, ErrFirstByteTimeout
 				}
 				// Alive but no content yet: hand over the stream with
@@ -298,7 +321,10 @@ func (h *holder) scan(p []byte, eof bool) (pass bool, fail error) {
 			switch classify(typ, data) {
 			case eventError:
 				return false, newStreamError(typ, data)
-			case eventContent, eventDone:
+			case eventContent:
+				h.content = true
+				return true, nil
+			case eventDone:
 				return true, nil
 			}
 			if h.events++; !h.hold || h.events >= h.maxEvents {
@@ -565,4 +591,72 @@ func clip(s string) string {
 		s = s[:i]
 	}
 	return s
+}
+
+// ErrStreamStalled means a stream whose content had begun went silent
+// longer than its bound ([Timeouts.Idle]); the [*StallError] that wraps
+// it names the upstream.
+var ErrStreamStalled = errors.New("failover: stream stalled")
+
+// StallError is what a read of a stream's body returns when its upstream
+// stayed silent past the stream's bound after its content began: the
+// stream is closed, and its upstream counts a failure. It matches
+// ErrStreamStalled, and its Timeout reports true.
+type StallError struct {
+	Upstream string        // the upstream's Name
+	Silence  time.Duration // how long the read waited
+}
+
+func (e *StallError) Error() string {
+	return "failover: stream from upstream " + strconv.Quote(e.Upstream) + " stalled: silent for " + e.Silence.String()
+}
+
+func (e *StallError) Unwrap() error { return ErrStreamStalled }
+
+// Timeout reports true: the upstream took too long.
+func (e *StallError) Timeout() bool { return true }
+
+// stallBody is a stream's Body once it is the caller's: each read that
+// waits longer than limit for bytes closes the stream and fails with a
+// *StallError. Only time spent in Read counts, so a caller slow to read
+// is not taken for a silent upstream.
+type stallBody struct {
+	rc      io.ReadCloser
+	limit   time.Duration
+	timer   *time.Timer // stopped but during a read
+	stalled atomic.Bool
+	onStall func() // counts the stall against the upstream
+	err     *StallError
+}
+
+// watchStalls returns rc as a stallBody of upstream, with bound limit,
+// calling onStall after each stall.
+func watchStalls(rc io.ReadCloser, upstream string, limit time.Duration, onStall func()) *stallBody {
+	b := &stallBody{rc: rc, limit: limit, onStall: onStall, err: &StallError{Upstream: upstream, Silence: limit}}
+	b.timer = time.AfterFunc(limit, b.fire)
+	b.timer.Stop()
+	return b
+}
+
+func (b *stallBody) Read(p []byte) (int, error) {
+	if b.stalled.Load() {
+		return 0, b.err
+	}
+	b.timer.Reset(b.limit)
+	n, err := b.rc.Read(p)
+	if !b.timer.Stop() && b.stalled.Load() {
+		return 0, b.err
+	}
+	return n, err
+}
+
+func (b *stallBody) fire() {
+	b.stalled.Store(true)
+	b.rc.Close() // ends the read in flight
+	b.onStall()
+}
+
+func (b *stallBody) Close() error {
+	b.timer.Stop()
+	return b.rc.Close()
 }

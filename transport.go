@@ -92,9 +92,14 @@ type Upstream struct {
 	// effect.
 	Breaker *BreakerConfig
 
-	// AttemptTimeout replaces Config.AttemptTimeout for this upstream,
-	// for a provider slow to its first byte by nature. Zero means
-	// Config.AttemptTimeout.
+	// Timeouts, when a field is set, replaces Config.Timeouts's for this
+	// upstream, such as a provider slow to its first byte by nature.
+	Timeouts Timeouts
+
+	// AttemptTimeout sets Timeouts.Headers and Timeouts.Attempt for this
+	// upstream where those are zero.
+	//
+	// Deprecated: set Timeouts.
 	AttemptTimeout time.Duration
 }
 
@@ -162,15 +167,26 @@ type Config struct {
 	// that New starts only when Probe.Interval is set and Close stops.
 	Probe ProbeConfig
 
-	// StreamGuard, when set, holds each text/event-stream response until
-	// its first event: a stream that is silent too long or begins with an
-	// error fails over. Once content reaches the caller, the stream is
-	// never switched. Nil means streams pass through at once.
+	// StreamGuard configures how each text/event-stream response is held
+	// until its first content event: a stream that begins with an error
+	// event, or sends no content within Timeouts.FirstContent, fails over.
+	// Once content reaches the caller, the stream is never switched. Nil
+	// means the zero StreamGuard; HoldEvents -1 passes streams through at
+	// once.
 	StreamGuard *StreamGuard
 
-	// AttemptTimeout bounds the wait for one attempt's response headers;
-	// it never cuts a body being read. Zero means no bound but the
-	// request's deadline.
+	// Timeouts bounds each attempt by what it waits for: a stream's
+	// headers, its first content and its silences, and an answer that is
+	// not streamed. The zero value fails a silent upstream over within
+	// 30s for a stream, and never cuts a healthy reasoning model; see
+	// [Timeouts].
+	Timeouts Timeouts
+
+	// AttemptTimeout sets Timeouts.Headers and Timeouts.Attempt where
+	// those are zero.
+	//
+	// Deprecated: set Timeouts. A zero AttemptTimeout no longer means no
+	// bound: set Timeouts fields to -1 for that.
 	AttemptTimeout time.Duration
 
 	// Shared, when set, shares open circuits, cooldowns and the
@@ -328,7 +344,8 @@ type Transport struct {
 	logger      *slog.Logger
 
 	onStateChange func(StateChange)
-	probes        *prober // nil without probes
+	shortDeadline atomic.Bool // the Logger heard of a deadline shorter than twice a Headers bound (deadlineBound)
+	probes        *prober     // nil without probes
 	closeOnce     sync.Once
 	ownBase       bool // base is the http.Transport New made: Close closes its idle connections
 
@@ -420,7 +437,7 @@ func New(cfg Config) (*Transport, error) {
 		classify: cfg.Classify,
 		router:   cfg.Router,
 		picker:   pickerOf(cfg.Router),
-		stream:   cfg.StreamGuard,
+		stream:   cmp.Or(cfg.StreamGuard, &StreamGuard{}),
 		rate:     cfg.RateLimit.withDefaults(),
 		retries:  cfg.Retries,
 		waitMin:  cmp.Or(cfg.RetryWaitMin, defaultRetryWaitMin),
@@ -459,7 +476,8 @@ func New(cfg Config) (*Transport, error) {
 			return nil, configError(fmt.Sprintf("Upstreams[%d].Name", i), fmt.Sprintf("%q is also the name of Upstreams[%d]", u.name, j))
 		}
 		names[u.name] = i
-		u.breaker, u.timeout = uc.policy(cfg)
+		u.breaker, u.timeouts = uc.policy(cfg)
+		u.timeout = u.timeouts.Headers
 		t.upstreams = append(t.upstreams, u)
 		t.models = t.models || len(u.models) > 0
 	}
@@ -489,6 +507,9 @@ func New(cfg Config) (*Transport, error) {
 		t.newRecent(u)
 	}
 	t.initMetrics()
+	for _, w := range warnings(cfg, t.upstreams) {
+		t.logf(slog.LevelWarn, w)
+	}
 	t.startProbes(cfg.Probe)
 	if t.fleet != nil {
 		t.fleet.start()

@@ -31,10 +31,11 @@ type upstream struct {
 	models  modelMap      // Upstream.Models
 
 	// The policy in effect (policy.go): Upstream.Breaker over
-	// Config.Breaker with the defaults filled in, and Upstream's
-	// AttemptTimeout, else Config's (0: none).
-	breaker BreakerConfig
-	timeout time.Duration
+	// Config.Breaker with the defaults filled in, and the Timeouts in
+	// effect (timeoutsOf; 0: no bound), whose Headers is timeout.
+	breaker  BreakerConfig
+	timeouts Timeouts
+	timeout  time.Duration
 
 	circuit  *circuit.Circuit
 	timedOut atomic.Int64 // mono.Time of its last attempt that timed out (AttemptTimeout)

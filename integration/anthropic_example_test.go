@@ -82,13 +82,13 @@ func Example_anthropic() {
 
 // Anthropic may answer a streamed request with a 200 whose stream begins
 // with an error event, overloaded_error, before any text. The status
-// says success, so without a StreamGuard the Transport hands the stream
-// to the SDK, whose stream then fails with that error, and nothing fails
-// over. With Config.StreamGuard the Transport holds the stream back until
-// its first content event: the error event comes first, so the primary's
-// stream is dropped, counted as the primary's failure, and the request
-// goes to the backup, whose stream the SDK reads from its start. Once
-// content has reached the caller, a stream is never switched.
+// says success. By default the Transport holds the stream back until its
+// first content event (Config.StreamGuard): the error event comes first,
+// so the primary's stream is dropped, counted as the primary's failure,
+// and the request goes to the backup, whose stream the SDK reads from its
+// start. Once content has reached the caller, a stream is never switched.
+// A StreamGuard with HoldEvents -1 hands streams on at once: then the
+// SDK's stream fails with that error, and nothing fails over.
 func Example_anthropicStreamGuard() {
 	primary := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		fmt.Println("primary got", r.Method, r.URL.Path)
@@ -152,22 +152,22 @@ func Example_anthropicStreamGuard() {
 		return msg.Content[0].Text, nil
 	}
 
-	_, err := stream(nil)
+	_, err := stream(&failover.StreamGuard{HoldEvents: -1})
 	var apiErr *anthropic.Error
 	if !errors.As(err, &apiErr) {
 		log.Fatalf("got %v, want the primary's overloaded_error", err)
 	}
-	fmt.Printf("without StreamGuard: the SDK's stream fails with %s, status %d\n", apiErr.Type(), apiErr.StatusCode)
+	fmt.Printf("passed through: the SDK's stream fails with %s, status %d\n", apiErr.Type(), apiErr.StatusCode)
 
-	text, err := stream(&failover.StreamGuard{})
+	text, err := stream(nil)
 	if err != nil {
 		log.Fatal(err)
 	}
-	fmt.Println("with StreamGuard:", text)
+	fmt.Println("by default:", text)
 	// Output:
 	// primary got POST /v1/messages
-	// without StreamGuard: the SDK's stream fails with overloaded_error, status 200
+	// passed through: the SDK's stream fails with overloaded_error, status 200
 	// primary got POST /v1/messages
 	// backup got POST /v1/messages
-	// with StreamGuard: Hello from the backup.
+	// by default: Hello from the backup.
 }
