@@ -24,9 +24,10 @@ const (
 	Success Outcome = iota
 
 	// Rejected is the caller's own error: a 4xx other than 401, 403, 408,
-	// 429 and the [Unservable] ones, or a request no upstream could send
-	// (an invalid header). Another upstream would answer the same, so
-	// there is no failover; a response counts as healthy.
+	// 429 and the [Unservable] ones, a provider's content-policy refusal,
+	// or a request no upstream could send (an invalid header). Another
+	// upstream would answer the same, or should not be asked, so there is
+	// no failover; a response counts as healthy.
 	Rejected
 
 	// AuthFailed is a 401 or 403: the upstream's key is wrong or revoked.
@@ -50,10 +51,10 @@ const (
 	Canceled
 
 	// Unservable is an answer that says this upstream cannot serve this
-	// request while another may: the prompt is too long for its model, or
-	// its provider's content policy refused it. It never counts toward the
-	// breaker and the next upstream is tried at once; when none is left,
-	// the caller gets the last such answer as it came.
+	// request while another may, such as a prompt too long for its model.
+	// It never counts toward the breaker and the next upstream is tried at
+	// once; when none is left, the caller gets the last such answer as it
+	// came.
 	Unservable
 )
 
@@ -108,18 +109,36 @@ func checkedClassifier(c Classifier) Classifier {
 	}
 }
 
+// failingOverContentPolicy returns c, except that an answer c judges
+// [Rejected] which is a content-policy refusal ([DefaultClassifier]) is
+// [Unservable] (Config.FailoverContentPolicy).
+func failingOverContentPolicy(c Classifier) Classifier {
+	return func(resp *http.Response, err error) Outcome {
+		o := c(resp, err)
+		if o == Rejected && resp != nil && contentRefused(resp) {
+			return Unservable
+		}
+		return o
+	}
+}
+
 // DefaultClassifier classifies as providers of LLM APIs behave:
 //
 //   - 2xx, 3xx: [Success].
 //   - 401, 403: [AuthFailed].
 //   - 429: [RateLimited].
 //   - 408, 5xx (529 "overloaded" included): [Failed].
-//   - 400, 403 and 413 whose body ([BodyPrefix]) says, in the words of
+//   - 400 and 413 whose body ([BodyPrefix]) says, in the words of
 //     OpenAI, Azure, Anthropic, Gemini, DeepSeek, Mistral, Groq,
 //     OpenRouter, vLLM or LiteLLM, that the prompt is too long for the
-//     model or the content policy refused it: [Unservable]. Without a
-//     BodyPrefix (a [Breaker], a probe), as below.
-//   - any other 4xx: [Rejected].
+//     model: [Unservable], for a larger model elsewhere.
+//   - 400 and 403 whose body says, in the words of OpenAI, Azure,
+//     Anthropic, OpenRouter or LiteLLM, that the provider's content
+//     policy refused the request: [Rejected], the caller's answer, which
+//     another provider must not overrule (see
+//     [Config.FailoverContentPolicy]).
+//   - any other 4xx: [Rejected]. Without a BodyPrefix (a [Breaker], a
+//     probe), the two above are judged by their status alone.
 //   - an error no retry can fix (go-retryablehttp's policy): [Failed] for
 //     an untrusted certificate, [Rejected] otherwise (an invalid header).
 //   - any other error (refused, reset, TLS, EOF, a malformed answer,
@@ -143,15 +162,15 @@ func DefaultClassifier(resp *http.Response, err error) Outcome {
 	switch code := resp.StatusCode; {
 	case code < 400:
 		return Success
-	case code == http.StatusForbidden && unservable(resp):
-		return Unservable // OpenRouter's moderation
+	case code == http.StatusForbidden && contentRefused(resp):
+		return Rejected // OpenRouter's moderation
 	case code == http.StatusUnauthorized, code == http.StatusForbidden:
 		return AuthFailed
 	case code == http.StatusTooManyRequests:
 		return RateLimited
 	case code == http.StatusRequestTimeout, code >= 500:
 		return Failed
-	case unservable(resp):
+	case contextTooLong(resp):
 		return Unservable
 	}
 	return Rejected

@@ -380,10 +380,10 @@ func TestFaults(t *testing.T) {
 		}, failover: true, status: 400, counted: Unservable},
 		{name: "400, content refused", fault: func(*faultServer) func(net.Conn, *http.Request) {
 			return answer("400 Bad Request", "Content-Type: application/json\r\n", `{"error":{"message":"The response was filtered due to the prompt triggering Azure OpenAI's content management policy.","type":null,"param":"prompt","code":"content_filter","status":400}}`)
-		}, failover: true, status: 400, counted: Unservable},
+		}, status: 400, counted: Rejected},
 		{name: "403, moderation", fault: func(*faultServer) func(net.Conn, *http.Request) {
 			return answer("403 Forbidden", "Content-Type: application/json\r\n", `{"error":{"code":403,"message":"Your chosen model requires moderation and your input was flagged","metadata":{"reasons":["harassment"],"flagged_input":"..."}}}`)
-		}, failover: true, status: 403, counted: Unservable},
+		}, status: 403, counted: Rejected},
 		{name: "413, over the tokens per minute", fault: func(*faultServer) func(net.Conn, *http.Request) {
 			return answer("413 Request Entity Too Large", "Content-Type: application/json\r\n", `{"error":{"message":"Request too large for model llama-3.1-8b-instant in organization org_x service tier on_demand on tokens per minute (TPM): Limit 6000, Requested 12328, please reduce your message size and try again.","type":"tokens","code":"rate_limit_exceeded"}}`)
 		}, failover: true, status: 413, counted: Unservable},

@@ -272,6 +272,13 @@ type Config struct {
 	// its usage, when its body has been read to its end or closed, on the
 	// goroutine that did so. It must not block: the reader waits on it.
 	OnUsage func(Usage)
+
+	// FailoverContentPolicy sends a request that a provider's content
+	// policy refused (see [DefaultClassifier]) on to the next upstream,
+	// as [Unservable], for a fleet whose providers filter differently by
+	// design. Off, the refusal is the caller's answer: another provider
+	// saying yes would overrule the first one's verdict on the content.
+	FailoverContentPolicy bool
 }
 
 // StateChange is a change of an upstream's circuit, as
@@ -463,6 +470,9 @@ func New(cfg Config) (*Transport, error) {
 		t.ownBase = true
 	}
 	t.classify = checkedClassifier(t.classify)
+	if cfg.FailoverContentPolicy {
+		t.classify = failingOverContentPolicy(t.classify)
+	}
 	if t.metrics == nil {
 		t.metrics = metrics.NewSet()
 	}

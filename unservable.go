@@ -8,9 +8,13 @@ import (
 )
 
 // Content-aware fallback: an answer that says this upstream cannot serve
-// this request while another may is [Unservable]. The Transport peeks at
-// the bodies of the statuses that carry such answers (peekBody), and
-// DefaultClassifier reads them through [BodyPrefix] (unservable).
+// this request while another may is [Unservable]: the prompt is too long
+// for its model (contextTooLong). An answer that says the provider's
+// content policy refused the request (contentRefused) is the caller's
+// answer, [Rejected], unless Config.FailoverContentPolicy says otherwise.
+// The Transport peeks at the bodies of the statuses that carry such
+// answers (peekBody), and DefaultClassifier reads them through
+// [BodyPrefix].
 
 // unservablePeek is how much of a 400's, 403's or 413's body is read before
 // the attempt is classified: such error bodies are at most about 700 bytes.
@@ -63,76 +67,109 @@ func bodyPrefix(resp *http.Response) []byte {
 	return nil
 }
 
-// unservable reports whether resp's body, as peeked, says that its upstream
-// cannot serve the request while another may.
-func unservable(resp *http.Response) bool {
+// contextTooLong reports whether resp's body, as peeked, says that the
+// request is too large for its upstream's model while another may take
+// it: a prompt past the context length, or past what the account may
+// send at all.
+func contextTooLong(resp *http.Response) bool {
 	p := bodyPrefix(resp)
-	return p != nil && unservableBody(p)
+	return p != nil && contextLength.in(p)
 }
 
-// unservableCodes are values of an error's "code" or "type", at any depth,
-// that say its upstream cannot serve the request while another may,
-// compared exactly. docs/design.md cites each one's source.
-var unservableCodes = []string{
-	"context_length_exceeded",      // OpenAI, Azure OpenAI, Groq: a prompt longer than the context
-	"content_filter",               // Azure OpenAI: its content filter refused the prompt
-	"ResponsibleAIPolicyViolation", // Azure OpenAI, innererror.code with content_filter
-	"content_policy_violation",     // OpenAI: its safety system refused the prompt
+// contentRefused reports whether resp's body, as peeked, says that the
+// provider's content policy refused the request.
+func contentRefused(resp *http.Response) bool {
+	p := bodyPrefix(resp)
+	return p != nil && contentPolicy.in(p)
 }
 
-// unservableMessages are the starts of an error's "message" (or of an
-// "error" that is a string) that say its upstream cannot serve the request
-// while another may, ASCII case aside. A pattern that ends in a letter or
-// digit must also end a word of the message (followed by its end, one of
-// . , ; : or " ("), so that a message beginning with the caller's own
-// words says nothing. In a pattern, # is one or more digits, * up to 100
-// bytes of anything but a newline or a quote, as few as fit, and a final $
-// the message's end. docs/design.md says where each comes from.
-var unservableMessages = []string{
-	// OpenAI, Azure OpenAI, DeepSeek, vLLM.
-	"this model's maximum context length is # tokens",
-	// Newer vLLM, for a prompt that leaves no room for max_tokens.
-	"'max_tokens' or 'max_completion_tokens' is too large: #. this model's maximum context length is # tokens and your request has # input tokens",
-	// OpenRouter.
-	"this endpoint's maximum context length is # tokens",
-	// Mistral.
-	"prompt contains # tokens, too large for model with # maximum context length",
-	// SGLang.
-	"the input (# tokens) is longer than the model's context length (# tokens)",
+// markers are what an error body says one thing with. docs/design.md
+// cites each one's source.
+type markers struct {
+	// codes are values of an error's "code" or "type", at any depth,
+	// compared exactly.
+	codes []string
 
-	// Anthropic; Claude on Vertex AI answers a 413 "Prompt is too long".
-	"prompt is too long: # tokens > # maximum",
-	"prompt is too long$",
+	// messages are the starts of an error's "message" (or of an "error"
+	// that is a string), ASCII case aside. A pattern that ends in a letter
+	// or digit must also end a word of the message (followed by its end,
+	// one of . , ; : or " ("), so that a message beginning with the
+	// caller's own words says nothing. In a pattern, # is one or more
+	// digits, * up to 100 bytes of anything but a newline or a quote, as
+	// few as fit, and a final $ the message's end.
+	messages []string
 
-	// Gemini, with or without the count.
-	"the input token count* exceeds the maximum number of tokens allowed",
+	// key, when set, is a key whose presence says so whatever its value.
+	key string
+}
 
-	// Vertex AI.
-	"unable to submit request because the input token count is # but model only supports up to #",
+// contextLength says that the prompt is too long for the upstream's model.
+var contextLength = markers{
+	codes: []string{
+		"context_length_exceeded", // OpenAI, Azure OpenAI, Groq: a prompt longer than the context
+	},
+	messages: []string{
+		// OpenAI, Azure OpenAI, DeepSeek, vLLM.
+		"this model's maximum context length is # tokens",
+		// Newer vLLM, for a prompt that leaves no room for max_tokens.
+		"'max_tokens' or 'max_completion_tokens' is too large: #. this model's maximum context length is # tokens and your request has # input tokens",
+		// OpenRouter.
+		"this endpoint's maximum context length is # tokens",
+		// Mistral.
+		"prompt contains # tokens, too large for model with # maximum context length",
+		// SGLang.
+		"the input (# tokens) is longer than the model's context length (# tokens)",
 
-	// Groq, a 413 for a request beyond the organization's tokens per
-	// minute, which no wait makes fit.
-	"request too large for model * in organization * on tokens per minute",
+		// Anthropic; Claude on Vertex AI answers a 413 "Prompt is too long".
+		"prompt is too long: # tokens > # maximum",
+		"prompt is too long$",
 
-	// Anthropic's content filter.
-	"output blocked by content filtering policy",
+		// Gemini, with or without the count.
+		"the input token count* exceeds the maximum number of tokens allowed",
 
-	// Azure OpenAI, with content_filter above.
-	"the response was filtered due to the prompt triggering azure openai's content management policy",
+		// Vertex AI.
+		"unable to submit request because the input token count is # but model only supports up to #",
 
-	// OpenAI's reasoning models, "code":"invalid_prompt".
-	"invalid prompt: your prompt was flagged as potentially violating our usage policy",
+		// Groq, a 413 for a request beyond the organization's tokens per
+		// minute, which no wait makes fit.
+		"request too large for model * in organization * on tokens per minute",
 
-	// A LiteLLM proxy upstream, which names its own verdict first; its
-	// message for a caller's own mistake names the provider's error next.
-	"litellm.contextwindowexceedederror:",
-	"litellm.badrequesterror: litellm.contextwindowexceedederror:",
-	"litellm.contentpolicyviolationerror:",
-	"litellm.badrequesterror: litellm.contentpolicyviolationerror:",
+		// A LiteLLM proxy upstream, which names its own verdict first; its
+		// message for a caller's own mistake names the provider's error
+		// next.
+		"litellm.contextwindowexceedederror:",
+		"litellm.badrequesterror: litellm.contextwindowexceedederror:",
+	},
+}
+
+// contentPolicy says that the provider's content policy refused the
+// request.
+var contentPolicy = markers{
+	codes: []string{
+		"content_filter",               // Azure OpenAI: its content filter refused the prompt
+		"ResponsibleAIPolicyViolation", // Azure OpenAI, innererror.code with content_filter
+		"content_policy_violation",     // OpenAI: its safety system refused the prompt
+	},
+	messages: []string{
+		// Anthropic's content filter.
+		"output blocked by content filtering policy",
+
+		// Azure OpenAI, with content_filter above.
+		"the response was filtered due to the prompt triggering azure openai's content management policy",
+
+		// OpenAI's reasoning models, "code":"invalid_prompt".
+		"invalid prompt: your prompt was flagged as potentially violating our usage policy",
+
+		// A LiteLLM proxy upstream.
+		"litellm.contentpolicyviolationerror:",
+		"litellm.badrequesterror: litellm.contentpolicyviolationerror:",
+	},
+	// OpenRouter's moderation 403 carries error.metadata.flagged_input.
+	key: "flagged_input",
 }
 
 // matchStart reports whether s begins with pattern (see
-// unservableMessages), ASCII letters compared without case.
+// markers.messages), ASCII letters compared without case.
 func matchStart(s, pattern string) bool {
 	for i := 0; i < len(pattern); i++ {
 		switch c := pattern[i]; c {
@@ -180,16 +217,11 @@ func lower(c byte) byte {
 	return c
 }
 
-// unservableKey is a key whose presence says so whatever its value:
-// OpenRouter's moderation 403 carries error.metadata.flagged_input.
-const unservableKey = "flagged_input"
-
-// unservableBody reports whether body, a JSON error or its first bytes,
-// says its upstream cannot serve the request: a "code" or "type" among
-// unservableCodes, a "message" or string "error" that begins as one of
-// unservableMessages does, or a flagged_input key. Only the JSON up to the
+// in reports whether body, a JSON error or its first bytes, says what m
+// says: a "code" or "type" among m.codes, a "message" or string "error"
+// that begins as one of m.messages does, or m.key. Only the JSON up to the
 // first syntax error counts; a marker under another key does not.
-func unservableBody(body []byte) bool {
+func (m *markers) in(body []byte) bool {
 	dec := json.NewDecoder(bytes.NewReader(body))
 	// The containers open at the token read, and for each object whether
 	// its next string is a key, and the key of its value being read.
@@ -209,7 +241,7 @@ func unservableBody(body []byte) bool {
 		}
 		if s, ok := tok.(string); ok && top != nil && top.object && top.wantKey {
 			top.key, top.wantKey = s, false
-			if s == unservableKey {
+			if m.key != "" && s == m.key {
 				return true
 			}
 			continue
@@ -231,25 +263,25 @@ func unservableBody(body []byte) bool {
 				stack = stack[:len(stack)-1]
 			}
 		case string:
-			if unservableValue(key, v) {
+			if m.value(key, v) {
 				return true
 			}
 		}
 	}
 }
 
-// unservableValue reports whether the string value v of key says so.
-func unservableValue(key, v string) bool {
+// value reports whether the string value v of key says what m says.
+func (m *markers) value(key, v string) bool {
 	switch key {
 	case "code", "type":
-		for _, c := range unservableCodes {
+		for _, c := range m.codes {
 			if v == c {
 				return true
 			}
 		}
 	case "message", "error":
 		v = strings.TrimLeft(v, " \t\r\n")
-		for _, p := range unservableMessages {
+		for _, p := range m.messages {
 			if matchStart(v, p) {
 				return true
 			}

@@ -38,9 +38,9 @@ var (
 	jsonHeaders      = []string{"Content-Type", "application/json"}
 )
 
-// unservableAnswers are the answers that say the upstream cannot serve the
-// request while another may, one per provider shape; unservable.go cites
-// where each comes from.
+// unservableAnswers are the answers that say the prompt is too long for
+// the upstream's model, one per provider shape; unservable.go cites where
+// each comes from.
 var unservableAnswers = []providerAnswer{
 	{"openai context_length_exceeded", 400, openaiHeaders, `{
   "error": {
@@ -48,24 +48,6 @@ var unservableAnswers = []providerAnswer{
     "type": "invalid_request_error",
     "param": "messages",
     "code": "context_length_exceeded"
-  }
-}
-`},
-	{"openai invalid_prompt", 400, openaiHeaders, `{
-  "error": {
-    "message": "Invalid prompt: your prompt was flagged as potentially violating our usage policy. Please try again with a different prompt: https://platform.openai.com/docs/guides/reasoning#advice-on-prompting",
-    "type": "invalid_request_error",
-    "param": null,
-    "code": "invalid_prompt"
-  }
-}
-`},
-	{"openai content_policy_violation", 400, openaiHeaders, `{
-  "error": {
-    "code": "content_policy_violation",
-    "message": "Your request was rejected as a result of our safety system. Your prompt may contain text that is not allowed by our safety system.",
-    "param": null,
-    "type": "invalid_request_error"
   }
 }
 `},
@@ -77,9 +59,7 @@ var unservableAnswers = []providerAnswer{
     "code": "context_length_exceeded"
   }
 }`},
-	{"azure content_filter", 400, azureHeaders, `{"error":{"message":"The response was filtered due to the prompt triggering Azure OpenAI's content management policy. Please modify your prompt and retry. To learn more about our content filtering policies please read our documentation: https://go.microsoft.com/fwlink/?linkid=2198766","type":null,"param":"prompt","code":"content_filter","status":400,"innererror":{"code":"ResponsibleAIPolicyViolation","content_filter_result":{"hate":{"filtered":false,"severity":"safe"},"jailbreak":{"filtered":false,"detected":false},"self_harm":{"filtered":true,"severity":"medium"},"sexual":{"filtered":false,"severity":"safe"},"violence":{"filtered":false,"severity":"safe"}}}}}`},
 	{"anthropic prompt is too long", 400, anthropicHeaders, `{"type":"error","error":{"type":"invalid_request_error","message":"prompt is too long: 208310 tokens > 200000 maximum"},"request_id":"req_011CVQe1dLrGNMJyE1ghG1av"}`},
-	{"anthropic content filtering policy", 400, anthropicHeaders, `{"type":"error","error":{"type":"invalid_request_error","message":"Output blocked by content filtering policy"},"request_id":"req_011CZibekJwDaAz4R8V6Qc5m"}`},
 	{"anthropic on vertex 413", 413, googleHeaders, `{"type":"error","error":{"type":"invalid_request_error","message":"Prompt is too long"}}`},
 	{"gemini token limit", 400, googleHeaders, `{
   "error": {
@@ -118,12 +98,38 @@ var unservableAnswers = []providerAnswer{
 	{"groq context_length_exceeded", 400, jsonHeaders, `{"error":{"message":"Please reduce the length of the messages or completion.","type":"invalid_request_error","param":"messages","code":"context_length_exceeded"}}`},
 	{"groq 413 tokens per minute", 413, jsonHeaders, `{"error":{"message":"Request too large for model ` + "`llama-3.1-70b-versatile`" + ` in organization ` + "`org_01hsmce9vqehtt30cz5h7ebmk7`" + ` on tokens per minute (TPM): Limit 6000, Requested 18993, please reduce your message size and try again. Visit https://console.groq.com/docs/rate-limits for more information.","type":"tokens","code":"rate_limit_exceeded"}}`},
 	{"openrouter context length", 400, jsonHeaders, `{"error":{"message":"This endpoint's maximum context length is 131072 tokens. However, you requested about 141607 tokens (10535 of text input, 131072 in the output). Please reduce the length of either one, or use the \"middle-out\" transform to compress your prompt automatically.","code":400,"metadata":{"provider_name":"Chutes"}}}`},
-	{"openrouter moderation 403", 403, jsonHeaders, `{"error":{"code":403,"message":"Your chosen model requires moderation and your input was flagged","metadata":{"reasons":["harassment"],"flagged_input":"you are ...","provider_name":"OpenAI","model_slug":"openai/gpt-4o"}}}`},
 	{"vllm", 400, jsonHeaders, `{"object":"error","message":"This model's maximum context length is 32768 tokens. However, you requested 41648 tokens (37552 in the messages, 4096 in the completion). Please reduce the length of the messages or completion. None","type":"BadRequestError","param":null,"code":400}`},
 	{"vllm max_tokens past the context", 400, jsonHeaders, `{"error":{"message":"'max_tokens' or 'max_completion_tokens' is too large: 8000. This model's maximum context length is 4096 tokens and your request has 2778 input tokens (8000 > 4096 - 2778). None","type":"BadRequestError","param":null,"code":400}}`},
 	{"sglang", 400, jsonHeaders, `{"object":"error","message":"The input (9000 tokens) is longer than the model's context length (8192 tokens).","type":"BadRequestError","param":null,"code":400}`},
 	{"gemini 2.5, without the count", 400, googleHeaders, `{"error":{"code":400,"message":"The input token count exceeds the maximum number of tokens allowed (1048576).","status":"INVALID_ARGUMENT"}}`},
 	{"litellm proxy context window", 400, jsonHeaders, `{"error":{"message":"litellm.BadRequestError: litellm.ContextWindowExceededError: AnthropicError - {\"type\":\"error\",\"error\":{\"type\":\"invalid_request_error\",\"message\":\"prompt is too long: 200480 tokens > 200000 maximum\"}}\nReceived Model Group=anthropic/claude-3-5-sonnet-20241022\nAvailable Model Group Fallbacks=None","type":null,"param":null,"code":"400"}}`},
+}
+
+// refusalAnswers are the answers that say the provider's content policy
+// refused the request, one per provider shape; unservable.go cites where
+// each comes from.
+var refusalAnswers = []providerAnswer{
+	{"openai invalid_prompt", 400, openaiHeaders, `{
+  "error": {
+    "message": "Invalid prompt: your prompt was flagged as potentially violating our usage policy. Please try again with a different prompt: https://platform.openai.com/docs/guides/reasoning#advice-on-prompting",
+    "type": "invalid_request_error",
+    "param": null,
+    "code": "invalid_prompt"
+  }
+}
+`},
+	{"openai content_policy_violation", 400, openaiHeaders, `{
+  "error": {
+    "code": "content_policy_violation",
+    "message": "Your request was rejected as a result of our safety system. Your prompt may contain text that is not allowed by our safety system.",
+    "param": null,
+    "type": "invalid_request_error"
+  }
+}
+`},
+	{"azure content_filter", 400, azureHeaders, `{"error":{"message":"The response was filtered due to the prompt triggering Azure OpenAI's content management policy. Please modify your prompt and retry. To learn more about our content filtering policies please read our documentation: https://go.microsoft.com/fwlink/?linkid=2198766","type":null,"param":"prompt","code":"content_filter","status":400,"innererror":{"code":"ResponsibleAIPolicyViolation","content_filter_result":{"hate":{"filtered":false,"severity":"safe"},"jailbreak":{"filtered":false,"detected":false},"self_harm":{"filtered":true,"severity":"medium"},"sexual":{"filtered":false,"severity":"safe"},"violence":{"filtered":false,"severity":"safe"}}}}}`},
+	{"anthropic content filtering policy", 400, anthropicHeaders, `{"type":"error","error":{"type":"invalid_request_error","message":"Output blocked by content filtering policy"},"request_id":"req_011CZibekJwDaAz4R8V6Qc5m"}`},
+	{"openrouter moderation 403", 403, jsonHeaders, `{"error":{"code":403,"message":"Your chosen model requires moderation and your input was flagged","metadata":{"reasons":["harassment"],"flagged_input":"you are ...","provider_name":"OpenAI","model_slug":"openai/gpt-4o"}}}`},
 	{"litellm proxy content policy", 400, jsonHeaders, `{"error":{"message":"litellm.ContentPolicyViolationError: AzureException - The response was filtered due to the prompt triggering Azure OpenAI's content management policy.","type":null,"param":null,"code":"400"}}`},
 }
 
@@ -340,6 +346,13 @@ func TestDefaultClassifierUnservable(t *testing.T) {
 		peekBody(resp)
 		if got := DefaultClassifier(resp, nil); got != Unservable {
 			t.Errorf("%s, peeked: DefaultClassifier = %v, want unservable", a.name, got)
+		}
+	}
+	for _, a := range refusalAnswers {
+		resp := &http.Response{StatusCode: a.status, Body: io.NopCloser(strings.NewReader(a.body))}
+		peekBody(resp)
+		if got := DefaultClassifier(resp, nil); got != Rejected {
+			t.Errorf("%s, peeked: DefaultClassifier = %v, want rejected", a.name, got)
 		}
 	}
 	for _, code := range []int{200, 201, 301, 404, 422, 429, 500, 503} {
@@ -564,7 +577,7 @@ func TestUnservableSlowBody(t *testing.T) {
 // cools down however often it happens, and Retries do not send the request
 // round again: every upstream would say the same.
 func TestUnservableEverywhere(t *testing.T) {
-	answers := []providerAnswer{unservableAnswers[0], unservableAnswers[5], unservableAnswers[8]} // OpenAI, Anthropic, Gemini
+	answers := []providerAnswer{unservableAnswers[0], unservableAnswers[2], unservableAnswers[4]} // OpenAI, Anthropic, Gemini
 	var ups []Upstream
 	var servers []*server
 	for i, a := range answers {
@@ -606,7 +619,7 @@ func TestUnservableNotAskedAgain(t *testing.T) {
 		"hedged":      {Retries: 1, Hedge: &HedgeConfig{Delay: time.Hour}},
 	} {
 		n := newFakeNet()
-		n.status("a.test", 400, unservableAnswers[2].body, "Content-Type", "application/json") // content_policy_violation
+		n.status("a.test", 400, unservableAnswers[0].body, "Content-Type", "application/json") // context_length_exceeded
 		n.status("b.test", 503, "b down")
 		tr := newTestTransport(t, twoUpstreams(n, cfg))
 		resp, err := tr.RoundTrip(httptestRequest("POST", "http://a.test/v1/chat/completions", chatBody))
@@ -723,7 +736,7 @@ func TestUnservableThenFailure(t *testing.T) {
 
 // A hedged round moves on from an unservable answer as a plain one does.
 func TestUnservableHedged(t *testing.T) {
-	primary := newServer(t, unservableAnswers[5].serve)
+	primary := newServer(t, unservableAnswers[2].serve)
 	backup := newUpstreamServer(t, 200, "from backup")
 	tr := newTestTransport(t, Config{Hedge: &HedgeConfig{Delay: time.Minute}, Upstreams: []Upstream{
 		{Name: "primary", BaseURL: primary.URL},
@@ -791,10 +804,13 @@ func TestClassifierUnservableError(t *testing.T) {
 	}
 }
 
-// unservableBody never panics and says the same of the same bytes; what
-// a body cut short says, the whole body says too.
-func FuzzUnservableBody(f *testing.F) {
+// Neither kind of marker ever panics, and each says the same of the same
+// bytes; what a body cut short says, the whole body says too.
+func FuzzMarkers(f *testing.F) {
 	for _, a := range unservableAnswers {
+		f.Add([]byte(a.body))
+	}
+	for _, a := range refusalAnswers {
 		f.Add([]byte(a.body))
 	}
 	for _, nm := range nearMisses {
@@ -802,13 +818,15 @@ func FuzzUnservableBody(f *testing.F) {
 	}
 	f.Add([]byte(`{"a":[{"b":{"c":[1,2,{"code":"content_filter"}]}}]}`))
 	f.Fuzz(func(t *testing.T, body []byte) {
-		got := unservableBody(body)
-		if again := unservableBody(body); again != got {
-			t.Fatalf("unservableBody(%q) = %v, then %v", body, got, again)
-		}
-		for _, cut := range []int{len(body) / 2, len(body) - 1} {
-			if cut >= 0 && unservableBody(body[:cut]) && !got {
-				t.Fatalf("%q: a prefix is unservable, the whole is not", body)
+		for name, m := range map[string]*markers{"contextLength": &contextLength, "contentPolicy": &contentPolicy} {
+			got := m.in(body)
+			if again := m.in(body); again != got {
+				t.Fatalf("%s.in(%q) = %v, then %v", name, body, got, again)
+			}
+			for _, cut := range []int{len(body) / 2, len(body) - 1} {
+				if cut >= 0 && m.in(body[:cut]) && !got {
+					t.Fatalf("%s: %q: a prefix says so, the whole does not", name, body)
+				}
 			}
 		}
 	})
@@ -837,5 +855,75 @@ func TestUnservableSameModel(t *testing.T) {
 		if got := backup.requests()[0].Body; got != want {
 			t.Errorf("Models %v: backup got %s, want %s", models, got, want)
 		}
+	}
+}
+
+// A content-policy refusal is the caller's answer: it reaches the caller
+// from the first upstream after one attempt, nothing else is tried and
+// nobody is blamed; with Config.FailoverContentPolicy, or a Classifier
+// that defers to DefaultClassifier under it, it fails over as an
+// Unservable answer does. A prompt too long fails over either way.
+func TestContentPolicy(t *testing.T) {
+	deferring := func(resp *http.Response, err error) Outcome { return DefaultClassifier(resp, err) }
+	type setup struct {
+		name     string
+		cfg      Config
+		failover bool // whether a refusal fails over
+	}
+	setups := []setup{
+		{"default", Config{}, false},
+		{"deferring classifier", Config{Classify: deferring}, false},
+		{"FailoverContentPolicy", Config{FailoverContentPolicy: true}, true},
+		{"FailoverContentPolicy, deferring classifier", Config{FailoverContentPolicy: true, Classify: deferring}, true},
+	}
+	type answer struct {
+		providerAnswer
+		refusal bool
+	}
+	var answers []answer
+	for _, a := range refusalAnswers {
+		answers = append(answers, answer{a, true})
+	}
+	answers = append(answers, answer{unservableAnswers[0], false}, answer{unservableAnswers[2], false})
+	for _, st := range setups {
+		for _, a := range answers {
+			t.Run(st.name+"/"+a.name, func(t *testing.T) {
+				runContentPolicy(t, st.cfg, a.providerAnswer, st.failover || !a.refusal)
+			})
+		}
+	}
+}
+
+// runContentPolicy sends a request to a primary that answers a, with a
+// backup behind it, and checks that it failed over when failover says so,
+// and otherwise that the caller got a from one attempt, nobody blamed.
+func runContentPolicy(t *testing.T, cfg Config, a providerAnswer, failover bool) {
+	t.Helper()
+	primary := newServer(t, a.serve)
+	backup := newUpstreamServer(t, 200, "from backup")
+	cfg.Upstreams = []Upstream{{Name: "primary", BaseURL: primary.URL}, {Name: "backup", BaseURL: backup.URL}}
+	tr := newTestTransport(t, cfg)
+	resp, tc := postTraced(t, tr, primary.URL+"/v1/chat/completions")
+	h := tr.Health()[0]
+	if failover {
+		if got := readBody(t, resp); resp.StatusCode != 200 || got != "from backup" {
+			t.Fatalf("got %d %q, want the backup's 200", resp.StatusCode, got)
+		}
+		checkUnblamed(t, h, 1)
+		return
+	}
+	checkAnswer(t, resp, a)
+	if got, want := fmt.Sprint(tc.attempts), "[rejected]"; got != want || tc.done.Attempts != 1 {
+		t.Errorf("Trace attempts %s (%d), want %s (1)", got, tc.done.Attempts, want)
+	}
+	if n := backup.count(); n != 0 {
+		t.Errorf("the backup got %d requests, want none", n)
+	}
+	if h.Requests.Rejected != 1 || h.Requests.Total() != 1 {
+		t.Errorf("primary counted %+v, want one rejected", h.Requests)
+	}
+	if h.BreakerFailures != 0 || h.State != "closed" || h.Cooldown != 0 || h.LastError != "" || !h.Available {
+		t.Errorf("primary: breaker failures %d, state %s, cooldown %v, last error %q, available %v: want nothing against it",
+			h.BreakerFailures, h.State, h.Cooldown, h.LastError, h.Available)
 	}
 }
