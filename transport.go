@@ -20,6 +20,8 @@
 // count toward its circuit breaker ([BreakerConfig]) and try the next; the
 // caller's cancellation stops everything. When an upstream answered, the
 // caller gets that answer, even a 503; an error means none did ([Error]).
+// An SDK that retries on its own (openai-go, anthropic-sdk-go) is told
+// not to retry what the Transport already failed over ([Config.SDKRetries]).
 //
 // The rest is opt-in, each on its field of [Config]: routing ([Router]),
 // hedging, probes, stream guarding, model mapping, usage metering and state
@@ -138,7 +140,8 @@ type Config struct {
 
 	// Retries is how many more rounds over the upstreams a request gets
 	// after every upstream failed in a round, at most 100. Zero means
-	// none: SDKs retry on their own. The wait between rounds is the last
+	// none: an SDK's own retries then repeat only a request that got one
+	// attempt (see SDKRetries). The wait between rounds is the last
 	// 429's or 5xx's Retry-After (529 "overloaded" included), else doubles
 	// from RetryWaitMin up to RetryWaitMax (go-retryablehttp's
 	// DefaultBackoff); longer while every upstream is open or cooling
@@ -279,6 +282,15 @@ type Config struct {
 	// design. Off, the refusal is the caller's answer: another provider
 	// saying yes would overrule the first one's verdict on the content.
 	FailoverContentPolicy bool
+
+	// SDKRetries leaves answers and errors as they are, for an SDK to
+	// retry them on its own. Off, an SDK's retry never multiplies the
+	// Transport's attempts: an answer that follows more than one attempt,
+	// or an upstream skipped, carries "X-Should-Retry: false" when its
+	// status is one the Stainless SDKs (openai-go, anthropic-sdk-go)
+	// retry, and a request from such an SDK gets, instead of an [*Error]
+	// or [*UnroutedError], an answer that says the same ([AnswerError]).
+	SDKRetries bool
 }
 
 // StateChange is a change of an upstream's circuit, as
@@ -315,6 +327,13 @@ const (
 //     bad [WithUpstreams] list; or the caller's own error when its request
 //     cannot be sent (a body that fails to read, an invalid header), which
 //     blames no upstream.
+//   - Unless [Config.SDKRetries]: an answer after more than one attempt
+//     or a skipped upstream carries "X-Should-Retry: false" when its
+//     status is one SDKs retry; and a request with the Stainless SDKs'
+//     headers (X-Stainless-Lang) gets, instead of an [*Error] or an
+//     [*UnroutedError], a 502, 503, 504 or 421 answer made by the
+//     Transport that says so, whose Request is the caller's and whose
+//     error [AnswerError] gives back.
 //   - The caller closes the returned body. Its Request is the attempt that
 //     got it, with the caller's headers, never an upstream's. Discarded
 //     responses are drained (up to 64 KiB) and closed by the Transport.
@@ -370,6 +389,8 @@ type Transport struct {
 	unroutedPolicy UnroutedPolicy
 	unroutedHosts  unroutedHosts
 	unrouted       *metrics.Counter
+
+	sdkRetries bool // Config.SDKRetries: answers and errors as they are (sdk.go)
 }
 
 // New returns a Transport for cfg, or an error naming the field of cfg that
@@ -460,6 +481,7 @@ func New(cfg Config) (*Transport, error) {
 		lastResortCfg:  cfg.LastResort,
 		unroutedPolicy: cfg.Unrouted,
 		usage:          newUsageConfig(cfg),
+		sdkRetries:     cfg.SDKRetries,
 	}
 	t.lastResortCfg.MaxInFlight = cmp.Or(t.lastResortCfg.MaxInFlight, defaultLastResortInFlight)
 	if t.waitMin > t.waitMax {
@@ -547,12 +569,13 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		r.opts = contextOptions(req.Context())
 	}
 	if r.addressed == nil {
-		return t.roundTripUnrouted(*r)
+		resp, err := t.roundTripUnrouted(*r)
+		return t.forSDK(req, resp, err, false)
 	}
 	c.trace = requestTrace(req.Context())
 	resp, err := c.run()
 	c.ended(resp, err)
-	return resp, err
+	return t.forSDK(req, resp, err, c.sent > 1 || c.passed > 0)
 }
 
 // newRecent gives u the caches of its recent figures, one per distinct

@@ -30,9 +30,9 @@ import (
 //     every upstream.
 //
 // The primary is overloaded (529 overloaded_error) and the backup answers.
-// anthropic-sdk-go retries 529 and 5xx twice by default, each retry a pass
-// over every upstream; option.WithMaxRetries(0) leaves retries to the
-// Transport, as for openai-go (see Example_openaiRetries).
+// anthropic-sdk-go retries 529 and 5xx twice by default, but not what the
+// Transport already failed over; option.WithMaxRetries(0) leaves every
+// retry to the Transport, as for openai-go (see Example_openaiRetries).
 func Example_anthropic() {
 	primary := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		fmt.Println("primary got", r.Method, r.URL.Path, "with x-api-key", r.Header.Get("X-Api-Key"))

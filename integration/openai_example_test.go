@@ -76,21 +76,19 @@ func Example_openai() {
 }
 
 // openai-go retries a failed request twice by default (transport errors,
-// 408, 409, 429, 5xx), and each of its attempts goes through the whole
-// failover.Transport: with both upstreams failing, one call makes
-// (1+MaxRetries) × 2 attempts, 6 by default, and waits between them
-// (0.5s, then 1s, or the last answer's retry-after-ms or Retry-After).
-// The SDK's waits know nothing of the upstreams: it waits out the
-// Retry-After of the last answer (the backup's 429, say, while the
-// primary only failed a 503), and when every upstream is cooling down the
-// Transport fails the request at once with ErrRateLimited, which the SDK
-// takes for a connection error and retries after its 0.5s and 1s, long
-// before any cooldown is over.
+// 408, 409, 429, 5xx). It does not retry what a failover.Transport already
+// failed over: an answer after more than one attempt says
+// "X-Should-Retry: false", and an error of the Transport's own (every
+// upstream open or cooling down, say) comes as an answer that says the
+// same, so one call makes one pass over the upstreams. The SDK still
+// retries the answer of a request that had one attempt only.
 //
-// Give the retries to one layer. option.WithMaxRetries(0) leaves them to
-// the Transport: one pass over the upstreams, and Config.Retries more
-// rounds if you want them, which wait longer while every upstream is open
-// or cooling down and never past the request's deadline
+// With Config.SDKRetries each SDK attempt is a pass over every upstream:
+// (1+MaxRetries) × 2 attempts, 6 by default, with the SDK's waits between
+// them (0.5s, then 1s, or the last answer's retry-after-ms or
+// Retry-After), which know nothing of the upstreams. Config.Retries gives
+// the Transport more rounds instead, which wait longer while every
+// upstream is open or cooling down and never past the request's deadline
 // (RateLimit.MaxWait waits for a cooling upstream). The numbers after #
 // are the SDK's X-Stainless-Retry-Count.
 func Example_openaiRetries() {
@@ -144,10 +142,10 @@ func Example_openaiRetries() {
 	}
 
 	call("the SDK's default (2 retries):", failover.Config{})
-	call("option.WithMaxRetries(0):", failover.Config{}, option.WithMaxRetries(0))
-	call("and Config.Retries 1:", failover.Config{Retries: 1, RetryWaitMin: 100 * time.Millisecond}, option.WithMaxRetries(0))
+	call("Config.Retries 1:", failover.Config{Retries: 1, RetryWaitMin: 100 * time.Millisecond})
+	call("Config.SDKRetries:", failover.Config{SDKRetries: true})
 	// Output:
-	// the SDK's default (2 retries):     6 attempts: primary#0 backup#0 primary#1 backup#1 primary#2 backup#2, then 503
-	// option.WithMaxRetries(0):          2 attempts: primary#0 backup#0, then 503
-	// and Config.Retries 1:              4 attempts: primary#0 backup#0 primary#0 backup#0, then 503
+	// the SDK's default (2 retries):     2 attempts: primary#0 backup#0, then 503
+	// Config.Retries 1:                  4 attempts: primary#0 backup#0 primary#0 backup#0, then 503
+	// Config.SDKRetries:                 6 attempts: primary#0 backup#0 primary#1 backup#1 primary#2 backup#2, then 503
 }

@@ -388,11 +388,11 @@ func TestOpenAIStreamingIsNotBuffered(t *testing.T) {
 	}
 }
 
-// TestOpenAISDKRetriesOverFailover: openai-go retries 5xx itself; each of
-// its attempts is one round of the Transport over every upstream. When every
-// upstream fails, the caller gets the last provider's answer as an
-// *openai.Error, not a transport error, unless no upstream could be asked
-// at all.
+// TestOpenAISDKRetriesOverFailover: with Config.SDKRetries, openai-go
+// retries 5xx itself; each of its attempts is one round of the Transport
+// over every upstream. When every upstream fails, the caller gets the last
+// provider's answer as an *openai.Error, not a transport error, unless no
+// upstream could be asked at all.
 func TestOpenAISDKRetriesOverFailover(t *testing.T) {
 	// retry-after-ms: 1 keeps the SDK's waits between its attempts short;
 	// the Transport reads it only on 429s.
@@ -458,6 +458,7 @@ func TestOpenAISDKRetriesOverFailover(t *testing.T) {
 			primary := fakeUpstream(t, &log, "primary", fail(tc.primary, fmt.Sprintf("primary says %d", tc.primary)))
 			backup := fakeUpstream(t, &log, "backup", fail(tc.backup, fmt.Sprintf("backup says %d", tc.backup)))
 			tr := newFailover(t, primary.URL+"/v1", backup.URL+"/v1", failover.Config{
+				SDKRetries:   true,
 				Retries:      tc.transportRetries,
 				RetryWaitMin: time.Millisecond,
 				RetryWaitMax: 10 * time.Millisecond,
