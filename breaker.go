@@ -14,6 +14,16 @@ import (
 // fail a fraction of a percent of requests on a good day, which a count of
 // failures per period would trip on at high traffic. Set FailureRate for
 // partial outages, where an upstream fails often but not every time.
+//
+// An open circuit lets one probe through after its open time, which fits
+// both blips and long outages: Cooldown at first, then, while the upstream
+// keeps failing, (f/24s)^1.5 seconds for an upstream failing for f (a
+// tenth of f at about two minutes, less before, more after), less up to
+// 10 % of jitter, at most MaxCooldown. The episode's f counts from when
+// this process first saw the circuit open, its own trip or the fleet's.
+// Once the circuit closes, each healthy moment takes a share of f off, so
+// that an upstream that fails again soon keeps its long open time, and one
+// healthy for as long as its last open time starts again at Cooldown.
 type BreakerConfig struct {
 	// FailureThreshold is how many consecutive failures open the circuit,
 	// at most 1000. Zero means 5. Ignored when FailureRate is set.
@@ -32,9 +42,15 @@ type BreakerConfig struct {
 	// Zero means 10s.
 	FailurePeriod time.Duration
 
-	// Cooldown is how long a circuit stays open before one probe request
-	// is let through. Zero means 30s.
+	// Cooldown is the shortest time a circuit stays open before one
+	// probe request is let through, the open time of a first trip. Zero
+	// means 1s.
 	Cooldown time.Duration
+
+	// MaxCooldown is the longest time a circuit stays open, however long
+	// its upstream has been failing. Zero means 5m; less than Cooldown
+	// means Cooldown, a fixed open time.
+	MaxCooldown time.Duration
 
 	// SuccessThreshold is how many consecutive probe successes close the
 	// circuit, at most 1000; probes go one at a time. Zero means 1.
@@ -43,11 +59,17 @@ type BreakerConfig struct {
 
 // Defaults of BreakerConfig.
 const (
-	defaultFailureThreshold = 5
-	defaultMinRequests      = 20
-	defaultFailurePeriod    = 10 * time.Second
-	defaultBreakerCooldown  = 30 * time.Second
+	defaultFailureThreshold   = 5
+	defaultMinRequests        = 20
+	defaultFailurePeriod      = 10 * time.Second
+	defaultBreakerCooldown    = time.Second
+	defaultBreakerMaxCooldown = 5 * time.Minute
 )
+
+// minProbeLife is the shortest time a half-open probe may take before the
+// next request presumes it hung and probes instead: LLM requests take
+// seconds, longer than the shortest open times.
+const minProbeLife = 30 * time.Second
 
 func (c BreakerConfig) withDefaults() BreakerConfig {
 	if c.FailureThreshold == 0 {
@@ -62,6 +84,10 @@ func (c BreakerConfig) withDefaults() BreakerConfig {
 	if c.Cooldown == 0 {
 		c.Cooldown = defaultBreakerCooldown
 	}
+	if c.MaxCooldown == 0 {
+		c.MaxCooldown = defaultBreakerMaxCooldown
+	}
+	c.MaxCooldown = max(c.MaxCooldown, c.Cooldown)
 	if c.SuccessThreshold == 0 {
 		c.SuccessThreshold = 1
 	}
@@ -87,6 +113,8 @@ func (c BreakerConfig) validate() error {
 		return configError("Breaker.FailurePeriod", "must be at least 10ms (a time.Duration counts nanoseconds: 5 is 5ns)")
 	case c.Cooldown < 0:
 		return configError("Breaker.Cooldown", "must not be negative")
+	case c.MaxCooldown < 0:
+		return configError("Breaker.MaxCooldown", "must not be negative")
 	case c.SuccessThreshold > maxBreakerCount:
 		return configError("Breaker.SuccessThreshold", "must be at most 1000")
 	}
@@ -99,7 +127,7 @@ type State int32
 // States of a circuit.
 const (
 	Closed   = State(circuit.Closed)   // requests flow
-	Open     = State(circuit.Open)     // requests are refused until the cooldown ends
+	Open     = State(circuit.Open)     // requests are refused until the open time ends
 	HalfOpen = State(circuit.HalfOpen) // one probe at a time decides
 )
 
@@ -128,6 +156,8 @@ func newCircuit(c BreakerConfig, lease func(time.Time, bool) bool, onChange func
 		MinRequests:      c.MinRequests,
 		FailurePeriod:    c.FailurePeriod,
 		Cooldown:         c.Cooldown,
+		MaxCooldown:      c.MaxCooldown,
+		ProbeLife:        max(c.Cooldown, minProbeLife),
 		SuccessThreshold: c.SuccessThreshold,
 		Lease:            lease,
 		OnChange:         onChange,

@@ -27,8 +27,8 @@ func TestBreakerOpensAfterConsecutiveFailures(t *testing.T) {
 		}
 		get(t, tr, "http://a.test/")
 		h := tr.Health()[0]
-		if h.State != "open" || h.Trips != 1 || h.OpenFor != 30*time.Second {
-			t.Fatalf("after 5 failures: %s, trips %d, open for %v; want open for the 30s default", h.State, h.Trips, h.OpenFor)
+		if h.State != "open" || h.Trips != 1 || h.OpenFor != time.Second || h.OpenTime != time.Second {
+			t.Fatalf("after 5 failures: %s, trips %d, open for %v of %v; want open for the 1s default Cooldown", h.State, h.Trips, h.OpenFor, h.OpenTime)
 		}
 		for range 10 {
 			if code, _ := get(t, tr, "http://a.test/"); code != 200 {
@@ -481,7 +481,8 @@ func TestConcurrentUse(t *testing.T) {
 }
 
 // A probe that never returns (no AttemptTimeout, a caller without a
-// deadline) is presumed hung after Cooldown, and Reset frees its gate.
+// deadline) is presumed hung after Cooldown or 30s, whichever is longer
+// (LLM requests take seconds), and Reset frees its gate.
 func TestHungProbe(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var mode atomic.Value
@@ -511,8 +512,12 @@ func TestHungProbe(t *testing.T) {
 			t.Fatalf("while the probe is young: %v, want ErrCircuitOpen", err)
 		}
 		time.Sleep(10 * time.Second)
+		if _, err := get(t, tr, "http://a.test/"); !errors.Is(err, ErrCircuitOpen) {
+			t.Fatalf("a Cooldown after the probe hung: %v, want ErrCircuitOpen: a probe lives 30s at least", err)
+		}
+		time.Sleep(20 * time.Second)
 		if code, err := get(t, tr, "http://a.test/"); err != nil || code != 200 {
-			t.Fatalf("a Cooldown after the probe hung: %d, %v; want a new probe", code, err)
+			t.Fatalf("30s after the probe hung: %d, %v; want a new probe", code, err)
 		}
 
 		// Trip again, hang a probe, Reset: the gate is free at once.

@@ -465,13 +465,13 @@ func ExampleUpstream_policy() {
 	slow.Store(true)
 	fmt.Println("slow answer:", get())
 	for _, h := range t.Health() {
-		fmt.Printf("%s: %s after %d failures; trips after %d, opens for %v, attempt timeout %v\n",
+		fmt.Printf("%s: %s after %d failures; trips after %d, opens for %v at first, attempt timeout %v\n",
 			h.Name, h.State, h.Requests.Failed, h.Breaker.FailureThreshold, h.Breaker.Cooldown, h.AttemptTimeout)
 	}
 	// Output:
 	// slow answer: 200 backup
-	// primary: open after 3 failures; trips after 3, opens for 15s, attempt timeout 200ms
-	// backup: closed after 0 failures; trips after 5, opens for 30s, attempt timeout 10s
+	// primary: open after 3 failures; trips after 3, opens for 15s at first, attempt timeout 200ms
+	// backup: closed after 0 failures; trips after 5, opens for 1s at first, attempt timeout 10s
 }
 
 // Active probes find a provider that went down before a request does, and

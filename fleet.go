@@ -308,14 +308,14 @@ func (f *fleet) callBound() time.Duration { return max(f.every, minCallBound) }
 // mayProbe reports whether this process may send u's half-open probe: it
 // holds the fleet's lease, or the store is unreachable, or the Transport
 // is closed, or the store has refused the lease for the circuit's
-// Cooldown with no word of another member's probe meanwhile (a probe
+// ProbeLife with no word of another member's probe meanwhile (a probe
 // older is presumed hung). Otherwise, with ask, it asks for the lease,
 // without waiting for it. It is the circuit's Lease.
 func (f *fleet) mayProbe(u *upstream, now time.Time, ask bool) bool {
 	if f.down.Load() || f.stopped.Load() || f.holdsLease(u, now) {
 		return true
 	}
-	if r := u.fleet.refused.Load(); r != nil && r.news == u.fleet.news.Load() && mono.Of(now).Sub(r.at) >= u.circuit.Cooldown() {
+	if r := u.fleet.refused.Load(); r != nil && r.news == u.fleet.news.Load() && mono.Of(now).Sub(r.at) >= u.circuit.ProbeLife() {
 		return true
 	}
 	if ask && u.fleet.wanting.CompareAndSwap(false, true) {
@@ -371,7 +371,7 @@ func (f *fleet) changed(u *upstream, c circuit.Change) {
 		}
 	case circuit.Closed:
 		u.fleet.lease.Store(0)
-		f.publish(SharedEvent{Upstream: u.name, Kind: SharedClosed, For: u.circuit.Cooldown()})
+		f.publish(SharedEvent{Upstream: u.name, Kind: SharedClosed, For: u.circuit.ProbeLife()})
 	}
 }
 
@@ -419,7 +419,9 @@ func (f *fleet) work(ctx context.Context) {
 		case u := <-f.leases:
 			var got bool
 			now := time.Now()
-			ttl := u.circuit.Cooldown()
+			// Until the open time that a failed probe starts ends, so
+			// that the fleet's next probe may be any member's.
+			ttl := u.circuit.NextOpen(now)
 			asked := u.fleet.asked.Load()
 			switch {
 			case !f.call(ctx, func(ctx context.Context) (err error) {
@@ -431,7 +433,7 @@ func (f *fleet) work(ctx context.Context) {
 				u.fleet.refused.Store(nil)
 			default:
 				// The first refusal since the news the lease was
-				// asked after: mayProbe waits a Cooldown from it.
+				// asked after: mayProbe waits a ProbeLife from it.
 				if r := u.fleet.refused.Load(); r == nil || r.news != asked {
 					u.fleet.refused.Store(&refusal{asked, mono.Of(now)})
 				}
@@ -586,8 +588,9 @@ func (f *fleet) listen(ctx context.Context) {
 // apply adopts an event from the fleet into this process's state, unless
 // Close was called. What the fleet says keeps an upstream out no longer
 // than this process's own cap from when it first adopted it (see claim): a
-// cooldown, MaxCooldown; an open circuit, that or its own Cooldown,
-// whichever is longer, so that it holds another member's longer Cooldown.
+// cooldown, MaxCooldown; an open circuit, that or its own
+// Breaker.MaxCooldown, whichever is longer, so that it holds another
+// member's long open time.
 func (f *fleet) apply(e SharedEvent) {
 	u := f.byName[e.Upstream]
 	if u == nil {
@@ -605,7 +608,7 @@ func (f *fleet) apply(e SharedEvent) {
 		if e.For <= 0 || u.circuit.Status(now) == circuit.HalfOpen && f.holdsLease(u, now) {
 			return
 		}
-		d := u.fleet.adopt(&u.fleet.open, now, e.For, max(u.circuit.Cooldown(), f.t.rate.MaxCooldown), f.callBound())
+		d := u.fleet.adopt(&u.fleet.open, now, e.For, max(u.circuit.MaxCooldown(), f.t.rate.MaxCooldown), f.callBound())
 		if d > 0 && (u.circuit.Status(now) != circuit.Open || u.circuit.OpenFor(now) < d) {
 			u.fleet.news.Add(1) // a probe's verdict, or a trip
 			u.circuit.HoldOpen(now.Add(d), now)

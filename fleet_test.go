@@ -704,7 +704,7 @@ func scriptedMember(t *testing.T, n *fakeNet, s Shared, cfg Config) *Transport {
 	if cfg.RateLimit.MaxCooldown == 0 {
 		cfg.RateLimit.MaxCooldown = time.Second
 	}
-	cfg.Breaker = BreakerConfig{FailureThreshold: 2, Cooldown: time.Second}
+	cfg.Breaker = BreakerConfig{FailureThreshold: 2, Cooldown: time.Second, MaxCooldown: time.Second}
 	tr := newTestTransport(t, twoUpstreams(n, cfg))
 	t.Cleanup(func() { tr.Close() })
 	return tr
@@ -713,7 +713,7 @@ func scriptedMember(t *testing.T, n *fakeNet, s Shared, cfg Config) *Transport {
 // What a store says keeps an upstream out for no longer than this member's
 // cap, counted from when it first adopted it, however often the store says
 // it again, moves its end or makes it longer: 1 s here (MaxCooldown for a
-// cooldown; for an open circuit, that or Breaker.Cooldown, whichever is
+// cooldown; for an open circuit, that or Breaker.MaxCooldown, whichever is
 // longer). Before, a store that answered every Load with "cooling, 1 h
 // left" kept the upstream cooling for good: each answer's end, a period
 // later than the last, was taken after 1 s of drift for a new cooldown,
@@ -873,8 +873,9 @@ func TestSharedClaimsAfterOwnEvidence(t *testing.T) {
 }
 
 // A store that refuses every probe lease, and never tells a verdict, keeps
-// an upstream whose circuit opened from probing for no longer than the
-// circuit's Cooldown: then the member probes on its own, as it would
+// an upstream whose circuit opened from probing for no longer than a
+// probe's lifetime (Cooldown or 30s, whichever is longer): then the member
+// probes on its own, as it would
 // with the store down. Before, it waited for the lease for good, the
 // upstream skipped as probed elsewhere.
 func TestSharedLeaseRefusedBounded(t *testing.T) {
@@ -894,13 +895,13 @@ func TestSharedLeaseRefusedBounded(t *testing.T) {
 		n.status("a.test", 200, "a")
 		time.Sleep(time.Second) // the cooldown ends: the lease is asked for, and refused
 		start := time.Now()
-		for tr.Health()[0].State != "closed" && time.Since(start) < 3*time.Second {
+		for tr.Health()[0].State != "closed" && time.Since(start) < 33*time.Second {
 			get(t, tr, "http://a.test/")
 			synctest.Wait()
 			time.Sleep(50 * time.Millisecond)
 		}
-		if h := tr.Health()[0]; h.State != "closed" || time.Since(start) > 1100*time.Millisecond {
-			t.Errorf("%v after its cooldown, with every lease refused, a is %s (%s); want closed by its own probe a Cooldown (1s) after the first refusal", time.Since(start), h.State, h.Unavailable)
+		if h := tr.Health()[0]; h.State != "closed" || time.Since(start) < 29*time.Second || time.Since(start) > 30100*time.Millisecond {
+			t.Errorf("%v after its cooldown, with every lease refused, a is %s (%s); want closed by its own probe a probe's lifetime (30s) after the first refusal", time.Since(start), h.State, h.Unavailable)
 		}
 	})
 }

@@ -62,8 +62,12 @@ type UpstreamHealth struct {
 	Headroom      *Headroom
 	OutOfHeadroom bool
 
-	// OpenFor is how long the circuit stays open before its next probe.
-	OpenFor time.Duration
+	// OpenFor is how long the circuit stays open before its next probe,
+	// and OpenTime how long it opened for the last time it opened (0 when
+	// never): the open time in effect, which grows while the upstream
+	// keeps failing (see [BreakerConfig]).
+	OpenFor  time.Duration
+	OpenTime time.Duration
 
 	// Cooldown is how long the upstream still cools down after a 429,
 	// and CooldownReason why ("rate_limited", "quota_exhausted").
@@ -141,6 +145,7 @@ func (t *Transport) health(u *upstream, now time.Time) UpstreamHealth {
 		Unavailable:     av.reason,
 		Demoted:         t.demotion(u, now),
 		OpenFor:         cs.OpenFor,
+		OpenTime:        cs.OpenTime,
 		Cooldown:        u.cd.remaining(now),
 		Trips:           cs.Trips,
 		BreakerFailures: cs.Failures,
@@ -210,6 +215,7 @@ func (h UpstreamHealth) MarshalJSON() ([]byte, error) {
 		Headroom        *headroomJSON  `json:"headroom,omitempty"`
 		OutOfHeadroom   bool           `json:"out_of_headroom"`
 		OpenFor         float64        `json:"open_for_seconds"`
+		OpenTime        float64        `json:"open_time_seconds"`
 		Cooldown        float64        `json:"cooldown_seconds"`
 		CooldownReason  CooldownReason `json:"cooldown_reason,omitempty"`
 		Trips           uint64         `json:"trips"`
@@ -224,7 +230,7 @@ func (h UpstreamHealth) MarshalJSON() ([]byte, error) {
 		LastErrorAt     *time.Time     `json:"last_error_at,omitempty"`
 		Usage           usageJSON      `json:"usage"`
 	}{
-		h.Name, h.BaseURL, h.State, since, h.Available, h.Unavailable, h.Demoted, h.Degraded, h.Suspect, h.InFlight, h.Headroom.json(), h.OutOfHeadroom, h.OpenFor.Seconds(), h.Cooldown.Seconds(), h.CooldownReason,
+		h.Name, h.BaseURL, h.State, since, h.Available, h.Unavailable, h.Demoted, h.Degraded, h.Suspect, h.InFlight, h.Headroom.json(), h.OutOfHeadroom, h.OpenFor.Seconds(), h.OpenTime.Seconds(), h.Cooldown.Seconds(), h.CooldownReason,
 		h.Trips, h.BreakerFailures, h.Breaker.json(), h.Timeouts.json(), h.Requests, h.Window, h.SuccessRate,
 		latency{h.P50.Seconds(), h.P95.Seconds(), h.P99.Seconds()},
 		h.LastError, lastAt,

@@ -447,7 +447,10 @@ func TestHedgeHungUpstreamTrips(t *testing.T) {
 		n := newFakeNet()
 		n.handle("a.test", slowly(time.Hour, "a", new(atomic.Int32)))
 		n.handle("b.test", slowly(5*time.Millisecond, "b", new(atomic.Int32)))
-		tr := newTestTransport(t, twoUpstreams(n, Config{Hedge: &HedgeConfig{Delay: 50 * time.Millisecond, Percent: 100}}))
+		// Open past the test's end: a probe of the hung primary would wait
+		// for it, unhedged.
+		tr := newTestTransport(t, twoUpstreams(n, Config{Hedge: &HedgeConfig{Delay: 50 * time.Millisecond, Percent: 100},
+			Breaker: BreakerConfig{Cooldown: time.Minute}}))
 		var wg sync.WaitGroup
 		for range 200 {
 			wg.Go(func() {

@@ -39,6 +39,9 @@ func (c BreakerConfig) over(inherited BreakerConfig) BreakerConfig {
 	if c.Cooldown == 0 {
 		c.Cooldown = inherited.Cooldown
 	}
+	if c.MaxCooldown == 0 {
+		c.MaxCooldown = inherited.MaxCooldown
+	}
 	if c.SuccessThreshold == 0 {
 		c.SuccessThreshold = inherited.SuccessThreshold
 	}
@@ -68,19 +71,20 @@ func (uc Upstream) validatePolicy(i int) error {
 
 // breakerJSON is a BreakerConfig in effect as Health's JSON shows it: the
 // rule that trips the circuit (a consecutive count, or a failure rate with
-// its minimum and period), then the cooldown and the successes that close
-// it; durations in seconds.
+// its minimum and period), then the shortest and longest open times and
+// the successes that close it; durations in seconds.
 type breakerJSON struct {
 	FailureThreshold uint    `json:"failure_threshold,omitempty"`
 	FailureRate      float64 `json:"failure_rate,omitempty"`
 	MinRequests      uint    `json:"min_requests,omitempty"`
 	FailurePeriod    float64 `json:"failure_period_seconds,omitempty"`
 	Cooldown         float64 `json:"cooldown_seconds"`
+	MaxCooldown      float64 `json:"max_cooldown_seconds"`
 	SuccessThreshold uint    `json:"success_threshold"`
 }
 
 func (c BreakerConfig) json() breakerJSON {
-	j := breakerJSON{Cooldown: c.Cooldown.Seconds(), SuccessThreshold: c.SuccessThreshold}
+	j := breakerJSON{Cooldown: c.Cooldown.Seconds(), MaxCooldown: c.MaxCooldown.Seconds(), SuccessThreshold: c.SuccessThreshold}
 	if c.FailureRate > 0 {
 		j.FailureRate, j.MinRequests, j.FailurePeriod = c.FailureRate, c.MinRequests, c.FailurePeriod.Seconds()
 	} else {

@@ -54,23 +54,23 @@ func TestUpstreamPolicyRejected(t *testing.T) {
 func TestUpstreamPolicyInherits(t *testing.T) {
 	tr := newTestTransport(t, Config{
 		Base:           newFakeNet(),
-		Breaker:        BreakerConfig{FailureThreshold: 7, Cooldown: time.Minute},
+		Breaker:        BreakerConfig{FailureThreshold: 7, Cooldown: time.Minute, MaxCooldown: 10 * time.Minute},
 		AttemptTimeout: 2 * time.Second,
 		Upstreams: []Upstream{
 			{Name: "primary", BaseURL: "http://a.test", Breaker: &BreakerConfig{FailureThreshold: 3, Cooldown: 15 * time.Second}, AttemptTimeout: 500 * time.Millisecond},
 			{Name: "backup", BaseURL: "http://b.test"},
-			{Name: "partial", BaseURL: "http://c.test", Breaker: &BreakerConfig{SuccessThreshold: 2}},
-			{Name: "rate", BaseURL: "http://d.test", Breaker: &BreakerConfig{FailureRate: 0.5, FailurePeriod: time.Minute}},
+			{Name: "partial", BaseURL: "http://c.test", Breaker: &BreakerConfig{SuccessThreshold: 2, MaxCooldown: time.Second}},
+			{Name: "rate", BaseURL: "http://d.test", Breaker: &BreakerConfig{FailureRate: 0.5, FailurePeriod: time.Minute, MaxCooldown: 5 * time.Minute}},
 		},
 	})
 	want := []struct {
 		breaker BreakerConfig
 		timeout time.Duration
 	}{
-		{BreakerConfig{FailureThreshold: 3, MinRequests: 20, FailurePeriod: 10 * time.Second, Cooldown: 15 * time.Second, SuccessThreshold: 1}, 500 * time.Millisecond},
-		{BreakerConfig{FailureThreshold: 7, MinRequests: 20, FailurePeriod: 10 * time.Second, Cooldown: time.Minute, SuccessThreshold: 1}, 2 * time.Second},
-		{BreakerConfig{FailureThreshold: 7, MinRequests: 20, FailurePeriod: 10 * time.Second, Cooldown: time.Minute, SuccessThreshold: 2}, 2 * time.Second},
-		{BreakerConfig{FailureThreshold: 7, FailureRate: 0.5, MinRequests: 20, FailurePeriod: time.Minute, Cooldown: time.Minute, SuccessThreshold: 1}, 2 * time.Second},
+		{BreakerConfig{FailureThreshold: 3, MinRequests: 20, FailurePeriod: 10 * time.Second, Cooldown: 15 * time.Second, MaxCooldown: 10 * time.Minute, SuccessThreshold: 1}, 500 * time.Millisecond},
+		{BreakerConfig{FailureThreshold: 7, MinRequests: 20, FailurePeriod: 10 * time.Second, Cooldown: time.Minute, MaxCooldown: 10 * time.Minute, SuccessThreshold: 1}, 2 * time.Second},
+		{BreakerConfig{FailureThreshold: 7, MinRequests: 20, FailurePeriod: 10 * time.Second, Cooldown: time.Minute, MaxCooldown: time.Minute, SuccessThreshold: 2}, 2 * time.Second},
+		{BreakerConfig{FailureThreshold: 7, FailureRate: 0.5, MinRequests: 20, FailurePeriod: time.Minute, Cooldown: time.Minute, MaxCooldown: 5 * time.Minute, SuccessThreshold: 1}, 2 * time.Second},
 	}
 	hs := tr.Health()
 	for i, h := range hs {
@@ -91,10 +91,10 @@ func TestUpstreamPolicyInherits(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i, w := range []string{
-		`{"cooldown_seconds":15,"failure_threshold":3,"success_threshold":1}`,
-		`{"cooldown_seconds":60,"failure_threshold":7,"success_threshold":1}`,
-		`{"cooldown_seconds":60,"failure_threshold":7,"success_threshold":2}`,
-		`{"cooldown_seconds":60,"failure_period_seconds":60,"failure_rate":0.5,"min_requests":20,"success_threshold":1}`,
+		`{"cooldown_seconds":15,"failure_threshold":3,"max_cooldown_seconds":600,"success_threshold":1}`,
+		`{"cooldown_seconds":60,"failure_threshold":7,"max_cooldown_seconds":600,"success_threshold":1}`,
+		`{"cooldown_seconds":60,"failure_threshold":7,"max_cooldown_seconds":60,"success_threshold":2}`,
+		`{"cooldown_seconds":60,"failure_period_seconds":60,"failure_rate":0.5,"max_cooldown_seconds":300,"min_requests":20,"success_threshold":1}`,
 	} {
 		b, _ := json.Marshal(got[i].Breaker) // map keys sorted
 		if string(b) != w {
@@ -120,7 +120,7 @@ func TestUpstreamPolicyInherits(t *testing.T) {
 }
 
 // The field's reference setup: the primary trips after 3 failures and
-// stays open 15 s, the backup after the default 5 and 30 s. Both fail
+// stays open 15 s, the backup after the default 5 and, set here, 30 s. Both fail
 // together: the primary opens after its third failure, two requests
 // before the backup; it probes again after its 15 s while the backup
 // waits out its 30 s.
@@ -130,7 +130,7 @@ func TestPrimaryTripsFaster(t *testing.T) {
 		n.status("a.test", 503, "primary down")
 		n.status("b.test", 503, "backup down")
 		n.status("c.test", 200, "last")
-		tr := newTestTransport(t, Config{Base: n, Upstreams: []Upstream{
+		tr := newTestTransport(t, Config{Base: n, Breaker: BreakerConfig{Cooldown: 30 * time.Second}, Upstreams: []Upstream{
 			{Name: "primary", BaseURL: "http://a.test", Breaker: &BreakerConfig{FailureThreshold: 3, Cooldown: 15 * time.Second}},
 			{Name: "backup", BaseURL: "http://b.test"},
 			{Name: "last", BaseURL: "http://c.test"},

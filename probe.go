@@ -20,7 +20,7 @@ import (
 // ProbeConfig configures active health probes: a background loop that sends
 // each upstream a cheap request every Interval, so that a provider that went
 // down is known before users hit it, and one that came back is tried before
-// its circuit's Cooldown ends. A failing probe counts like a failed request;
+// its circuit's open time ends. A failing probe counts like a failed request;
 // a succeeding one moves an open circuit to half-open, so that the next
 // request probes it. Probes carry the upstream's Header and are counted in
 // failover_probes_total, not in Health's request counts.

@@ -96,7 +96,7 @@ type Candidate struct {
 	Unavailable Reason
 
 	// Recovering reports that the circuit closed recently (within its
-	// Cooldown) after being open. Until it has shown it copes, [Weighted] gives it at most 10 %
+	// Breaker.Cooldown or 30s, whichever is longer) after being open. Until it has shown it copes, [Weighted] gives it at most 10 %
 	// of the picks, and [LeastLatency] and [Score] put it first for a
 	// tenth of the requests they otherwise would: a little traffic, never
 	// a flood. [Priority] ignores it.

@@ -27,11 +27,12 @@ import (
 // What the store says is bounded, however often it says it. A member
 // holds a cooldown or an open circuit it adopts for at most its
 // [RateLimitConfig.MaxCooldown] (an open circuit: or its
-// [BreakerConfig.Cooldown], if longer) counted from its first adoption,
+// [BreakerConfig.MaxCooldown], if longer) counted from its first adoption,
 // through every repetition that comes within SharedSync (at least 1s) of
 // the end said last, however it moves that end; only a lapse, or a 429 or
 // trip of the member's own, starts the count anew. A lease the store
-// refuses holds the member's probe back for at most its Cooldown.
+// refuses holds the member's probe back for at most its Cooldown or 30s,
+// whichever is longer.
 // Durations that are not positive, unknown upstreams, kinds and reasons,
 // and rates that are not positive numbers are ignored. From Close on,
 // nothing the store returns or delivers is adopted.

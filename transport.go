@@ -195,7 +195,7 @@ type Config struct {
 	// Shared, when set, shares open circuits, cooldowns and the
 	// half-open probe with the other processes of a fleet (see [Shared]).
 	// What it says keeps an upstream out for at most RateLimit.MaxCooldown
-	// (an open circuit: or its Breaker.Cooldown, if longer) from when this
+	// (an open circuit: or its Breaker.MaxCooldown, if longer) from when this
 	// Transport first adopted it. New starts two goroutines for it, which
 	// Close stops; from Close on, nothing it says is adopted. Nil means
 	// each Transport learns on its own.
@@ -606,7 +606,7 @@ func (t *Transport) Reset(name string) error {
 			u.circuit.Reset(time.Now())
 			u.cd.clear()
 			if t.fleet != nil {
-				t.fleet.publish(SharedEvent{Upstream: u.name, Kind: SharedReset, For: u.circuit.Cooldown()})
+				t.fleet.publish(SharedEvent{Upstream: u.name, Kind: SharedReset, For: u.circuit.ProbeLife()})
 			}
 			return nil
 		}

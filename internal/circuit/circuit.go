@@ -11,6 +11,7 @@
 package circuit
 
 import (
+	"math/rand/v2"
 	"net/http"
 	"sync"
 	"sync/atomic"
@@ -74,7 +75,9 @@ type Config struct {
 	FailureRate      float64       // when > 0: the failure rate that trips
 	MinRequests      uint          // with FailureRate
 	FailurePeriod    time.Duration // with FailureRate
-	Cooldown         time.Duration // open before a probe; a probe's lifetime
+	Cooldown         time.Duration // the shortest open time (see OpenTime)
+	MaxCooldown      time.Duration // the longest open time; at least Cooldown
+	ProbeLife        time.Duration // a probe's lifetime, and how long a closed circuit is Recovering; at least Cooldown
 	SuccessThreshold uint          // consecutive probe successes that close
 
 	// Lease, when set, reports whether this process may send the
@@ -132,6 +135,12 @@ type Circuit struct {
 	openUntil atomic.Int64
 	held      atomic.Bool
 
+	// episode is when the upstream's failing episode began (a mono.Time;
+	// 0: none yet): the open time grows with its age. lastOpen is how
+	// long the circuit last opened for. Both are written under mu.
+	episode  atomic.Int64
+	lastOpen atomic.Int64
+
 	// clean is true while the circuit is closed and its window holds no
 	// failure under the consecutive-failure rule: a success then changes
 	// nothing, and Done takes no lock.
@@ -177,6 +186,8 @@ const (
 
 // New returns a closed circuit.
 func New(cfg Config) *Circuit {
+	cfg.MaxCooldown = max(cfg.MaxCooldown, cfg.Cooldown)
+	cfg.ProbeLife = max(cfg.ProbeLife, cfg.Cooldown)
 	c := &Circuit{cfg: cfg}
 	c.clean.Store(c.Counting())
 	b := circuitbreaker.NewBuilder[*http.Response]().
@@ -199,14 +210,19 @@ func (c *Circuit) Counting() bool { return c.cfg.FailureRate == 0 }
 // Threshold is FailureThreshold, at most 1000.
 func (c *Circuit) Threshold() int { return int(min(c.cfg.FailureThreshold, 1000)) }
 
-// Cooldown is how long an open circuit stays open, and a probe's lifetime.
-func (c *Circuit) Cooldown() time.Duration { return c.cfg.Cooldown }
+// ProbeLife is how long a probe may take before the next request takes
+// over, and how long a closed circuit is Recovering.
+func (c *Circuit) ProbeLife() time.Duration { return c.cfg.ProbeLife }
+
+// MaxCooldown is the longest an open circuit stays open.
+func (c *Circuit) MaxCooldown() time.Duration { return c.cfg.MaxCooldown }
 
 // changed is failsafe-go's listener. It runs on the goroutine that caused
 // the change, after failsafe-go released its own lock, while c.mu is held.
 func (c *Circuit) changed(e circuitbreaker.StateChangedEvent) {
 	from, to := State(e.OldState), State(e.NewState)
 	at := mono.Of(c.now)
+	prev := mono.Time(c.since.Load())
 	c.state.Store(int32(to))
 	c.since.Store(int64(at))
 	c.gen.Add(1)
@@ -215,12 +231,30 @@ func (c *Circuit) changed(e circuitbreaker.StateChangedEvent) {
 	c.openUntil.Store(0)
 	c.streak.Store(0)
 	if to == Open {
-		c.openUntil.Store(int64(at.Add(c.cfg.Cooldown)))
 		if from == Closed {
 			c.trips.Add(1)
+			c.episode.Store(int64(c.resume(at, prev)))
 		}
+		d := OpenTime(at.Sub(mono.Time(c.episode.Load())), c.cfg.Cooldown, c.cfg.MaxCooldown, rand.Float64())
+		c.openUntil.Store(int64(at.Add(d)))
+		c.lastOpen.Store(int64(d))
 	}
 	c.changes = append(c.changes, Change{From: from, To: to, At: c.now, Remote: c.remote})
+}
+
+// resume returns when the failing episode of a circuit that trips at at,
+// closed since closed (0: never opened), began: a new one at at, or the
+// last one, resumed (see resumed). Requires that c.mu is held.
+func (c *Circuit) resume(at, closed mono.Time) mono.Time {
+	ep := mono.Time(c.episode.Load())
+	if ep == 0 || closed == 0 {
+		return at
+	}
+	age := resumed(closed.Sub(ep), at.Sub(closed), time.Duration(c.lastOpen.Load()))
+	if age <= 0 {
+		return at
+	}
+	return at.Add(-age)
 }
 
 // lock starts a call into cb at now; unlock ends it. It hands cb the
@@ -322,10 +356,10 @@ func (c *Circuit) verdict(now time.Time, ask bool) Verdict {
 }
 
 // probing reports whether a probe holds the gate at now. A probe older
-// than Cooldown is presumed hung (no attempt timeout and a caller without a
+// than ProbeLife is presumed hung (no attempt timeout and a caller without a
 // deadline) and the next request takes over.
 func (c *Circuit) probing(now mono.Time) bool {
-	return c.probe.Load() != 0 && now.Sub(mono.Time(c.probeStart.Load())) < c.cfg.Cooldown
+	return c.probe.Load() != 0 && now.Sub(mono.Time(c.probeStart.Load())) < c.cfg.ProbeLife
 }
 
 // Allow returns a permit to send a request at now, or why not. The permit
@@ -489,13 +523,15 @@ func (c *Circuit) Probed(r Result, now time.Time) {
 	c.settleClean()
 }
 
-// Reset closes the circuit by hand at now, and frees the probe gate of a
-// probe that may hang.
+// Reset closes the circuit by hand at now, frees the probe gate of a
+// probe that may hang, and ends the failing episode: the next trip opens
+// for Cooldown.
 func (c *Circuit) Reset(now time.Time) {
 	c.lock(now)
 	defer c.unlock()
 	c.cb.Close()
 	c.probe.Store(0)
+	c.episode.Store(0)
 	c.settleClean()
 }
 
@@ -516,6 +552,7 @@ func (c *Circuit) HoldOpen(until, now time.Time) {
 		c.cb.Open()
 	}
 	c.openUntil.Store(int64(end))
+	c.lastOpen.Store(int64(end.Sub(mono.Of(now))))
 	c.held.Store(true)
 	c.clean.Store(false)
 }
@@ -555,6 +592,9 @@ type Snapshot struct {
 	Since time.Time
 	// OpenFor is how long an open circuit stays open.
 	OpenFor time.Duration
+	// OpenTime is how long the circuit last opened for (see OpenTime);
+	// 0 when never.
+	OpenTime time.Duration
 	// Held says the circuit is open on the fleet's word (HoldOpen).
 	Held bool
 	// Trips counts changes from closed to open.
@@ -574,11 +614,12 @@ type Snapshot struct {
 // counts them.
 func (c *Circuit) Snapshot(now time.Time) Snapshot {
 	s := Snapshot{
-		State:   State(c.state.Load()),
-		Held:    c.held.Load(),
-		Trips:   c.trips.Load(),
-		Failing: c.Failing(),
-		Mark:    [2]int64{c.since.Load(), c.openUntil.Load()},
+		State:    State(c.state.Load()),
+		Held:     c.held.Load(),
+		Trips:    c.trips.Load(),
+		Failing:  c.Failing(),
+		OpenTime: time.Duration(c.lastOpen.Load()),
+		Mark:     [2]int64{c.since.Load(), c.openUntil.Load()},
 	}
 	if since := mono.Time(c.since.Load()); since != 0 {
 		s.Since = since.Time()
@@ -608,10 +649,21 @@ func (c *Circuit) Status(now time.Time) State {
 	return s
 }
 
-// Recovering reports whether the circuit closed within the last Cooldown.
+// Recovering reports whether the circuit closed within the last ProbeLife.
 func (c *Circuit) Recovering(now time.Time) bool {
 	since := mono.Time(c.since.Load())
-	return State(c.state.Load()) == Closed && since != 0 && mono.Of(now).Sub(since) < c.cfg.Cooldown
+	return State(c.state.Load()) == Closed && since != 0 && mono.Of(now).Sub(since) < c.cfg.ProbeLife
+}
+
+// NextOpen is the shortest time the circuit would open for if its probe
+// failed at now: at least Cooldown, and at most the open time that any
+// later failure of the same episode starts, whatever its jitter.
+func (c *Circuit) NextOpen(now time.Time) time.Duration {
+	ep := mono.Time(c.episode.Load())
+	if ep == 0 || State(c.state.Load()) == Closed {
+		return c.cfg.Cooldown
+	}
+	return OpenTime(mono.Of(now).Sub(ep), c.cfg.Cooldown, c.cfg.MaxCooldown, 1)
 }
 
 // OpenFor is how long an open circuit stays open at now (0 unless open).
