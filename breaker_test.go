@@ -741,3 +741,141 @@ func TestBreakerNextWithoutResponseOrError(t *testing.T) {
 		t.Fatalf("state %v, want open: no answer is the upstream's failure", b.State())
 	}
 }
+
+// outageNet is a Base whose primary (a) answers 503 from start until
+// start+outage, then 200 "a", recording when each attempt reached it; the
+// backup (b) always answers. It runs in the bubble: real TCP servers do
+// not block durably inside a synctest bubble, so these tests drive the
+// Transport through an in-memory Base.
+type outageNet struct {
+	*fakeNet
+	start, end time.Time
+	mu         sync.Mutex
+	hits       []time.Duration // since start, during the outage
+}
+
+func newOutageNet(outage time.Duration) *outageNet {
+	o := &outageNet{fakeNet: newFakeNet(), start: time.Now()}
+	o.end = o.start.Add(outage)
+	o.status("b.test", 200, "b")
+	o.handle("a.test", func(*http.Request) (*http.Response, error) {
+		now := time.Now()
+		if now.Before(o.end) {
+			o.mu.Lock()
+			o.hits = append(o.hits, now.Sub(o.start))
+			o.mu.Unlock()
+			return respond(503, "down"), nil
+		}
+		return respond(200, "a"), nil
+	})
+	return o
+}
+
+// attempts returns when attempts reached the primary during its outage.
+func (o *outageNet) attempts() []time.Duration {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return append([]time.Duration(nil), o.hits...)
+}
+
+// untilServed sends one request through tr every interval until the
+// primary serves one after the outage, and returns how long after the
+// recovery that was.
+func (o *outageNet) untilServed(t *testing.T, tr http.RoundTripper, every time.Duration) time.Duration {
+	t.Helper()
+	for {
+		if body := readBody(t, mustGet(t, tr, "http://a.test/")); body == "a" {
+			return time.Since(o.end)
+		}
+		if time.Since(o.end) > time.Hour {
+			t.Fatal("the primary served nothing within an hour of its recovery")
+		}
+		time.Sleep(every)
+	}
+}
+
+// gaps returns the time between consecutive attempts in hits that end
+// after from.
+func gaps(hits []time.Duration, from time.Duration) []time.Duration {
+	var out []time.Duration
+	for i := 1; i < len(hits); i++ {
+		if hits[i] >= from {
+			out = append(out, hits[i]-hits[i-1])
+		}
+	}
+	return out
+}
+
+// recoveries runs the outage once for each of phases starting points of
+// the traffic within every (the first request that many steps into the
+// outage), a default Transport each time, and returns the worst time from
+// the recovery to the first request the primary served, and the
+// attempts that reached the primary down in that run.
+func recoveries(t *testing.T, outage, every time.Duration, phases int) (worst time.Duration, hits []time.Duration) {
+	t.Helper()
+	for i := range phases {
+		synctest.Test(t, func(t *testing.T) {
+			o := newOutageNet(outage)
+			tr := newTestTransport(t, twoUpstreams(o.fakeNet, Config{}))
+			time.Sleep(every * time.Duration(i) / time.Duration(phases))
+			if lost := o.untilServed(t, tr, every); lost >= worst {
+				worst, hits = lost, o.attempts()
+			}
+		})
+	}
+	return worst, hits
+}
+
+// T1: with the default Config, a 5 s blip under steady traffic (one
+// request every 100ms) costs the primary about a second of traffic after
+// it recovers, whatever the phase of the traffic: its open time stays at
+// Cooldown (1s) while it has been failing for seconds. With a fixed 30s
+// open time it was 25 s.
+func TestRecoveryAfterBlip(t *testing.T) {
+	worst, hits := recoveries(t, 5*time.Second, 100*time.Millisecond, 10)
+	t.Logf("5s blip, a request every 100ms: the primary serves again at worst %v after its recovery (%d attempts reached it down)", worst, len(hits))
+	if worst > 2*time.Second {
+		t.Errorf("the primary serves again %v after a 5s blip ended, want at most 2s", worst)
+	}
+}
+
+// T2: with the default Config, after a 60 s outage with one request every
+// 4 s, the primary carries traffic again within 10 s of its recovery,
+// whatever the phase of the traffic: the open time a minute into an
+// outage is a few seconds. With a fixed 30s open time it was up to 33 s.
+func TestRecoveryAfterMinute(t *testing.T) {
+	worst, hits := recoveries(t, time.Minute, 4*time.Second, 16)
+	t.Logf("60s outage, a request every 4s: the primary serves again at worst %v after its recovery; attempts while down at %v", worst, hits)
+	if worst > 10*time.Second {
+		t.Errorf("the primary serves again %v after a 60s outage ended, want within 10s", worst)
+	}
+}
+
+// T3: with the default Config, a 10-minute outage with one request every
+// 4 s gets at most one probe a minute by its end: the open time grows
+// past a minute. With a fixed 30s open time it got two a minute.
+func TestProbesThinOutInLongOutage(t *testing.T) {
+	for phase := range 4 {
+		synctest.Test(t, func(t *testing.T) {
+			o := newOutageNet(10 * time.Minute)
+			tr := newTestTransport(t, twoUpstreams(o.fakeNet, Config{}))
+			time.Sleep(time.Duration(phase) * time.Second)
+			lost := o.untilServed(t, tr, 4*time.Second)
+			hits := o.attempts()
+			late := gaps(hits, 8*time.Minute)
+			t.Logf("10m outage, a request every 4s from %ds: %d attempts reached the primary down, %d in the last 2 minutes, gaps before them %v; served again %v after recovery",
+				phase, len(hits), len(late), late, lost)
+			if len(late) == 0 {
+				t.Fatal("no probe in the outage's last 2 minutes")
+			}
+			for _, g := range late {
+				if g < time.Minute {
+					t.Errorf("probes %v apart in the outage's last 2 minutes, want at least a minute", g)
+				}
+			}
+			if h := tr.Health()[0]; h.OpenTime < time.Minute || h.OpenTime > 5*time.Minute {
+				t.Errorf("Health shows an open time of %v after the outage, want between 1m and the 5m cap", h.OpenTime)
+			}
+		})
+	}
+}

@@ -1074,3 +1074,53 @@ func TestFleetStateRates(t *testing.T) {
 		t.Errorf("%d members' rates kept, want those of the last %v, 1001", len(s.members), rateWindow)
 	}
 }
+
+// T3, fleet-wide: three members sharing one store, each with the default
+// Config and one request every 4 s, staggered, through a 10-minute outage
+// of the primary: by the outage's end the fleet sends it at most one probe
+// a minute. A member that adopts the open circuit starts its failing
+// episode then, so that its own failed probe opens for the episode's age,
+// not for Cooldown. With a fixed 30s open time the fleet probed twice a
+// minute.
+func TestSharedProbesThinOutInLongOutage(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const outage, every = 10 * time.Minute, 4 * time.Second
+		o := newOutageNet(outage)
+		s := newMemShared()
+		var fleet []*Transport
+		for range 3 {
+			tr := newTestTransport(t, twoUpstreams(o.fakeNet, Config{Shared: s}))
+			t.Cleanup(func() { tr.Close() })
+			fleet = append(fleet, tr)
+		}
+		var wg sync.WaitGroup
+		var served atomic.Int64 // since the recovery, the first answer of the primary; 0: none yet
+		for i, tr := range fleet {
+			wg.Go(func() {
+				time.Sleep(every * time.Duration(i) / time.Duration(len(fleet)))
+				for time.Since(o.end) < 5*time.Minute {
+					if readBody(t, mustGet(t, tr, "http://a.test/")) == "a" {
+						served.CompareAndSwap(0, int64(time.Since(o.end)))
+					}
+					time.Sleep(every)
+				}
+			})
+		}
+		wg.Wait()
+		hits := o.attempts()
+		late := gaps(hits, outage-2*time.Minute)
+		t.Logf("10m outage, 3 members each a request every 4s: %d attempts reached the primary down, %d in the last 2 minutes, gaps before them %v; the fleet served again %v after recovery",
+			len(hits), len(late), late, time.Duration(served.Load()))
+		if len(late) == 0 {
+			t.Fatal("no probe in the outage's last 2 minutes")
+		}
+		for _, g := range late {
+			if g < time.Minute {
+				t.Errorf("probes %v apart in the outage's last 2 minutes, want at least a minute fleet-wide", g)
+			}
+		}
+		if served.Load() == 0 {
+			t.Error("the primary served nothing within 5 minutes of its recovery")
+		}
+	})
+}
