@@ -318,7 +318,16 @@ func (f *fleet) mayProbe(u *upstream, now time.Time, ask bool) bool {
 	if r := u.fleet.refused.Load(); r != nil && r.news == u.fleet.news.Load() && mono.Of(now).Sub(r.at) >= u.circuit.ProbeLife() {
 		return true
 	}
-	if ask && u.fleet.wanting.CompareAndSwap(false, true) {
+	if ask {
+		f.wantLease(u)
+	}
+	return false
+}
+
+// wantLease queues a call to the store for u's probe lease, unless one is
+// queued already.
+func (f *fleet) wantLease(u *upstream) {
+	if u.fleet.wanting.CompareAndSwap(false, true) {
 		u.fleet.asked.Store(u.fleet.news.Load())
 		select {
 		case f.leases <- u:
@@ -326,7 +335,6 @@ func (f *fleet) mayProbe(u *upstream, now time.Time, ask bool) bool {
 			u.fleet.wanting.Store(false)
 		}
 	}
-	return false
 }
 
 // holdsLease reports whether this process holds the fleet's lease on u's
@@ -357,7 +365,8 @@ func (f *fleet) publish(e SharedEvent) {
 // others hold it open for as long, extend-only (see Shared). Any change
 // is news, which ends a wait for the probe's lease; one to open that this
 // process made is its own evidence, after which the fleet's word on an
-// open circuit is news too (see claim).
+// open circuit is news too (see claim); one that its probe made shortens
+// its lease to the open time (see work).
 func (f *fleet) changed(u *upstream, c circuit.Change) {
 	u.fleet.news.Add(1)
 	if c.Remote {
@@ -368,6 +377,9 @@ func (f *fleet) changed(u *upstream, c circuit.Change) {
 		u.fleet.forget(&u.fleet.open)
 		if left := u.circuit.OpenFor(c.At); left > 0 {
 			f.publish(SharedEvent{Upstream: u.name, Kind: SharedOpen, For: left})
+		}
+		if c.From == circuit.HalfOpen && f.holdsLease(u, c.At) {
+			f.wantLease(u)
 		}
 	case circuit.Closed:
 		u.fleet.lease.Store(0)
@@ -419,9 +431,20 @@ func (f *fleet) work(ctx context.Context) {
 		case u := <-f.leases:
 			var got bool
 			now := time.Now()
-			// Until the open time that a failed probe starts ends, so
-			// that the fleet's next probe may be any member's.
-			ttl := u.circuit.NextOpen(now)
+			// For the probe's lifetime: long enough for this process's
+			// next request to probe, and for the probe. Once the probe
+			// failed and the circuit is open again, a lease held is
+			// taken anew until the open time ends (the store's holder
+			// holds it for ttl from now), so that the fleet's next
+			// probe may be any member's.
+			ttl := u.circuit.ProbeLife()
+			if left := u.circuit.OpenFor(now); left > 0 {
+				if !f.holdsLease(u, now) {
+					u.fleet.wanting.Store(false)
+					continue
+				}
+				ttl = left
+			}
 			asked := u.fleet.asked.Load()
 			switch {
 			case !f.call(ctx, func(ctx context.Context) (err error) {

@@ -1124,3 +1124,47 @@ func TestSharedProbesThinOutInLongOutage(t *testing.T) {
 		}
 	})
 }
+
+// T2, fleet-wide: three members sharing one store, each with the default
+// Config and one request every 4 s, staggered, through a 60 s outage of
+// the primary: the fleet carries traffic to it again within 10 s of its
+// recovery. The probe's lease lasts a probe's lifetime, so that the
+// member that took it probes with its next request, and ends with the
+// open time its failed probe starts, so that the next probe may be any
+// member's: a lease as short as the open time lapsed before its holder's
+// next request, and no member probed.
+func TestSharedRecoveryAfterMinute(t *testing.T) {
+	for phase := range 4 {
+		synctest.Test(t, func(t *testing.T) {
+			const outage, every = time.Minute, 4 * time.Second
+			o := newOutageNet(outage)
+			s := newMemShared()
+			var fleet []*Transport
+			for range 3 {
+				tr := newTestTransport(t, twoUpstreams(o.fakeNet, Config{Shared: s}))
+				t.Cleanup(func() { tr.Close() })
+				fleet = append(fleet, tr)
+			}
+			time.Sleep(time.Duration(phase) * time.Second)
+			var wg sync.WaitGroup
+			var served atomic.Int64 // since the recovery, the first answer of the primary; 0: none yet
+			for i, tr := range fleet {
+				wg.Go(func() {
+					time.Sleep(every * time.Duration(i) / time.Duration(len(fleet)))
+					for served.Load() == 0 && time.Since(o.end) < time.Hour {
+						if readBody(t, mustGet(t, tr, "http://a.test/")) == "a" {
+							served.CompareAndSwap(0, int64(max(1, time.Since(o.end))))
+						}
+						time.Sleep(every)
+					}
+				})
+			}
+			wg.Wait()
+			lost := time.Duration(served.Load())
+			t.Logf("60s outage, 3 members each a request every 4s from %ds: attempts while down at %v; the fleet served again %v after recovery", phase, o.attempts(), lost)
+			if lost > 10*time.Second {
+				t.Errorf("the fleet's primary serves again %v after a 60s outage ended, want within 10s", lost)
+			}
+		})
+	}
+}

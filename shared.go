@@ -61,8 +61,9 @@ type Shared interface {
 	Subscribe(ctx context.Context, deliver func(SharedEvent)) error
 
 	// AcquireProbe takes the lease on the half-open probe of upstream for
-	// ttl, for member, unless another member holds it. It reports
-	// whether member holds it.
+	// ttl, for member, unless another member holds it; a member that
+	// holds it already holds it for ttl from now. It reports whether
+	// member holds it.
 	AcquireProbe(ctx context.Context, upstream, member string, ttl time.Duration) (bool, error)
 }
 

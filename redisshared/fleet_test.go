@@ -318,14 +318,26 @@ func simulateOn(t *testing.T, p *primary, srv *redisServer, every time.Duration,
 		held := make([]int, fleetSize)
 		for k, g := range grants {
 			held[g.member]++
-			// The store grants a lease only once the one before has
-			// expired (a Closed event deletes it, and none comes while
-			// the primary is down). Each grant came at some time
-			// between its call's start and end: two grants whose calls
-			// all began and returned within less than a TTL broke the
-			// rule, whatever the machine's load.
-			for _, h := range grants[:k] {
-				if g.end.Before(upAt) && h.end.Before(upAt) && later(g.end, h.end).Sub(earlier(g.start, h.start)) < min(g.ttl, h.ttl) {
+			// The store grants a lease to a member only once the one
+			// before has expired (a Closed event deletes it, and none
+			// comes while the primary is down); its holder may take it
+			// anew (a failed probe ends its lease with the open time),
+			// which sets the TTL from then. Each grant came at some time
+			// between its call's start and end: a grant to another
+			// member that returned before the earliest end of the
+			// lease before it, as its holder last took it before that
+			// return, broke the rule, whatever the machine's load.
+			for i, h := range grants[:k] {
+				if h.member == g.member || !g.end.Before(upAt) || !h.end.Before(upAt) {
+					continue
+				}
+				last := h
+				for _, r := range grants[i+1 : k] {
+					if r.member == h.member && r.start.Before(g.end) {
+						last = r
+					}
+				}
+				if g.end.Before(last.start.Add(last.ttl)) && g.end.Sub(earlier(g.start, h.start)) < min(g.ttl, h.ttl) {
 					f.closeLeases++
 				}
 			}

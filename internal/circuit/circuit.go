@@ -655,17 +655,6 @@ func (c *Circuit) Recovering(now time.Time) bool {
 	return State(c.state.Load()) == Closed && since != 0 && mono.Of(now).Sub(since) < c.cfg.ProbeLife
 }
 
-// NextOpen is the shortest time the circuit would open for if its probe
-// failed at now: at least Cooldown, and at most the open time that any
-// later failure of the same episode starts, whatever its jitter.
-func (c *Circuit) NextOpen(now time.Time) time.Duration {
-	ep := mono.Time(c.episode.Load())
-	if ep == 0 || State(c.state.Load()) == Closed {
-		return c.cfg.Cooldown
-	}
-	return OpenTime(mono.Of(now).Sub(ep), c.cfg.Cooldown, c.cfg.MaxCooldown, 1)
-}
-
 // OpenFor is how long an open circuit stays open at now (0 unless open).
 func (c *Circuit) OpenFor(now time.Time) time.Duration {
 	if State(c.state.Load()) != Open {

@@ -20,14 +20,17 @@ const maxJitter = 0.1
 // probes spread, and kept within [base, max(base, limit)].
 func OpenTime(age, base, limit time.Duration, u float64) time.Duration {
 	limit = max(limit, base)
-	grown := float64(limit)
+	var grown time.Duration
 	if age > 0 {
-		grown = min(grown, math.Pow(age.Seconds()/growthScale.Seconds(), 1.5)*float64(time.Second))
-	} else {
-		grown = 0
+		// Compared as floats: a float64 as large as limit may not fit
+		// a Duration.
+		grown = limit
+		if g := math.Pow(age.Seconds()/growthScale.Seconds(), 1.5) * float64(time.Second); g < float64(limit) {
+			grown = time.Duration(g)
+		}
 	}
-	grown *= 1 - maxJitter*min(max(u, 0), 1)
-	return max(base, time.Duration(grown))
+	grown -= time.Duration(float64(grown) * maxJitter * min(max(u, 0), 1))
+	return max(base, grown)
 }
 
 // resumed returns the age at which a failing episode resumes when its
