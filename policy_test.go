@@ -26,6 +26,7 @@ func TestUpstreamPolicyRejected(t *testing.T) {
 		field string
 	}{
 		{"negative cooldown", with(Upstream{Breaker: &BreakerConfig{Cooldown: -1}}), "Upstreams[1].Breaker.Cooldown"},
+		{"negative max cooldown", with(Upstream{Breaker: &BreakerConfig{MaxCooldown: -time.Second}}), "Upstreams[1].Breaker.MaxCooldown"},
 		{"huge threshold", with(Upstream{Breaker: &BreakerConfig{FailureThreshold: 1001}}), "Upstreams[1].Breaker.FailureThreshold"},
 		{"huge success threshold", with(Upstream{Breaker: &BreakerConfig{SuccessThreshold: math.MaxUint}}), "Upstreams[1].Breaker.SuccessThreshold"},
 		{"NaN rate", with(Upstream{Breaker: &BreakerConfig{FailureRate: math.NaN()}}), "Upstreams[1].Breaker.FailureRate"},

@@ -484,6 +484,7 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		{"negative retries", Config{Upstreams: []Upstream{ok}, Retries: -1}, "Retries"},
 		{"retry wait order", Config{Upstreams: []Upstream{ok}, RetryWaitMin: time.Minute, RetryWaitMax: time.Second}, "RetryWaitMin"},
 		{"negative cooldown", Config{Upstreams: []Upstream{ok}, Breaker: BreakerConfig{Cooldown: -1}}, "Breaker.Cooldown"},
+		{"negative breaker max cooldown", Config{Upstreams: []Upstream{ok}, Breaker: BreakerConfig{MaxCooldown: -1}}, "Breaker.MaxCooldown"},
 		{"negative period", Config{Upstreams: []Upstream{ok}, Breaker: BreakerConfig{FailurePeriod: -1}}, "Breaker.FailurePeriod"},
 		{"rate above 1", Config{Upstreams: []Upstream{ok}, Breaker: BreakerConfig{FailureRate: 1.5}}, "Breaker.FailureRate"},
 		{"negative max wait", Config{Upstreams: []Upstream{ok}, RateLimit: RateLimitConfig{MaxWait: -1}}, "RateLimit.MaxWait"},
@@ -1127,6 +1128,13 @@ func fuzzConfig(r *fuzzReader, base http.RoundTripper) Config {
 			}
 		}
 		cfg.Upstreams[i].AttemptTimeout = r.duration()
+	}
+	// Read after all else, for the same reason.
+	cfg.Breaker.MaxCooldown = r.duration()
+	for i := range cfg.Upstreams {
+		if b := cfg.Upstreams[i].Breaker; b != nil {
+			b.MaxCooldown = r.duration()
+		}
 	}
 	return cfg
 }
