@@ -73,7 +73,7 @@ func (o options) scaled(d time.Duration) time.Duration {
 // Timing of the runs, at provider scale before -timescale.
 const (
 	callerTimeout   = 30 * time.Second       // the caller's http.Client.Timeout, in every run
-	breakerCooldown = 30 * time.Second       // failover.BreakerConfig.Cooldown (its default)
+	breakerCooldown = 30 * time.Second       // failover.BreakerConfig.Cooldown, set
 	sharedSync      = 1 * time.Second        // failover.Config.SharedSync (its default)
 	defaultCooldown = 1 * time.Second        // failover.RateLimitConfig.DefaultCooldown (its default)
 	maxCooldown     = 60 * time.Second       // failover.RateLimitConfig.MaxCooldown (its default)
@@ -93,7 +93,7 @@ const breakerThreshold = 5
 // The primary's own breaker (failover.Upstream.Breaker), at provider scale,
 // as in the field's reference setup: it trips after 3 consecutive failures
 // and is probed again after 15 s, where the backups keep Config.Breaker
-// (breakerThreshold and breakerCooldown, the defaults).
+// (breakerThreshold, the default, and breakerCooldown).
 const (
 	primaryThreshold = 3
 	primaryCooldown  = 15 * time.Second
