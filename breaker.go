@@ -15,15 +15,15 @@ import (
 // failures per period would trip on at high traffic. Set FailureRate for
 // partial outages, where an upstream fails often but not every time.
 //
-// An open circuit lets one probe through after its open time, which fits
-// both blips and long outages: Cooldown at first, then, while the upstream
-// keeps failing, (f/24s)^1.5 seconds for an upstream failing for f (a
-// tenth of f at about two minutes, less before, more after), less up to
-// 10 % of jitter, at most MaxCooldown. The episode's f counts from when
-// this process first saw the circuit open, its own trip or the fleet's.
-// Once the circuit closes, each healthy moment takes a share of f off, so
-// that an upstream that fails again soon keeps its long open time, and one
-// healthy for as long as its last open time starts again at Cooldown.
+// An open circuit lets one probe through after its open time: Cooldown at
+// first, then (f/24s)^1.5 seconds for an upstream failing for f, a curve
+// steeper than f so that a blip is probed every second and a long outage
+// about once a minute, less up to 10 % of jitter and at most MaxCooldown.
+// f counts from when this process first saw the circuit open (its own trip
+// or the fleet's); once the circuit closes, each healthy moment takes a
+// share of f off, so that an upstream that fails again soon keeps its long
+// open time and one healthy for as long as its last open time starts again
+// at Cooldown.
 type BreakerConfig struct {
 	// FailureThreshold is how many consecutive failures open the circuit,
 	// at most 1000. Zero means 5. Ignored when FailureRate is set.
