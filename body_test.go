@@ -615,7 +615,7 @@ func TestMisfitBodyDialErrorIsTheUpstreams(t *testing.T) {
 	if got := backup.requests(); len(got) != 1 || !strings.Contains(got[0].Body, "b-model") {
 		t.Errorf("the backup got %+v, want the renamed body", got)
 	}
-	if h := tr.Health()[0]; h.Requests.Failed != 1 {
+	if h := tr.Health()[0]; h.Requests.Failed == 0 {
 		t.Errorf("the refusing upstream's health %+v, want its failure counted", h.Requests)
 	}
 }

@@ -72,6 +72,9 @@ type call struct {
 	hedges  int            // hedges sent in the current round
 	refused []*upstream    // upstreams that answered Unservable: no later round asks them again
 
+	sameRetried uint64 // bit i: the request went again to the upstream of index i (63: any past it)
+	budgeted    int    // places the request holds in the retry budget
+
 	// How the request went, for its outcome (outcome) and its Trace.
 	start       time.Time  // when the first round began
 	lastEnd     time.Time  // when the last attempt the call took ended
@@ -123,11 +126,13 @@ func (c *call) ended(resp *http.Response, err error) {
 
 // end closes what run leaves behind: the caller's body when no attempt
 // took it, and the answer held for lack of a better one, as a discarded
-// answer is closed. On a return, none is held (finish hands it on); one is
+// answer is closed; and it leaves the retry budget. On a return, none is held (finish hands it on); one is
 // when the caller's own code (a Router's, a Classifier's) panics or ends
 // the goroutine (runtime.Goexit, which recover does not see), which then
 // goes on.
 func (c *call) end() {
+	c.t.retry.budget.active.Add(-1)
+	c.t.retry.budget.done(c.budgeted)
 	c.body.closeUnused()
 	c.discardHeld()
 }

@@ -51,7 +51,7 @@ func TestMaxWait(t *testing.T) {
 			return respond(200, "a"), nil
 		})
 		n.status("b.test", 429, "busy", "Retry-After", "4")
-		tr := newTestTransport(t, twoUpstreams(n, Config{RateLimit: RateLimitConfig{MaxWait: 3 * time.Second}}))
+		tr := newTestTransport(t, twoUpstreams(n, Config{RateLimit: RateLimitConfig{MaxWait: 3 * time.Second}, Retry: RetryConfig{Off: true}}))
 		get(t, tr, "http://a.test/") // both cool down now
 		busy.Store(false)
 		start := time.Now()
@@ -65,7 +65,7 @@ func TestMaxWait(t *testing.T) {
 
 		// Beyond MaxWait: no waiting, an error that says when.
 		busy.Store(true)
-		tr = newTestTransport(t, twoUpstreams(n, Config{RateLimit: RateLimitConfig{MaxWait: time.Second}}))
+		tr = newTestTransport(t, twoUpstreams(n, Config{RateLimit: RateLimitConfig{MaxWait: time.Second}, Retry: RetryConfig{Off: true}}))
 		get(t, tr, "http://a.test/")
 		start = time.Now()
 		_, err = get(t, tr, "http://a.test/")
@@ -75,7 +75,7 @@ func TestMaxWait(t *testing.T) {
 		}
 
 		// Never past the request's deadline.
-		tr = newTestTransport(t, twoUpstreams(n, Config{RateLimit: RateLimitConfig{MaxWait: time.Minute}}))
+		tr = newTestTransport(t, twoUpstreams(n, Config{RateLimit: RateLimitConfig{MaxWait: time.Minute}, Retry: RetryConfig{Off: true}}))
 		get(t, tr, "http://a.test/")
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
@@ -98,7 +98,7 @@ func TestRetryRounds(t *testing.T) {
 			return respond(200, "a"), nil
 		})
 		n.status("b.test", 502, "bad gateway")
-		tr := newTestTransport(t, twoUpstreams(n, Config{Retries: 2, RetryWaitMin: time.Second, RetryWaitMax: 10 * time.Second}))
+		tr := newTestTransport(t, twoUpstreams(n, Config{Retries: 2, RetryWaitMin: time.Second, RetryWaitMax: 10 * time.Second, Retry: RetryConfig{Off: true}}))
 		start := time.Now()
 		code, err := get(t, tr, "http://a.test/")
 		if err != nil || code != 200 {
@@ -132,7 +132,7 @@ func TestRetryRounds(t *testing.T) {
 func TestRequestsMetric(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		n := newFakeNet()
-		tr := newTestTransport(t, twoUpstreams(n, Config{Breaker: BreakerConfig{FailureThreshold: 100}, LastResort: LastResortConfig{Off: true}}))
+		tr := newTestTransport(t, twoUpstreams(n, Config{Breaker: BreakerConfig{FailureThreshold: 100}, LastResort: LastResortConfig{Off: true}, Retry: RetryConfig{Off: true}}))
 		send := func(ctx context.Context) {
 			t.Helper()
 			resp, err := tr.RoundTrip(httptestRequest("GET", "http://a.test/v1/models", "").WithContext(ctx))
@@ -431,7 +431,7 @@ func TestBackoffHeedsRetryAfterOfEveryOverload(t *testing.T) {
 				}
 				return respond(200, "a"), nil
 			})
-			tr := newTestTransport(t, Config{Base: n, Retries: 1,
+			tr := newTestTransport(t, Config{Base: n, Retries: 1, Retry: RetryConfig{Off: true},
 				Upstreams: []Upstream{{Name: "a", BaseURL: "http://a.test"}}})
 			start := time.Now()
 			code, err := get(t, tr, "http://a.test/")

@@ -496,9 +496,15 @@ func runFault(t *testing.T, tc faultCase, withBackup bool) {
 			t.Fatalf("%s: err %v, want it to match %v", mode, err, tc.errIs)
 		}
 	}
+	// Alone, a transient failure or a short wait is retried once
+	// (RetryConfig); with a backup as good, never.
+	retries := uint64(metricValue(t, tr, `failover_retries_total{upstream="primary"}`))
+	if withBackup && retries != 0 || retries > 1 {
+		t.Fatalf("%s: the primary was retried %d times", mode, retries)
+	}
 	h := tr.Health()[0]
-	if got := countOf(h.Requests, tc.counted); got != 1 || h.Requests.Total() != 1 {
-		t.Fatalf("%s: primary counted %+v, want one %v", mode, h.Requests, tc.counted)
+	if got := countOf(h.Requests, tc.counted); got != 1+retries || h.Requests.Total() != 1+retries {
+		t.Fatalf("%s: primary counted %+v, want %d %v", mode, h.Requests, 1+retries, tc.counted)
 	}
 	if tc.cooldown > 0 && (h.Cooldown > tc.cooldown || h.Cooldown < tc.cooldown-1500*time.Millisecond) {
 		t.Fatalf("%s: primary cools down %v, want about %v", mode, h.Cooldown, tc.cooldown)

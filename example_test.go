@@ -380,7 +380,9 @@ func ExampleWeighted() {
 // for gpt-4o can fall back to another provider's model. Only the top-level
 // "model" changes; the rest of the body goes byte for byte. An upstream
 // whose map serves neither the model nor "*" is skipped: the Claude-only
-// upstream below never sees the request (its server would print it).
+// upstream below never sees the request (its server would print it). The
+// 503 is tried once more at OpenAI before Gemini's other model
+// ([RetryConfig]).
 func ExampleUpstream_models() {
 	server := func(name string, status int) *httptest.Server {
 		return httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -413,6 +415,7 @@ func ExampleUpstream_models() {
 	resp.Body.Close()
 	fmt.Println(resp.StatusCode, "from", resp.Request.URL.Path)
 	// Output:
+	// openai got {"model": "gpt-4o", "messages": [{"role": "user", "content": "hi", "model": "not this one"}]}
 	// openai got {"model": "gpt-4o", "messages": [{"role": "user", "content": "hi", "model": "not this one"}]}
 	// gemini got {"model": "gemini-2.5-flash", "messages": [{"role": "user", "content": "hi", "model": "not this one"}]}
 	// 200 from /v1beta/openai/chat/completions

@@ -21,6 +21,7 @@ import (
 // run is the failover loop of one request: the rounds, until one settles
 // it or the retries, the body or the caller's context end them.
 func (c *call) run() (*http.Response, error) {
+	c.t.retry.budget.active.Add(1)
 	defer c.end()
 	limit, err := c.options()
 	if err != nil {
@@ -41,10 +42,14 @@ func (c *call) run() (*http.Response, error) {
 	}
 	ctx := c.req.Context()
 	var waited time.Duration
+	extra := false // the round is one of Config.Retries: it holds a place in the retry budget
 	for round := 0; ; c.roundNo++ {
 		c.attempts, c.fatal, c.notHere, c.hedges = 0, 0, 0, 0
 		errsBefore := len(c.errs)
-		if resp, err, done := c.round(ctx); done {
+		resp, err, done := c.round(ctx)
+		c.retried(extra)
+		extra = false
+		if done {
 			return resp, err
 		}
 		if !c.body.canSend() {
@@ -78,11 +83,15 @@ func (c *call) run() (*http.Response, error) {
 				wait = next
 			}
 			round++
+			extra = true
 		default:
 			return c.finish()
 		}
 		if dl, ok := ctx.Deadline(); ok && !now.Add(wait).Before(dl) {
 			return c.finish()
+		}
+		if extra && !c.takeRetry() {
+			return c.finish() // the retry budget is spent
 		}
 		c.bufferHeld()
 		c.slept = true
@@ -148,16 +157,90 @@ func (c *call) send(ctx context.Context, p *plan, s *step, now time.Time) (*http
 	if c.t.hedge != nil && c.body.replayable && !c.once() && len(c.usable()) > 1 {
 		return c.sendHedged(ctx, p, s, now)
 	}
-	if t := s.u.timeouts; t.Headers > 0 || t.Attempt > 0 || c.opts != nil {
-		return c.sendTimed(ctx, s, now)
+	for retry := false; ; {
+		var plainAttempt attempt
+		a := &plainAttempt
+		if t := s.u.timeouts; t.Headers > 0 || t.Attempt > 0 || c.opts != nil {
+			// Bounded: the attempt, its parts and its watch in one
+			// allocation.
+			x := new(timedParts)
+			a = &x.a
+			a.own, a.watch = &x.o, &x.w
+		}
+		if c.request.launch(ctx, &c.tally, &c.body, a, s, plain, false, now) != ready {
+			c.retried(retry)
+			return c.finishRound()
+		}
+		c.failedOver(s.u)
+		a.send(&c.request)
+		resp, err, done := c.settleSent(a)
+		c.retried(retry)
+		if done {
+			return resp, err, true
+		}
+		if retry, now, err = c.again(ctx, p, s, a); !retry {
+			return nil, err, err != nil
+		}
 	}
-	var a attempt
-	if c.request.launch(ctx, &c.tally, &c.body, &a, s, plain, false, now) != ready {
-		return c.finishRound()
+}
+
+// again decides whether the request goes once more to the upstream whose
+// attempt a just failed it, rather than on to the next (see RetryConfig;
+// plan.switching says whether moving on costs anything). When it does, it
+// waits, takes a place in the retry budget, and admits the upstream anew
+// into s at the time it returns. It returns the context's error when the
+// caller gave up during the wait.
+func (c *call) again(ctx context.Context, p *plan, s *step, a *attempt) (bool, time.Time, error) {
+	u, t := a.u, c.t
+	bit := uint64(1) << min(u.index, 63) // (upstreams past 63 share one retry)
+	if t.retry.off || c.sameRetried&bit != 0 || !c.body.canSend() {
+		return false, time.Time{}, nil
 	}
-	c.failedOver(s.u)
-	a.send(&c.request)
-	return c.settleSent(&a)
+	now := time.Now()
+	wait, ok := t.retryWait(a, now)
+	if !ok {
+		return false, time.Time{}, nil
+	}
+	if dl, ok := ctx.Deadline(); ok && !now.Add(wait+t.retryMargin(u, now)).Before(dl) {
+		return false, time.Time{}, nil
+	}
+	if p.switching(u, now) == switchFree || !t.readmits(u, c.model, now, wait) || !c.takeRetry() {
+		return false, time.Time{}, nil
+	}
+	c.sameRetried |= bit
+	c.bufferHeld()
+	c.slept = true
+	if err := sleep(ctx, wait); err != nil {
+		c.retried(true)
+		c.discardHeld()
+		return false, time.Time{}, err
+	}
+	now = time.Now()
+	t.admitted(u, c.model, now, s)
+	if s.av.reason != "" {
+		c.retried(true) // taken meanwhile (a circuit opened, a cooldown grew): on to the next
+		return false, time.Time{}, nil
+	}
+	u.m.retries.Inc()
+	return true, now, nil
+}
+
+// takeRetry takes a place in the retry budget for one retry of the
+// request: an extra round, or an attempt again at the same upstream.
+func (c *call) takeRetry() bool {
+	if !c.t.retry.budget.take() {
+		return false
+	}
+	c.budgeted++
+	return true
+}
+
+// retried gives back the place of a retry that is over, when it took one.
+func (c *call) retried(took bool) {
+	if took {
+		c.budgeted--
+		c.t.retry.budget.done(1)
+	}
 }
 
 // timedParts is what an attempt with a bound on its headers takes, in one
@@ -167,19 +250,6 @@ type timedParts struct {
 	a attempt
 	o outParts
 	w headersWatch
-}
-
-// sendTimed is send for an attempt that may have a bound on its headers.
-func (c *call) sendTimed(ctx context.Context, s *step, now time.Time) (*http.Response, error, bool) {
-	x := new(timedParts)
-	a := &x.a
-	a.own, a.watch = &x.o, &x.w
-	if c.request.launch(ctx, &c.tally, &c.body, a, s, plain, false, now) != ready {
-		return c.finishRound()
-	}
-	c.failedOver(s.u)
-	a.send(&c.request)
-	return c.settleSent(a)
 }
 
 // settleSent settles a, the round's attempt at its turn: a request sent

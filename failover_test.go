@@ -1,14 +1,22 @@
 package failover
 
 import (
+	"context"
 	"go/ast"
 	"go/build"
 	"go/parser"
 	"go/token"
+	"io"
+	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
+	"syscall"
 	"testing"
+	"testing/synctest"
+	"time"
 )
 
 // The package's layout, as its design card gives it: a reader guesses the
@@ -132,5 +140,162 @@ func TestInternalImportsNoRoot(t *testing.T) {
 		if fi, err := os.Stat(dir); err == nil && fi.IsDir() {
 			visit(root+"/"+filepath.ToSlash(dir), dir, nil)
 		}
+	}
+}
+
+// A retryCase is a primary whose first attempt fails as first says and
+// whose next answers 200 "a", maybe behind a backup that answers 200 "b".
+type retryCase struct {
+	name     string
+	first    func(*http.Request) (*http.Response, error)
+	backup   *Upstream     // nil: the primary alone
+	cfg      Config        // Retry, AttemptTimeout, Breaker
+	deadline time.Duration // the caller's; 0 for none
+	want     string        // the body the caller gets
+	retried  bool          // the primary got the request twice
+	wait     [2]time.Duration
+}
+
+// Costs and models of the primary and its backups, for a request for
+// gpt-4o-mini (chatBody).
+var (
+	primaryCost  = Cost{Input: 1, Output: 2}
+	asGood       = Upstream{Cost: primaryCost}
+	mapsModel    = Upstream{Cost: primaryCost, Models: map[string]string{"gpt-4o-mini": "claude-3-5-haiku"}}
+	dearer       = Upstream{Cost: Cost{Input: 3, Output: 6}}
+	transientWin = [2]time.Duration{250 * time.Millisecond, 500 * time.Millisecond} // RetryWaitMin/2 to RetryWaitMin
+)
+
+func failWith(code int, kv ...string) func(*http.Request) (*http.Response, error) {
+	return func(*http.Request) (*http.Response, error) { return respond(code, "oops", kv...), nil }
+}
+
+// runRetry runs c in a synctest bubble, so that the waits are exact. The
+// upstreams live in memory (fakeNet): in a bubble a real connection's
+// I/O does not block durably, and time would not advance.
+func runRetry(t *testing.T, c retryCase) {
+	t.Helper()
+	synctest.Test(t, func(t *testing.T) {
+		n := newFakeNet()
+		var calls atomic.Int32
+		var failed, again time.Time
+		n.handle("a.test", func(r *http.Request) (*http.Response, error) {
+			if calls.Add(1) == 1 {
+				defer func() { failed = time.Now() }()
+				return c.first(r)
+			}
+			again = time.Now()
+			return respond(200, "a"), nil
+		})
+		n.status("b.test", 200, "b")
+		cfg := c.cfg
+		cfg.Base = n
+		cfg.Upstreams = []Upstream{{Name: "a", BaseURL: "http://a.test", Cost: primaryCost}}
+		if c.backup != nil {
+			b := *c.backup
+			b.Name, b.BaseURL = "b", "http://b.test"
+			cfg.Upstreams = append(cfg.Upstreams, b)
+		}
+		tr := newTestTransport(t, cfg)
+		ctx := t.Context()
+		if c.deadline > 0 {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithTimeout(ctx, c.deadline)
+			defer cancel()
+		}
+		resp, err := tr.RoundTrip(httptestRequest("POST", "http://a.test/v1/chat/completions", chatBody).WithContext(ctx))
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		if got := readBody(t, resp); got != c.want {
+			t.Errorf("%s: got %d %q, want %q", c.name, resp.StatusCode, got, c.want)
+		}
+		wantA, wantB := 1, 0
+		if c.retried {
+			wantA = 2
+		}
+		if c.want == "b" {
+			wantB = 1
+		}
+		if got := n.count("a.test"); got != wantA {
+			t.Errorf("%s: the primary got %d requests, want %d", c.name, got, wantA)
+		}
+		if got := n.count("b.test"); got != wantB {
+			t.Errorf("%s: the backup got %d requests, want %d", c.name, got, wantB)
+		}
+		if got, want := metricValue(t, tr, `failover_retries_total{upstream="a"}`), float64(wantA-1); got != want {
+			t.Errorf("%s: failover_retries_total = %v, want %v", c.name, got, want)
+		}
+		if c.retried {
+			if w := again.Sub(failed); w < c.wait[0] || w > c.wait[1] {
+				t.Errorf("%s: the retry came %v after the failure, want %v to %v", c.name, w, c.wait[0], c.wait[1])
+			}
+		}
+	})
+}
+
+// A request goes again to the upstream that just failed it, once, after a
+// short wait, when the next would serve another model or cost more, or
+// when there is no other; it moves on at once when the next is as good,
+// when the wait is long or would not fit the caller's deadline, after a
+// timeout, and when the failure opened the circuit.
+func TestRetrySameUpstream(t *testing.T) {
+	reset := func(*http.Request) (*http.Response, error) {
+		return nil, &net.OpError{Op: "read", Net: "tcp", Err: os.NewSyscallError("read", syscall.ECONNRESET)}
+	}
+	hang := func(r *http.Request) (*http.Response, error) {
+		<-r.Context().Done()
+		return nil, r.Context().Err()
+	}
+	for _, c := range []retryCase{
+		{name: "500, the backup serves another model", first: failWith(500), backup: &mapsModel, want: "a", retried: true, wait: transientWin},
+		{name: "500, the backup is as good", first: failWith(500), backup: &asGood, want: "b"},
+		{name: "500, the backup costs more", first: failWith(500), backup: &dearer, want: "a", retried: true, wait: transientWin},
+		{name: "529, the backup serves another model", first: failWith(529), backup: &mapsModel, want: "a", retried: true, wait: transientWin},
+		{name: "reset, the backup serves another model", first: reset, backup: &mapsModel, want: "a", retried: true, wait: transientWin},
+		{name: "429 Retry-After 2, the backup serves another model", first: failWith(429, "Retry-After", "2"), backup: &mapsModel, want: "a", retried: true, wait: [2]time.Duration{2 * time.Second, 2200 * time.Millisecond}},
+		{name: "503 Retry-After 2, the backup serves another model", first: failWith(503, "Retry-After", "2"), backup: &mapsModel, want: "a", retried: true, wait: [2]time.Duration{2 * time.Second, 2200 * time.Millisecond}},
+		{name: "429 Retry-After 30, the backup serves another model", first: failWith(429, "Retry-After", "30"), backup: &mapsModel, want: "b"},
+		{name: "429 Retry-After 2, the caller's deadline in 2s", first: failWith(429, "Retry-After", "2"), backup: &mapsModel, deadline: 2 * time.Second, want: "b"},
+		{name: "500, the caller's deadline in 600ms", first: failWith(500), backup: &mapsModel, deadline: 600 * time.Millisecond, want: "b"},
+		{name: "attempt timeout, the backup serves another model", first: hang, backup: &mapsModel, cfg: Config{AttemptTimeout: time.Second}, want: "b"},
+		{name: "500 opens the circuit", first: failWith(500), backup: &mapsModel, cfg: Config{Breaker: BreakerConfig{FailureThreshold: 1}}, want: "b"},
+		{name: "500, Off", first: failWith(500), backup: &mapsModel, cfg: Config{Retry: RetryConfig{Off: true}}, want: "b"},
+		{name: "500, MaxRetryAfter 1s, 429 Retry-After 2", first: failWith(429, "Retry-After", "2"), backup: &dearer, cfg: Config{Retry: RetryConfig{MaxRetryAfter: time.Second}}, want: "b"},
+		{name: "500 alone", first: failWith(500), want: "a", retried: true, wait: transientWin},
+		{name: "501 alone", first: failWith(501), want: "oops"},
+	} {
+		t.Run(c.name, func(t *testing.T) { runRetry(t, c) })
+	}
+}
+
+// A connection the primary resets, over real loopback TCP, is retried
+// there when the backup would serve another model: the reset reaches the
+// Transport as net/http reports it.
+func TestRetryResetLoopback(t *testing.T) {
+	var calls atomic.Int32
+	primary := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+		if calls.Add(1) > 1 {
+			io.WriteString(w, "a")
+			return
+		}
+		c, _, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		c.(*net.TCPConn).SetLinger(0) // close with a reset
+		c.Close()
+	})
+	backup := newUpstreamServer(t, 200, "b")
+	tr := newTestTransport(t, Config{RetryWaitMin: time.Millisecond, Upstreams: []Upstream{
+		{Name: "a", BaseURL: primary.URL},
+		{Name: "b", BaseURL: backup.URL, Models: map[string]string{"gpt-4o-mini": "claude-3-5-haiku"}},
+	}})
+	if got := readBody(t, mustPost(t, tr, primary.URL+"/v1/chat/completions", chatBody)); got != "a" {
+		t.Errorf("got %q, want the primary's answer to the retry", got)
+	}
+	if got := backup.count(); got != 0 {
+		t.Errorf("the backup got %d requests, want none", got)
 	}
 }

@@ -508,7 +508,7 @@ func fuzzTransportWith(t *testing.T, rt http.RoundTripper, policy UnroutedPolicy
 	if len(ups) == 0 {
 		return nil, nil, nil
 	}
-	tr, err := New(Config{Upstreams: ups, Base: rt, Unrouted: policy})
+	tr, err := New(Config{Upstreams: ups, Base: rt, Unrouted: policy, Retry: RetryConfig{Off: true}})
 	if err != nil {
 		t.Fatalf("New refused base URLs %q that it accepts one by one: %v", accepted, err)
 	}

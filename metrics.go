@@ -47,6 +47,8 @@ const (
 	famCooldown
 	famCooldowns
 	famFailovers
+	famRetries
+	famRetriesDenied
 	famProbes
 	famHeadroomRequests
 	famHeadroomTokens
@@ -91,6 +93,8 @@ var families = [numFamilies]family{
 	famCooldown:         {"failover_cooldown_seconds", "gauge", []string{"upstream"}, "Seconds left of the upstream's cooldown after a 429; 0 when it is not cooling down."},
 	famCooldowns:        {"failover_cooldowns_total", "counter", []string{"upstream", "reason"}, "Cooldowns of the upstream started, by reason (rate_limited, quota_exhausted)."},
 	famFailovers:        {"failover_failovers_total", "counter", []string{"from", "to"}, "Attempts that moved on from one upstream to another; a pair's series appears at its first."},
+	famRetries:          {"failover_retries_total", "counter", []string{"upstream"}, "Attempts sent again to the upstream that had just failed the request, rather than on to the next (Config.Retry)."},
+	famRetriesDenied:    {"failover_retries_denied_total", "counter", nil, "Retries not made because the retry budget was spent: an attempt again at the same upstream, or a round of Config.Retries (Config.Retry)."},
 	famProbes:           {"failover_probes_total", "counter", []string{"upstream", "outcome"}, "Active health probes of the upstream (ProbeConfig), by outcome."},
 	famHeadroomRequests: {"failover_headroom_requests", "gauge", []string{"upstream"}, "Requests the upstream last reported left in its rate limit; -1 when unknown."},
 	famHeadroomTokens:   {"failover_headroom_tokens", "gauge", []string{"upstream"}, "Tokens the upstream last reported left in its rate limit; -1 when unknown."},
@@ -252,6 +256,7 @@ type upstreamMetrics struct {
 	heldBack   *metrics.Counter            // attempt timeouts not counted: every upstream was timing out
 	stalls     *metrics.Counter            // streams that stalled after their content began
 	lastResort *metrics.Counter            // requests sent past the circuit (LastResortConfig)
+	retries    *metrics.Counter            // attempts sent again to it (RetryConfig)
 	skipped    map[Reason]*metrics.Counter // by skipReasons
 	demoted    map[Reason]*metrics.Counter // by demoteReasons
 	cooldowns  map[CooldownReason]*metrics.Counter
@@ -304,13 +309,14 @@ func (m *requestMetrics) count(u *upstream, o requestOutcome, d time.Duration) {
 	m.duration[o].update(d.Seconds())
 }
 
-// initMetrics registers the Transport's metrics of every upstream, and
-// failover_unrouted_requests_total; [families] says what each is. Those of
+// initMetrics registers the Transport's metrics of every upstream,
+// failover_unrouted_requests_total and failover_retries_denied_total; [families] says what each is. Those of
 // Config.Hedge and Config.Shared are registered by newHedger and newFleet,
 // and failover_failovers_total's by countFailover.
 func (t *Transport) initMetrics() {
 	s := t.metrics
 	t.unrouted = s.GetOrCreateCounter(famUnrouted.series())
+	t.retry.budget.denied = s.GetOrCreateCounter(famRetriesDenied.series())
 	for o, name := range requestOutcomes {
 		if requestOutcome(o) != reqAnswered && requestOutcome(o) != reqFailedOver && requestOutcome(o) != reqHedged {
 			t.reqs.none[o] = s.GetOrCreateCounter(famRequests.series("", string(name)))
@@ -333,6 +339,7 @@ func (t *Transport) initMetrics() {
 		u.m.heldBack = s.GetOrCreateCounter(famHeldBack.series(u.name))
 		u.m.stalls = s.GetOrCreateCounter(famStalls.series(u.name))
 		u.m.lastResort = s.GetOrCreateCounter(famLastResort.series(u.name))
+		u.m.retries = s.GetOrCreateCounter(famRetries.series(u.name))
 		u.m.skipped = map[Reason]*metrics.Counter{}
 		for _, r := range skipReasons {
 			u.m.skipped[r] = s.GetOrCreateCounter(famSkipped.series(u.name, string(r)))

@@ -433,7 +433,7 @@ func TestModelMappingSkipError(t *testing.T) {
 // that sends it as it is.
 func TestModelMappingTrailers(t *testing.T) {
 	got, primary, backup := trailerServers(t)
-	tr := newTestTransport(t, Config{Upstreams: []Upstream{
+	tr := newTestTransport(t, Config{Retry: RetryConfig{Off: true}, Upstreams: []Upstream{
 		{BaseURL: primary.URL},
 		{BaseURL: backup.URL, Models: map[string]string{"gpt-4o": "claude-sonnet-4"}},
 	}})

@@ -246,7 +246,7 @@ func TestWithUpstreamsNames(t *testing.T) {
 	n.status("a.test", 503, "a down")
 	n.status("b.test", 503, "b down")
 	n.status("c.test", 503, "c down")
-	tr := newTestTransport(t, abcUpstreams(n, Config{}))
+	tr := newTestTransport(t, abcUpstreams(n, Config{Retry: RetryConfig{Off: true}}))
 	names := []string{"b", "b", "a", "b"}
 	ctx := WithUpstreams(context.Background(), names...)
 	names[0] = "c"
@@ -407,7 +407,7 @@ func TestWithoutFailoverHedgeRetries(t *testing.T) {
 		n = newFakeNet()
 		n.status("a.test", 503, "down")
 		n.status("b.test", 503, "down")
-		tr = newTestTransport(t, twoUpstreams(n, Config{Retries: 3}))
+		tr = newTestTransport(t, twoUpstreams(n, Config{Retries: 3, Retry: RetryConfig{Off: true}}))
 		start := time.Now()
 		if code, err := status(t, tr, WithoutFailover(context.Background()), "http://a.test/"); code != 503 || err != nil {
 			t.Fatalf("%d %v, want a's 503", code, err)

@@ -269,16 +269,13 @@ func (p *plan) next(now time.Time, s *step) bool {
 // upcoming is next without admission: the next upstream, nil when there
 // is none, and why it was demoted.
 func (p *plan) upcoming(now time.Time) (*upstream, Reason) {
-	switch p.stage {
-	case picking:
+	if p.stage == picking {
 		p.stage = ordering
 		if !p.excluded(p.pick) {
 			return p.pick, "" // picked from the first group (see picker)
 		}
-		fallthrough
-	case ordering:
-		p.order, p.i, p.stage = p.t.routed(nil, p.model, now, p.pick, p.then), 0, walking
 	}
+	p.ordered(now)
 	for p.i < len(p.order) {
 		i, u := p.i, p.order[p.i]
 		p.i++
@@ -302,6 +299,85 @@ func (p *plan) upcoming(now time.Time) (*upstream, Reason) {
 		}
 	}
 	return nil, ""
+}
+
+// ordered has the Router order the rest, once its pick has had its turn.
+func (p *plan) ordered(now time.Time) {
+	if p.stage == ordering {
+		p.order, p.i, p.stage = p.t.routed(nil, p.model, now, p.pick, p.then), 0, walking
+	}
+}
+
+// A switchCost is what moving a request on from the upstream that just
+// failed it costs (see plan.switching).
+type switchCost uint8
+
+const (
+	switchFree   switchCost = iota // the next upstream serves the same model at no higher price, or the round is over and another takes the request
+	switchCostly                   // it serves another model (Upstream.Models) or costs more (Upstream.Cost)
+	switchNone                     // no other upstream takes the request now
+)
+
+// switching decides at now what moving the request on from u costs: the
+// next upstream the plan would send it to, passing over those admit
+// refuses as next does, against u. The plan stays where it was, but for
+// the Router's order of the rest, made now if it was still to make, so
+// that the upstream looked at is the one next yields. Whether a request
+// retries u rather than move on is decided here (see RetryConfig).
+func (p *plan) switching(u *upstream, now time.Time) switchCost {
+	p.ordered(now)
+	q := *p
+	for {
+		v, _ := q.upcoming(now)
+		switch {
+		case v == nil && p.others(u, now):
+			return switchFree // tried this round: the caller's next request finds them
+		case v == nil:
+			return switchNone
+		case v == u || p.t.admit(v, p.model, now, nil).reason != "":
+		case !sameDeal(u, v, p.model):
+			return switchCostly
+		default:
+			return switchFree
+		}
+	}
+}
+
+// others reports whether an upstream of the request but u takes it at
+// now, tried in the round or not.
+func (p *plan) others(u *upstream, now time.Time) bool {
+	if v := p.pick; v != nil && v != u && !slices.Contains(p.refused, v) && p.t.admit(v, p.model, now, nil).reason == "" {
+		return true
+	}
+	for _, v := range p.order {
+		if v != u && !slices.Contains(p.refused, v) && p.t.admit(v, p.model, now, nil).reason == "" {
+			return true
+		}
+	}
+	return false
+}
+
+// sameDeal reports whether v serves a request for model as u does: the
+// same model (Upstream.Models), at no higher price (Cost.Input+Output,
+// zero counting as the cheapest, as Score reads it).
+func sameDeal(u, v *upstream, model string) bool {
+	if model != "" {
+		mu, _ := u.models.lookup(model)
+		mv, _ := v.models.lookup(model)
+		if mu != mv {
+			return false
+		}
+	}
+	return v.cfg.Cost.total() <= u.cfg.Cost.total()
+}
+
+// readmits reports whether u, whose attempt at a request for model just
+// failed, takes the request again after wait from now: admit's verdict,
+// but for a cooldown that ends within wait (its own 429's, which the
+// request waits out). A circuit the failure opened refuses it.
+func (t *Transport) readmits(u *upstream, model string, now time.Time, wait time.Duration) bool {
+	a := t.admit(u, model, now, nil)
+	return a.reason == "" || a.reason == ReasonRateLimited && a.known && a.wait <= wait
 }
 
 // excluded reports whether u is out of the round: it answered the request

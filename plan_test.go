@@ -97,3 +97,44 @@ func TestPlanOrder(t *testing.T) {
 		t.Errorf("upstream %d, past maxDemotable, came up demoted: %q", n-1, why[len(why)-3])
 	}
 }
+
+// switching looks at the upstream the plan would send the request to
+// next, passing over those admit refuses, and leaves the plan where it
+// was: moving on costs something when that one serves another model or
+// costs more, nothing when it is as good, and there is nothing to move
+// on to when none takes the request.
+func TestPlanSwitching(t *testing.T) {
+	const model = "gpt-4o-mini"
+	for _, c := range []struct {
+		name string
+		next Upstream // after the primary and a backup cooling down
+		want switchCost
+	}{
+		{"as good", Upstream{Cost: primaryCost}, switchFree},
+		{"cheaper", Upstream{Cost: Cost{Input: 1}}, switchFree},
+		{"another model", Upstream{Cost: primaryCost, Models: map[string]string{model: "claude-3-5-haiku"}}, switchCostly},
+		{"the same model by a map", Upstream{Cost: primaryCost, Models: map[string]string{"*": "*"}}, switchFree},
+		{"costs more", Upstream{Cost: Cost{Input: 1, Output: 3}}, switchCostly},
+		{"does not serve the model", Upstream{Models: map[string]string{"o3": "o3"}}, switchNone},
+	} {
+		next := c.next
+		next.Name, next.BaseURL = "c", "http://c.test"
+		tr := newTestTransport(t, Config{Base: newFakeNet(), Upstreams: []Upstream{
+			{Name: "a", BaseURL: "http://a.test", Cost: primaryCost},
+			{Name: "b", BaseURL: "http://b.test", Cost: primaryCost},
+			next,
+		}})
+		now := time.Now()
+		tr.upstreams[1].cd.extend(now, time.Minute, CooldownRateLimited)
+		call := &call{request: request{t: tr, model: model}}
+		var p plan
+		call.plan(&p, now)
+		a, _ := p.upcoming(now)
+		if got := p.switching(a, now); got != c.want {
+			t.Errorf("%s: switching = %v, want %v", c.name, got, c.want)
+		}
+		if u, _ := p.upcoming(now); u != tr.upstreams[1] {
+			t.Errorf("%s: after switching, the plan's next is %v, want b", c.name, u.name)
+		}
+	}
+}

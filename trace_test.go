@@ -431,7 +431,7 @@ func TestTraceDurationIncludesWait(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		n := newFakeNet()
 		n.status("a.test", 503, "down")
-		tr := newTestTransport(t, Config{Base: n, Retries: 1, RetryWaitMin: time.Second, RetryWaitMax: time.Second,
+		tr := newTestTransport(t, Config{Base: n, Retries: 1, RetryWaitMin: time.Second, RetryWaitMax: time.Second, Retry: RetryConfig{Off: true},
 			Upstreams: []Upstream{{Name: "a", BaseURL: "http://a.test"}}})
 		calls := 0
 		req := httptestRequest("POST", "http://a.test/x", "{}")

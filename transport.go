@@ -146,12 +146,19 @@ type Config struct {
 	// from RetryWaitMin up to RetryWaitMax (go-retryablehttp's
 	// DefaultBackoff); longer while every upstream is open or cooling
 	// down, never more than RateLimit.MaxCooldown, and never past the
-	// request's deadline.
+	// request's deadline. Each extra round takes a place in Retry's
+	// budget; without one, the request ends.
 	Retries int
 
 	// RetryWaitMin and RetryWaitMax bound the wait between rounds. Zero
 	// means 500ms and 5s.
 	RetryWaitMin, RetryWaitMax time.Duration
+
+	// Retry says when a request that failed at an upstream goes there
+	// once more rather than on to a backup that serves another model or
+	// costs more, and bounds these retries and the rounds of Retries
+	// with a budget (see [RetryConfig]). On by default.
+	Retry RetryConfig
 
 	// Hang configures hang detection: an upstream that stopped answering
 	// is tried after the others before its attempts time out. On by
@@ -362,6 +369,7 @@ type Transport struct {
 	retries     int
 	waitMin     time.Duration
 	waitMax     time.Duration
+	retry       retryPolicy
 	hang        HangConfig
 	auth        AuthConfig
 	degraded    DegradedConfig
@@ -405,6 +413,9 @@ func New(cfg Config) (*Transport, error) {
 		return nil, err
 	}
 	if err := cfg.RateLimit.validate(); err != nil {
+		return nil, err
+	}
+	if err := cfg.Retry.validate(); err != nil {
 		return nil, err
 	}
 	if err := cfg.Hang.validate(); err != nil {
@@ -487,6 +498,7 @@ func New(cfg Config) (*Transport, error) {
 	if t.waitMin > t.waitMax {
 		return nil, configError("RetryWaitMin", "must not exceed RetryWaitMax")
 	}
+	t.retry.init(cfg.Retry)
 	if t.base == nil {
 		t.base = http.DefaultTransport.(*http.Transport).Clone()
 		t.ownBase = true

@@ -636,7 +636,7 @@ func TestMemoryBounded(t *testing.T) {
 		}
 		return respond(200, "ok"), nil
 	})
-	tr := newTestTransport(t, Config{Base: base, Upstreams: []Upstream{{BaseURL: "http://a.test"}, {BaseURL: "http://b.test"}}})
+	tr := newTestTransport(t, Config{Base: base, Retry: RetryConfig{Off: true}, Upstreams: []Upstream{{BaseURL: "http://a.test"}, {BaseURL: "http://b.test"}}})
 	run := func(n int) {
 		for i := range n {
 			req := httptestRequest("POST", "http://a.test/v1/chat", chatBody)
@@ -857,7 +857,7 @@ func (c *attemptCounter) RoundTrip(r *http.Request) (*http.Response, error) {
 
 // Three upstreams failing at random (a seeded schedule), 50 concurrent
 // callers: every request ends in exactly one documented way, no body goes
-// to the wrong upstream or twice to one, the counts add up, and goroutines,
+// to the wrong upstream, or twice to one but as its retry, the counts add up, and goroutines,
 // connections and memory return to where they were.
 func TestSoak(t *testing.T) {
 	requests := 5_000
@@ -953,12 +953,17 @@ func TestSoak(t *testing.T) {
 		for _, w := range u.wrong {
 			t.Errorf("upstream %s: %s", u.name, w)
 		}
+		again := 0 // requests sent there twice: once more after a failure (RetryConfig)
 		for id, n := range u.seen {
-			if n > 1 {
+			if n > 2 {
 				t.Errorf("upstream %s got request %d %d times", u.name, id, n)
 			}
+			again += n - 1
 		}
 		u.mu.Unlock()
+		if retries := metricValue(t, tr, `failover_retries_total{upstream="`+u.name+`"}`); float64(again) > retries {
+			t.Errorf("upstream %s got %d requests twice, but retried %v", u.name, again, retries)
+		}
 	}
 
 	// Health, the metrics and Base agree on the attempts made.

@@ -621,6 +621,7 @@ func TestUnservableNotAskedAgain(t *testing.T) {
 		n := newFakeNet()
 		n.status("a.test", 400, unservableAnswers[0].body, "Content-Type", "application/json") // context_length_exceeded
 		n.status("b.test", 503, "b down")
+		cfg.Retry.Off = true // one a round, not one more at b
 		tr := newTestTransport(t, twoUpstreams(n, cfg))
 		resp, err := tr.RoundTrip(httptestRequest("POST", "http://a.test/v1/chat/completions", chatBody))
 		if err != nil {
