@@ -34,7 +34,8 @@ func sdkRequest(url string, stainless bool) *http.Request {
 // An answer the Transport returns after it failed over, retried or passed
 // an upstream over says "X-Should-Retry: false" when an SDK would retry its
 // status, to plain callers and SDKs alike; the answer of one attempt at the
-// only upstream is left as it came, as is every answer with SDKRetries.
+// only upstream (its retry off) is left as it came, as is every answer
+// with SDKRetries.
 func TestSDKNoRetryHeader(t *testing.T) {
 	tests := []struct {
 		name            string
@@ -52,8 +53,11 @@ func TestSDKNoRetryHeader(t *testing.T) {
 		{name: "the upstream says true", primary: 503, backup: 503, primaryHeader: []string{"X-Should-Retry", "true"}, want: "false"},
 		{name: "503 then 200", primary: 503, backup: 200, want: ""},
 		{name: "503 then 400", primary: 503, backup: 400, want: ""},
-		{name: "alone, 503", primary: 503, want: ""},
-		{name: "alone, 429", primary: 429, want: ""},
+		{name: "alone, 503, not retried", primary: 503, cfg: Config{Retry: RetryConfig{Off: true}}, want: ""},
+		{name: "alone, 429, not retried", primary: 429, cfg: Config{Retry: RetryConfig{Off: true}}, want: ""},
+		// Alone, the Transport retries the upstream once (RetryConfig).
+		{name: "alone, 503", primary: 503, cfg: Config{RetryWaitMin: time.Millisecond, RetryWaitMax: time.Millisecond}, want: "false"},
+		{name: "alone, 429", primary: 429, want: "false"},
 		{name: "alone, retried", primary: 503, cfg: Config{Retries: 1, RetryWaitMin: time.Millisecond, RetryWaitMax: time.Millisecond}, want: "false"},
 		{name: "SDKRetries, both 503", primary: 503, backup: 503, cfg: Config{SDKRetries: true}, want: ""},
 		{
