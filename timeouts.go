@@ -177,6 +177,8 @@ func (w *headersWatch) start(e ender, out *http.Request, now time.Time, stream, 
 	if first <= 0 || (answer > 0 && answer < first) {
 		first = answer
 	}
+	w.mu.Lock() // a fire at once finds the timer set
+	defer w.mu.Unlock()
 	w.f = watchFires.Get().(*watchFire)
 	w.f.w.Store(w)
 	if w.bubbled = inBubble(now); !w.bubbled && w.f.timer != nil {

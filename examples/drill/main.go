@@ -102,6 +102,19 @@
 //	                  hogs left the drill's worst wake-up under 50 ms, while
 //	                  20 to 24 starved it as issue 12's other jobs did
 //	-quiet            no live status on stderr
+//	-faults           instead of the drill, play a catalogue of provider
+//	                  faults at once, each against servers of its own: a
+//	                  silent primary (streamed, and not with a 60 s
+//	                  deadline), a stream that stalls or is cut after its
+//	                  content, one 500 and one 429 with Retry-After 2 s
+//	                  while the backup maps to another model, one 500 while
+//	                  the backup is the same, a content-policy 400, both
+//	                  upstreams 503, and a 60 s outage under a request every
+//	                  4 s. Each goes through a failover.Transport with the
+//	                  default Config under openai-go with its defaults, in
+//	                  real time (about 80 s); the table gives what the caller
+//	                  got, when, the attempts at each upstream, the primary's
+//	                  counted failures, and the right conduct. Takes -hogs
 //
 // Each run adds -rps requests per second to the machine: the default drill
 // runs two, -router all five, with -hedge six, and -fleet three. That is
@@ -163,9 +176,10 @@ func (u *upstreamFlags) Set(v string) error {
 func main() {
 	hogMain() // returns unless this process is one of a drill's -hogs
 	var (
-		o     options
-		ups   upstreamFlags
-		quiet bool
+		o      options
+		ups    upstreamFlags
+		quiet  bool
+		faults bool
 	)
 	flag.DurationVar(&o.Duration, "duration", 30*time.Second, "length of the drill; all runs play at once")
 	flag.Float64Var(&o.RPS, "rps", 200, "requests per second of each run")
@@ -182,6 +196,7 @@ func main() {
 	flag.IntVar(&o.Hogs, "hogs", 0, "run this many CPU hogs (child processes spinning) beside the drill, started and ended by it")
 	flag.BoolVar(&o.NoLastResort, "no-last-resort", false, "turn the Transport's last resort off (Config.LastResort.Off): a request every circuit refuses fails at once")
 	flag.BoolVar(&quiet, "quiet", false, "no live status on stderr")
+	flag.BoolVar(&faults, "faults", false, "instead of the drill, play the catalogue of provider faults, one request each, default Config, under openai-go (takes 80s)")
 	flag.Parse()
 	if flag.NArg() > 0 {
 		fmt.Fprintf(os.Stderr, "drill: unexpected arguments %q\n", flag.Args())
@@ -217,7 +232,12 @@ func main() {
 	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
-	err := drill(ctx, o, os.Stdout)
+	var err error
+	if faults {
+		err = faultDrill(ctx, o.Hogs, os.Stdout)
+	} else {
+		err = drill(ctx, o, os.Stdout)
+	}
 	stop()
 	switch {
 	case errors.Is(err, context.Canceled):
