@@ -19,7 +19,8 @@ var (
 	ErrRateLimited = errors.New("failover: rate limited")
 
 	// ErrAttemptTimeout means an upstream sent no response headers within
-	// [Config.AttemptTimeout].
+	// the attempt's bound: [Timeouts.Headers] for a streamed request,
+	// [Timeouts.Attempt] for one that is not, or [WithAttemptTimeout]'s.
 	ErrAttemptTimeout = errors.New("failover: attempt timed out")
 
 	// ErrModelNotServed means an upstream was skipped because its

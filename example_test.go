@@ -644,3 +644,40 @@ func ExampleBodyPrefix() {
 	// Output:
 	// 200 from backup ; gateway: 1 unservable
 }
+
+// A stream whose content began and then went silent: the read that waits
+// past Timeouts.Idle (20s by default; 50ms here) ends it with a
+// *StallError naming the upstream, and the silence counts against it.
+// Until content, the same silence would have failed over.
+func ExampleStallError() {
+	primary := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		io.WriteString(w, "data: {\"choices\":[{\"delta\":{\"content\":\"Hel\"}}]}\n\n")
+		w.(http.Flusher).Flush()
+		<-r.Context().Done() // then nothing
+	}))
+	defer primary.Close()
+	t, err := failover.New(failover.Config{
+		Upstreams: []failover.Upstream{{Name: "primary", BaseURL: primary.URL + "/v1"}},
+		Timeouts:  failover.Timeouts{Idle: 50 * time.Millisecond},
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer t.Close()
+	client := &http.Client{Transport: t}
+	resp, err := client.Post(primary.URL+"/v1/chat/completions", "application/json", strings.NewReader(`{"stream":true}`))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer resp.Body.Close()
+	_, err = io.ReadAll(resp.Body)
+	var stall *failover.StallError
+	if errors.As(err, &stall) {
+		fmt.Println(stall.Upstream, "went silent for", stall.Silence)
+	}
+	fmt.Println("its failures:", t.Health()[0].BreakerFailures)
+	// Output:
+	// primary went silent for 50ms
+	// its failures: 1
+}

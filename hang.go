@@ -9,7 +9,7 @@ import (
 
 // HangConfig sets when an upstream is suspected of hanging: it accepts
 // requests and answers none. A hung upstream would cost every request a
-// whole AttemptTimeout before its breaker learns. Instead, once at least
+// whole attempt timeout ([Timeouts]) before its breaker learns. Instead, once at least
 // MinInFlight requests wait there and it has answered none sent to it for
 // Multiple times its recent p99 (never less than Floor), new requests try
 // it after every other upstream ([ReasonSuspect]). An answer to a request
