@@ -105,6 +105,8 @@ func faultCatalogue() []faultCase {
 		{name: "both upstreams 503", primary: func(_ int, w http.ResponseWriter, _ *http.Request, _ bool) {
 			http.Error(w, `{"error":{"message":"unavailable"}}`, 503)
 		}, backup: "503", want: "the 503 after 2 attempts, not the SDK's 6"},
+		{name: "5s blip, 10 requests a second", sparse: &sparseLoad{every: 100 * time.Millisecond, total: 15 * time.Second, down: 5 * time.Second},
+			want: "no request fails; the primary back within a few seconds of its recovery"},
 		{name: "60s outage, a request every 4s", sparse: &sparseLoad{every: 4 * time.Second, total: 80 * time.Second, down: time.Minute},
 			want: "no request fails; the primary back within 10s of its recovery"},
 	}

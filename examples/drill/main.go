@@ -109,10 +109,11 @@
 //	                  content, one 500 and one 429 with Retry-After 2 s
 //	                  while the backup maps to another model, one 500 while
 //	                  the backup is the same, a content-policy 400, both
-//	                  upstreams 503, and a 60 s outage under a request every
-//	                  4 s. Each goes through a failover.Transport with the
-//	                  default Config under openai-go with its defaults, in
-//	                  real time (about 80 s); the table gives what the caller
+//	                  upstreams 503, a 5 s blip under 10 requests a second
+//	                  and a 60 s outage under a request every 4 s. Each
+//	                  goes through a failover.Transport with the default
+//	                  Config under openai-go with its defaults, in real
+//	                  time (about 80 s); the table gives what the caller
 //	                  got, when, the attempts at each upstream, the primary's
 //	                  counted failures, and the right conduct. Takes -hogs
 //
