@@ -11,6 +11,8 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -712,4 +714,37 @@ func trailerServers(t *testing.T) (got chan string, primary, backup *server) {
 		}
 	}
 	return got, newServer(t, handler(503)), newServer(t, handler(200))
+}
+
+// perRequestAllocs sends n requests one by one with send and returns the
+// allocations and the bytes of each that took nothing new from the
+// package's pools, each sorted. A pool's refill comes after a
+// collection, and under -race at random (sync.Pool drops a quarter of
+// what it is given): counted, it would make the figures vary from run to
+// run. It fails t when fewer than a quarter of the requests are left.
+func perRequestAllocs(t *testing.T, n int, send func()) (allocs, bytes []uint64) {
+	t.Helper()
+	refills := 0
+	hedge, watch, canceler := hedgeFires.New, watchFires.New, cancelers.New
+	hedgeFires.New = func() any { refills++; return hedge() }
+	watchFires.New = func() any { refills++; return watch() }
+	cancelers.New = func() any { refills++; return canceler() }
+	defer func() { hedgeFires.New, watchFires.New, cancelers.New = hedge, watch, canceler }()
+	for range n {
+		var before, after runtime.MemStats
+		r := refills
+		runtime.ReadMemStats(&before)
+		send()
+		runtime.ReadMemStats(&after)
+		if refills == r {
+			allocs = append(allocs, after.Mallocs-before.Mallocs)
+			bytes = append(bytes, after.TotalAlloc-before.TotalAlloc)
+		}
+	}
+	if len(allocs) < n/4 {
+		t.Fatalf("%d of %d requests took nothing new from a pool: too few to tell", len(allocs), n)
+	}
+	slices.Sort(allocs)
+	slices.Sort(bytes)
+	return allocs, bytes
 }

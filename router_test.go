@@ -5,7 +5,6 @@ import (
 	"math"
 	"math/rand/v2"
 	"net/http"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -294,30 +293,10 @@ func requestAllocs(t *testing.T, tr *Transport) float64 {
 	for range 10 {
 		send() // Weighted sizes its state, Score and Weighted take a snapshot
 	}
-	// The median of requests measured one by one, of those that took
-	// nothing new from a pool: a pool's refill (after a collection, and
-	// under -race at random) falls on some requests, and an average
-	// would count a share of it.
-	refills := 0
-	watch, canceler := watchFires.New, cancelers.New
-	watchFires.New = func() any { refills++; return watch() }
-	cancelers.New = func() any { refills++; return canceler() }
-	defer func() { watchFires.New, cancelers.New = watch, canceler }()
-	var counts []uint64
-	for range 401 {
-		var before, after runtime.MemStats
-		r := refills
-		runtime.ReadMemStats(&before)
-		send()
-		runtime.ReadMemStats(&after)
-		if refills == r {
-			counts = append(counts, after.Mallocs-before.Mallocs)
-		}
-	}
-	if len(counts) < 100 {
-		t.Fatalf("%d of 401 requests took nothing new from a pool: too few to tell", len(counts))
-	}
-	slices.Sort(counts)
+	// The median of the requests that took nothing new from a pool: a
+	// refill (after a collection, and under -race at random) falls on
+	// some, and an average would count a share of it.
+	counts, _ := perRequestAllocs(t, 401, send)
 	return float64(counts[len(counts)/2])
 }
 

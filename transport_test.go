@@ -19,7 +19,6 @@ import (
 	"os/exec"
 	"reflect"
 	"runtime"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -676,7 +675,7 @@ func TestMemoryBounded(t *testing.T) {
 // reads.
 //
 // Each request is measured alone, only those that take nothing new from a
-// pool count, and of those the median: a pool's refill comes when the
+// pool count (perRequestAllocs), and of those the median: a pool's refill comes when the
 // garbage collector emptied it, every cancelerUses requests (see ownCtx),
 // and under -race at random (sync.Pool drops a quarter of what it is
 // given), and work done once in a while (a new second of the health
@@ -695,12 +694,6 @@ func TestHealthyPathAllocations(t *testing.T) {
 		}
 		return
 	}
-	var refills int
-	hedge, canceler := hedgeFires.New, cancelers.New
-	hedgeFires.New = func() any { refills++; return hedge() }
-	cancelers.New = func() any { refills++; return canceler() }
-	defer func() { hedgeFires.New, cancelers.New = hedge, canceler }()
-
 	resp := respond(200, "")
 	base := roundTripFunc(func(r *http.Request) (*http.Response, error) {
 		resp.Body = http.NoBody
@@ -737,25 +730,8 @@ func TestHealthyPathAllocations(t *testing.T) {
 			}
 		}
 		send() // warm up: the health window and metrics
-		var allocs, bytes []uint64
-		const n = 1001
-		for range n {
-			var before, after runtime.MemStats
-			r := refills
-			runtime.ReadMemStats(&before)
-			send()
-			runtime.ReadMemStats(&after)
-			if refills == r {
-				allocs = append(allocs, after.Mallocs-before.Mallocs)
-				bytes = append(bytes, after.TotalAlloc-before.TotalAlloc)
-			}
-		}
 		name := fmt.Sprintf("%d upstreams, hedged %v", len(c.cfg.Upstreams), c.cfg.Hedge != nil)
-		if len(allocs) < n/2 {
-			t.Fatalf("%s: %d of %d requests took nothing new from a pool: too few to tell", name, len(allocs), n)
-		}
-		slices.Sort(allocs)
-		slices.Sort(bytes)
+		allocs, bytes := perRequestAllocs(t, 1001, send)
 		if a := allocs[len(allocs)/2]; a > c.allocs {
 			t.Errorf("%s: %d allocations for a request, want at most %d", name, a, c.allocs)
 		}
