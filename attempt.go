@@ -34,12 +34,14 @@ type attempt struct {
 	ender                    // what ends its own context; zero when nothing needs to end the attempt early
 	own        *outParts     // made with the attempt for out and its wrappers (hedgedParts); nil: prepare makes them
 	watch      *headersWatch // made with the attempt (timedParts, hedgedParts); nil: roundTrip makes one if needed
+	hedged     *hedgeWait    // the hedge timer armed for it, on the caller's goroutine; nil: none
 
 	// timeout and answer bound its wait for response headers, if the
 	// request is streamed and if not (request.attemptTimeouts); 0 means
 	// no bound. callerBound says they are the caller's own.
 	timeout, answer time.Duration
 	callerBound     bool
+	cut             bool          // timeout was cut short by the caller's deadline (deadlineBound)
 	fired           time.Duration // the bound that ended it (headersWatch); 0: none did
 	streamed        bool          // the request is streamed, as far as the watch learned
 
@@ -312,6 +314,11 @@ func (a *attempt) send(r *request) {
 	}()
 	resp, err := a.roundTrip(r)
 	a.resp = resp
+	if a.hedged != nil && resp != nil {
+		// Its headers came: the upstream is not silent, and a stream
+		// held until its first content (a model thinking) is not hedged.
+		a.hedged.disarm()
+	}
 	if r.t.stream != nil {
 		resp, err = r.t.guardStream(r.req.Context(), a.u, resp, err)
 		a.resp = resp
@@ -451,7 +458,7 @@ func (a *attempt) judge(r *request, resp *http.Response, err error, lost bool) (
 	t := r.t
 	switch {
 	case lost:
-		if resp == nil && !canceled(r.req) && (t.suspect(a.u, a.end) || t.silent(a.u, a.start, a.end)) {
+		if resp == nil && !canceled(r.req) && (t.suspect(a.u, a.end) || t.silent(a)) {
 			return Failed, errHedgeLost
 		}
 		return Canceled, err
@@ -465,7 +472,7 @@ func (a *attempt) judge(r *request, resp *http.Response, err error, lost bool) (
 			peekBody(resp) // for BodyPrefix: is it Unservable?
 		}
 		return t.classify(resp, err), err
-	case resp == nil && errors.Is(r.req.Context().Err(), context.DeadlineExceeded) && t.silent(a.u, a.start, a.end):
+	case resp == nil && errors.Is(r.req.Context().Err(), context.DeadlineExceeded) && t.silent(a):
 		// The caller's deadline ended an attempt at an upstream that had
 		// stayed silent past its normal time: it counts, as the
 		// attempt's own timeout would have.

@@ -148,8 +148,9 @@ func (s State) String() string {
 func (s State) MarshalText() ([]byte, error) { return []byte(s.String()), nil }
 
 // newCircuit returns the circuit of c (with defaults filled in), with the
-// fleet's lease and the listener of hooks.
-func newCircuit(c BreakerConfig, lease func(time.Time, bool) bool, onChange func(circuit.Change)) *circuit.Circuit {
+// fleet's lease and the listener of hooks. A probe holds the gate for at
+// least probeHang, the longest its attempt may take (0: none known).
+func newCircuit(c BreakerConfig, probeHang time.Duration, lease func(time.Time, bool) bool, onChange func(circuit.Change)) *circuit.Circuit {
 	return circuit.New(circuit.Config{
 		FailureThreshold: c.FailureThreshold,
 		FailureRate:      c.FailureRate,
@@ -158,6 +159,7 @@ func newCircuit(c BreakerConfig, lease func(time.Time, bool) bool, onChange func
 		Cooldown:         c.Cooldown,
 		MaxCooldown:      c.MaxCooldown,
 		ProbeLife:        max(c.Cooldown, minProbeLife),
+		ProbeHang:        probeHang,
 		SuccessThreshold: c.SuccessThreshold,
 		Lease:            lease,
 		OnChange:         onChange,
@@ -198,7 +200,7 @@ func NewBreaker(next http.RoundTripper, cfg BreakerConfig, classify Classifier) 
 		next = http.DefaultTransport
 	}
 	classify = checkedClassifier(classify)
-	return &Breaker{next: next, classify: classify, c: newCircuit(cfg.withDefaults(), nil, nil)}, nil
+	return &Breaker{next: next, classify: classify, c: newCircuit(cfg.withDefaults(), 0, nil, nil)}, nil
 }
 
 // RoundTrip implements http.RoundTripper.

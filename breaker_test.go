@@ -480,9 +480,11 @@ func TestConcurrentUse(t *testing.T) {
 	}
 }
 
-// A probe that never returns (no AttemptTimeout, a caller without a
-// deadline) is presumed hung after Cooldown or 30s, whichever is longer
-// (LLM requests take seconds), and Reset frees its gate.
+// A probe that never returns (no Timeouts, a caller without a deadline)
+// is presumed hung after Cooldown or 30s, whichever is longer (LLM
+// requests take seconds), and Reset frees its gate. (With Timeouts, the
+// gate is held as long as the probe's attempt may take:
+// TestProbeHoldsTheGateForItsAttempt.)
 func TestHungProbe(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var mode atomic.Value
@@ -500,6 +502,7 @@ func TestHungProbe(t *testing.T) {
 			return respond(503, "down"), nil
 		})
 		tr := newTestTransport(t, Config{Base: n, Breaker: BreakerConfig{FailureThreshold: 1, Cooldown: 10 * time.Second},
+			Timeouts:  Timeouts{Headers: -1, FirstContent: -1, Idle: -1, Attempt: -1},
 			Upstreams: []Upstream{{Name: "a", BaseURL: "http://a.test"}}})
 		get(t, tr, "http://a.test/")
 		time.Sleep(10 * time.Second)
@@ -878,4 +881,52 @@ func TestProbesThinOutInLongOutage(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A half-open probe that is an unstreamed answer generating for a minute
+// holds the gate for as long as its attempt may take: no second request
+// reaches the half-open upstream meanwhile.
+func TestProbeHoldsTheGateForItsAttempt(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := newFakeNet()
+		n.status("a.test", 500, "down")
+		cfg := Config{Base: n, Upstreams: []Upstream{{Name: "a", BaseURL: "http://a.test"}}}
+		tr := newTestTransport(t, cfg)
+		for range 5 {
+			resp, err := tr.RoundTrip(httptestRequest("POST", "http://a.test/v1/chat/completions", unstreamBody))
+			if err == nil {
+				resp.Body.Close()
+			}
+		}
+		if h := tr.Health()[0]; h.State != Open.String() {
+			t.Fatalf("state %s, want open", h.State)
+		}
+		time.Sleep(5 * time.Second)
+		before := n.count("a.test")
+		n.handle("a.test", func(r *http.Request) (*http.Response, error) {
+			if !waitOr(r.Context(), time.Minute) {
+				return nil, r.Context().Err()
+			}
+			return respond(200, `{"ok":true}`), nil
+		})
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			if resp, err := tr.RoundTrip(httptestRequest("POST", "http://a.test/v1/chat/completions", unstreamBody)); err == nil {
+				resp.Body.Close()
+			}
+		}()
+		time.Sleep(40 * time.Second)
+		go func() {
+			if resp, err := tr.RoundTrip(httptestRequest("POST", "http://a.test/v1/chat/completions", unstreamBody)); err == nil {
+				resp.Body.Close()
+			}
+		}()
+		<-done
+		synctest.Wait()
+		time.Sleep(2 * time.Minute)
+		if got := n.count("a.test") - before; got != 1 {
+			t.Errorf("%d requests reached the half-open upstream while its probe generated, want 1", got)
+		}
+	})
 }

@@ -232,7 +232,9 @@ func (r *request) launch(ctx context.Context, l *tally, b *replay, a *attempt, s
 	a.timeout, a.answer = r.attemptTimeouts(u)
 	a.callerBound = r.opts != nil && r.opts.timeoutSet
 	if dl, ok := ctx.Deadline(); ok && !a.callerBound {
-		a.timeout = r.t.deadlineBound(u, a.timeout, dl.Sub(now))
+		bound := a.timeout
+		a.timeout = r.t.deadlineBound(u, bound, dl.Sub(now))
+		a.cut = a.timeout < bound
 	}
 	l.attempts++
 	if err := r.prepare(ctx, a, b, racing || a.timeout > 0 || a.answer > 0, !racing); err != nil {

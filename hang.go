@@ -96,21 +96,23 @@ func (t *Transport) suspect(u *upstream, now time.Time) bool {
 	return quiet > c.limit(f)
 }
 
-// silent reports whether u has answered nothing sent since start, longer
-// ago than the hang limit, even with one attempt in flight. An upstream
-// with fewer than Hang.MinSamples recent latencies, whose p99 is not yet
-// known, is silent only past its Timeouts.Headers (or that default): with
-// no p99, slow and hung look alike.
-func (t *Transport) silent(u *upstream, start, now time.Time) bool {
-	c := t.hang
-	if c.Off || mono.Time(u.live.answered.Load()) >= mono.Of(start) {
+// silent reports whether a, which ended before any answer, had waited on
+// an upstream that answered nothing sent since a began, longer than that
+// upstream's normal time: the hang limit, from its recent p99. Without
+// Hang.MinSamples recent latencies, slow and hung look alike: a stream's
+// attempt is then judged by Headers, the bound on a stream's headers,
+// and one not streamed, which may take minutes, not at all. The request
+// is read for its kind only when that is needed.
+func (t *Transport) silent(a *attempt) bool {
+	u := a.u
+	if t.hang.Off || mono.Time(u.live.answered.Load()) >= mono.Of(a.start) {
 		return false
 	}
-	f := u.hangRecent.get(&u.window, now)
-	if f.samples < c.MinSamples {
-		return now.Sub(start) > cmp.Or(u.timeouts.Headers, defaultHeadersTimeout)
+	waited := a.end.Sub(a.start)
+	if f := u.hangRecent.get(&u.window, a.end); f.samples >= t.hang.MinSamples {
+		return waited > t.hang.limit(f)
 	}
-	return now.Sub(start) > c.limit(f)
+	return waited > cmp.Or(u.timeouts.Headers, defaultHeadersTimeout) && (a.streamed || streamed(a.out, t.maxBody))
 }
 
 // limit is how long an upstream with the recent figures f may stay silent

@@ -144,11 +144,12 @@ func TestSilentOwnWindow(t *testing.T) {
 		time.Sleep(time.Millisecond)
 		start := time.Now()
 		time.Sleep(200 * time.Millisecond) // past the 100ms floor
-		if !tr.silent(u, start, time.Now()) {
+		// A stream's attempt, judged on the upstream's p99 when known.
+		if !tr.silent(&attempt{u: u, start: start, end: time.Now(), streamed: true}) {
 			t.Fatal("not silent after 200ms with 2 latencies known and Hang.MinSamples 2")
 		}
 		time.Sleep(2 * time.Second) // the latencies left Hang.Window: the p99 is unknown again
-		if tr.silent(u, start, time.Now()) {
+		if tr.silent(&attempt{u: u, start: start, end: time.Now(), streamed: true}) {
 			t.Fatal("judged silent with no recent latencies in Hang.Window")
 		}
 	})
@@ -303,4 +304,63 @@ func TestHungUpstreamGetsFewRequests(t *testing.T) {
 			})
 		})
 	}
+}
+
+// A caller's deadline that ends an unstreamed request at a healthy
+// upstream still generating (90s, under callers' 60s deadlines) says
+// nothing against it: an answer not streamed may take Timeouts.Attempt.
+func TestDeadlineNeverBlamesALongUnstreamedAnswer(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := newFakeNet()
+		n.handle("a.test", func(r *http.Request) (*http.Response, error) {
+			if !waitOr(r.Context(), 90*time.Second) {
+				return nil, r.Context().Err()
+			}
+			return respond(200, `{"ok":true}`), nil
+		})
+		n.status("b.test", 200, "backup")
+		tr := newTestTransport(t, twoUpstreams(n, Config{}))
+		for range 5 {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			resp, err := tr.RoundTrip(httptestRequest("POST", "http://a.test/v1/chat/completions", unstreamBody).WithContext(ctx))
+			cancel()
+			if err == nil {
+				resp.Body.Close()
+			}
+		}
+		if h := tr.Health()[0]; h.BreakerFailures != 0 || h.State != Closed.String() {
+			t.Errorf("healthy slow upstream after callers' deadlines: %s, %d breaker failures; want closed, 0", h.State, h.BreakerFailures)
+		}
+	})
+}
+
+// An unstreamed attempt that loses to a hedge while its upstream still
+// generates (60s against the hedge's 38s) says nothing against it.
+func TestLostHedgeNeverBlamesALongUnstreamedAnswer(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := newFakeNet()
+		n.handle("a.test", func(r *http.Request) (*http.Response, error) {
+			if !waitOr(r.Context(), 60*time.Second) {
+				return nil, r.Context().Err()
+			}
+			return respond(200, `{"a":true}`), nil
+		})
+		n.handle("b.test", func(r *http.Request) (*http.Response, error) {
+			if !waitOr(r.Context(), 38*time.Second) {
+				return nil, r.Context().Err()
+			}
+			return respond(200, `{"b":true}`), nil
+		})
+		tr := newTestTransport(t, twoUpstreams(n, Config{Hedge: &HedgeConfig{}}))
+		for range 5 {
+			resp, err := tr.RoundTrip(httptestRequest("POST", "http://a.test/v1/chat/completions", unstreamBody))
+			if err != nil {
+				t.Fatal(err)
+			}
+			readBody(t, resp)
+		}
+		if h := tr.Health()[0]; h.BreakerFailures != 0 || h.State != Closed.String() {
+			t.Errorf("healthy slow upstream that lost hedges: %s, %d breaker failures; want closed, 0", h.State, h.BreakerFailures)
+		}
+	})
 }

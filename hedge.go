@@ -240,6 +240,7 @@ func (c *call) sendHedged(ctx context.Context, p *plan, s *step, now time.Time) 
 	r.req, r.body, r.ctx, r.first, r.targets, r.hedges = c.request, c.body, ctx, a, targets, c.hedges
 	r.tally = tally{roundNo: c.roundNo, sent: c.sent, secrets: c.secrets}
 	x.w.arm(r)
+	a.hedged = &x.w
 	a.sendCatching(&c.request, &x.w)
 	raced := x.w.end()
 	x.w.recycle()
@@ -328,10 +329,29 @@ type hedgeWait struct {
 	spent   bool        // the timer fired, or may have: f is not given back
 	bubbled bool        // armed in a synctest bubble: the timer is the bubble's
 
-	mu    sync.Mutex
-	state int
-	due   time.Time // when the delay passes; a fire before is a stale one
-	race  *race
+	mu       sync.Mutex
+	state    int
+	due      time.Time // when the delay passes; a fire before is a stale one
+	race     *race
+	disarmed bool // the attempt's headers came first (disarm): its timer is stopped, or spent
+}
+
+// disarm stops w's timer once its attempt's headers came, before the
+// attempt's stream is held for its first content: only silence before the
+// headers is hedged. A race already running is left to end.
+func (w *hedgeWait) disarm() {
+	w.mu.Lock()
+	waiting := w.state == waiting
+	if waiting {
+		w.state = idle
+	}
+	w.mu.Unlock()
+	if waiting {
+		w.disarmed = true
+		if !w.timer.Stop() {
+			w.spent = true // its fire is on its way, to find w idle
+		}
+	}
 }
 
 // arm starts the delay of r.first, launched and about to be sent on the
@@ -414,7 +434,7 @@ func (w *hedgeWait) end() bool {
 	w.state = idle
 	w.mu.Unlock()
 	if !raced {
-		if !w.timer.Stop() {
+		if !w.disarmed && !w.timer.Stop() {
 			w.spent = true // its fire is on its way, to find w idle
 		}
 		return false

@@ -1725,3 +1725,37 @@ func TestHedgeAnswerInHandBeforeCancelStands(t *testing.T) {
 		}
 	})
 }
+
+// A streamed request whose headers came at once is not hedged while its
+// model thinks before the first content: a hedge covers silence before
+// the headers only.
+func TestHedgeNotWhileAStreamThinks(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		think := func(d time.Duration) func(r *http.Request) (*http.Response, error) {
+			return func(r *http.Request) (*http.Response, error) {
+				return sseAnswer(r, func(ctx context.Context, pw *io.PipeWriter) {
+					io.WriteString(pw, "data: {\"choices\":[{\"delta\":{\"role\":\"assistant\"}}]}\n\n")
+					if waitOr(ctx, d) {
+						io.WriteString(pw, contentEvent+"data: [DONE]\n\n")
+					}
+				}), nil
+			}
+		}
+		n := newFakeNet()
+		n.handle("a.test", think(60*time.Second))
+		n.handle("b.test", think(40*time.Second))
+		tr := newTestTransport(t, twoUpstreams(n, Config{Hedge: &HedgeConfig{}}))
+		resp, err := tr.RoundTrip(httptestRequest("POST", "http://a.test/v1/chat/completions", streamBody))
+		if err != nil {
+			t.Fatal(err)
+		}
+		readBody(t, resp)
+		if got := n.count("b.test"); got != 0 {
+			t.Errorf("a stream whose headers came at once was hedged %d times while it thought", got)
+		}
+		t.Logf("%+v", tr.Health()[0])
+		if h := tr.Health()[0]; h.BreakerFailures != 0 {
+			t.Errorf("thinking primary that lost the hedge: %d breaker failures, want 0: %+v", h.BreakerFailures, h)
+		}
+	})
+}

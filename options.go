@@ -114,10 +114,13 @@ func (r *request) attemptTimeouts(u *upstream) (stream, answer time.Duration) {
 }
 
 // impatient reports whether a timed out on a bound of the caller's
-// (WithAttemptTimeout) shorter than the Transport's own at a.u for the
-// request's kind, or where it has none: a timeout that says nothing
-// against the upstream.
+// (WithAttemptTimeout, or a stream's Headers cut to its deadline's share)
+// shorter than the Transport's own at a.u for the request's kind, or
+// where it has none: a timeout that says nothing against the upstream.
 func (t *Transport) impatient(a *attempt) bool {
+	if a.cut && a.streamed {
+		return a.fired < a.u.timeouts.Headers // the caller's deadline's share, not the upstream's bound
+	}
 	if !a.callerBound {
 		return false
 	}

@@ -150,7 +150,8 @@ func errorStatus(e *Error) int {
 // timeout reports whether err is an attempt that timed out.
 func timeout(err error) bool {
 	var nerr net.Error
-	return errors.Is(err, ErrAttemptTimeout) || errors.Is(err, context.DeadlineExceeded) || errors.As(err, &nerr) && nerr.Timeout()
+	return errors.Is(err, ErrAttemptTimeout) || errors.Is(err, ErrFirstContentTimeout) || errors.Is(err, ErrFirstByteTimeout) ||
+		errors.Is(err, context.DeadlineExceeded) || errors.As(err, &nerr) && nerr.Timeout()
 }
 
 // answerErrorKey is the context key, in an answer's Request, of the error

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/failover-go/failover/failovertest"
@@ -282,4 +283,31 @@ func TestSDKErrorAnswerNotForTheCaller(t *testing.T) {
 	if AnswerError(nil) != nil || AnswerError(&http.Response{}) != nil {
 		t.Error("AnswerError of no answer: want nil")
 	}
+}
+
+// An SDK's request whose every attempt ran out of Timeouts.FirstContent
+// gets a 504, as attempts that timed out do.
+func TestSDKFirstContentTimeoutIs504(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		mute := func(r *http.Request) (*http.Response, error) {
+			return sseAnswer(r, func(ctx context.Context, pw *io.PipeWriter) {
+				io.WriteString(pw, "data: {\"choices\":[{\"delta\":{\"role\":\"assistant\"}}]}\n\n")
+				<-ctx.Done()
+			}), nil
+		}
+		n := newFakeNet()
+		n.handle("a.test", mute)
+		n.handle("b.test", mute)
+		tr := newTestTransport(t, twoUpstreams(n, Config{Timeouts: Timeouts{FirstContent: time.Minute}}))
+		req := httptestRequest("POST", "http://a.test/v1/chat/completions", streamBody)
+		req.Header.Set("X-Stainless-Lang", "go")
+		resp, err := tr.RoundTrip(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusGatewayTimeout {
+			t.Errorf("status %d after every attempt ran out of FirstContent (%v), want 504", resp.StatusCode, AnswerError(resp))
+		}
+	})
 }

@@ -322,7 +322,7 @@ func (h *holder) scan(p []byte, eof bool) (pass bool, fail error) {
 			case eventError:
 				return false, newStreamError(typ, data)
 			case eventContent:
-				h.content = true
+				h.content = !thinking(data)
 				return true, nil
 			case eventDone:
 				return true, nil
@@ -514,6 +514,36 @@ func geminiHasContent(candidates gjson.Result) bool {
 		return !found
 	})
 	return found
+}
+
+// thinking reports whether data, a content event's, is a model's
+// reasoning rather than its answer: a Responses API reasoning event, an
+// Anthropic thinking block, a chat chunk with only reasoning, or Gemini
+// thought parts. A model may think for minutes between such events and
+// its answer, so a stream that begins with them keeps the bound on its
+// first content for its silences (see guardStream).
+func thinking(data []byte) bool {
+	d := bytes.TrimSpace(data)
+	if len(d) == 0 || d[0] != '{' || !nestsShallow(d) {
+		return false
+	}
+	j := gjson.ParseBytes(d)
+	kind := j.Get("type").Str
+	switch {
+	case strings.Contains(kind, "reasoning"):
+		return true
+	case kind == "content_block_delta":
+		t := j.Get("delta.type").Str
+		return t == "thinking_delta" || t == "signature_delta"
+	case kind == "content_block_start":
+		t := j.Get("content_block.type").Str
+		return t == "thinking" || t == "redacted_thinking"
+	}
+	if c := j.Get("choices.0.delta"); c.Exists() {
+		return (nonEmpty(c.Get("reasoning")) || nonEmpty(c.Get("reasoning_content"))) &&
+			!nonEmpty(c.Get("content")) && !nonEmpty(c.Get("tool_calls")) && !nonEmpty(c.Get("refusal"))
+	}
+	return j.Get("candidates.0.content.parts.0.thought").Bool()
 }
 
 // nonEmpty reports whether v is there and is not null, false, "", [] or {}.

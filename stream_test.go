@@ -3,6 +3,7 @@ package failover
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -962,5 +963,58 @@ func TestStreamGuardAlone(t *testing.T) {
 	}
 	if _, err := New(Config{Upstreams: []Upstream{{BaseURL: "http://a.test"}}, StreamGuard: &StreamGuard{FirstByteTimeout: -1}}); err == nil {
 		t.Fatal("New accepted a negative FirstByteTimeout")
+	}
+}
+
+// A Responses API stream that begins with a reasoning summary may then
+// think for a minute before its answer: Idle does not cut it, the
+// FirstContent bound holds until the answer.
+func TestReasoningStreamKeepsFirstContentBound(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := newFakeNet()
+		n.handle("a.test", func(r *http.Request) (*http.Response, error) {
+			return sseAnswer(r, func(ctx context.Context, pw *io.PipeWriter) {
+				io.WriteString(pw, "event: response.created\ndata: {\"type\":\"response.created\"}\n\n")
+				io.WriteString(pw, "event: response.output_item.added\ndata: {\"type\":\"response.output_item.added\",\"item\":{\"type\":\"reasoning\"}}\n\n")
+				io.WriteString(pw, "event: response.reasoning_summary_text.delta\ndata: {\"type\":\"response.reasoning_summary_text.delta\",\"delta\":\"**Planning**\"}\n\n")
+				if waitOr(ctx, time.Minute) { // reasoning on, silently
+					io.WriteString(pw, "event: response.output_text.delta\ndata: {\"type\":\"response.output_text.delta\",\"delta\":\"hi\"}\n\n")
+				}
+			}), nil
+		})
+		n.status("b.test", 200, "backup")
+		tr := newTestTransport(t, twoUpstreams(n, Config{}))
+		resp, err := tr.RoundTrip(httptestRequest("POST", "http://a.test/v1/responses", streamBody))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := io.ReadAll(resp.Body); err != nil {
+			t.Errorf("a reasoning stream silent for a minute between summary and answer: %v", err)
+		}
+		resp.Body.Close()
+	})
+}
+
+// Which content events are a model's reasoning rather than its answer.
+func TestThinkingEvents(t *testing.T) {
+	for _, c := range []struct {
+		data string
+		want bool
+	}{
+		{`{"type":"response.reasoning_summary_text.delta","delta":"**Plan**"}`, true},
+		{`{"type":"response.output_text.delta","delta":"hi"}`, false},
+		{`{"type":"content_block_start","index":0,"content_block":{"type":"thinking","thinking":""}}`, true},
+		{`{"type":"content_block_delta","index":0,"delta":{"type":"thinking_delta","thinking":"Let me"}}`, true},
+		{`{"type":"content_block_delta","index":1,"delta":{"type":"text_delta","text":"Hi"}}`, false},
+		{`{"choices":[{"delta":{"reasoning_content":"First,"}}]}`, true},
+		{`{"choices":[{"delta":{"reasoning":"First,","content":"Hi"}}]}`, false},
+		{`{"choices":[{"delta":{"content":"Hi"}}]}`, false},
+		{`{"candidates":[{"content":{"parts":[{"text":"hmm","thought":true}]}}]}`, true},
+		{`{"candidates":[{"content":{"parts":[{"text":"Hi"}]}}]}`, false},
+		{`plain text`, false},
+	} {
+		if got := thinking([]byte(c.data)); got != c.want {
+			t.Errorf("thinking(%s) = %v, want %v", c.data, got, c.want)
+		}
 	}
 }

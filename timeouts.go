@@ -28,8 +28,8 @@ import (
 // with a [*StallError]. Each counts against the upstream's circuit. So
 // does an attempt the caller's deadline ended before any answer, when the
 // upstream had answered nothing sent since it began and had been silent
-// longer than its normal time to answer ([HangConfig]), or than Headers
-// while that is not yet known.
+// longer than its normal time to answer ([HangConfig]); while that is not
+// yet known, a stream's after Headers, and one not streamed never.
 //
 // A zero field means its default; a negative one means no bound.
 type Timeouts struct {
@@ -44,9 +44,11 @@ type Timeouts struct {
 	// think. Zero means 10m.
 	FirstContent time.Duration
 
-	// Idle bounds each silence of a stream once its content has begun:
+	// Idle bounds each silence of a stream once its answer has begun:
 	// the time a read of its body waits for bytes. A caller slow to read
-	// is not timed. Zero means 20s.
+	// is not timed. A stream that begins with the model's reasoning, or
+	// is handed on before any content, keeps FirstContent's bound (if
+	// longer) instead. Zero means 20s.
 	Idle time.Duration
 
 	// Attempt bounds the wait for the answer to a request that is not
@@ -98,6 +100,16 @@ func (c Timeouts) resolved() Timeouts {
 		Idle:         pick(c.Idle, defaultIdleTimeout),
 		Attempt:      pick(c.Attempt, defaultAttemptTimeout),
 	}
+}
+
+// longest is the longest an attempt bounded by c may take before its
+// answer is the caller's: a stream's headers and first content, or an
+// unstreamed answer; 0 when one of them has no bound.
+func (c Timeouts) longest() time.Duration {
+	if c.Headers == 0 || c.FirstContent == 0 || c.Attempt == 0 {
+		return 0
+	}
+	return max(c.Attempt, c.Headers+c.FirstContent)
 }
 
 // timeoutsOf returns the Timeouts in effect at an upstream configured as

@@ -270,16 +270,26 @@ func TestStreamStallAfterContent(t *testing.T) {
 
 // An attempt that the caller's deadline ends before any answer counts
 // against its upstream when that upstream answered nothing sent since
-// the attempt began and had been silent past its normal time (with no
-// history, Timeouts.Headers): the ten callers who waited out a silent
-// primary open its circuit. One at an upstream that answered others
-// meanwhile, or ended sooner, counts for nothing.
+// the attempt began and had been silent past its normal time (the hang
+// limit from its recent p99): the callers who waited out a primary gone
+// silent open its circuit. One at an upstream that answered others
+// meanwhile counts for nothing. (With no history, only a stream's is
+// judged, by Headers: TestDeadlineNeverBlamesALongUnstreamedAnswer.)
 func TestDeadlineEndedSilentAttemptCounts(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		n := newFakeNet()
-		n.handle("a.test", silent)
+		n.handle("a.test", func(r *http.Request) (*http.Response, error) {
+			time.Sleep(100 * time.Millisecond)
+			return respond(200, "ok"), nil
+		})
 		n.status("b.test", 200, "backup")
-		tr := newTestTransport(t, twoUpstreams(n, Config{Timeouts: Timeouts{Attempt: -1}}))
+		tr := newTestTransport(t, twoUpstreams(n, Config{}))
+		for range defaultMinSamples { // its normal time: 100ms
+			if code, err := get(t, tr, "http://a.test/v1/models"); code != 200 {
+				t.Fatalf("warm-up: %d, %v", code, err)
+			}
+		}
+		n.handle("a.test", silent)
 		send := func(d time.Duration) error {
 			ctx, cancel := context.WithTimeout(context.Background(), d)
 			defer cancel()
@@ -290,15 +300,20 @@ func TestDeadlineEndedSilentAttemptCounts(t *testing.T) {
 			}
 			return err
 		}
-		if err := send(10 * time.Second); !errors.Is(err, context.DeadlineExceeded) {
+		if err := send(50 * time.Millisecond); !errors.Is(err, context.DeadlineExceeded) {
 			t.Fatalf("got %v, want the deadline", err)
 		}
 		if h := tr.Health()[0]; h.BreakerFailures != 0 {
-			t.Fatalf("an attempt silent for less than Headers counted: %d failures", h.BreakerFailures)
+			t.Fatalf("an attempt silent for less than its upstream's normal time counted: %d failures", h.BreakerFailures)
 		}
-		for i := range 5 {
-			if err := send(time.Minute); !errors.Is(err, context.DeadlineExceeded) {
-				t.Fatalf("request %d: got %v, want the deadline", i, err)
+		// Five callers at once, each with a 10s deadline.
+		errs := make(chan error, 5)
+		for range 5 {
+			go func() { errs <- send(10 * time.Second) }()
+		}
+		for range 5 {
+			if err := <-errs; !errors.Is(err, context.DeadlineExceeded) {
+				t.Fatalf("got %v, want the deadline", err)
 			}
 		}
 		if h := tr.Health()[0]; h.State != Open.String() {
@@ -428,6 +443,36 @@ func TestDeprecatedAttemptTimeoutBoundsBothKinds(t *testing.T) {
 					t.Errorf("%+v, %s: failed over after %v, want %v", c.cfg, body, took, c.want)
 				}
 			}
+		}
+	})
+}
+
+// A stream's Headers bound cut to the caller's deadline's share (a 12s
+// http.Client.Timeout, an upstream whose headers take 8s) fails over but
+// counts nothing against the upstream: the bound was the caller's.
+func TestDeadlineShareNeverBlamesTheUpstream(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := newFakeNet()
+		n.handle("a.test", func(r *http.Request) (*http.Response, error) {
+			if !waitOr(r.Context(), 8*time.Second) { // well within Headers (30s)
+				return nil, r.Context().Err()
+			}
+			return sseAnswer(r, func(_ context.Context, pw *io.PipeWriter) { io.WriteString(pw, contentEvent) }), nil
+		})
+		n.handle("b.test", func(r *http.Request) (*http.Response, error) {
+			return sseAnswer(r, func(_ context.Context, pw *io.PipeWriter) { io.WriteString(pw, contentEvent) }), nil
+		})
+		tr := newTestTransport(t, twoUpstreams(n, Config{}))
+		client := &http.Client{Transport: tr, Timeout: 12 * time.Second}
+		for range 5 {
+			resp, err := client.Post("http://a.test/v1/chat/completions", "application/json", strings.NewReader(streamBody))
+			if err != nil {
+				t.Fatal(err)
+			}
+			readBody(t, resp)
+		}
+		if h := tr.Health()[0]; h.BreakerFailures != 0 || h.State != Closed.String() {
+			t.Errorf("upstream answering headers in 8s (Headers 30s) under 12s client timeouts: %s, %d breaker failures; want closed, 0", h.State, h.BreakerFailures)
 		}
 	})
 }

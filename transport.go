@@ -547,7 +547,7 @@ func New(cfg Config) (*Transport, error) {
 		if f := t.fleet; f != nil {
 			lease = func(now time.Time, ask bool) bool { return f.mayProbe(u, now, ask) }
 		}
-		u.circuit = newCircuit(u.breaker, lease, func(c circuit.Change) { t.changed(u, c) })
+		u.circuit = newCircuit(u.breaker, u.timeouts.longest(), lease, func(c circuit.Change) { t.changed(u, c) })
 		t.newRecent(u)
 	}
 	t.initMetrics()

@@ -78,6 +78,7 @@ type Config struct {
 	Cooldown         time.Duration // the shortest open time (see OpenTime)
 	MaxCooldown      time.Duration // the longest open time; at least Cooldown
 	ProbeLife        time.Duration // a probe's lifetime, and how long a closed circuit is Recovering; at least Cooldown
+	ProbeHang        time.Duration // how long a probe in flight holds the gate before it is presumed hung; at least ProbeLife
 	SuccessThreshold uint          // consecutive probe successes that close
 
 	// Lease, when set, reports whether this process may send the
@@ -188,6 +189,7 @@ const (
 func New(cfg Config) *Circuit {
 	cfg.MaxCooldown = max(cfg.MaxCooldown, cfg.Cooldown)
 	cfg.ProbeLife = max(cfg.ProbeLife, cfg.Cooldown)
+	cfg.ProbeHang = max(cfg.ProbeHang, cfg.ProbeLife)
 	c := &Circuit{cfg: cfg}
 	c.clean.Store(c.Counting())
 	b := circuitbreaker.NewBuilder[*http.Response]().
@@ -356,10 +358,10 @@ func (c *Circuit) verdict(now time.Time, ask bool) Verdict {
 }
 
 // probing reports whether a probe holds the gate at now. A probe older
-// than ProbeLife is presumed hung (no attempt timeout and a caller without a
-// deadline) and the next request takes over.
+// than ProbeHang, longer than its attempt may take, is presumed hung and
+// the next request takes over.
 func (c *Circuit) probing(now mono.Time) bool {
-	return c.probe.Load() != 0 && now.Sub(mono.Time(c.probeStart.Load())) < c.cfg.ProbeLife
+	return c.probe.Load() != 0 && now.Sub(mono.Time(c.probeStart.Load())) < c.cfg.ProbeHang
 }
 
 // Allow returns a permit to send a request at now, or why not. The permit
