@@ -61,7 +61,7 @@ func faultCatalogue() []faultCase {
 		{name: "silent primary, stream, no history", primary: never, stream: true,
 			want: "the backup's answer within 30s (Timeouts.Headers); the timeout counts"},
 		{name: "silent primary, no stream, 60s deadline", primary: never, timeout: time.Minute,
-			want: "the deadline's error at 60s (an answer not streamed may think 10m); the silence counts"},
+			want: "the deadline's error at 60s; with no history it does not count (an answer not streamed may take 10m)"},
 		{name: "stall after content (30s)", stream: true, primary: func(_ int, w http.ResponseWriter, r *http.Request, _ bool) {
 			writeChunks(w, "Hel")
 			select {
