@@ -682,8 +682,8 @@ func (b *stallBody) Read(p []byte) (int, error) {
 
 func (b *stallBody) fire() {
 	b.stalled.Store(true)
-	b.rc.Close() // ends the read in flight
-	b.onStall()
+	b.onStall() // before the read in flight ends: its caller finds the stall counted
+	b.rc.Close()
 }
 
 func (b *stallBody) Close() error {
