@@ -23,9 +23,18 @@
 // An SDK that retries on its own (openai-go, anthropic-sdk-go) is told
 // not to retry what the Transport already failed over ([Config.SDKRetries]).
 //
+// By default, each attempt is bounded by what it waits for ([Timeouts]): a
+// silent upstream fails a stream over within 30s, a thinking model is
+// never cut, and a stream that stalls after its content ends in a
+// [*StallError]. A stream is held until its first content
+// ([StreamGuard]). A transient failure is retried once at the same
+// upstream when the next would change the model or the price
+// ([RetryConfig]), and a tripped circuit stays open longer the longer its
+// upstream keeps failing ([BreakerConfig]).
+//
 // The rest is opt-in, each on its field of [Config]: routing ([Router]),
-// hedging, probes, stream guarding, model mapping, usage metering and state
-// shared by a fleet ([Shared]); per request, [WithUpstreams],
+// hedging, probes, model mapping, usage metering and state shared by a
+// fleet ([Shared]); per request, [WithUpstreams],
 // [WithoutFailover], [WithAttemptTimeout] and [WithTrace]. [Breaker] and
 // [RateLimiter] work alone in front of any RoundTripper. [Transport.Health]
 // and [Transport.WritePrometheus] show what each upstream is doing.
