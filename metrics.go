@@ -27,7 +27,7 @@ type family struct {
 // familyID names a row of [families].
 type familyID int
 
-// The metric families, in the order of the README's list.
+// The metric families, in the order of docs/observability.md's list.
 const (
 	famRequests familyID = iota
 	famRequestDuration
@@ -70,9 +70,9 @@ const (
 // families is every metric family the Transport registers, and the only
 // list of them: registrations name their series through
 // [familyID.series], [Transport.WritePrometheus] writes each family's
-// # HELP and # TYPE lines from its row, and README.md's list of metrics is
-// made from it (TestREADMEMetrics fails until
-// "go test -run TestREADMEMetrics -update-readme" has rewritten it).
+// # HELP and # TYPE lines from its row, and docs/observability.md's list of
+// metrics is made from it (TestDocsMetrics fails until
+// "go test -run TestDocsMetrics -update-docs" has rewritten it).
 // Adding a family is a const, a row and its registration.
 var families = [numFamilies]family{
 	famRequests:         {"failover_requests_total", "counter", []string{"upstream", "outcome"}, "Requests as their callers saw them, by outcome (answered, failed_over, hedged, failed, unavailable, canceled) and the upstream whose answer the caller got (empty when the caller got an error)."},

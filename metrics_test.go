@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"flag"
 	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -217,17 +218,20 @@ func TestWriteExposition(t *testing.T) {
 	}
 }
 
-var updateREADME = flag.Bool("update-readme", false, "rewrite README.md's list of metrics from the table")
+var updateDocs = flag.Bool("update-docs", false, "rewrite docs/observability.md's list of metrics from the table")
 
-// The markers around README.md's list of metrics.
+// metricsDoc is the page whose list of metrics is made from the table.
+const metricsDoc = "docs/observability.md"
+
+// The markers around the list of metrics.
 const (
-	readmeBegin = "<!-- metrics: made from metrics.go's families; go test -run TestREADMEMetrics -update-readme rewrites it -->\n"
-	readmeEnd   = "<!-- end of metrics -->\n"
+	docsBegin = "<!-- metrics: made from metrics.go's families; go test -run TestDocsMetrics -update-docs rewrites it -->\n"
+	docsEnd   = "<!-- end of metrics -->\n"
 )
 
-// readmeMetrics is README.md's list of metrics, made from the table: a
-// row per family with its labels, type and help text.
-func readmeMetrics() string {
+// docsMetrics is the list of metrics, made from the table: a row per
+// family with its labels, type and help text.
+func docsMetrics() string {
 	var b strings.Builder
 	b.WriteString("| Metric | Type | Meaning |\n| --- | --- | --- |\n")
 	for _, f := range families {
@@ -240,30 +244,30 @@ func readmeMetrics() string {
 	return b.String()
 }
 
-// TestREADMEMetrics checks that README.md lists every family of the table
-// with its labels, type and help text (go test -run TestREADMEMetrics
-// -update-readme writes the list), and that wherever README.md names a
-// failover_ metric, it is one of the table's, a histogram's _bucket, _sum
-// or _count included, with the family's labels when it gives labels.
-func TestREADMEMetrics(t *testing.T) {
-	raw, err := os.ReadFile("README.md")
+// TestDocsMetrics checks that docs/observability.md lists every family of
+// the table with its labels, type and help text (go test -run
+// TestDocsMetrics -update-docs writes the list), and that wherever the
+// README or a page of docs/ names a failover_ metric, it is one of the
+// table's, a histogram's _bucket, _sum or _count included, with the
+// family's labels when it gives labels.
+func TestDocsMetrics(t *testing.T) {
+	raw, err := os.ReadFile(metricsDoc)
 	if err != nil {
 		t.Fatal(err)
 	}
-	readme := string(raw)
-	before, rest, ok := strings.Cut(readme, readmeBegin)
-	list, after, ok2 := strings.Cut(rest, readmeEnd)
+	before, rest, ok := strings.Cut(string(raw), docsBegin)
+	list, after, ok2 := strings.Cut(rest, docsEnd)
 	if !ok || !ok2 {
-		t.Fatalf("README.md has no list of metrics between\n%s and\n%s", readmeBegin, readmeEnd)
+		t.Fatalf("%s has no list of metrics between\n%s and\n%s", metricsDoc, docsBegin, docsEnd)
 	}
-	if want := readmeMetrics(); list != want {
-		if *updateREADME {
-			if err := os.WriteFile("README.md", []byte(before+readmeBegin+want+readmeEnd+after), 0o644); err != nil {
+	if want := docsMetrics(); list != want {
+		if *updateDocs {
+			if err := os.WriteFile(metricsDoc, []byte(before+docsBegin+want+docsEnd+after), 0o644); err != nil {
 				t.Fatal(err)
 			}
-			t.Logf("README.md: the list of metrics rewritten")
+			t.Logf("%s: the list of metrics rewritten", metricsDoc)
 		} else {
-			t.Errorf("README.md's list of metrics is not the table's (go test -run TestREADMEMetrics -update-readme rewrites it); want:\n%s", want)
+			t.Errorf("%s's list of metrics is not the table's (go test -run TestDocsMetrics -update-docs rewrites it); want:\n%s", metricsDoc, want)
 		}
 	}
 
@@ -271,24 +275,34 @@ func TestREADMEMetrics(t *testing.T) {
 	for i := range families {
 		byName[families[i].name] = &families[i]
 	}
+	pages, err := filepath.Glob("docs/*.md")
+	if err != nil {
+		t.Fatal(err)
+	}
 	// A failover_ name not after "=" (impl=failover_2up, a benchmark's) or
 	// a letter, with its labels when braces follow.
 	mention := regexp.MustCompile(`(^|[^=\w/-])(failover_\w+)(\{[^}]*\})?`)
-	for _, m := range mention.FindAllStringSubmatch(readme, -1) {
-		name, labels := m[2], m[3]
-		f := byName[name]
-		if f == nil {
-			for _, sfx := range []string{"_bucket", "_sum", "_count"} {
-				if h := byName[strings.TrimSuffix(name, sfx)]; h != nil && h.typ == "histogram" && strings.HasSuffix(name, sfx) {
-					f = h
+	for _, page := range append([]string{"README.md"}, pages...) {
+		text, err := os.ReadFile(page)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range mention.FindAllStringSubmatch(string(text), -1) {
+			name, labels := m[2], m[3]
+			f := byName[name]
+			if f == nil {
+				for _, sfx := range []string{"_bucket", "_sum", "_count"} {
+					if h := byName[strings.TrimSuffix(name, sfx)]; h != nil && h.typ == "histogram" && strings.HasSuffix(name, sfx) {
+						f = h
+					}
 				}
 			}
-		}
-		switch {
-		case f == nil:
-			t.Errorf("README.md names %s, which is no metric of the table", name)
-		case labels != "" && !strings.Contains(labels, "=") && labels != "{"+strings.Join(f.labels, ",")+"}":
-			t.Errorf("README.md names %s%s; its labels are {%s}", name, labels, strings.Join(f.labels, ","))
+			switch {
+			case f == nil:
+				t.Errorf("%s names %s, which is no metric of the table", page, name)
+			case labels != "" && !strings.Contains(labels, "=") && labels != "{"+strings.Join(f.labels, ",")+"}":
+				t.Errorf("%s names %s%s; its labels are {%s}", page, name, labels, strings.Join(f.labels, ","))
+			}
 		}
 	}
 }

@@ -1,10 +1,22 @@
 // Package failover makes any http.Client survive the way LLM providers fail.
+// Put a [Transport] under an SDK's http.Client, here openai-go's:
 //
 //	t, err := failover.New(failover.Config{Upstreams: []failover.Upstream{
-//		{Name: "primary", BaseURL: "https://api.example.com/v1", Header: http.Header{"Authorization": {"Bearer " + k1}}},
-//		{Name: "backup", BaseURL: "https://api.openai.com/v1", Header: http.Header{"Authorization": {"Bearer " + k2}}},
+//		{Name: "openai", BaseURL: "https://api.openai.com/v1",
+//			Header: http.Header{"Authorization": {"Bearer " + os.Getenv("OPENAI_API_KEY")}}},
+//		{Name: "openrouter", BaseURL: "https://openrouter.ai/api/v1",
+//			Header: http.Header{"Authorization": {"Bearer " + os.Getenv("OPENROUTER_API_KEY")}},
+//			Models: map[string]string{"gpt-4o": "openai/gpt-4o", "gpt-4o-mini": "openai/gpt-4o-mini"}},
 //	}})
-//	client := &http.Client{Transport: t} // hand it to any SDK
+//	if err != nil {
+//		log.Fatal(err) // a *failover.ConfigError naming the field
+//	}
+//	defer t.Close()
+//
+//	client := openai.NewClient(
+//		option.WithBaseURL("https://api.openai.com/v1"), // the first upstream's BaseURL
+//		option.WithHTTPClient(&http.Client{Transport: t}),
+//	)
 //
 // A [Transport] is an http.RoundTripper. A request whose URL lies under an
 // upstream's BaseURL goes to the first upstream whose circuit is closed and

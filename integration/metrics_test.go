@@ -56,18 +56,18 @@ func parseAndLint(t *testing.T, exposition []byte) map[string]*dto.MetricFamily 
 	return mfs
 }
 
-// readmeFamily is a row of README.md's list of metrics.
+// readmeFamily is a row of docs/observability.md's list of metrics.
 type readmeFamily struct {
 	name, typ string
 	labels    []string
 }
 
-// readmeFamilies returns README.md's list of metrics, which the root
-// package's TestREADMEMetrics keeps equal to the families the Transport
+// readmeFamilies returns docs/observability.md's list of metrics, which the root
+// package's TestDocsMetrics keeps equal to the families the Transport
 // registers.
 func readmeFamilies(t *testing.T) []readmeFamily {
 	t.Helper()
-	readme, err := os.ReadFile("../README.md")
+	readme, err := os.ReadFile("../docs/observability.md")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,7 +81,7 @@ func readmeFamilies(t *testing.T) []readmeFamily {
 		out = append(out, f)
 	}
 	if len(out) < 20 {
-		t.Fatalf("README.md lists %d metrics; its list is gone or its format changed", len(out))
+		t.Fatalf("docs/observability.md lists %d metrics; its list is gone or its format changed", len(out))
 	}
 	return out
 }
@@ -294,7 +294,7 @@ func probeCounted(tr *failover.Transport, series string) bool {
 }
 
 // TestPrometheusExposition parses and lints the exposition of a driven
-// Transport: no problem, every family of README.md's list present with its
+// Transport: no problem, every family of docs/observability.md's list present with its
 // type and labels, and the traffic counted.
 func TestPrometheusExposition(t *testing.T) {
 	tr := driven(t)
@@ -308,7 +308,7 @@ func TestPrometheusExposition(t *testing.T) {
 			continue
 		}
 		if got := strings.ToLower(mf.GetType().String()); got != f.typ {
-			t.Errorf("%s: type %s, README.md says %s", f.name, got, f.typ)
+			t.Errorf("%s: type %s, docs/observability.md says %s", f.name, got, f.typ)
 		}
 		for _, m := range mf.GetMetric() {
 			var labels []string
@@ -316,7 +316,7 @@ func TestPrometheusExposition(t *testing.T) {
 				labels = append(labels, l.GetName())
 			}
 			if !slices.Equal(labels, f.labels) {
-				t.Errorf("%s: labels %v, README.md says %v", f.name, labels, f.labels)
+				t.Errorf("%s: labels %v, docs/observability.md says %v", f.name, labels, f.labels)
 				break
 			}
 		}
