@@ -1250,3 +1250,53 @@ func TestCloseClosesOwnIdleConnections(t *testing.T) {
 		t.Fatalf("the caller's Base lost its idle connection at Close: %d connections, want 11", got)
 	}
 }
+
+// TestFirstSnippet checks that the README's first snippet, the package
+// doc's and the one integration's Example runs are the same code: the
+// Example's only differences are the two BaseURLs, local servers there.
+func TestFirstSnippet(t *testing.T) {
+	read := func(name string) string {
+		t.Helper()
+		b, err := os.ReadFile(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	_, readme, ok := strings.Cut(read("README.md"), "<!-- first snippet")
+	_, readme, ok2 := strings.Cut(readme, "```go\n")
+	readme, _, ok3 := strings.Cut(readme, "```\n")
+	if !ok || !ok2 || !ok3 {
+		t.Fatal("README.md has no first snippet after its <!-- first snippet --> marker")
+	}
+
+	var doc strings.Builder
+	for line := range strings.Lines(read("transport.go")) {
+		if strings.HasPrefix(line, "package ") {
+			break
+		}
+		switch {
+		case strings.HasPrefix(line, "//\t"):
+			doc.WriteString(strings.TrimPrefix(line, "//\t"))
+		case line == "//\n" && doc.Len() > 0:
+			doc.WriteString("\n")
+		}
+	}
+	if got := strings.TrimRight(doc.String(), "\n") + "\n"; got != readme {
+		t.Errorf("the package doc's snippet:\n%s\nthe README's:\n%s", got, readme)
+	}
+
+	_, ex, ok := strings.Cut(read("integration/readme_example_test.go"), "\t// first snippet\n")
+	ex, _, ok2 = strings.Cut(ex, "\t// end of first snippet\n")
+	if !ok || !ok2 {
+		t.Fatal("integration/readme_example_test.go has no first snippet between its markers")
+	}
+	var b strings.Builder
+	for line := range strings.Lines(ex) {
+		b.WriteString(strings.TrimPrefix(line, "\t"))
+	}
+	got := strings.NewReplacer("openaiURL", `"https://api.openai.com/v1"`, "openrouterURL", `"https://openrouter.ai/api/v1"`).Replace(b.String())
+	if got != readme {
+		t.Errorf("the Example's snippet:\n%s\nthe README's:\n%s", got, readme)
+	}
+}
