@@ -141,6 +141,7 @@ func (c *call) round(ctx context.Context) (*http.Response, error, bool) {
 		}
 		if s.av.reason != "" {
 			c.skip(&c.request, s.u, s.av, true)
+			c.logSkip(s.u, s.av)
 			continue
 		}
 		if resp, err, done := c.send(ctx, &p, &s, now); done {
@@ -269,6 +270,7 @@ func (c *call) settleSent(a *attempt) (*http.Response, error, bool) {
 func (c *call) failedOver(u *upstream) {
 	if c.last != nil && c.last != u {
 		c.t.countFailover(c.last, u)
+		c.logFailover(u)
 	}
 }
 

@@ -254,8 +254,13 @@ type Config struct {
 	// Transport its own Set, or upstream names that differ.
 	Metrics *metrics.Set
 
-	// Logger receives state changes, auth failures and cooldowns. Nil
-	// means nothing is logged.
+	// Logger receives state changes, auth failures and cooldowns; each
+	// failover at Info (from, to, attempt, and why: the failed attempt's
+	// outcome and status, or its error's class), and each upstream a
+	// request passes over at Debug (upstream, reason, round,
+	// retry_after). Those two are logged with the request's context, so
+	// that a Handler may add its trace IDs; no record holds a URL query,
+	// a header or a key. Nil means nothing is logged.
 	Logger *slog.Logger
 
 	// CredentialHeaders names request headers that carry the caller's
