@@ -89,6 +89,10 @@ type TraceAttemptDone struct {
 	// flight (a hedge or the attempt beside it answered first): it was
 	// canceled, and its answer, if one comes, is drained and closed.
 	Abandoned bool
+
+	// URL is where the attempt went: scheme, host and path, never a
+	// query or user info.
+	URL string
 }
 
 // TraceDone is how a request ended, as [Trace.Done] receives it.
@@ -280,7 +284,7 @@ func (r *request) traceAttempt(l *tally, a *attempt) TraceAttempt {
 // traceDone calls AttemptDone for a, its error's message redacted in
 // a.msg (see heard).
 func (r *request) traceDone(l *tally, a *attempt) {
-	d := TraceAttemptDone{TraceAttempt: r.traceAttempt(l, a), Outcome: a.o, Duration: a.end.Sub(a.start)}
+	d := TraceAttemptDone{TraceAttempt: r.traceAttempt(l, a), Outcome: a.o, Duration: a.end.Sub(a.start), URL: a.url()}
 	if a.resp != nil {
 		d.StatusCode = a.resp.StatusCode
 	}
@@ -325,6 +329,15 @@ func (r *request) traceAbandoned(l *tally, flying []*attempt, now time.Time) {
 		return
 	}
 	for _, a := range flying {
-		r.trace.AttemptDone(TraceAttemptDone{TraceAttempt: r.traceAttempt(l, a), Outcome: Canceled, Duration: now.Sub(a.start), Abandoned: true})
+		r.trace.AttemptDone(TraceAttemptDone{TraceAttempt: r.traceAttempt(l, a), Outcome: Canceled, Duration: now.Sub(a.start), Abandoned: true, URL: a.url()})
 	}
+}
+
+// url is a's URL for the Trace: scheme, host and path.
+func (a *attempt) url() string {
+	if a.out == nil {
+		return ""
+	}
+	u := a.out.URL
+	return u.Scheme + "://" + u.Host + u.EscapedPath()
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -515,4 +516,26 @@ func seriesLines(s, sub string) string {
 		}
 	}
 	return strings.Join(out, "\n")
+}
+
+// AttemptDone says where each attempt went, without the query.
+func TestTraceAttemptURL(t *testing.T) {
+	primary := newUpstreamServer(t, 503, "down")
+	backup := newUpstreamServer(t, 200, "up")
+	tr := newTestTransport(t, Config{Upstreams: []Upstream{
+		{Name: "primary", BaseURL: primary.URL + "/v1"},
+		{Name: "backup", BaseURL: backup.URL + "/v1"},
+	}})
+	var got []string
+	ctx := WithTrace(context.Background(), &Trace{AttemptDone: func(d TraceAttemptDone) { got = append(got, d.URL) }})
+	req := httptestRequest("POST", primary.URL+"/v1/chat/completions?key=secret", chatBody).WithContext(ctx)
+	resp, err := tr.RoundTrip(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	want := []string{primary.URL + "/v1/chat/completions", backup.URL + "/v1/chat/completions"}
+	if !slices.Equal(got, want) {
+		t.Errorf("URLs %q, want %q", got, want)
+	}
 }
