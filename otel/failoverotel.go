@@ -1,7 +1,15 @@
-// Package failoverotel exposes the metrics of a [failover.Transport] to an
-// OpenTelemetry MeterProvider. [NewProducer] returns a metric.Producer, which
-// a Reader of the SDK's MeterProvider collects beside the instruments of the
-// program's own Meters:
+// Package failoverotel brings a [failover.Transport] to OpenTelemetry: its
+// requests and their attempts as spans, its metrics to a MeterProvider.
+//
+// [NewTransport] wraps the Transport as otelhttp.NewTransport wraps a
+// plain one, with a span for each request and a child span for each
+// attempt, which name the upstream and how it answered:
+//
+//	client := &http.Client{Transport: failoverotel.NewTransport(t)}
+//
+// [NewProducer] returns a metric.Producer, which a Reader of the SDK's
+// MeterProvider collects beside the instruments of the program's own
+// Meters:
 //
 //	reader := metric.NewPeriodicReader(exporter, metric.WithProducer(failoverotel.NewProducer(t)))
 //	mp := metric.NewMeterProvider(metric.WithReader(reader))

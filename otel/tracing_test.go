@@ -1,0 +1,277 @@
+package failoverotel_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/failover-go/failover"
+	failoverotel "github.com/failover-go/failover/otel"
+)
+
+const (
+	callerKey  = "caller-secret-key"
+	primaryKey = "primary-secret-key"
+	backupKey  = "backup-secret-key"
+	queryKey   = "query-secret-key"
+)
+
+// upstream is a loopback server that answers code and keeps the
+// traceparent of each request.
+type upstream struct {
+	*httptest.Server
+	mu      sync.Mutex
+	parents []string
+}
+
+func newUpstream(t *testing.T, code int) *upstream {
+	t.Helper()
+	u := &upstream{}
+	u.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		u.mu.Lock()
+		u.parents = append(u.parents, r.Header.Get("Traceparent"))
+		u.mu.Unlock()
+		w.WriteHeader(code)
+		io.WriteString(w, `{"choices":[]}`)
+	}))
+	t.Cleanup(u.Close)
+	return u
+}
+
+func (u *upstream) traceparents() []string {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return append([]string(nil), u.parents...)
+}
+
+// tracing returns a traced client over a failover.Transport of the
+// upstreams (name, URL), with the recorder of its spans.
+func tracing(t *testing.T, cfg failover.Config, ups ...string) (*http.Client, *tracetest.SpanRecorder) {
+	t.Helper()
+	keys := []string{primaryKey, backupKey}
+	for i := 0; i < len(ups); i += 2 {
+		cfg.Upstreams = append(cfg.Upstreams, failover.Upstream{Name: ups[i], BaseURL: ups[i+1] + "/v1",
+			Header: http.Header{"Authorization": {"Bearer " + keys[i/2%2]}}})
+	}
+	tr, err := failover.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tr.Close() })
+	spans := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans))
+	ot := failoverotel.NewTransport(tr, failoverotel.WithTracerProvider(tp), failoverotel.WithPropagators(propagation.TraceContext{}))
+	return &http.Client{Transport: ot}, spans
+}
+
+// post sends a chat completion with the caller's key in a header and in
+// the query, and returns the response.
+func post(t *testing.T, c *http.Client, ctx context.Context, base string) *http.Response {
+	t.Helper()
+	req, err := http.NewRequestWithContext(ctx, "POST", base+"/v1/chat/completions?api-key="+queryKey, strings.NewReader(`{"model":"m"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+callerKey)
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp
+}
+
+func attrs(kvs []attribute.KeyValue) map[string]string {
+	m := map[string]string{}
+	for _, kv := range kvs {
+		m[string(kv.Key)] = kv.Value.Emit()
+	}
+	return m
+}
+
+// check reports each attribute of want that got lacks or has otherwise
+// (a value "-": that got lacks it).
+func check(t *testing.T, what string, got, want map[string]string) {
+	t.Helper()
+	for k, v := range want {
+		g, ok := got[k]
+		switch {
+		case v == "-" && ok:
+			t.Errorf("%s: %s = %q, want none", what, k, g)
+		case v != "-" && g != v:
+			t.Errorf("%s: %s = %q (present: %v), want %q", what, k, g, ok, v)
+		}
+	}
+}
+
+func hostPort(t *testing.T, rawURL string) (string, string) {
+	t.Helper()
+	host, port, err := net.SplitHostPort(strings.TrimPrefix(rawURL, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return host, port
+}
+
+// noSecret fails when a span's name, attributes, events or status hold a
+// credential, the query or a header's name.
+func noSecret(t *testing.T, spans []sdktrace.ReadOnlySpan) {
+	t.Helper()
+	for _, s := range spans {
+		dump := fmt.Sprintf("%s %v %v %v", s.Name(), s.Attributes(), s.Events(), s.Status())
+		for _, bad := range []string{callerKey, primaryKey, backupKey, queryKey, "api-key", "Authorization", "Bearer"} {
+			if strings.Contains(dump, bad) {
+				t.Errorf("span %s holds %q: %s", s.Name(), bad, dump)
+			}
+		}
+	}
+}
+
+// A request that fails over: one request span, ended with the answer's
+// body, and two attempt spans under it with the upstream, the outcome and
+// the HTTP attributes of each; the upstreams see the request span as
+// their parent.
+func TestTransportFailover(t *testing.T) {
+	primary, backup := newUpstream(t, 503), newUpstream(t, 200)
+	client, spans := tracing(t, failover.Config{}, "primary", primary.URL, "backup", backup.URL)
+	resp := post(t, client, context.Background(), primary.URL)
+	if n := len(spans.Ended()); n != 2 {
+		t.Errorf("%d spans ended before the body, want the 2 attempts", n)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+
+	ended := spans.Ended()
+	if len(ended) != 3 {
+		t.Fatalf("%d spans, want 3", len(ended))
+	}
+	a1, a2, req := ended[0], ended[1], ended[2]
+	ph, pp := hostPort(t, primary.URL)
+	_, bp := hostPort(t, backup.URL)
+	check(t, "request span", attrs(req.Attributes()), map[string]string{
+		"http.request.method": "POST", "server.address": ph, "server.port": pp,
+		"url.full": primary.URL + "/v1/chat/completions", "http.response.status_code": "200",
+		"failover.upstream": "backup", "failover.attempt": "2", "failover.attempts": "2", "failover.outcome": "failed_over",
+		"error.type": "-", "http.request.resend_count": "-",
+	})
+	check(t, "attempt 1", attrs(a1.Attributes()), map[string]string{
+		"http.request.method": "POST", "server.address": ph, "server.port": pp,
+		"url.full": primary.URL + "/v1/chat/completions", "http.response.status_code": "503", "error.type": "503",
+		"failover.upstream": "primary", "failover.attempt": "1", "failover.outcome": "failed", "failover.hedge": "false",
+		"http.request.resend_count": "-",
+	})
+	check(t, "attempt 2", attrs(a2.Attributes()), map[string]string{
+		"http.request.method": "POST", "server.port": bp,
+		"url.full": backup.URL + "/v1/chat/completions", "http.response.status_code": "200", "error.type": "-",
+		"failover.upstream": "backup", "failover.attempt": "2", "failover.outcome": "success", "failover.hedge": "false",
+		"http.request.resend_count": "1",
+	})
+	for _, s := range ended {
+		if s.SpanKind() != trace.SpanKindClient || s.Name() != "POST" {
+			t.Errorf("span %s of kind %v, want POST of kind client", s.Name(), s.SpanKind())
+		}
+	}
+	for _, a := range []sdktrace.ReadOnlySpan{a1, a2} {
+		if a.Parent().SpanID() != req.SpanContext().SpanID() || a.SpanContext().TraceID() != req.SpanContext().TraceID() {
+			t.Errorf("attempt %s: parent %v, want the request span %v", a.Name(), a.Parent(), req.SpanContext())
+		}
+	}
+	if a1.Status().Code != codes.Error || a2.Status().Code != codes.Unset || req.Status().Code != codes.Unset {
+		t.Errorf("statuses %v %v %v, want Error for the 503, Unset for the rest", a1.Status(), a2.Status(), req.Status())
+	}
+	want := "00-" + req.SpanContext().TraceID().String() + "-" + req.SpanContext().SpanID().String() + "-01"
+	for _, got := range append(primary.traceparents(), backup.traceparents()...) {
+		if got != want {
+			t.Errorf("an upstream got traceparent %q, want the request span's %q", got, want)
+		}
+	}
+	noSecret(t, ended)
+}
+
+// An upstream passed over is an event on the request span, with its
+// reason and when it takes requests again; the attempt at the next is the
+// request's first.
+func TestTransportSkip(t *testing.T) {
+	primary, backup := newUpstream(t, 503), newUpstream(t, 200)
+	client, spans := tracing(t, failover.Config{Breaker: failover.BreakerConfig{FailureThreshold: 1, Cooldown: time.Hour}},
+		"primary", primary.URL, "backup", backup.URL)
+	post(t, client, context.Background(), primary.URL).Body.Close() // opens the primary's circuit
+	spans2 := len(spans.Ended())
+	post(t, client, context.Background(), primary.URL).Body.Close()
+	ended := spans.Ended()[spans2:]
+	if len(ended) != 2 {
+		t.Fatalf("%d spans, want the backup's attempt and the request", len(ended))
+	}
+	att, req := ended[0], ended[1]
+	check(t, "attempt", attrs(att.Attributes()), map[string]string{"failover.upstream": "backup", "failover.attempt": "1", "http.request.resend_count": "-"})
+	check(t, "request", attrs(req.Attributes()), map[string]string{"failover.outcome": "failed_over", "failover.upstream": "backup", "failover.attempts": "1"})
+	ev := req.Events()
+	if len(ev) != 1 || ev[0].Name != "failover.skip" {
+		t.Fatalf("events %v, want one failover.skip", ev)
+	}
+	got := attrs(ev[0].Attributes)
+	check(t, "skip event", got, map[string]string{"failover.upstream": "primary", "failover.reason": "circuit_open"})
+	if ra, err := strconv.ParseFloat(got["failover.retry_after"], 64); err != nil || ra <= 3500 || ra > 3600 {
+		t.Errorf("failover.retry_after = %q, want about an hour in seconds", got["failover.retry_after"])
+	}
+	noSecret(t, ended)
+}
+
+// A request no upstream answers: the request span ends with RoundTrip's
+// error, its error.type the attempts' cause; a Trace of the caller's is
+// called beside the spans.
+func TestTransportError(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	refused := "http://" + l.Addr().String()
+	l.Close()
+	client, spans := tracing(t, failover.Config{Retry: failover.RetryConfig{Off: true}}, "primary", refused)
+	var mine []string
+	ctx := failover.WithTrace(context.Background(), &failover.Trace{
+		AttemptDone: func(d failover.TraceAttemptDone) { mine = append(mine, d.Upstream) },
+	})
+	req, _ := http.NewRequestWithContext(ctx, "GET", refused+"/v1/models?api-key="+queryKey, nil)
+	if _, err := client.Do(req); err == nil {
+		t.Fatal("no error")
+	}
+	ended := spans.Ended()
+	if len(ended) != 2 {
+		t.Fatalf("%d spans, want 2", len(ended))
+	}
+	for _, s := range ended {
+		if et := attrs(s.Attributes())["error.type"]; et != "*net.OpError" || s.Status().Code != codes.Error {
+			t.Errorf("span %v: error.type %q, status %v; want *net.OpError, Error", attrs(s.Attributes()), et, s.Status())
+		}
+	}
+	check(t, "request", attrs(ended[1].Attributes()), map[string]string{"failover.outcome": "failed", "failover.upstream": "-", "http.response.status_code": "-"})
+	if len(mine) != 1 || mine[0] != "primary" {
+		t.Errorf("the caller's Trace heard %v, want the primary's attempt", mine)
+	}
+	noSecret(t, ended)
+}
+
+// NewTransport refuses a nil Transport at once, saying so.
+func TestNewTransportNil(t *testing.T) {
+	defer func() {
+		if v := recover(); v == nil || !strings.Contains(fmt.Sprint(v), "nil Transport") {
+			t.Fatalf("NewTransport(nil) panicked with %v; want a panic that names the nil Transport", v)
+		}
+	}()
+	failoverotel.NewTransport(nil)
+}
