@@ -60,10 +60,10 @@ func (t *Transport) reportPanic(msg string) {
 
 // reportLeft tells the Logger, else log.Print, what Close left running,
 // waiting for it until deadline (see bounded).
-func (t *Transport) reportLeft(msg string, deadline time.Time) {
+func (b *background) reportLeft(msg string, deadline time.Time) {
 	bounded(deadline, func() {
-		if t.logger != nil {
-			t.logger.Warn(msg)
+		if b.logger != nil {
+			b.logger.Warn(msg)
 			return
 		}
 		log.Print(msg)

@@ -24,9 +24,14 @@ const (
 )
 
 // fleet is a Transport's side of Config.Shared: two goroutines, one that
-// publishes, takes probe leases and reconciles, and one that listens.
+// publishes, takes probe leases and reconciles, and one that listens. It
+// holds what they need, not the Transport, so that they leave a Transport
+// dropped without Close unreachable (see background).
 type fleet struct {
-	t        *Transport
+	upstreams   []*upstream
+	maxCooldown time.Duration // RateLimit.MaxCooldown
+	logger      *slog.Logger
+
 	s        Shared
 	member   string
 	byName   map[string]*upstream
@@ -209,7 +214,10 @@ func newFleet(t *Transport, s Shared, every time.Duration) *fleet {
 	var id [8]byte
 	rand.Read(id[:])
 	f := &fleet{
-		t:        t,
+		upstreams:   t.upstreams,
+		maxCooldown: t.rate.MaxCooldown,
+		logger:      t.logger,
+
 		s:        s,
 		member:   hex.EncodeToString(id[:]),
 		byName:   map[string]*upstream{},
@@ -506,7 +514,7 @@ func (f *fleet) sendQueued(ctx context.Context) {
 // that the others can weigh the fleet's failures (see fleetState.dense).
 func (f *fleet) shareRates(ctx context.Context) {
 	now := time.Now()
-	for _, u := range f.t.upstreams {
+	for _, u := range f.upstreams {
 		if !u.circuit.Counting() {
 			continue
 		}
@@ -545,11 +553,11 @@ func (f *fleet) reconcile(ctx context.Context) {
 		circuit   [2]int64
 		coolUntil int64
 	}
-	marks := make([]mark, len(f.t.upstreams))
+	marks := make([]mark, len(f.upstreams))
 	snap := func(u *upstream) mark {
 		return mark{u.circuit.Snapshot(time.Now()).Mark, u.cd.until.Load()}
 	}
-	for i, u := range f.t.upstreams {
+	for i, u := range f.upstreams {
 		marks[i] = snap(u)
 	}
 	var evs []SharedEvent
@@ -560,7 +568,7 @@ func (f *fleet) reconcile(ctx context.Context) {
 		return
 	}
 	stale := make([]bool, len(marks))
-	for i, u := range f.t.upstreams {
+	for i, u := range f.upstreams {
 		stale[i] = snap(u) != marks[i] // changed meanwhile: the read may predate the change
 	}
 	for _, e := range evs {
@@ -631,7 +639,7 @@ func (f *fleet) apply(e SharedEvent) {
 		if e.For <= 0 || u.circuit.Status(now) == circuit.HalfOpen && f.holdsLease(u, now) {
 			return
 		}
-		d := u.fleet.adopt(&u.fleet.open, now, e.For, max(u.circuit.MaxCooldown(), f.t.rate.MaxCooldown), f.callBound())
+		d := u.fleet.adopt(&u.fleet.open, now, e.For, max(u.circuit.MaxCooldown(), f.maxCooldown), f.callBound())
 		if d > 0 && (u.circuit.Status(now) != circuit.Open || u.circuit.OpenFor(now) < d) {
 			u.fleet.news.Add(1) // a probe's verdict, or a trip
 			u.circuit.HoldOpen(now.Add(d), now)
@@ -674,7 +682,7 @@ func (f *fleet) apply(e SharedEvent) {
 		if e.For <= 0 {
 			return
 		}
-		d := u.fleet.adopt(&u.fleet.cool, now, e.For, f.t.rate.MaxCooldown, f.callBound())
+		d := u.fleet.adopt(&u.fleet.cool, now, e.For, f.maxCooldown, f.callBound())
 		if d > 0 && u.cd.remaining(now) < d {
 			reason := CooldownRateLimited
 			if e.Reason == CooldownQuotaExhausted {
@@ -754,7 +762,7 @@ func (f *fleet) failed(err error) {
 }
 
 func (f *fleet) log(level slog.Level, msg string, attrs ...slog.Attr) {
-	if l := f.t.logger; l != nil && l.Enabled(context.Background(), level) {
+	if l := f.logger; l != nil && l.Enabled(context.Background(), level) {
 		l.LogAttrs(context.Background(), level, "failover: "+msg, attrs...)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"weak"
 
 	"github.com/VictoriaMetrics/metrics"
 )
@@ -315,6 +316,7 @@ func (m *requestMetrics) count(u *upstream, o requestOutcome, d time.Duration) {
 // and failover_failovers_total's by countFailover.
 func (t *Transport) initMetrics() {
 	s := t.metrics
+	wt := weak.Make(t)
 	t.unrouted = s.GetOrCreateCounter(famUnrouted.series())
 	t.retry.budget.denied = s.GetOrCreateCounter(famRetriesDenied.series())
 	for o, name := range requestOutcomes {
@@ -358,8 +360,15 @@ func (t *Transport) initMetrics() {
 		s.GetOrCreateGauge(famHeadroomRequests.series(u.name), func() float64 { return headroomMetric(u, false) })
 		s.GetOrCreateGauge(famHeadroomTokens.series(u.name), func() float64 { return headroomMetric(u, true) })
 		s.GetOrCreateGauge(famInFlight.series(u.name), func() float64 { return float64(u.live.inflight.Load()) })
-		s.GetOrCreateGauge(famDegraded.series(u.name), func() float64 { return boolMetric(t.isDegraded(u, time.Now())) })
-		s.GetOrCreateGauge(famSuspect.series(u.name), func() float64 { return boolMetric(t.suspect(u, time.Now())) })
+		// The Set may outlive t (Config.Metrics): it holds t weakly.
+		s.GetOrCreateGauge(famDegraded.series(u.name), func() float64 {
+			t := wt.Value()
+			return boolMetric(t != nil && t.isDegraded(u, time.Now()))
+		})
+		s.GetOrCreateGauge(famSuspect.series(u.name), func() float64 {
+			t := wt.Value()
+			return boolMetric(t != nil && t.suspect(u, time.Now()))
+		})
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log"
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
@@ -62,13 +63,19 @@ func (c ProbeConfig) validate() error {
 // spin.
 const minProbeInterval = 100 * time.Millisecond
 
-// prober runs the probe loops of a Transport.
+// prober runs the probe loops of a Transport. It holds what a probe needs,
+// not the Transport, so that its loops leave a Transport dropped without
+// Close unreachable (see background).
 type prober struct {
-	cfg    ProbeConfig
-	ctx    context.Context // canceled by Close
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
-	stages []atomic.Int32 // by upstream index: where its probe is, for Close's log
+	cfg      ProbeConfig
+	base     http.RoundTripper
+	classify Classifier
+	logger   *slog.Logger
+	secrets  []string        // the upstreams' own, scrubbed from what is logged
+	ctx      context.Context // canceled by Close
+	cancel   context.CancelFunc
+	wg       sync.WaitGroup
+	stages   []atomic.Int32 // by upstream index: where its probe is, for Close's log
 }
 
 // Where a probe is: what Close names when it leaves a probe behind.
@@ -114,10 +121,11 @@ func (p *prober) stop(ups []*upstream, deadline time.Time) []string {
 	return left
 }
 
-// startProbes starts one loop per upstream, when probes are configured.
-func (t *Transport) startProbes(cfg ProbeConfig) {
+// startProbes starts one loop per upstream, when probes are configured,
+// and returns their prober; nil without probes.
+func (t *Transport) startProbes(cfg ProbeConfig) *prober {
 	if cfg.Interval == 0 {
-		return
+		return nil
 	}
 	if cfg.Timeout == 0 {
 		cfg.Timeout = min(cfg.Interval, 10*time.Second)
@@ -126,19 +134,20 @@ func (t *Transport) startProbes(cfg ProbeConfig) {
 		cfg.Request = modelsRequest
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	t.probes = &prober{cfg: cfg, ctx: ctx, cancel: cancel, stages: make([]atomic.Int32, len(t.upstreams))}
+	p := &prober{cfg: cfg, base: t.base, classify: t.classify, logger: t.logger, secrets: t.creds.upstreamSecrets,
+		ctx: ctx, cancel: cancel, stages: make([]atomic.Int32, len(t.upstreams))}
 	for _, u := range t.upstreams {
-		t.probes.wg.Add(1)
-		go t.probeLoop(u)
+		p.wg.Add(1)
+		go p.loop(u)
 	}
+	return p
 }
 
 func modelsRequest(ctx context.Context, u Upstream) (*http.Request, error) {
 	return http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimSuffix(u.BaseURL, "/")+"/models", nil)
 }
 
-func (t *Transport) probeLoop(u *upstream) {
-	p := t.probes
+func (p *prober) loop(u *upstream) {
 	defer p.wg.Done()
 	timer := time.NewTimer(jitter(p.cfg.Interval))
 	defer timer.Stop()
@@ -148,7 +157,7 @@ func (t *Transport) probeLoop(u *upstream) {
 			return
 		case <-timer.C:
 		}
-		t.probe(u)
+		p.probe(u)
 		timer.Reset(jitter(p.cfg.Interval))
 	}
 }
@@ -166,17 +175,16 @@ func jitter(d time.Duration) time.Duration {
 // and the probe counts for nothing: on the probe loop's goroutine it would
 // end the process. A probe that returns after Close (from user code that
 // ignored its context) sends and records nothing more.
-func (t *Transport) probe(u *upstream) {
+func (p *prober) probe(u *upstream) {
 	if u.circuit.Check(time.Now()).Refusal == circuit.Probing {
 		return // a real request is probing it
 	}
-	p := t.probes
 	stage := &p.stages[u.index]
 	defer func() {
 		stage.Store(probeIdle)
 		if v := recover(); v != nil {
 			msg := fmt.Sprintf("failover: panic in the probe of %s: %v\n%s", u.name, v, debug.Stack())
-			t.reportPanic(redact.String(msg, t.creds.upstreamSecrets))
+			p.reportPanic(redact.String(msg, p.secrets))
 		}
 	}()
 	ctx, cancel := context.WithTimeout(p.ctx, p.cfg.Timeout)
@@ -190,7 +198,7 @@ func (t *Transport) probe(u *upstream) {
 		err = errNoProbeRequest
 	}
 	if err != nil {
-		t.log(slog.LevelError, "probe request: "+redact.String(err.Error(), t.creds.upstreamSecrets), u)
+		p.log(slog.LevelError, "probe request: "+redact.String(err.Error(), p.secrets), u)
 		return
 	}
 	if rctx := req.Context(); rctx != ctx {
@@ -208,7 +216,7 @@ func (t *Transport) probe(u *upstream) {
 		req.Header[k] = v
 	}
 	stage.Store(probeSending)
-	resp, err := t.base.RoundTrip(req)
+	resp, err := p.base.RoundTrip(req)
 	if p.ctx.Err() != nil {
 		// Closed while Base had it: what it says is dropped, a
 		// failure of Close's own making above all.
@@ -218,7 +226,7 @@ func (t *Transport) probe(u *upstream) {
 		return
 	}
 	stage.Store(probeJudging)
-	o := t.classify(resp, err) // the probe's timeout is the upstream's failure
+	o := p.classify(resp, err) // the probe's timeout is the upstream's failure
 	if resp != nil {
 		discard(resp)
 	}
@@ -227,4 +235,21 @@ func (t *Transport) probe(u *upstream) {
 	}
 	u.m.probes[o].Inc()
 	u.circuit.Probed(circuitResult(o, err), time.Now())
+}
+
+// log writes one record about u, as Transport.log does.
+func (p *prober) log(level slog.Level, msg string, u *upstream) {
+	if p.logger != nil && p.logger.Enabled(context.Background(), level) {
+		p.logger.LogAttrs(context.Background(), level, "failover: "+msg, slog.String("upstream", u.name))
+	}
+}
+
+// reportPanic reports a panic recovered in a probe, as
+// Transport.reportPanic does.
+func (p *prober) reportPanic(msg string) {
+	if p.logger != nil {
+		p.logger.Error(msg)
+		return
+	}
+	log.Print(msg)
 }

@@ -135,7 +135,7 @@ func TestNoProbeDuringARealProbe(t *testing.T) {
 		}()
 		synctest.Wait()
 		before := probes(n, "a.test")
-		tr.probe(tr.upstreams[0]) // what the loop would do now
+		tr.bg.probes.probe(tr.upstreams[0]) // what the loop would do now
 		if got := probes(n, "a.test"); got != before {
 			t.Fatal("an active probe went out while a request was probing")
 		}

@@ -58,10 +58,10 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"strings"
-	"sync"
+	"runtime"
 	"sync/atomic"
 	"time"
+	"weak"
 
 	"github.com/VictoriaMetrics/metrics"
 
@@ -375,7 +375,8 @@ const (
 //
 // A Transport is safe for concurrent use by multiple goroutines. It starts
 // goroutines only for opt-in features: probes and [Config.Shared], which
-// [Transport.Close] stops, and hedges, which end with their request.
+// [Transport.Close] stops, or the garbage collector once the Transport is
+// unreachable, and hedges, which end with their request.
 type Transport struct {
 	upstreams   []*upstream
 	hosts       map[string][]*upstream // by hostKey: the upstreams on each host (route)
@@ -405,9 +406,7 @@ type Transport struct {
 
 	onStateChange func(StateChange)
 	shortDeadline atomic.Bool // the Logger heard of a deadline shorter than twice a Headers bound (deadlineBound)
-	probes        *prober     // nil without probes
-	closeOnce     sync.Once
-	ownBase       bool // base is the http.Transport New made: Close closes its idle connections
+	bg            *background // what Close stops
 
 	lastResortCfg      LastResortConfig
 	lastResortInFlight atomic.Int64
@@ -525,9 +524,10 @@ func New(cfg Config) (*Transport, error) {
 		return nil, configError("RetryWaitMin", "must not exceed RetryWaitMax")
 	}
 	t.retry.init(cfg.Retry)
+	var ownBase *http.Transport // Close closes its idle connections
 	if t.base == nil {
-		t.base = http.DefaultTransport.(*http.Transport).Clone()
-		t.ownBase = true
+		ownBase = http.DefaultTransport.(*http.Transport).Clone()
+		t.base = ownBase
 	}
 	t.classify = checkedClassifier(t.classify)
 	if cfg.FailoverContentPolicy {
@@ -568,21 +568,32 @@ func New(cfg Config) (*Transport, error) {
 	if cfg.Shared != nil {
 		t.fleet = newFleet(t, cfg.Shared, cmp.Or(cfg.SharedSync, defaultSharedSync))
 	}
+	// The probes and the fleet hold the upstreams, and with them their
+	// circuits' hooks: these hold t weakly, so that a t dropped without
+	// Close is collected and its cleanup stops them.
+	wt := weak.Make(t)
 	for _, u := range t.upstreams {
 		var lease func(time.Time, bool) bool
 		if f := t.fleet; f != nil {
 			lease = func(now time.Time, ask bool) bool { return f.mayProbe(u, now, ask) }
 		}
-		u.circuit = newCircuit(u.breaker, u.timeouts.longest(), lease, func(c circuit.Change) { t.changed(u, c) })
+		u.circuit = newCircuit(u.breaker, u.timeouts.longest(), lease, func(c circuit.Change) {
+			if t := wt.Value(); t != nil {
+				t.changed(u, c)
+			}
+		})
 		t.newRecent(u)
 	}
 	t.initMetrics()
 	for _, w := range warnings(cfg, t.upstreams) {
 		t.logf(slog.LevelWarn, w)
 	}
-	t.startProbes(cfg.Probe)
+	t.bg = &background{probes: t.startProbes(cfg.Probe), fleet: t.fleet, upstreams: t.upstreams, base: ownBase, logger: t.logger}
 	if t.fleet != nil {
 		t.fleet.start()
+	}
+	if t.bg.hasGoroutines() {
+		runtime.AddCleanup(t, (*background).dropped, t.bg)
 	}
 	return t, nil
 }
@@ -665,30 +676,14 @@ func (t *Transport) Reset(name string) error {
 // deadline, is left to end on its own, Close logs which (a Logger that
 // blocks is left likewise), and what it returns is dropped: nothing
 // changes routing after Close.
+//
+// A Transport dropped without Close stops its probes and the fleet's
+// goroutines likewise once the garbage collector finds it unreachable.
 func (t *Transport) Close() error {
-	t.closeOnce.Do(t.close)
+	if t.bg != nil { // nil for a Transport not made by New
+		t.bg.stop()
+	}
 	return nil
-}
-
-func (t *Transport) close() {
-	start := time.Now()
-	end := start.Add(closeGrace) // when Close returns at the latest
-	p := t.probes
-	if p != nil {
-		p.cancel() // at once, while the fleet stops
-	}
-	if f := t.fleet; f != nil {
-		end = start.Add(f.closeWait())
-		f.stopOnce.Do(func() { f.stop(end) })
-	}
-	if p != nil {
-		if left := p.stop(t.upstreams, start.Add(closeGrace-closeLogWait)); len(left) > 0 {
-			t.reportLeft("failover: Close returns while probes are still in user code that ignored their context, each to end on its own and count for nothing: "+strings.Join(left, ", "), end)
-		}
-	}
-	if t.ownBase {
-		t.CloseIdleConnections()
-	}
 }
 
 // closeGrace is how long Close waits for background work (a probe, a call
