@@ -324,6 +324,13 @@ type Config struct {
 	// retry, and a request from such an SDK gets, instead of an [*Error]
 	// or [*UnroutedError], an answer that says the same ([AnswerError]).
 	SDKRetries bool
+
+	// ServedHeader, when set, names a header that each answer RoundTrip
+	// returns from an upstream carries, holding that upstream's Name
+	// (see [ServedBy]), for a proxy to pass on, such as
+	// "Failover-Upstream". It must be a valid header name and no
+	// credential's (see CredentialHeaders). Empty means none.
+	ServedHeader string
 }
 
 // StateChange is a change of an upstream's circuit, as
@@ -424,6 +431,8 @@ type Transport struct {
 	unrouted       *metrics.Counter
 
 	sdkRetries bool // Config.SDKRetries: answers and errors as they are (sdk.go)
+
+	servedHeader string // Config.ServedHeader, canonical; "": none (served.go)
 }
 
 // New returns a Transport for cfg, or an error naming the field of cfg that
@@ -560,6 +569,15 @@ func New(cfg Config) (*Transport, error) {
 		return nil, err
 	}
 	t.creds = creds
+	if h := cfg.ServedHeader; h != "" {
+		if !validHeaderName(h) {
+			return nil, configError("ServedHeader", fmt.Sprintf("%q is not a valid header name", h))
+		}
+		if creds.header(h) {
+			return nil, configError("ServedHeader", fmt.Sprintf("%q names a credential header", h))
+		}
+		t.servedHeader = http.CanonicalHeaderKey(h)
+	}
 	// Nothing is registered in Metrics before the last check that can
 	// fail: a New that fails leaves the caller's Set as it was.
 	if cfg.Hedge != nil {
@@ -624,7 +642,15 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	c.trace = requestTrace(req.Context())
 	resp, err := c.run()
 	c.ended(resp, err)
-	return t.forSDK(req, resp, err, c.sent > 1 || c.passed > 0)
+	var u *upstream
+	if resp != nil {
+		u = c.answer.u
+	}
+	resp, err = t.forSDK(req, resp, err, c.sent > 1 || c.passed > 0)
+	if resp != nil {
+		resp = t.served(&c, resp, u, nil)
+	}
+	return resp, err
 }
 
 // newRecent gives u the caches of its recent figures, one per distinct

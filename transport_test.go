@@ -670,7 +670,7 @@ func TestMemoryBounded(t *testing.T) {
 
 // The healthy path allocates the clone of the request (with its URL when
 // the caller's is not kept, in one allocation), its header map and the
-// map's entries: nothing more. A change that moves the call, an attempt
+// map's entries, and the answer's Request: nothing more. A change that moves the call, an attempt
 // or a closure to the heap fails here, not only in a benchmark nobody
 // reads.
 //
@@ -696,7 +696,7 @@ func TestHealthyPathAllocations(t *testing.T) {
 	}
 	resp := respond(200, "")
 	base := roundTripFunc(func(r *http.Request) (*http.Response, error) {
-		resp.Body = http.NoBody
+		resp.Body, resp.Request = http.NoBody, r // as net/http sets them
 		return resp, nil
 	})
 	two := []Upstream{{Name: "a", BaseURL: "http://a.test/v1"}, {Name: "b", BaseURL: "http://b.test/v1"}}
@@ -710,14 +710,15 @@ func TestHealthyPathAllocations(t *testing.T) {
 		// Timeouts, takes its parts (the clone among them), its own
 		// context and the watch of its headers in one allocation
 		// (timedParts, 1152 B), and the watch's timer from a pool; then
-		// the header map (48 B) and its entries (352 B).
-		{Config{Base: base, Upstreams: []Upstream{{Name: "a", BaseURL: "http://a.test/v1"}}}, 3, 1552},
-		{Config{Base: base, Upstreams: two}, 3, 1552},
+		// the header map (48 B) and its entries (352 B); and the answer's
+		// Request, which ServedBy reads (servedRequest, 384 B).
+		{Config{Base: base, Upstreams: []Upstream{{Name: "a", BaseURL: "http://a.test/v1"}}}, 4, 1936},
+		{Config{Base: base, Upstreams: two}, 4, 1936},
 		// A Hedge that does not fire costs no allocation more (issue
 		// 15): the attempt on the caller's goroutine, its parts, its own
 		// context and its watch in one allocation with the round's
 		// call, and its timers from pools.
-		{Config{Base: base, Upstreams: two, Hedge: &HedgeConfig{Delay: time.Hour}}, 3, 2192},
+		{Config{Base: base, Upstreams: two, Hedge: &HedgeConfig{Delay: time.Hour}}, 4, 2576},
 	} {
 		tr := newTestTransport(t, c.cfg)
 		req := httptestRequest("GET", "http://a.test/v1/models", "")
