@@ -329,6 +329,9 @@ func (a *attempt) send(r *request) {
 	lost := a.lost.Load()
 	a.resp = resp
 	a.o, a.err = a.judge(r, resp, err, lost)
+	if a.o == AuthFailed && a.resp != nil && r.heldBack(u) {
+		a.o, a.err = t.uncredentialed(a) // (misconfig.go)
+	}
 	answered = a.o != Canceled && (a.err == nil || !timedOut(a.err)) && !lost
 	r.t.account(a, lost)
 }

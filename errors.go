@@ -32,6 +32,13 @@ var (
 	// request's one attempt failed without failing over.
 	ErrBodyNotReplayable = errors.New("failover: request body cannot be replayed")
 
+	// ErrNoCredentials means an upstream refused a request (401, 403)
+	// that reached it without credentials: its Upstream.Header sets
+	// none, and the caller's were held back, being for the upstream the
+	// caller addressed. Its refusal is not the caller's answer, and does
+	// not count against its key ([AuthConfig]).
+	ErrNoCredentials = errors.New("failover: no credentials for this upstream")
+
 	// ErrBaseGoexit means that [Config.Base] called runtime.Goexit (as a
 	// t.Fatal in a test's Base does) on a hedge's goroutine (see
 	// [HedgeConfig]): the request ends, blaming no upstream.
@@ -99,12 +106,17 @@ func (e *AttemptError) RetryAfter() time.Duration {
 
 // Error is returned by [Transport.RoundTrip] when no upstream produced a
 // response. It carries the cause of every attempt and every skipped
-// upstream, in order, as [*AttemptError] values; errors.Is matches any of
+// upstream, in order, and the misconfigurations behind them, as [*AttemptError] values; errors.Is matches any of
 // them (ErrCircuitOpen, ErrRateLimited, ErrAttemptTimeout, syscall errors,
 // ...). It never contains a URL, a header value or a key.
 type Error struct {
 	Attempts []*AttemptError
-	retry    time.Duration
+
+	// Problems are the misconfigurations that failed the request, as
+	// [UpstreamHealth.Problems] says them.
+	Problems []string
+
+	retry time.Duration
 }
 
 // Error lists the attempts.
@@ -118,6 +130,10 @@ func (e *Error) Error() string {
 			b.WriteString("; ")
 		}
 		b.WriteString(a.Error())
+	}
+	for _, p := range e.Problems {
+		b.WriteString("; ")
+		b.WriteString(p)
 	}
 	return b.String()
 }

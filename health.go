@@ -120,6 +120,12 @@ type UpstreamHealth struct {
 	// Usage is the tokens and cost of the upstream's metered answers
 	// (Config.MeterUsage) since the Transport was made.
 	Usage UsageTotals
+
+	// Problems are the misconfigurations found in the upstream, each
+	// said once to the Logger as well: its BaseURL is another's, it
+	// refused a request without credentials of its own, its Models maps
+	// no model a failed request asked for (at most 64 models).
+	Problems []string
 }
 
 // Health returns a snapshot of every upstream, in the configured order.
@@ -184,6 +190,7 @@ func (t *Transport) health(u *upstream, now time.Time) UpstreamHealth {
 		h.LastError, h.LastErrorAt = le.msg, le.at
 	}
 	h.Usage = u.usage.snapshot()
+	h.Problems = t.problems.of(u.index)
 	return h
 }
 
@@ -229,12 +236,13 @@ func (h UpstreamHealth) MarshalJSON() ([]byte, error) {
 		LastError       string         `json:"last_error,omitempty"`
 		LastErrorAt     *time.Time     `json:"last_error_at,omitempty"`
 		Usage           usageJSON      `json:"usage"`
+		Problems        []string       `json:"problems,omitempty"`
 	}{
 		h.Name, h.BaseURL, h.State, since, h.Available, h.Unavailable, h.Demoted, h.Degraded, h.Suspect, h.InFlight, h.Headroom.json(), h.OutOfHeadroom, h.OpenFor.Seconds(), h.OpenTime.Seconds(), h.Cooldown.Seconds(), h.CooldownReason,
 		h.Trips, h.BreakerFailures, h.Breaker.json(), h.Timeouts.json(), h.Requests, h.Window, h.SuccessRate,
 		latency{h.P50.Seconds(), h.P95.Seconds(), h.P99.Seconds()},
 		h.LastError, lastAt,
-		h.Usage.json(),
+		h.Usage.json(), h.Problems,
 	})
 }
 

@@ -23,7 +23,7 @@ type Served struct {
 	Hedged bool
 
 	// Problems are the misconfigurations behind an answer that is not a
-	// success.
+	// success, as [UpstreamHealth.Problems] says them.
 	Problems []string
 }
 

@@ -432,7 +432,8 @@ type Transport struct {
 
 	sdkRetries bool // Config.SDKRetries: answers and errors as they are (sdk.go)
 
-	servedHeader string // Config.ServedHeader, canonical; "": none (served.go)
+	servedHeader string    // Config.ServedHeader, canonical; "": none (served.go)
+	problems     *problems // misconfigurations (misconfig.go)
 }
 
 // New returns a Transport for cfg, or an error naming the field of cfg that
@@ -578,6 +579,8 @@ func New(cfg Config) (*Transport, error) {
 		}
 		t.servedHeader = http.CanonicalHeaderKey(h)
 	}
+	var problemWarnings []string
+	t.problems, problemWarnings = newProblems(cfg, t.upstreams)
 	// Nothing is registered in Metrics before the last check that can
 	// fail: a New that fails leaves the caller's Set as it was.
 	if cfg.Hedge != nil {
@@ -603,7 +606,7 @@ func New(cfg Config) (*Transport, error) {
 		t.newRecent(u)
 	}
 	t.initMetrics()
-	for _, w := range warnings(cfg, t.upstreams) {
+	for _, w := range append(warnings(cfg, t.upstreams), problemWarnings...) {
 		t.logf(slog.LevelWarn, w)
 	}
 	t.bg = &background{probes: t.startProbes(cfg.Probe), fleet: t.fleet, upstreams: t.upstreams, base: ownBase, logger: t.logger}
@@ -642,13 +645,17 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	c.trace = requestTrace(req.Context())
 	resp, err := c.run()
 	c.ended(resp, err)
+	notes := c.notes(resp)
+	if e, ok := err.(*Error); ok && len(notes) > 0 {
+		e.Problems = notes
+	}
 	var u *upstream
 	if resp != nil {
 		u = c.answer.u
 	}
 	resp, err = t.forSDK(req, resp, err, c.sent > 1 || c.passed > 0)
 	if resp != nil {
-		resp = t.served(&c, resp, u, nil)
+		resp = t.served(&c, resp, u, notes)
 	}
 	return resp, err
 }

@@ -1,0 +1,183 @@
+package failover
+
+import (
+	"encoding/json"
+	"errors"
+	"net"
+	"net/http"
+	"slices"
+	"strings"
+	"testing"
+)
+
+const noCredsNote = "Upstreams[1] has no credentials of its own (Upstream.Header) and the caller's were held back"
+
+// The backup has no credentials of its own and the caller's were held
+// back: its 401 is not the caller's answer, the primary's 503 is, and the
+// note is said once to the Logger and kept in Health.
+func TestNoCredentialsAnswer(t *testing.T) {
+	primary := newUpstreamServer(t, 503, "down")
+	backup := newUpstreamServer(t, 401, `{"error":"missing key"}`)
+	var logs logBuffer
+	tr := newTestTransport(t, Config{Logger: newLogger(&logs), Upstreams: []Upstream{
+		{Name: "primary", BaseURL: primary.URL + "/v1"},
+		{Name: "backup", BaseURL: backup.URL + "/v1", Header: http.Header{"Anthropic-Version": {"2023-06-01"}}},
+	}})
+	for range 3 {
+		req := httptestRequest("GET", primary.URL+"/v1/models", "")
+		req.Header.Set("Authorization", "Bearer caller-key-123")
+		resp, err := tr.RoundTrip(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != 503 {
+			t.Errorf("status %d, want the primary's 503", resp.StatusCode)
+		}
+		s, _ := ServedBy(resp)
+		if s.Upstream != "primary" || !slices.Contains(s.Problems, noCredsNote) {
+			t.Errorf("ServedBy: %+v, want primary's answer with the note %q", s, noCredsNote)
+		}
+	}
+	if backup.count() != 3 {
+		t.Errorf("backup got %d requests, want 3", backup.count())
+	}
+	if n := strings.Count(logs.String(), "has no credentials of its own"); n != 1 {
+		t.Errorf("the Logger said it %d times, want once:\n%s", n, logs.String())
+	}
+	if strings.Contains(logs.String(), "caller-key-123") {
+		t.Error("the log shows the caller's key")
+	}
+	h := tr.Health()[1]
+	if !slices.Contains(h.Problems, noCredsNote) {
+		t.Errorf("Health Problems %q, want %q", h.Problems, noCredsNote)
+	}
+	if h.Demoted == ReasonAuthFailing || h.Requests.AuthFailed != 0 {
+		t.Errorf("the backup's 401s counted against its key: Demoted %q, AuthFailed %d", h.Demoted, h.Requests.AuthFailed)
+	}
+	js, _ := json.Marshal(h)
+	if !strings.Contains(string(js), `"problems":["Upstreams[1] has no credentials`) {
+		t.Errorf("Health JSON lacks the problem: %s", js)
+	}
+
+	// Addressed to the backup, the caller's credentials are its own: its
+	// 401 is the caller's.
+	req := httptestRequest("GET", backup.URL+"/v1/models", "")
+	req.Header.Set("Authorization", "Bearer caller-key-123")
+	resp, err := tr.RoundTrip(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 401 {
+		t.Errorf("addressed to the backup: status %d, want its 401", resp.StatusCode)
+	}
+}
+
+// With no answer to fall back on, the Error names the upstream and why.
+func TestNoCredentialsError(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := "http://" + l.Addr().String()
+	l.Close()
+	backup := newUpstreamServer(t, 401, `{"error":"missing key"}`)
+	tr := newTestTransport(t, Config{Upstreams: []Upstream{
+		{Name: "primary", BaseURL: closed + "/v1"},
+		{Name: "backup", BaseURL: backup.URL + "/v1"},
+	}})
+	req := httptestRequest("GET", closed+"/v1/models", "")
+	req.Header.Set("Api-Key", "caller-key-123")
+	resp, err := tr.RoundTrip(req)
+	if err == nil {
+		resp.Body.Close()
+		t.Fatalf("got an answer %d, want an *Error", resp.StatusCode)
+	}
+	var ae *AttemptError
+	if !errors.As(err, &ae) {
+		t.Fatalf("error %v, want an *AttemptError", err)
+	}
+	var found bool
+	for _, a := range err.(*Error).Attempts {
+		if a.Upstream == "backup" && errors.Is(a, ErrNoCredentials) && strings.Contains(a.Error(), noCredsNote) {
+			found = true
+		}
+	}
+	if !found || strings.Contains(err.Error(), "caller-key-123") {
+		t.Errorf("error %q, want the backup's AttemptError with ErrNoCredentials and the note, no key", err)
+	}
+}
+
+func TestSameBaseURLAtNew(t *testing.T) {
+	var logs logBuffer
+	tr, err := New(Config{Logger: newLogger(&logs), Upstreams: []Upstream{
+		{Name: "a", BaseURL: "https://api.example.com/v1"},
+		{Name: "b", BaseURL: "https://API.example.com/v1"},
+		{Name: "c", BaseURL: "https://api.example.com/v1", Header: http.Header{"Authorization": {"Bearer c-key-456"}}},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const want = "Upstreams[1] has the BaseURL of Upstreams[0]"
+	if !strings.Contains(logs.String(), want) || !strings.Contains(logs.String(), "give it a Header") {
+		t.Errorf("the Logger said %q, want %q", logs.String(), want)
+	}
+	h := tr.Health()
+	if len(h[1].Problems) != 1 || !strings.Contains(h[1].Problems[0], want) {
+		t.Errorf("Health Problems of b: %q, want %q", h[1].Problems, want)
+	}
+	if len(h[0].Problems) != 0 || len(h[2].Problems) != 0 {
+		t.Errorf("Health Problems of a, c: %q, %q, want none (c has a Header)", h[0].Problems, h[2].Problems)
+	}
+}
+
+// No backup's Models maps the model: the Error and the answer say so, and
+// the Logger once.
+func TestModelServedByNoBackup(t *testing.T) {
+	primary := newUpstreamServer(t, 500, "down")
+	backup := newUpstreamServer(t, 200, "ok")
+	var logs logBuffer
+	tr := newTestTransport(t, Config{Logger: newLogger(&logs), Retry: RetryConfig{Off: true}, Upstreams: []Upstream{
+		{Name: "primary", BaseURL: primary.URL + "/v1"},
+		{Name: "backup", BaseURL: backup.URL + "/v1", Models: map[string]string{"gpt-4o": "gpt-4o"}},
+	}})
+	const want = `no upstream but Upstreams[0] serves model "gpt-4o-mini": Upstreams[1].Models do not map it`
+	for range 3 {
+		resp := mustPost(t, tr, primary.URL+"/v1/chat/completions", chatBody)
+		resp.Body.Close()
+		if s, _ := ServedBy(resp); resp.StatusCode != 500 || !slices.Contains(s.Problems, want) {
+			t.Errorf("answer %d, ServedBy %+v, want the primary's 500 with %q", resp.StatusCode, s, want)
+		}
+	}
+	if n := strings.Count(logs.String(), "Upstreams[1].Models"); n != 1 {
+		t.Errorf("the Logger said it %d times, want once:\n%s", n, logs.String())
+	}
+	if p := tr.Health()[1].Problems; !slices.Contains(p, want) {
+		t.Errorf("Health Problems %q, want %q", p, want)
+	}
+
+	// With no answer at all, the Error says it.
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := "http://" + l.Addr().String()
+	l.Close()
+	tr = newTestTransport(t, Config{Retry: RetryConfig{Off: true}, Upstreams: []Upstream{
+		{Name: "primary", BaseURL: closed + "/v1"},
+		{Name: "backup", BaseURL: backup.URL + "/v1", Models: map[string]string{"gpt-4o": "gpt-4o"}},
+	}})
+	resp, err := tr.RoundTrip(httptestRequest("POST", closed+"/v1/chat/completions", chatBody))
+	if err == nil {
+		resp.Body.Close()
+		t.Fatalf("got an answer %d, want an *Error", resp.StatusCode)
+	}
+	var e *Error
+	if !errors.As(err, &e) || !slices.Contains(e.Problems, want) || !strings.Contains(err.Error(), want) {
+		t.Errorf("error %q, want an *Error with %q", err, want)
+	}
+	if !errors.Is(err, ErrModelNotServed) {
+		t.Errorf("error %v, want ErrModelNotServed", err)
+	}
+}
