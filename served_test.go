@@ -3,6 +3,7 @@ package failover
 import (
 	"errors"
 	"io"
+	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -141,5 +142,46 @@ func TestServedHeaderRefused(t *testing.T) {
 		if !errors.As(err, &ce) || ce.Field != "ServedHeader" {
 			t.Errorf("ServedHeader %q: New returned %v, want a *ConfigError for ServedHeader", h, err)
 		}
+	}
+}
+
+// An answer the Transport made for an SDK is served by no upstream; the
+// error it stands for names each upstream that failed.
+func TestServedByMadeAnswer(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := "http://" + l.Addr().String()
+	l.Close()
+	backup := newUpstreamServer(t, 500, "down")
+	tr := newTestTransport(t, Config{Retry: RetryConfig{Off: true}, ServedHeader: "Failover-Upstream", Upstreams: []Upstream{
+		{Name: "primary", BaseURL: closed + "/v1"},
+		{Name: "backup", BaseURL: backup.URL + "/v1"},
+	}})
+	backup.Close() // refuses too, after a first answer it never gets
+	req := httptestRequest("GET", closed+"/v1/models", "")
+	req.Header.Set("X-Stainless-Lang", "go")
+	resp, err := tr.RoundTrip(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	s, ok := ServedBy(resp)
+	if !ok || s.Upstream != "" || s.Attempts != 2 {
+		t.Errorf("ServedBy of the made answer: %+v, %v; want no upstream, 2 attempts", s, ok)
+	}
+	if h := resp.Header.Get("Failover-Upstream"); h != "" {
+		t.Errorf("the made answer carries Failover-Upstream %q", h)
+	}
+	var names []string
+	var ae *AttemptError
+	if e, ok := AnswerError(resp).(*Error); ok && errors.As(e, &ae) {
+		for _, a := range e.Attempts {
+			names = append(names, a.Upstream)
+		}
+	}
+	if strings.Join(names, ",") != "primary,backup" {
+		t.Errorf("the answer's error names %q, want primary,backup", names)
 	}
 }
