@@ -254,7 +254,8 @@ type Config struct {
 	// Transport its own Set, or upstream names that differ.
 	Metrics *metrics.Set
 
-	// Logger receives state changes, auth failures and cooldowns; each
+	// Logger receives state changes, auth failures, cooldowns and, once
+	// each, misconfigurations (see [UpstreamHealth.Problems]); each
 	// failover at Info (from, to, attempt, and why: the failed attempt's
 	// outcome and status, or its error's class), and each upstream a
 	// request passes over at Debug (upstream, reason, round,
@@ -375,7 +376,8 @@ const (
 //     Transport that says so, whose Request is the caller's and whose
 //     error [AnswerError] gives back.
 //   - The caller closes the returned body. Its Request is the attempt that
-//     got it, with the caller's headers, never an upstream's. Discarded
+//     got it, with the caller's headers, never an upstream's, from which
+//     [ServedBy] reads which upstream answered. Discarded
 //     responses are drained (up to 64 KiB) and closed by the Transport.
 //   - A redirect hop addressed to no upstream goes to Base, without the
 //     caller's credentials when the request before it was routed.
