@@ -89,18 +89,22 @@ func (t *Transport) route(u *url.URL) (up *upstream, rest, rawRest string, spell
 		return nil, "", "", false
 	}
 	// The escaped path is made only when u has a RawPath or the base
-	// path needs escaping; otherwise it is Path's escaping.
+	// path needs escaping or has a {deployment}; otherwise it is Path's
+	// escaping.
 	var raw string
 	escaped := false
+	n, rawN := 0, 0
 	for i, c := range ups { // the longest base path first
 		if (sp == nil && !equalFoldASCII(u.Scheme, c.scheme)) || !underBase(u.Path, c.path) {
 			continue
 		}
-		if u.RawPath != "" || c.rawPath != c.path {
+		n, rawN = len(c.path), len(c.rawPath)
+		if u.RawPath != "" || c.rawPath != c.path || c.deployed {
 			if !escaped {
 				raw, escaped = escapedPath(u), true
 			}
-			if !underBase(raw, c.rawPath) {
+			var ok bool
+			if n, rawN, ok = c.under(u.Path, raw); !ok {
 				continue
 			}
 		}
@@ -116,9 +120,58 @@ func (t *Transport) route(u *url.URL) (up *upstream, rest, rawRest string, spell
 		return nil, "", "", false
 	}
 	if escaped {
-		rawRest = raw[len(up.rawPath):]
+		rawRest = raw[rawN:]
 	}
-	return up, u.Path[len(up.path):], rawRest, spelled
+	return up, u.Path[n:], rawRest, spelled
+}
+
+// under reports whether path, decoded, and raw, its escaping, lie under
+// u's base path, and how long that base path is in each: for a deployed
+// upstream, with the caller's deployment, one path segment (decoded
+// alike in both), and the suffix.
+func (u *upstream) under(path, raw string) (n, rawN int, ok bool) {
+	if !underBase(path, u.path) || !underBase(raw, u.rawPath) {
+		return 0, 0, false
+	}
+	if !u.deployed {
+		return len(u.path), len(u.rawPath), true
+	}
+	if len(raw) == len(u.rawPath) || len(path) == len(u.path) {
+		return 0, 0, false // no deployment
+	}
+	rawSeg := raw[len(u.rawPath)+1:]
+	if i := strings.IndexByte(rawSeg, '/'); i >= 0 {
+		rawSeg = rawSeg[:i]
+	}
+	seg, err := url.PathUnescape(rawSeg)
+	if err != nil || !pathSegment(seg) {
+		return 0, 0, false
+	}
+	n, rawN = len(u.path)+1, len(u.rawPath)+1
+	if !strings.HasPrefix(path[n:], seg) || !underBase(path[n+len(seg):], u.suffix) || !underBase(raw[rawN+len(rawSeg):], u.rawSuffix) {
+		return 0, 0, false
+	}
+	return n + len(seg) + len(u.suffix), rawN + len(rawSeg) + len(u.rawSuffix), true
+}
+
+// deployment returns the deployment that path, the caller's decoded
+// path, addresses at u, a deployed upstream, with rest the part that
+// follows u's suffix.
+func (u *upstream) deployment(path, rest string) string {
+	if len(path) < len(u.path)+1+len(u.suffix)+len(rest) {
+		return ""
+	}
+	return path[len(u.path)+1 : len(path)-len(rest)-len(u.suffix)]
+}
+
+// span is how much of a request's path u's base path takes at the
+// least, to put the longest first: a deployment takes a byte and its
+// slash.
+func (u *upstream) span() int {
+	if u.deployed {
+		return len(u.path) + 2 + len(u.suffix)
+	}
+	return len(u.path)
 }
 
 // upstreamsAt returns the upstreams on scheme and host's host, the longest
@@ -223,7 +276,7 @@ func hostMap(ups []*upstream) map[string][]*upstream {
 		m[k] = append(m[k], u)
 	}
 	for _, list := range m {
-		slices.SortStableFunc(list, func(a, b *upstream) int { return cmp.Compare(len(b.path), len(a.path)) })
+		slices.SortStableFunc(list, func(a, b *upstream) int { return cmp.Compare(b.span(), a.span()) })
 	}
 	return m
 }
@@ -266,10 +319,11 @@ func (t *Transport) address(u *url.URL) (up *upstream, rest, rawRest string, spe
 		return up, rest, rawRest, spelled
 	}
 	first, raw := t.upstreams[0], escapedPath(u)
-	if !underBase(u.Path, first.path) || !underBase(raw, first.rawPath) {
+	n, rawN, ok := first.under(u.Path, raw)
+	if !ok {
 		return nil, "", "", false
 	}
-	return first, u.Path[len(first.path):], raw[len(first.rawPath):], false // (an escaped rest is a rest's escaping: see escapedRest)
+	return first, u.Path[n:], raw[rawN:], false // (an escaped rest is a rest's escaping: see escapedRest)
 }
 
 // hostOfUpstream reports whether some upstream has u's scheme and host.

@@ -418,3 +418,67 @@ func checkReaches(t *testing.T, base http.RoundTripper, body string, targets ...
 		}
 	}
 }
+
+// A URL is addressed to a {deployment} upstream when one path segment
+// stands in the deployment's place: its rest is what follows, so that it
+// goes to another upstream as /chat/completions does. A deployment that
+// is no single segment addresses nothing; the longest base path wins, a
+// deployment counting for one byte.
+func TestRouteDeployment(t *testing.T) {
+	tr := newTestTransport(t, Config{Base: newFakeNet(), Upstreams: []Upstream{
+		{Name: "root", BaseURL: "https://res.test/openai"},
+		{Name: "classic", BaseURL: "https://res.test/openai/deployments/{deployment}"},
+		{Name: "v1", BaseURL: "https://res.test/openai/v1"},
+		{Name: "suffixed", BaseURL: "https://other.test/x/%7Bdeployment%7D/api/"},
+	}})
+	for _, tt := range []struct {
+		url, up, rest, rawRest string
+	}{
+		{"https://res.test/openai/deployments/my-gpt4o/chat/completions?api-version=1", "classic", "/chat/completions", "/chat/completions"},
+		{"https://res.test/openai/deployments/my-gpt4o", "classic", "", ""},
+		{"https://res.test/openai/deployments/gpt%204o/embeddings", "classic", "/embeddings", "/embeddings"},
+		{"https://res.test/openai/deployments/a/files/x%2Fy", "classic", "/files/x/y", "/files/x%2Fy"},
+		{"https://res.test/openai/deployments/", "root", "/deployments/", "/deployments/"},
+		{"https://res.test/openai/deployments", "root", "/deployments", "/deployments"},
+		{"https://res.test/openai/deployments/a%2Fb/chat/completions", "root", "/deployments/a/b/chat/completions", "/deployments/a%2Fb/chat/completions"},
+		{"https://res.test/openai/deployments/a%5Cb/chat/completions", "root", "/deployments/a\\b/chat/completions", "/deployments/a%5Cb/chat/completions"},
+		{"https://res.test/openai/deployments/../v1/models", "", "", ""},
+		{"https://res.test/openai/v1/models", "v1", "/models", ""},
+		{"https://other.test/x/dep/api/chat", "suffixed", "/chat", "/chat"},
+		{"https://other.test/x/dep/api", "suffixed", "", ""},
+		{"https://other.test/x/dep/apix", "", "", ""},
+		{"https://other.test/x/dep", "", "", ""},
+	} {
+		up, rest, rawRest, _ := tr.route(mustParse(t, tt.url))
+		name := ""
+		if up != nil {
+			name = up.name
+		}
+		if name != tt.up || rest != tt.rest || rawRest != tt.rawRest {
+			t.Errorf("%s: routed to %q, rest %q %q; want %q, %q %q", tt.url, name, rest, rawRest, tt.up, tt.rest, tt.rawRest)
+		}
+	}
+}
+
+// Under UnroutedFirst, a first upstream with a {deployment} takes an
+// unrouted URL only when a deployment stands in its place.
+func TestUnroutedFirstDeployment(t *testing.T) {
+	tr := newTestTransport(t, Config{Base: newFakeNet(), Unrouted: UnroutedFirst, Upstreams: []Upstream{
+		{Name: "classic", BaseURL: "https://res.test/openai/deployments/{deployment}"},
+	}})
+	for _, tt := range []struct{ url, up, rest string }{
+		{"https://gw.test/openai/deployments/d/chat/completions", "classic", "/chat/completions"},
+		{"https://gw.test/openai/deployments/chat", "classic", ""},
+		{"https://gw.test/openai/deployments", "", ""},
+		{"https://gw.test/openai/deployments/a%2Fb/chat", "", ""},
+	} {
+		up, rest, _, _ := tr.address(mustParse(t, tt.url))
+		name := ""
+		if up != nil {
+			name = up.name
+		}
+		if name != tt.up || rest != tt.rest {
+			t.Errorf("%s: addressed to %q, rest %q; want %q, %q", tt.url, name, rest, tt.up, tt.rest)
+		}
+	}
+}

@@ -18,10 +18,11 @@ import (
 // secretSubstrings or secretWords (unless it is one of
 // notCredentialHeaders): the patterns fail closed. A query parameter
 // carries them unless its name is known to carry none (forwardParams or
-// Config.ForwardParams, and not Config.CredentialParams): an allow list,
-// since a deny list of query names cannot fail closed. An upstream the
-// caller did not address gets neither; the addressed one gets the request
-// as the caller wrote it.
+// Config.ForwardParams, and neither in Config.CredentialParams nor named
+// by some Upstream.Query, which makes it that upstream's own): an allow
+// list, since a deny list of query names cannot fail closed. An upstream
+// the caller did not address gets neither; the addressed one gets the
+// request as the caller wrote it.
 var (
 	// credentialHeaders are the header names that no pattern catches,
 	// or that matter too much to leave to one.
@@ -86,7 +87,7 @@ var secretSubstringsByFirst = func() (by [26][]string) {
 type credentials struct {
 	headers map[string]bool // lower case: credentialHeaders, every Upstream.Header name, Config.CredentialHeaders
 	params  map[string]bool // lower case: credentialParams, Config.CredentialParams
-	forward map[string]bool // lower case: forwardParams and Config.ForwardParams, less params
+	forward map[string]bool // lower case: forwardParams and Config.ForwardParams, less params and Upstream.Query names
 
 	// upstreamSecrets are every form of every Upstream.Header value,
 	// scrubbed from every error message.
@@ -191,6 +192,15 @@ func newCredentials(cfg Config, ups []*upstream) (*credentials, error) {
 	}
 	for p := range c.params {
 		delete(c.forward, p) // CredentialParams takes a name off forwardParams
+	}
+	for i, u := range ups {
+		for _, name := range u.queryNames {
+			lower := strings.ToLower(name)
+			if c.params[lower] {
+				return nil, configError(fmt.Sprintf("Upstreams[%d].Query", i), fmt.Sprintf("names the credential parameter %q: put credentials in Header", name))
+			}
+			delete(c.forward, lower) // the upstream's own, as a name its Header sets is
+		}
 	}
 	for _, u := range ups {
 		for k, vs := range u.header {

@@ -27,8 +27,10 @@ const (
 	// ReasonRateLimited: it cools down after a 429 (ErrRateLimited).
 	ReasonRateLimited Reason = "rate_limited"
 	// ReasonModelNotServed: its Upstream.Models does not serve the
-	// request's model (ErrModelNotServed). Only a request has a model:
-	// Health never reports it.
+	// request's model, or its BaseURL has a {deployment} that the
+	// request, naming no model, has nothing to fill with
+	// (ErrModelNotServed). Only a request has a model: Health never
+	// reports it.
 	ReasonModelNotServed Reason = "model_not_served"
 	// ReasonCircuitOpen: its circuit is open (ErrCircuitOpen).
 	ReasonCircuitOpen Reason = "circuit_open"
@@ -160,8 +162,8 @@ func (t *Transport) lastResort(ups []*upstream, model string, now time.Time) *up
 	var best *upstream
 	var bestSince mono.Time
 	for _, u := range ups {
-		if t.admit(u, model, now, nil).reason != ReasonCircuitOpen {
-			continue
+		if t.admit(u, model, now, nil).reason != ReasonCircuitOpen || model == "" && u.deployed {
+			continue // (a request with no model may have none to fill its deployment)
 		}
 		if since := mono.Of(u.circuit.Snapshot(now).Since); best == nil || since < bestSince {
 			best, bestSince = u, since
@@ -235,19 +237,30 @@ const (
 
 // plan starts p, the round's plan, at now.
 func (c *call) plan(p *plan, now time.Time) {
-	p.t, p.model, p.refused = c.t, c.model, c.refused
+	p.t, p.model, p.refused = c.t, c.admitting(), c.refused
 	switch {
 	case c.ups != nil || c.t.router == nil:
 		p.order, p.demote = c.usable(), true
 	case len(c.refused) == 0 && c.t.picker != nil:
-		if pick, then := c.t.pickFirst(c.model, now); pick != nil {
+		if pick, then := c.t.pickFirst(p.model, now); pick != nil {
 			p.pick, p.then, p.stage = pick, then, picking
 			break
 		}
 		fallthrough
 	default:
-		p.order = c.t.routed(nil, c.model, now, nil, nil)
+		p.order = c.t.routed(nil, p.model, now, nil, nil)
 	}
+}
+
+// admitting is the model that admission reads for the request: its own,
+// or noModel when it names none and was not addressed to an upstream
+// with a {deployment}, which only the addressed one can fill without a
+// model.
+func (c *call) admitting() string {
+	if c.model == "" && (c.addressed == nil || !c.addressed.deployed) {
+		return noModel
+	}
+	return c.model
 }
 
 // next decides the round's next upstream at now and asks admit whether it
@@ -361,7 +374,7 @@ func (p *plan) others(u *upstream, now time.Time) bool {
 // same model (Upstream.Models), at no higher price (Cost.Input+Output,
 // zero counting as the cheapest, as Score reads it).
 func sameDeal(u, v *upstream, model string) bool {
-	if model != "" {
+	if model != "" && model != noModel {
 		mu, _ := u.models.lookup(model)
 		mv, _ := v.models.lookup(model)
 		if mu != mv {

@@ -145,17 +145,19 @@ func (r *request) escapedRest() string {
 
 // keepsURL reports whether rewrite leaves the caller's URL as it is for
 // up: up is the upstream the caller addressed, in the scheme and host its
-// BaseURL spells, and the request is not a redirect hop.
+// BaseURL spells, with no Query to set, and the request is not a redirect
+// hop.
 func (r *request) keepsURL(up *upstream) bool {
-	return up == r.addressed && r.hop == nil && r.spelled
+	return up == r.addressed && r.hop == nil && r.spelled && len(up.queryNames) == 0
 }
 
 // rewrite points out, a clone of the caller's request, at u: scheme, host,
-// base path and u's headers. Host is always u's, even when the caller set
-// another (a gateway on httputil.ReverseProxy keeps its own client's Host,
-// which would reach the provider with u's credentials). Any upstream but
-// the credentials' owner gets the URL without user info and credential
-// query pairs. A URL shared with the caller (keepsURL) is not written.
+// base path (with its deployment), u's headers and query. Host is always
+// u's, even when the caller set another (a gateway on
+// httputil.ReverseProxy keeps its own client's Host, which would reach
+// the provider with u's credentials). Any upstream but the credentials'
+// owner gets the URL without user info and credential query pairs. A URL
+// shared with the caller (keepsURL) is not written.
 func (r *request) rewrite(out *http.Request, u *upstream) {
 	out.Host = u.host
 	for _, f := range u.headers {
@@ -166,7 +168,17 @@ func (r *request) rewrite(out *http.Request, u *upstream) {
 	}
 	out.URL.Scheme = u.scheme
 	out.URL.Host = u.host
-	if u != r.addressed {
+	switch {
+	case u == r.addressed:
+	case u.deployed:
+		// The deployment is a segment of its own: its escaping in
+		// RawPath keeps a "%" or "?" in it from reading as more.
+		d := r.deploymentAt(u)
+		out.URL.Path = u.path + "/" + d + u.suffix + r.rest
+		out.URL.RawPath = u.rawPath + "/" + url.PathEscape(d) + u.rawSuffix + r.escapedRest()
+		out.URL.User = nil
+		out.URL.RawQuery = r.t.creds.stripQuery(out.URL.RawQuery)
+	default:
 		out.URL.Path = r.pathAt(u)
 		// url.URL uses RawPath only while it is an encoding of Path;
 		// it keeps an encoded base path (".../proxy%2Fopenai/v1").
@@ -182,6 +194,25 @@ func (r *request) rewrite(out *http.Request, u *upstream) {
 		out.URL.User = nil
 		out.URL.RawQuery = r.hop.stripQuery(out.URL.RawQuery)
 	}
+	out.URL.RawQuery = u.withQuery(out.URL.RawQuery)
+}
+
+// deploymentAt is what fills the {deployment} of u, a deployed upstream
+// the request was not addressed to: the request's model as u's Models
+// map it, or for a request that names none, the deployment the caller
+// addressed, as it is. Admission sends no other request here; a last
+// resort's keeps the placeholder, which the upstream refuses.
+func (r *request) deploymentAt(u *upstream) string {
+	if r.model != "" {
+		if m, ok := u.models.lookup(r.model); ok && pathSegment(m) {
+			return m
+		}
+	} else if a := r.addressed; a != nil && a.deployed && r.hop == nil {
+		if d := a.deployment(r.req.URL.Path, r.rest); pathSegment(d) {
+			return d
+		}
+	}
+	return "{deployment}"
 }
 
 // mayCross reports whether the caller's header k, with values vs, may go

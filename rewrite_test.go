@@ -929,3 +929,128 @@ func TestCallerHostNotSent(t *testing.T) {
 		}
 	}
 }
+
+// Azure OpenAI's classic path, failed over to and from: a request sent to
+// a {deployment} upstream has its model, after Models, in the path and
+// the upstream's Query; one addressed to it has a deployment and a Query
+// that are its own, which no other upstream gets. A request with no model
+// skips it unless it was addressed to one.
+func TestDeploymentFailover(t *testing.T) {
+	const version = "2024-10-21"
+	upstreams := []Upstream{
+		{Name: "openai", BaseURL: "https://api.openai.test/v1",
+			Header: http.Header{"Authorization": {"Bearer openai-upstream-key"}},
+			Models: map[string]string{"my-gpt4o": "gpt-4o", "*": "*"}},
+		{Name: "azure", BaseURL: "https://res.azure.test/openai/deployments/{deployment}",
+			Header: http.Header{"Api-Key": {"azure-upstream-key"}},
+			Query:  url.Values{"api-version": {version}},
+			Models: map[string]string{"gpt-4o": "my-gpt4o", "*": "*"}},
+		{Name: "azure2", BaseURL: "https://res2.azure.test/openai/deployments/{deployment}/",
+			Query: url.Values{"api-version": {version}}},
+	}
+	hosts := []string{"api.openai.test", "res.azure.test", "res2.azure.test"}
+	type want struct {
+		path, rawQuery, model string // model: "" for no body
+	}
+	for _, tt := range []struct {
+		name, method, url, body string
+		header                  http.Header
+		first                   int             // the upstream tried first
+		down                    []string        // hosts answering 503
+		want                    map[string]want // host: its one request; the others get none
+	}{
+		{name: "openai to azure", method: "POST", url: "https://api.openai.test/v1/chat/completions", body: `{"model":"gpt-4o"}`,
+			header: http.Header{"Authorization": {"Bearer caller-secret"}},
+			down:   []string{"api.openai.test"},
+			want: map[string]want{
+				"api.openai.test": {"/v1/chat/completions", "", "gpt-4o"},
+				"res.azure.test":  {"/openai/deployments/my-gpt4o/chat/completions", "api-version=" + version, "my-gpt4o"},
+			}},
+		{name: "azure to openai", method: "POST", url: "https://res.azure.test/openai/deployments/my-gpt4o/chat/completions?api-version=2024-06-01&stream=true", body: `{"model":"my-gpt4o"}`,
+			header: http.Header{"Api-Key": {"caller-secret"}},
+			first:  1,
+			down:   []string{"res.azure.test"},
+			want: map[string]want{
+				"res.azure.test":  {"/openai/deployments/my-gpt4o/chat/completions", "stream=true&api-version=" + version, "my-gpt4o"},
+				"api.openai.test": {"/v1/chat/completions", "stream=true", "gpt-4o"},
+			}},
+		{name: "model escaped", method: "POST", url: "https://api.openai.test/v1/embeddings", body: `{"model":"text embedding:3"}`,
+			down: []string{"api.openai.test", "res.azure.test"},
+			want: map[string]want{
+				"api.openai.test": {"/v1/embeddings", "", "text embedding:3"},
+				"res.azure.test":  {"/openai/deployments/text%20embedding:3/embeddings", "api-version=" + version, "text embedding:3"},
+				"res2.azure.test": {"/openai/deployments/text%20embedding:3/embeddings", "api-version=" + version, "text embedding:3"},
+			}},
+		{name: "model no segment", method: "POST", url: "https://api.openai.test/v1/chat/completions", body: `{"model":"a/b"}`,
+			down: []string{"api.openai.test"},
+			want: map[string]want{"api.openai.test": {"/v1/chat/completions", "", "a/b"}}},
+		{name: "no model", method: "GET", url: "https://api.openai.test/v1/models",
+			down: []string{"api.openai.test"},
+			want: map[string]want{"api.openai.test": {"/v1/models", "", ""}}},
+		{name: "no model addressed to a deployment", method: "GET", url: "https://res.azure.test/openai/deployments/d1/files?api-version=2024-06-01",
+			down: []string{"res.azure.test", "api.openai.test"},
+			want: map[string]want{
+				"res.azure.test":  {"/openai/deployments/d1/files", "api-version=" + version, ""},
+				"api.openai.test": {"/v1/files", "", ""},
+				"res2.azure.test": {"/openai/deployments/d1/files", "api-version=" + version, ""},
+			}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			n := newFakeNet()
+			for _, h := range hosts {
+				code := 200
+				if slices.Contains(tt.down, h) {
+					code = 503
+				}
+				n.status(h, code, "{}")
+			}
+			ups := append([]Upstream{upstreams[tt.first]}, slices.Delete(slices.Clone(upstreams), tt.first, tt.first+1)...)
+			tr := newTestTransport(t, Config{Base: n, Upstreams: ups, Retry: RetryConfig{Off: true}, Breaker: BreakerConfig{FailureThreshold: 100}})
+			req := httptestRequest(tt.method, tt.url, tt.body)
+			for k, vs := range tt.header {
+				req.Header[k] = vs
+			}
+			resp, err := tr.RoundTrip(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			for i, h := range hosts {
+				got := n.requests(h)
+				w, ok := tt.want[h]
+				if !ok {
+					if len(got) != 0 {
+						t.Errorf("%s got %d requests, want none", h, len(got))
+					}
+					continue
+				}
+				if len(got) != 1 {
+					t.Fatalf("%s got %d requests, want 1", h, len(got))
+				}
+				s := got[0]
+				if p := (&url.URL{Path: s.Path, RawPath: s.RawPath}).EscapedPath(); p != w.path || s.RawQuery != w.rawQuery {
+					t.Errorf("%s got %s?%s, want %s?%s", h, p, s.RawQuery, w.path, w.rawQuery)
+				}
+				if m, _ := requestModel([]byte(s.Body)); m != w.model {
+					t.Errorf("%s got model %q, want %q", h, m, w.model)
+				}
+				for k, vs := range upstreams[i].Header {
+					if got := s.Header[k]; !slices.Equal(got, vs) {
+						t.Errorf("%s: %s = %q, want its own", h, k, got)
+					}
+				}
+				addressed := strings.Contains(tt.url, "//"+h+"/")
+				if leaked := findSecret(s, "caller-secret"); leaked != "" && !addressed {
+					t.Errorf("%s, not addressed, got the caller's credential in %s", h, leaked)
+				}
+				for j, u := range upstreams {
+					for _, vs := range u.Header {
+						if leaked := findSecret(s, vs[0]); leaked != "" && j != i {
+							t.Errorf("%s got %s's key in %s", h, u.Name, leaked)
+						}
+					}
+				}
+			}
+		})
+	}
+}

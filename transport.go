@@ -58,6 +58,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"runtime"
 	"sync/atomic"
 	"time"
@@ -78,7 +79,14 @@ type Upstream struct {
 	// under, such as "https://api.openai.com/v1". A request is addressed
 	// to the upstream when its URL has this scheme, host and path prefix,
 	// and is rewritten to them when sent here. It carries no user info,
-	// query or fragment: credentials go in Header.
+	// query or fragment: parameters go in Query, credentials in Header.
+	//
+	// One whole path segment may be {deployment}, as in Azure OpenAI's
+	// "https://res.openai.azure.com/openai/deployments/{deployment}": a
+	// request addressed to the upstream has any single segment there,
+	// and one sent here from another upstream has the request's model,
+	// after Models, path-escaped. A request that names no model skips
+	// the upstream ([ErrModelNotServed]) unless it was addressed to it.
 	BaseURL string
 
 	// Header is set on every request sent to this upstream, replacing the
@@ -87,6 +95,14 @@ type Upstream struct {
 	// values of 8 bytes or more never appear in logs, errors, Health or
 	// metrics.
 	Header http.Header
+
+	// Query holds query parameters that are not credentials, such as
+	// Azure OpenAI's api-version, which every request sent to this
+	// upstream carries, replacing the caller's parameters of those
+	// names. A name in it is this upstream's own: a caller's parameter
+	// of that name goes to no other upstream. New refuses a credential
+	// parameter (see Config.CredentialParams): those go in Header.
+	Query url.Values
 
 	// Weight is the upstream's share of traffic under the Weighted
 	// router. Zero means 1.
@@ -103,7 +119,7 @@ type Upstream struct {
 	// matches any other model; the value "*" keeps the caller's. A
 	// request whose model the map does not serve skips the upstream
 	// ([ErrModelNotServed]). Nil serves every model as it is. Only the
-	// "model" value is rewritten. A body that cannot be replayed, or is
+	// "model" value is rewritten, and a BaseURL's {deployment} filled. A body that cannot be replayed, or is
 	// larger than MaxBodyBuffer (8 MiB when negative), is not read for it.
 	Models map[string]string
 
@@ -561,7 +577,7 @@ func New(cfg Config) (*Transport, error) {
 		u.breaker, u.timeouts = uc.policy(cfg)
 		u.timeout = u.timeouts.Headers
 		t.upstreams = append(t.upstreams, u)
-		t.models = t.models || len(u.models) > 0
+		t.models = t.models || len(u.models) > 0 || u.deployed
 	}
 	t.hosts = hostMap(t.upstreams)
 	t.spelled = spellings(t.upstreams, t.hosts)

@@ -1,6 +1,7 @@
 package failover
 
 import (
+	"cmp"
 	"fmt"
 	"maps"
 	"math"
@@ -23,12 +24,21 @@ type upstream struct {
 	baseURL string // redacted: scheme, host and path only
 	scheme  string
 	host    string // as configured, for the rewritten URL and Host header
-	path    string // decoded base path, no trailing slash
-	rawPath string // escaped base path, no trailing slash
+	path    string // decoded base path, no trailing slash (before {deployment} when deployed)
+	rawPath string // escaped base path, no trailing slash (before {deployment} when deployed)
 	header  http.Header
 	headers []headerField // header's fields in a slice, sorted by key: what each request reads (rewrite)
 	lens    uint64        // bit n set: a key of headers is n bytes long (n < 64), or, bit 63, 63 or more (sets)
 	models  modelMap      // Upstream.Models
+
+	// With a {deployment} segment in BaseURL's path (deployed), what
+	// follows that segment, decoded and escaped.
+	deployed          bool
+	suffix, rawSuffix string
+
+	// Upstream.Query: its names, and its pairs encoded (withQuery).
+	queryNames []string
+	rawQuery   string
 
 	// The policy in effect (policy.go): Upstream.Breaker over
 	// Config.Breaker with the defaults filled in, and the Timeouts in
@@ -73,7 +83,7 @@ func newUpstream(i int, uc Upstream) (*upstream, error) {
 	case base.User != nil:
 		return nil, configError(field("BaseURL"), "must not carry user info: put credentials in Header")
 	case base.RawQuery != "" || base.ForceQuery:
-		return nil, configError(field("BaseURL"), "must not carry a query: put credentials in Header")
+		return nil, configError(field("BaseURL"), "must not carry a query: put parameters in Query and credentials in Header")
 	case base.Fragment != "":
 		return nil, configError(field("BaseURL"), "must not carry a fragment")
 	case hasDotSegment(base.Path):
@@ -121,6 +131,19 @@ func newUpstream(i int, uc Upstream) (*upstream, error) {
 		u.rawPath = u.rawPath[:len(u.rawPath)-1]
 		u.path = strings.TrimSuffix(u.path, "/")
 	}
+	if strings.ContainsAny(u.path, "{}") {
+		if !u.splitDeployment(base) {
+			return nil, configError(field("BaseURL"), "may hold {deployment} once, as a whole path segment, and no other { or }")
+		}
+		u.baseURL = u.scheme + "://" + u.host + u.rawPath + "/{deployment}" + u.rawSuffix
+	}
+	for _, k := range slices.Sorted(maps.Keys(uc.Query)) {
+		if k == "" {
+			return nil, configError(field("Query"), "has an empty parameter name")
+		}
+		u.queryNames = append(u.queryNames, k)
+	}
+	u.rawQuery = url.Values(uc.Query).Encode()
 	for k, vs := range uc.Header {
 		u.header[http.CanonicalHeaderKey(k)] = append([]string(nil), vs...)
 	}
@@ -133,8 +156,69 @@ func newUpstream(i int, uc Upstream) (*upstream, error) {
 			return nil, err
 		}
 		u.models = maps.Clone(uc.Models)
+		if u.deployed {
+			for _, k := range slices.Sorted(maps.Keys(u.models)) {
+				if v := u.models[k]; v != "*" && !pathSegment(v) {
+					return nil, configError(field("Models"), "maps "+strconv.Quote(k)+" to "+strconv.Quote(v)+": not a path segment for {deployment}")
+				}
+			}
+		}
 	}
 	return u, nil
+}
+
+// splitDeployment sets u's base path to what precedes the {deployment}
+// segment of base's path, and its suffix to what follows, from u.path
+// and the escaped path that base was written with (literal or escaped
+// braces alike). It reports false unless the path has exactly one such
+// segment and no other brace.
+func (u *upstream) splitDeployment(base *url.URL) bool {
+	raw := strings.TrimSuffix(cmp.Or(base.RawPath, base.EscapedPath()), "/")
+	n := 0
+	for i := 0; i < len(raw); {
+		if raw[i] != '/' {
+			i++
+			continue
+		}
+		end := strings.IndexByte(raw[i+1:], '/')
+		if end < 0 {
+			end = len(raw)
+		} else {
+			end += i + 1
+		}
+		if seg, err := url.PathUnescape(raw[i+1 : end]); err == nil && seg == "{deployment}" {
+			n++
+			u.rawPath, u.rawSuffix = raw[:i], raw[end:]
+		}
+		i = end
+	}
+	if n != 1 {
+		return false
+	}
+	var err error
+	if u.path, err = url.PathUnescape(u.rawPath); err != nil {
+		return false
+	}
+	if u.suffix, err = url.PathUnescape(u.rawSuffix); err != nil {
+		return false
+	}
+	if strings.ContainsAny(u.path, "{}") || strings.ContainsAny(u.suffix, "{}") {
+		return false
+	}
+	// Escaped as net/url would, for the paths that rewrite builds.
+	u.rawPath = (&url.URL{Path: u.path, RawPath: u.rawPath}).EscapedPath()
+	u.rawSuffix = (&url.URL{Path: u.suffix, RawPath: u.rawSuffix}).EscapedPath()
+	u.deployed = true
+	return true
+}
+
+// pathSegment reports whether s may fill a {deployment} segment, once
+// path-escaped: not empty, not a dot segment, and no slash, backslash or
+// control character, which would make it another path than one segment.
+func pathSegment(s string) bool {
+	return s != "" && s != "." && s != ".." && !strings.ContainsFunc(s, func(r rune) bool {
+		return r == '/' || r == '\\' || r < ' ' || r == 0x7f
+	})
 }
 
 // validPort reports whether p, a URL's port, is empty (the scheme's) or
@@ -184,11 +268,38 @@ func (u *upstream) sets(k string) bool {
 // lenBit is the bit of upstream.lens for a key n bytes long.
 func lenBit(n int) uint64 { return 1 << min(n, 63) }
 
-// serves reports whether u serves model ("" serves everywhere).
+// noModel is the model that admission reads for a request that names
+// none and was not addressed to a {deployment} upstream (see
+// call.admitting): every other upstream serves it as it is, but a
+// deployed one has nothing to fill its deployment with. The empty model
+// is any model: Health's.
+const noModel = "\x00"
+
+// serves reports whether u serves model ("" serves everywhere): its
+// Models map it, and when u is deployed, to a path segment.
 func (u *upstream) serves(model string) bool {
-	if model == "" || len(u.models) == 0 {
+	switch {
+	case model == noModel:
+		return !u.deployed
+	case model == "" || len(u.models) == 0 && !u.deployed:
 		return true
 	}
-	_, ok := u.models.lookup(model)
-	return ok
+	target, ok := u.models.lookup(model)
+	return ok && (!u.deployed || pathSegment(target))
+}
+
+// withQuery returns raw, a request's raw query, with u's Query in place
+// of the pairs of the same names.
+func (u *upstream) withQuery(raw string) string {
+	if len(u.queryNames) == 0 {
+		return raw
+	}
+	raw = stripQuery(raw, func(pair string) bool { return slices.Contains(u.queryNames, queryName(pair)) })
+	switch {
+	case u.rawQuery == "":
+		return raw
+	case raw == "":
+		return u.rawQuery
+	}
+	return raw + "&" + u.rawQuery
 }

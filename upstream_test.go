@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"net/url"
 	"strings"
 	"sync"
 	"testing"
@@ -330,5 +331,100 @@ func TestUpstreamBaseURLPortOutOfRange(t *testing.T) {
 			continue
 		}
 		tr.Close()
+	}
+}
+
+// New refuses a Query or a {deployment} that could never work, naming the
+// field, and takes the forms Azure OpenAI's classic path is written in.
+func TestUpstreamQueryAndDeploymentConfig(t *testing.T) {
+	const azure = "https://res.test/openai/deployments/{deployment}"
+	for _, tt := range []struct {
+		name  string
+		cfg   Config
+		field string // "": New takes it
+		says  string // in the reason
+	}{
+		{"query in BaseURL", Config{Upstreams: []Upstream{{BaseURL: "https://res.test/openai?api-version=1"}}}, "Upstreams[0].BaseURL", "put parameters in Query"},
+		{"credential in Query", Config{Upstreams: []Upstream{{BaseURL: "https://a.test/v1"}, {BaseURL: azure, Query: url.Values{"api-key": {"k"}}}}}, "Upstreams[1].Query", "put credentials in Header"},
+		{"credential in Query in other case", Config{Upstreams: []Upstream{{BaseURL: azure, Query: url.Values{"Key": {"k"}}}}}, "Upstreams[0].Query", "credential"},
+		{"CredentialParams in Query", Config{CredentialParams: []string{"tenant"}, Upstreams: []Upstream{{BaseURL: azure, Query: url.Values{"tenant": {"t"}}}}}, "Upstreams[0].Query", "credential"},
+		{"empty Query name", Config{Upstreams: []Upstream{{BaseURL: azure, Query: url.Values{"": {"x"}}}}}, "Upstreams[0].Query", "empty"},
+		{"two deployments", Config{Upstreams: []Upstream{{BaseURL: "https://res.test/{deployment}/{deployment}"}}}, "Upstreams[0].BaseURL", "{deployment}"},
+		{"deployment in a segment", Config{Upstreams: []Upstream{{BaseURL: "https://res.test/openai/x{deployment}"}}}, "Upstreams[0].BaseURL", "{deployment}"},
+		{"other placeholder", Config{Upstreams: []Upstream{{BaseURL: "https://res.test/openai/{model}"}}}, "Upstreams[0].BaseURL", "{deployment}"},
+		{"brace beside deployment", Config{Upstreams: []Upstream{{BaseURL: "https://res.test/{v}/{deployment}"}}}, "Upstreams[0].BaseURL", "{deployment}"},
+		{"deployment in host", Config{Upstreams: []Upstream{{BaseURL: "https://{deployment}.res.test/v1"}}}, "Upstreams[0].BaseURL", "not a URL"},
+		{"Models maps to no segment", Config{Upstreams: []Upstream{{BaseURL: azure, Models: map[string]string{"gpt-4o": "a/b"}}}}, "Upstreams[0].Models", "path segment"},
+		{"Models maps to a dot segment", Config{Upstreams: []Upstream{{BaseURL: azure, Models: map[string]string{"gpt-4o": ".."}}}}, "Upstreams[0].Models", "path segment"},
+		{"classic path", Config{Upstreams: []Upstream{{BaseURL: azure, Query: url.Values{"api-version": {"2024-10-21"}}, Models: map[string]string{"gpt-4o": "my-gpt4o", "*": "*"}}}}, "", ""},
+		{"escaped braces, trailing slash", Config{Upstreams: []Upstream{{BaseURL: "https://res.test/openai/deployments/%7Bdeployment%7D/"}}}, "", ""},
+		{"suffix after deployment", Config{Upstreams: []Upstream{{BaseURL: "https://res.test/{deployment}/openai"}}}, "", ""},
+		{"slashes elsewhere in Models", Config{Upstreams: []Upstream{{BaseURL: "https://a.test/v1", Models: map[string]string{"x": "a/b"}}}}, "", ""},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			tr, err := New(tt.cfg)
+			if tt.field == "" {
+				if err != nil {
+					t.Fatalf("New: %v", err)
+				}
+				tr.Close()
+				return
+			}
+			var cerr *ConfigError
+			if !errors.As(err, &cerr) || cerr.Field != tt.field || !strings.Contains(cerr.Reason, tt.says) {
+				t.Fatalf("New: %v, want a ConfigError naming %s that says %q", err, tt.field, tt.says)
+			}
+		})
+	}
+}
+
+// A {deployment} upstream serves a model its Models map to a path
+// segment, never a request that names none (noModel), and any model for
+// Health (""). Health shows the BaseURL as written.
+func TestDeployedServes(t *testing.T) {
+	tr := newTestTransport(t, Config{Base: newFakeNet(), Upstreams: []Upstream{
+		{Name: "plain", BaseURL: "https://a.test/v1", Models: map[string]string{"gpt-4o": "*"}},
+		{Name: "mapped", BaseURL: "https://res.test/openai/deployments/%7Bdeployment%7D", Models: map[string]string{"gpt-4o": "my-gpt4o", "*": "*"}},
+		{Name: "any", BaseURL: "https://res2.test/openai/deployments/{deployment}"},
+	}})
+	plain, mapped, anyModel := tr.upstreams[0], tr.upstreams[1], tr.upstreams[2]
+	for _, tt := range []struct {
+		u     *upstream
+		model string
+		want  bool
+	}{
+		{plain, "", true}, {plain, noModel, true}, {plain, "o3", false},
+		{mapped, "", true}, {mapped, noModel, false}, {mapped, "gpt-4o", true}, {mapped, "o3", true}, {mapped, "a/b", false}, {mapped, "..", false},
+		{anyModel, "", true}, {anyModel, noModel, false}, {anyModel, "gpt 4o", true}, {anyModel, `a\b`, false}, {anyModel, "a\nb", false},
+	} {
+		if got := tt.u.serves(tt.model); got != tt.want {
+			t.Errorf("%s serves %q: %v, want %v", tt.u.name, tt.model, got, tt.want)
+		}
+	}
+	h := tr.Health()
+	if !h[1].Available || h[1].Unavailable != "" {
+		t.Errorf("Health of a {deployment} upstream: available %v (%q), want available", h[1].Available, h[1].Unavailable)
+	}
+	if want := "https://res.test/openai/deployments/{deployment}"; h[1].BaseURL != want {
+		t.Errorf("Health BaseURL %q, want %q", h[1].BaseURL, want)
+	}
+}
+
+// withQuery sets an upstream's Query in place of the caller's pairs of the
+// same names, keeping every other pair as it was.
+func TestWithQuery(t *testing.T) {
+	u, err := newUpstream(0, Upstream{BaseURL: "https://res.test/openai", Query: url.Values{"api-version": {"2024-10-21"}, "drop": nil}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct{ raw, want string }{
+		{"", "api-version=2024-10-21"},
+		{"api-version=2023-05-15", "api-version=2024-10-21"},
+		{"a=1;api%2Dversion=old&b=%20", "a=1&b=%20&api-version=2024-10-21"},
+		{"drop=1&Api-Version=x", "Api-Version=x&api-version=2024-10-21"},
+	} {
+		if got := u.withQuery(tt.raw); got != tt.want {
+			t.Errorf("withQuery(%q) = %q, want %q", tt.raw, got, tt.want)
+		}
 	}
 }
