@@ -200,8 +200,8 @@ func (r *request) rewrite(out *http.Request, u *upstream) {
 // deploymentAt is what fills the {deployment} of u, a deployed upstream
 // the request was not addressed to: the request's model as u's Models
 // map it, or for a request that names none, the deployment the caller
-// addressed, as it is. Admission sends no other request here; a last
-// resort's keeps the placeholder, which the upstream refuses.
+// addressed, as it is. Admission sends no other request here; were one
+// sent, it would keep the placeholder, which the upstream refuses.
 func (r *request) deploymentAt(u *upstream) string {
 	if r.model != "" {
 		if m, ok := u.models.lookup(r.model); ok && pathSegment(m) {

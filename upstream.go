@@ -272,7 +272,8 @@ func lenBit(n int) uint64 { return 1 << min(n, 63) }
 // none and was not addressed to a {deployment} upstream (see
 // call.admitting): every other upstream serves it as it is, but a
 // deployed one has nothing to fill its deployment with. The empty model
-// is any model: Health's.
+// is any model: Health's. (A body whose model is "\x00" reads as naming
+// none.)
 const noModel = "\x00"
 
 // serves reports whether u serves model ("" serves everywhere): its
