@@ -66,7 +66,7 @@ func Example_anthropic() {
 		option.WithMaxRetries(0),
 	)
 	msg, err := client.Messages.New(context.Background(), anthropic.MessageNewParams{
-		Model:     anthropic.ModelClaudeSonnet4_5,
+		Model:     anthropic.Model("claude-sonnet-4-5"),
 		MaxTokens: 100,
 		Messages:  []anthropic.MessageParam{anthropic.NewUserMessage(anthropic.NewTextBlock("Say hello."))},
 	})
@@ -135,7 +135,7 @@ func Example_anthropicStreamGuard() {
 			option.WithMaxRetries(0),
 		)
 		s := client.Messages.NewStreaming(context.Background(), anthropic.MessageNewParams{
-			Model:     anthropic.ModelClaudeSonnet4_5,
+			Model:     anthropic.Model("claude-sonnet-4-5"),
 			MaxTokens: 100,
 			Messages:  []anthropic.MessageParam{anthropic.NewUserMessage(anthropic.NewTextBlock("Say hello."))},
 		})

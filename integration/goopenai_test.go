@@ -31,7 +31,7 @@ func newGoOpenAIClient(tr http.RoundTripper, baseURL string) *goopenai.Client {
 // goOpenAIRequest is the chat completion the tests send.
 func goOpenAIRequest(stream bool) goopenai.ChatCompletionRequest {
 	return goopenai.ChatCompletionRequest{
-		Model:    goopenai.GPT4oMini,
+		Model:    "gpt-4o-mini",
 		Messages: []goopenai.ChatCompletionMessage{{Role: goopenai.ChatMessageRoleUser, Content: "Say hello."}},
 		Stream:   stream,
 	}

@@ -62,7 +62,7 @@ func Example_openai() {
 		option.WithMaxRetries(0), // the Transport fails over; the SDK need not retry
 	)
 	res, err := client.Chat.Completions.New(context.Background(), openai.ChatCompletionNewParams{
-		Model:    openai.ChatModelGPT4o,
+		Model:    openai.ChatModel("gpt-4o"),
 		Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("Say hello.")},
 	})
 	if err != nil {
@@ -129,7 +129,7 @@ func Example_openaiRetries() {
 		sent = nil
 		mu.Unlock()
 		_, err = client.Chat.Completions.New(context.Background(), openai.ChatCompletionNewParams{
-			Model:    openai.ChatModelGPT4o,
+			Model:    openai.ChatModel("gpt-4o"),
 			Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("Say hello.")},
 		})
 		var apiErr *openai.Error

@@ -95,7 +95,7 @@ var stainlessSDKs = []stainlessSDK{
 				anthropicoption.WithAPIKey(callerKey),
 			)
 			_, err := client.Messages.New(testContext(t), anthropic.MessageNewParams{
-				Model:     anthropic.ModelClaudeSonnet4_5,
+				Model:     anthropic.Model("claude-sonnet-4-5"),
 				MaxTokens: 100,
 				Messages:  []anthropic.MessageParam{anthropic.NewUserMessage(anthropic.NewTextBlock("Say hello."))},
 			})
