@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -473,10 +474,15 @@ schedule:
 		if err := writePlot(o.Plot, o, phases, runs, rep); err != nil {
 			return err
 		}
+		if rep.Plot, err = filepath.Abs(o.Plot); err != nil {
+			rep.Plot = o.Plot
+		}
 	}
 	if o.JSON {
 		if rep.Lag.Starved && o.Warn != nil {
-			fmt.Fprintln(o.Warn, "drill: warning:", rep.Lag.Warning)
+			var b strings.Builder
+			wrap(&b, "drill: warning: "+rep.Lag.Warning, lineWidth)
+			io.WriteString(o.Warn, b.String())
 		}
 		enc := json.NewEncoder(out)
 		enc.SetIndent("", "  ")

@@ -16,6 +16,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -176,6 +177,9 @@ func TestDrill(t *testing.T) {
 	if plain.PerUpstream[0].Answers != 0 || plain.PerUpstream[0].Spend != 0 {
 		t.Errorf("the plain run metered usage: %+v", plain.PerUpstream)
 	}
+	// The status redraws in place: a line wider than the terminal wraps
+	// and moves the next frame.
+	checkWidth(t, regexp.MustCompile("\x1b\\[[0-9]*[AK]").ReplaceAllString(status.String(), ""))
 	if !strings.Contains(status.String(), "backup1") || !strings.Contains(status.String(), "scheduling lag p99") {
 		t.Errorf("live status never named backup1 or the scheduling lag:\n%s", status.String())
 	}
@@ -262,6 +266,7 @@ func TestRoutersHedge(t *testing.T) {
 	if err := writeTable(&table, &rep); err != nil {
 		t.Fatal(err)
 	}
+	checkWidth(t, table.String())
 	for _, want := range append(wantNames[1:], "plain client", "hedges sent / won / denied", "hang phase", "requests sent to the primary", "latency p99 in warm-up", "all 6 runs at once") {
 		if !strings.Contains(table.String(), want) {
 			t.Errorf("table has no %q:\n%s", want, table.String())
@@ -400,6 +405,10 @@ func TestTablePlotListen(t *testing.T) {
 			t.Errorf("-listen's /metrics has no %s: %v", f, families)
 		}
 	}
+	checkWidth(t, out.String())
+	if !strings.Contains(out.String(), "Picture: "+png) {
+		t.Errorf("the table does not say where the picture is:\n%s", out.String())
+	}
 	for _, row := range []string{"detection", "false trips", "recovery", "throughput retention", "latency p99", "hedges sent / won / denied",
 		"trips per upstream (its breaker)", "primary (3 failures, open 300 ms)", "backup1 (5 failures, open 600 ms)",
 		"primary", "backup1", "backup2", "503 burst", "healthy gap", "hang", "429 storm", "529 overload",
@@ -526,8 +535,9 @@ func TestFleet(t *testing.T) {
 	if err := writeTable(&table, &rep); err != nil {
 		t.Fatal(err)
 	}
+	checkWidth(t, table.String())
 	for _, row := range []string{"fleet, sharing off", "fleet, sharing on", "Fleets: 5 members", "503s on the primary until all open",
-		"circuits open after (first / last)", "then probes per breaker cooldown", "until every member is back on the primary", "Redis errors"} {
+		"circuits open after (first / last)", "then probes per breaker cooldown", "until all are back on the primary", "Redis errors"} {
 		if !strings.Contains(table.String(), row) {
 			t.Errorf("table has no %q:\n%s", row, table.String())
 		}

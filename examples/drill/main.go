@@ -8,7 +8,7 @@
 //	go run ./examples/drill -router all
 //	go run ./examples/drill -hedge 700ms
 //	go run ./examples/drill -fleet 10
-//	go run ./examples/drill -plot drill.png
+//	go run ./examples/drill -plot drill.svg
 //
 // The upstreams are local OpenAI-compatible servers (POST
 // /v1/chat/completions, streamed when the body says "stream": true) with the
@@ -35,6 +35,10 @@
 // drill.go). The table's "hang phase" rows count the requests sent to the
 // hung primary and the caller's p99 then, next to its p99 in the warm-up.
 //
+// The table fits 100 columns, its runs' columns in blocks when they do
+// not; it ends with the drill's outcome in plain words (the share of
+// requests answered with failover and without) and the picture's path.
+//
 // The flags are:
 //
 //	-duration d       length of the drill, all runs playing at once (default 30s)
@@ -43,7 +47,9 @@
 //	-json             write the figures as JSON to stdout instead of the table
 //	-plot file        draw success rate, p99 (of successes, failures marked
 //	                  apart) and requests per upstream over time to file, PNG
-//	                  or SVG by its extension
+//	                  or SVG by its extension (default failover-drill.png in
+//	                  the temporary directory; off: no picture). The table's
+//	                  last line says where it is
 //	-listen addr      serve /metrics (Prometheus text) and /health (Health() as
 //	                  JSON) of the first failover Transport during the drill,
 //	                  e.g. :9090, and /metrics/RUN and /health/RUN of each, RUN
@@ -148,6 +154,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"time"
 )
@@ -186,7 +193,7 @@ func main() {
 	flag.Float64Var(&o.RPS, "rps", 200, "requests per second of each run")
 	flag.Float64Var(&o.Timescale, "timescale", 0.05, "factor on every latency, timeout and cooldown")
 	flag.BoolVar(&o.JSON, "json", false, "write the figures as JSON instead of the table")
-	flag.StringVar(&o.Plot, "plot", "", "draw the drill to this .png or .svg file")
+	flag.StringVar(&o.Plot, "plot", defaultPlot(), "draw the drill to this .png or .svg file (off: no picture)")
 	flag.StringVar(&o.Listen, "listen", "", "serve /metrics and /health on this address during the drill")
 	flag.Var(&ups, "upstream", "name=URL,KEY_ENV: a real provider to fail over to, instead of the local backups (repeatable)")
 	flag.StringVar(&o.Model, "model", "gpt-4o-mini", "model in the request bodies")
@@ -204,6 +211,9 @@ func main() {
 		os.Exit(2)
 	}
 	o.Upstreams = ups
+	if o.Plot == "off" {
+		o.Plot = ""
+	}
 	if len(ups) > 0 {
 		set := map[string]bool{}
 		flag.Visit(func(f *flag.Flag) { set[f.Name] = true })
@@ -223,8 +233,10 @@ func main() {
 		if o.Fleet > 0 {
 			runs = 2
 		}
-		fmt.Fprintf(os.Stderr, "drill: failing over to real providers: about %.0f requests may reach them (-rps %g, -duration %s, %d failover runs)\n",
-			0.6*o.RPS*o.Duration.Seconds()*float64(runs), o.RPS, o.Duration, runs)
+		var b strings.Builder
+		wrap(&b, fmt.Sprintf("drill: failing over to real providers: about %.0f requests may reach them (-rps %g, -duration %s, %d failover runs)",
+			0.6*o.RPS*o.Duration.Seconds()*float64(runs), o.RPS, o.Duration, runs), lineWidth)
+		os.Stderr.WriteString(b.String())
 	}
 	o.Warn = os.Stderr
 	if !quiet {
@@ -249,6 +261,10 @@ func main() {
 		os.Exit(1)
 	}
 }
+
+// defaultPlot is where the drill draws its picture unless -plot says
+// otherwise: the temporary directory, which any checkout can write.
+func defaultPlot() string { return filepath.Join(os.TempDir(), "failover-drill.png") }
 
 // isTerminal reports whether f is a character device, as a terminal is.
 func isTerminal(f *os.File) bool {

@@ -8,7 +8,6 @@ import (
 	"runtime"
 	"slices"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/failover-go/failover"
@@ -55,6 +54,9 @@ type report struct {
 	Upstreams []upstreamInfo `json:"upstreams"`
 	Phases    []phaseInfo    `json:"phases"`
 	Runs      []runReport    `json:"runs"` // "plain", then each failover run
+
+	// Plot is the absolute path of the picture -plot drew; "" without one.
+	Plot string `json:"plot,omitempty"`
 }
 
 type upstreamInfo struct {
@@ -515,7 +517,10 @@ func percentile(sorted []time.Duration, q float64) time.Duration {
 	return sorted[min(max(i, 0), len(sorted)-1)]
 }
 
-// writeTable writes the side-by-side table: a column per run.
+// writeTable writes the side-by-side table, a column per run, and the
+// prose around it, in lines of at most lineWidth columns (the runs'
+// columns in blocks when they do not fit side by side); it ends with the
+// summary and the picture's path.
 func writeTable(out io.Writer, rep *report) error {
 	plain, fos := rep.Runs[0], rep.Runs[1:]
 	sec := func(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
@@ -524,7 +529,8 @@ func writeTable(out io.Writer, rep *report) error {
 	if len(rep.Runs) > 2 {
 		together = fmt.Sprintf("all %d runs at once", len(rep.Runs))
 	}
-	fmt.Fprintf(&b, "Outage drill: %g req/s per run for %s, %s, timescale %g (1 s here is %s at provider scale)\n",
+	var head strings.Builder
+	fmt.Fprintf(&head, "Outage drill: %g req/s per run for %s, %s, timescale %g (1 s here is %s at provider scale)\n",
 		rep.RPS, sec(rep.DurationS), together, rep.Timescale, fmtDur(sec(1/rep.Timescale)))
 	var faults []string
 	for _, p := range rep.Phases {
@@ -532,7 +538,7 @@ func writeTable(out io.Writer, rep *report) error {
 			faults = append(faults, fmt.Sprintf("%s %.1f-%.1f s", p.Name, p.StartS, p.EndS))
 		}
 	}
-	fmt.Fprintf(&b, "Faults on the primary: %s, then recovery.\n", strings.Join(faults, ", "))
+	fmt.Fprintf(&head, "Faults on the primary: %s, then recovery.\n", strings.Join(faults, ", "))
 	var ups []string
 	for _, u := range rep.Upstreams {
 		if u.Kind == "real" {
@@ -541,34 +547,35 @@ func writeTable(out io.Writer, rep *report) error {
 			ups = append(ups, fmt.Sprintf("%s %s/%s %.2f %%", u.Name, fmtDur(sec(u.P50S)), fmtDur(sec(u.P99S)), 100*u.Success))
 		}
 	}
-	fmt.Fprintf(&b, "Upstreams (p50/p99, success): %s.\n", strings.Join(ups, ", "))
-	fmt.Fprintf(&b, "Caller: http.Client with Timeout %s. Failover: AttemptTimeout %s, breaker cooldown %s after %d failures (the primary's own: %s after %d), hang suspected after %g p99 (at least %s) unanswered.",
+	fmt.Fprintf(&head, "Upstreams (p50/p99, success): %s.\n", strings.Join(ups, ", "))
+	fmt.Fprintf(&head, "Caller: http.Client with Timeout %s. Failover: AttemptTimeout %s, breaker cooldown %s after %d failures (the primary's own: %s after %d), hang suspected after %g p99 (at least %s) unanswered.",
 		fmtDur(sec(rep.CallerTimeoutS)), fmtDur(sec(rep.AttemptTimeoutS)), fmtDur(sec(rep.BreakerCooldownS)), rep.BreakerThreshold,
 		fmtDur(sec(rep.PrimaryBreakerCooldownS)), rep.PrimaryBreakerThreshold, rep.HangMultiple, fmtDur(sec(rep.HangFloorS)))
 	if rep.HedgeDelayS > 0 {
-		fmt.Fprintf(&b, " Hedged run: hedge after %s.", fmtDur(sec(rep.HedgeDelayS)))
+		fmt.Fprintf(&head, " Hedged run: hedge after %s.", fmtDur(sec(rep.HedgeDelayS)))
 	}
 	if rep.Fleet > 0 {
 		where := "Redis at " + rep.Redis
 		if rep.RedisStarted {
 			where = "a redis-server the drill started on " + rep.Redis
 		}
-		fmt.Fprintf(&b, "\nFleets: %d members per fleet run, each a Transport with connections and state of its own, as a process has; they send in turn, each every %s. "+
+		fmt.Fprintf(&head, "\nFleets: %d members per fleet run, each a Transport with connections and state of its own, as a process has; they send in turn, each every %s. "+
 			"A member's circuit opens after %d consecutive failures of its own; sharing on (Config.Shared through %s, SharedSync %s), after about %d of the fleet's.",
 			rep.Fleet, fmtDur(sec(float64(rep.Fleet)/rep.RPS)), rep.PrimaryBreakerThreshold, where, fmtDur(sec(rep.SharedSyncS)), rep.PrimaryBreakerThreshold)
 	}
-	b.WriteString("\n")
-	writeLag(&b, rep)
+	head.WriteString("\n")
+	writeLag(&head, rep)
+	wrap(&b, strings.TrimSuffix(head.String(), "\n"), lineWidth)
 	b.WriteString("\n")
 
-	tw := tabwriter.NewWriter(&b, 0, 0, 3, ' ', 0)
-	// row writes a row: its name, plain's cell, then each failover run's.
+	var g grid
+	// row adds a row: its name, plain's cell, then each failover run's.
 	row := func(name, plainCell string, cell func(r runReport) string) {
-		fmt.Fprintf(tw, "%s\t%s", name, plainCell)
+		cells := []string{name, plainCell}
 		for _, r := range fos {
-			fmt.Fprintf(tw, "\t%s", cell(r))
+			cells = append(cells, cell(r))
 		}
-		fmt.Fprintln(tw)
+		g = append(g, cells)
 	}
 	optSec := func(s *float64, missing string) string {
 		if s == nil {
@@ -654,22 +661,28 @@ func writeTable(out io.Writer, rep *report) error {
 	}
 	row("what the caller saw (success)", "", func(runReport) string { return "" })
 	for i, p := range rep.Phases {
-		row("  "+p.Name, pct1(plain.Phases[i].SuccessRate), func(r runReport) string {
-			cell := pct1(r.Phases[i].SuccessRate)
-			if p.Fault {
-				if b := r.Phases[i].BeforeOpen; b != nil {
-					cell += fmt.Sprintf("  (%d sent to primary, %d before open)", r.Phases[i].PrimaryAttempts, *b)
-				} else {
-					cell += fmt.Sprintf("  (%d sent to primary)", r.Phases[i].PrimaryAttempts)
-				}
+		pct := func(r runReport) string { return pct1(r.Phases[i].SuccessRate) }
+		row("  "+p.Name, pct(plain), pct)
+	}
+	row("sent to the primary (before open)", "", func(runReport) string { return "" })
+	for i, p := range rep.Phases {
+		if !p.Fault {
+			continue
+		}
+		sent := func(r runReport) string {
+			cell := fmt.Sprint(r.Phases[i].PrimaryAttempts)
+			if b := r.Phases[i].BeforeOpen; b != nil {
+				cell += fmt.Sprintf(" (%d)", *b)
 			}
 			return cell
-		})
+		}
+		row("  "+p.Name, sent(plain), sent)
 	}
-	tw.Flush()
+	g.write(&b, lineWidth)
 
 	ts := rep.Timescale
-	fmt.Fprintf(&b, "\nLatency is end to end over every request, failed ones included; streams are read to [DONE].\n")
+	var foot strings.Builder
+	fmt.Fprintf(&foot, "\nLatency is end to end over every request, failed ones included; streams are read to [DONE].\n")
 	var prices []string
 	for i, u := range rep.Upstreams {
 		if u.Kind != "real" && i < len(profiles) {
@@ -677,17 +690,54 @@ func writeTable(out io.Writer, rep *report) error {
 		}
 	}
 	if len(prices) > 0 {
-		fmt.Fprintf(&b, "Spend is the usage the answers reported (%d+%d tokens each, streams asking for stream_options.include_usage), at $ per million input/output tokens: %s.\n",
+		fmt.Fprintf(&foot, "Spend is the usage the answers reported (%d+%d tokens each, streams asking for stream_options.include_usage), at $ per million input/output tokens: %s.\n",
 			promptTokens, completionTokens, strings.Join(prices, ", "))
 	}
 	p99s := []string{"plain " + fmtDur(sec(plain.Latency.P99/ts))}
 	for _, r := range fos {
 		p99s = append(p99s, r.Name+" "+fmtDur(sec(r.Latency.P99/ts)))
 	}
-	fmt.Fprintf(&b, "p99 at provider scale (divided by the timescale): %s; the field's gateway reported 14.2 s without a breaker, 890 ms with one.\n",
+	fmt.Fprintf(&foot, "p99 at provider scale (divided by the timescale): %s; the field's gateway reported 14.2 s without a breaker, 890 ms with one.\n",
 		strings.Join(p99s, ", "))
+	fmt.Fprintf(&foot, "\n%s\n", summary(rep))
+	if rep.Plot != "" {
+		fmt.Fprintf(&foot, "Picture: %s (-plot FILE.png or .svg to move it, -plot off for none)", rep.Plot)
+	} else {
+		foot.WriteString("No picture (-plot FILE.png or .svg draws one).")
+	}
+	wrap(&b, foot.String(), lineWidth)
 	_, err := io.WriteString(out, b.String())
 	return err
+}
+
+// summary says in plain words what the drill showed, from its figures:
+// the share of requests answered with failover and without, and for how
+// long the primary failed.
+func summary(rep *report) string {
+	sec := func(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
+	answered := func(r runReport, words string) string {
+		return fmt.Sprintf("%s%s (%d of %d, p99 %s)", pct1(r.Retention), words, r.Successes, r.Requests, fmtDur(sec(r.Latency.P99)))
+	}
+	var with []string
+	for i, r := range rep.Runs[1:] {
+		name := r.Name
+		if fleet, sharing, ok := strings.Cut(name, ", "); ok {
+			name = fleet + " (" + sharing + ")"
+		}
+		words := ""
+		if i == 0 {
+			words = " of requests were answered"
+		}
+		with = append(with, fmt.Sprintf("with %s, %s", name, answered(r, words)))
+	}
+	var down float64
+	for _, p := range rep.Phases {
+		if p.Fault {
+			down += p.EndS - p.StartS
+		}
+	}
+	return fmt.Sprintf("In short: %s; without failover, %s. The primary failed for %.1f s of the %.4g s.",
+		strings.Join(with, "; "), answered(rep.Runs[0], ""), down, rep.DurationS)
 }
 
 // writeLag writes the machine's lines: the hogs, the drill's scheduling
@@ -760,13 +810,13 @@ func writeFleetRows(row func(name, plainCell string, cell func(r runReport) stri
 		return fmt.Sprintf("%.1f", *f.ProbesPerCooldown)
 	}))
 	row("fleet after the faults", "", func(runReport) string { return "" })
-	row("  until every member is back on the primary", "-", fleet(func(f *fleetResult) string {
+	row("  until all are back on the primary", "-", fleet(func(f *fleetResult) string {
 		if f.RecoveryS == nil {
 			return fmt.Sprintf("%d of %d within the run", f.Recovered, f.Members)
 		}
 		return fmtDur(sec(*f.RecoveryS))
 	}))
-	row("  Redis errors (failover_shared_errors_total)", "-", fleet(func(f *fleetResult) string {
+	row("  Redis errors (shared_errors_total)", "-", fleet(func(f *fleetResult) string {
 		if f.SharedErrors == nil {
 			return "no Redis"
 		}

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // status draws the live status: on a terminal, a block of lines redrawn in
@@ -67,7 +68,9 @@ func (s *status) draw() {
 			if i > 0 {
 				head = strings.Repeat(" ", len(head))
 			}
-			fmt.Fprintf(s.w, "%s | %s %s | %s\n", head, r.name, callerStats(r, el).short(), strings.Join(ups, ", "))
+			var b strings.Builder
+			wrap(&b, fmt.Sprintf("%s | %s %s | %s", head, r.name, callerStats(r, el).short(), strings.Join(ups, ", ")), lineWidth)
+			io.WriteString(s.w, b.String())
 		}
 		return
 	}
@@ -95,10 +98,19 @@ func (s *status) draw() {
 		fmt.Fprintf(&b, "\x1b[%dA", s.drawn) // back to the first line
 	}
 	for _, l := range lines {
-		b.WriteString("\x1b[2K" + l + "\n")
+		b.WriteString("\x1b[2K" + clip(l, lineWidth) + "\n")
 	}
 	s.drawn = len(lines)
 	io.WriteString(s.w, b.String())
+}
+
+// clip returns line cut to width columns: a line redrawn in place must
+// not wrap, or the next frame starts on the wrong line.
+func clip(line string, width int) string {
+	if utf8.RuneCountInString(line) <= width {
+		return line
+	}
+	return string([]rune(line)[:width])
 }
 
 // upstreamStatus is an upstream as the status shows it: one Transport's
