@@ -16,7 +16,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"text/tabwriter"
 	"time"
 
 	"github.com/openai/openai-go/v3"
@@ -143,23 +142,30 @@ func runFaults(ctx context.Context, out io.Writer) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "Provider faults, default Config, under openai-go's defaults\t\t\t\t")
-	fmt.Fprintln(tw, "fault\tthe caller got\tafter\tattempts (primary, backup)\tright conduct")
+	return writeFaults(out, results)
+}
+
+// writeFaults writes what each fault did, a paragraph each in lines of at
+// most lineWidth columns: what the caller got and when, the attempts at
+// each upstream, and the right conduct.
+func writeFaults(out io.Writer, results []faultResult) error {
+	var b strings.Builder
+	b.WriteString("Provider faults, default Config, under openai-go's defaults\n")
 	for _, r := range results {
-		took := r.took.Round(100 * time.Millisecond).String()
-		got := r.got
+		got := fmt.Sprintf("got %s after %s", r.got, r.took.Round(100*time.Millisecond))
 		if r.requests > 0 {
 			rec := "never"
 			if r.recovered >= 0 {
 				rec = r.recovered.Round(100*time.Millisecond).String() + " after its recovery"
 			}
 			got = fmt.Sprintf("%d of %d failed; primary back %s", r.failed, r.requests, rec)
-			took = "-"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d, %d (counted %d)\t%s\n", r.name, got, took, r.primary, r.backup, r.primaryFailures, r.want)
+		fmt.Fprintf(&b, "\n%s\n", r.name)
+		wrap(&b, fmt.Sprintf("  caller: %s; attempts: primary %d, backup %d (counted %d)", got, r.primary, r.backup, r.primaryFailures), lineWidth)
+		wrap(&b, "  right conduct: "+r.want, lineWidth)
 	}
-	return tw.Flush()
+	_, err := io.WriteString(out, b.String())
+	return err
 }
 
 // runFault plays one fault.

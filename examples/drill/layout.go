@@ -13,23 +13,23 @@ const lineWidth = 100
 const colGap = 3
 
 // wrap writes text to b, each of its lines broken at spaces into lines of
-// at most width columns, the continuation lines indented by two. A number
+// at most width columns, the continuation lines indented two more than
+// the line's own indent. A number
 // stays on the line of the word after it ("750 ms", "99.8 %"); a single
 // word wider than width stands alone on its line.
 func wrap(b *strings.Builder, text string, width int) {
 	for line := range strings.SplitSeq(text, "\n") {
 		n := 0 // columns of the current line
+		lead := len(line) - len(strings.TrimLeft(line, " "))
 		for i, w := range glue(strings.Fields(line)) {
 			lw := utf8.RuneCountInString(w)
 			switch {
 			case i == 0:
-				if lead := len(line) - len(strings.TrimLeft(line, " ")); lead > 0 {
-					b.WriteString(line[:lead])
-					n = lead
-				}
+				b.WriteString(line[:lead])
+				n = lead
 			case n+1+lw > width:
-				b.WriteString("\n  ")
-				n = 2
+				b.WriteString("\n" + strings.Repeat(" ", lead+2))
+				n = lead + 2
 			default:
 				b.WriteByte(' ')
 				n++

@@ -119,7 +119,7 @@
 //	                  and a 60 s outage under a request every 4 s. Each
 //	                  goes through a failover.Transport with the default
 //	                  Config under openai-go with its defaults, in real
-//	                  time (about 80 s); the table gives what the caller
+//	                  time (about 80 s); the report gives what the caller
 //	                  got, when, the attempts at each upstream, the primary's
 //	                  counted failures, and the right conduct. Takes -hogs
 //

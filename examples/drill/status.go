@@ -66,7 +66,7 @@ func (s *status) draw() {
 				head = fmt.Sprintf("%5.1fs %-12s | %s | plain %s", el.Seconds(), p.name, lag, plain.short())
 			}
 			if i > 0 {
-				head = strings.Repeat(" ", len(head))
+				head = strings.Repeat(" ", len("  1.0s"))
 			}
 			var b strings.Builder
 			wrap(&b, fmt.Sprintf("%s | %s %s | %s", head, r.name, callerStats(r, el).short(), strings.Join(ups, ", ")), lineWidth)
