@@ -91,12 +91,16 @@ func TestTableFitsTerminal(t *testing.T) {
 		{100, []string{"fleet, sharing off", "fleet, sharing on"}},
 	} {
 		retention := []float64{0.4988, 0.986, 0.9, 0.8, 0.7, 0.6}
+		rep := fakeReport(tc.fleet, retention, tc.names...)
 		var b strings.Builder
-		if err := writeTable(&b, fakeReport(tc.fleet, retention, tc.names...)); err != nil {
+		if err := writeTable(&b, rep); err != nil {
 			t.Fatal(err)
 		}
 		out := b.String()
 		checkWidth(t, out)
+		if !strings.Contains(strings.Join(strings.Fields(out), " "), summary(rep)) {
+			t.Errorf("%v: the table does not have the summary %q:\n%s", tc.names, summary(rep), out)
+		}
 		for _, name := range tc.names {
 			if !strings.Contains(out, name) {
 				t.Errorf("%v: the table has no column %q:\n%s", tc.names, name, out)
