@@ -31,8 +31,8 @@ import (
 //
 // The primary is overloaded (529 overloaded_error) and the backup answers.
 // anthropic-sdk-go retries 529 and 5xx twice by default, but not what the
-// Transport already failed over; option.WithMaxRetries(0) leaves every
-// retry to the Transport, as for openai-go (see Example_openaiRetries).
+// Transport already failed over, as for openai-go (see
+// Example_openaiRetries): its retries stay on.
 func Example_anthropic() {
 	primary := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		fmt.Println("primary got", r.Method, r.URL.Path, "with x-api-key", r.Header.Get("X-Api-Key"))
@@ -63,7 +63,6 @@ func Example_anthropic() {
 		option.WithoutEnvironmentDefaults(),
 		option.WithHTTPClient(&http.Client{Transport: t}),
 		option.WithBaseURL(primary.URL), // no /v1
-		option.WithMaxRetries(0),
 	)
 	msg, err := client.Messages.New(context.Background(), anthropic.MessageNewParams{
 		Model:     anthropic.Model("claude-sonnet-4-5"),
@@ -132,7 +131,6 @@ func Example_anthropicStreamGuard() {
 			option.WithoutEnvironmentDefaults(),
 			option.WithHTTPClient(&http.Client{Transport: t}),
 			option.WithBaseURL(primary.URL),
-			option.WithMaxRetries(0),
 		)
 		s := client.Messages.NewStreaming(context.Background(), anthropic.MessageNewParams{
 			Model:     anthropic.Model("claude-sonnet-4-5"),

@@ -28,8 +28,8 @@ import (
 // that each request still goes to its base URL's origin after its own
 // middleware (option.WithMiddleware), so a middleware cannot fail over.
 //
-// option.WithMaxRetries(0) turns the SDK's own retries off: see
-// Example_openaiRetries for why.
+// The SDK's own retries stay on: it does not retry what the Transport
+// already failed over (see Example_openaiRetries).
 func Example_openai() {
 	primary := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		fmt.Println("primary got", r.Method, r.URL.Path, "with", r.Header.Get("Authorization"))
@@ -59,7 +59,6 @@ func Example_openai() {
 		option.WithHTTPClient(&http.Client{Transport: t}),
 		option.WithBaseURL(primary.URL+"/v1"),
 		option.WithAPIKey("sk-caller"),
-		option.WithMaxRetries(0), // the Transport fails over; the SDK need not retry
 	)
 	res, err := client.Chat.Completions.New(context.Background(), openai.ChatCompletionNewParams{
 		Model:    openai.ChatModel("gpt-4o"),

@@ -177,7 +177,7 @@ func run(ctx context.Context, out io.Writer, cfg config) error {
 	if len(completion.Choices) > 0 {
 		text = completion.Choices[0].Message.Content
 	}
-	fmt.Fprintf(out, "  served by %s: %q\n", servedBy(t, raw), text)
+	fmt.Fprintf(out, "  served by %s: %q\n", servedBy(raw), text)
 
 	fmt.Fprintf(out, "streaming completion\n  ")
 	var streamRaw *http.Response
@@ -191,26 +191,19 @@ func run(ctx context.Context, out io.Writer, cfg config) error {
 	if err := stream.Err(); err != nil {
 		return fmt.Errorf("streaming completion: %w", err)
 	}
-	fmt.Fprintf(out, "\n  served by %s\n\n", servedBy(t, streamRaw))
+	fmt.Fprintf(out, "\n  served by %s\n\n", servedBy(streamRaw))
 
 	return printHealth(out, t.Health())
 }
 
-// servedBy names the upstream that answered resp. The Transport returns
-// the response of the attempt that served it, whose Request is that
-// attempt's request, rewritten for its upstream.
-func servedBy(t *failover.Transport, resp *http.Response) string {
-	if resp == nil || resp.Request == nil || resp.Request.URL == nil {
+// servedBy names the upstream that answered resp, and how many attempts
+// the call took (failover.ServedBy).
+func servedBy(resp *http.Response) string {
+	s, ok := failover.ServedBy(resp)
+	if !ok {
 		return "an unknown upstream"
 	}
-	u := resp.Request.URL
-	at := u.Scheme + "://" + u.Host + u.EscapedPath()
-	for _, h := range t.Health() {
-		if strings.HasPrefix(at, h.BaseURL) {
-			return fmt.Sprintf("%s (%s)", h.Name, h.BaseURL)
-		}
-	}
-	return u.Scheme + "://" + u.Host
+	return fmt.Sprintf("%s after %d attempts", s.Upstream, s.Attempts)
 }
 
 func printHealth(out io.Writer, health []failover.UpstreamHealth) error {
