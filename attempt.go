@@ -63,14 +63,26 @@ type attempt struct {
 }
 
 // outParts is what an attempt's request takes, in one allocation: the
-// request, its URL, the watcher of its body, and the wrapper of its
-// response's body that ends its context.
+// request, its URL, the watcher of its body, the wrapper of its
+// response's body that ends its context, and the Request its answer
+// shows ServedBy (Transport.served). Nothing in it is pooled: the caller
+// holds it with the answer.
 type outParts struct {
-	r   http.Request
-	u   url.URL
-	b   watchedBody
-	rb  releasingBody
-	ctx ownCtx
+	r      http.Request
+	u      url.URL
+	b      watchedBody
+	rb     releasingBody
+	ctx    ownCtx
+	served servedRequest
+}
+
+// servedRoom is where the Request of a's answer goes (Transport.served):
+// in the allocation of a's parts, or nil when a has none.
+func (a *attempt) servedRoom() *servedRequest {
+	if a.own == nil {
+		return nil
+	}
+	return &a.own.served
 }
 
 // ender ends an attempt's own context: context.WithCancelCause's cancel,

@@ -82,6 +82,10 @@ type call struct {
 	heldBy      attemptRef // the attempt whose answer is held
 	callerFault bool       // the request ended on the caller's own error
 	slept       bool       // the request waited between rounds
+
+	// Where the Request of answer's and heldBy's answer goes
+	// (attempt.servedRoom); nil: Transport.served makes it.
+	answerRoom, heldRoom *servedRequest
 }
 
 // ended is RoundTrip's last step: it tells the request's outcome to the
@@ -351,7 +355,7 @@ func (c *call) settle(a *attempt) (*http.Response, error, bool) {
 	case Success, Rejected:
 		c.discardHeld()
 		if err == nil {
-			c.answer = a.ref()
+			c.answered(a)
 			return resp, nil, true
 		}
 		// A request no upstream can send (an invalid header): the
@@ -381,7 +385,7 @@ func (c *call) settle(a *attempt) (*http.Response, error, bool) {
 		// A custom classifier said stop while the caller waits on.
 		if resp != nil {
 			c.discardHeld()
-			c.answer = a.ref()
+			c.answered(a)
 			return resp, nil, true
 		}
 		c.addErr(u, err)
@@ -478,7 +482,7 @@ func (c *call) finish() (*http.Response, error) {
 	if c.held != nil {
 		resp := c.held
 		c.held = nil
-		c.answer = c.heldBy
+		c.answer, c.answerRoom = c.heldBy, c.heldRoom
 		return resp, nil
 	}
 	e := &Error{Attempts: make([]*AttemptError, len(c.errs))}
@@ -499,7 +503,12 @@ func (c *call) finishRound() (*http.Response, error, bool) {
 
 func (c *call) hold(resp *http.Response, a *attempt) {
 	c.discardHeld()
-	c.held, c.heldBy = resp, a.ref()
+	c.held, c.heldBy, c.heldRoom = resp, a.ref(), a.servedRoom()
+}
+
+// answered makes a's answer the one RoundTrip returns.
+func (c *call) answered(a *attempt) {
+	c.answer, c.answerRoom = a.ref(), a.servedRoom()
 }
 
 // bufferHeld reads the held answer's body into memory (at most maxDrain

@@ -51,7 +51,7 @@ type servedKey struct{}
 
 // servedRequest is an answer's Request as the Transport returns it: the
 // request it had, in one allocation with a context that carries what
-// ServedBy reads.
+// ServedBy reads; an attempt's parts hold one (outParts).
 type servedRequest struct {
 	r   http.Request
 	ctx servedCtx
@@ -97,7 +97,10 @@ func (t *Transport) served(c *call, resp *http.Response, u *upstream, notes []st
 	if prev == nil {
 		prev = c.req
 	}
-	sr := new(servedRequest)
+	sr := c.answerRoom // made with the attempt's parts, when it has them
+	if sr == nil || u == nil {
+		sr = new(servedRequest)
+	}
 	x := &sr.ctx
 	x.Context, x.attempts = prev.Context(), c.sent
 	if u != nil {

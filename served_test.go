@@ -2,6 +2,7 @@ package failover
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -183,5 +184,33 @@ func TestServedByMadeAnswer(t *testing.T) {
 	}
 	if strings.Join(names, ",") != "primary,backup" {
 		t.Errorf("the answer's error names %q, want primary,backup", names)
+	}
+}
+
+// An answer held for want of a better one is marked as the one it is,
+// and answers the caller holds at once keep their own marks and
+// Requests.
+func TestServedByHeldAnswer(t *testing.T) {
+	primary := newUpstreamServer(t, 503, "down")
+	backup := newUpstreamServer(t, 502, "bad gateway")
+	tr := servedTransport(t, Config{}, primary, backup)
+	first := mustGet(t, tr, primary.URL+"/v1/models/1")
+	defer first.Body.Close()
+	second := mustGet(t, tr, primary.URL+"/v1/models/2")
+	defer second.Body.Close()
+	for i, resp := range []*http.Response{first, second} {
+		if resp.StatusCode != 502 {
+			t.Fatalf("answer %d: status %d, want the backup's 502", i+1, resp.StatusCode)
+		}
+		wantServed(t, resp, Served{Upstream: "backup", Attempt: 2, Attempts: 2})
+		if p, want := resp.Request.URL.Path, fmt.Sprintf("/v1/models/%d", i+1); p != want {
+			t.Errorf("answer %d: its Request's path is %q, want %q", i+1, p, want)
+		}
+		if resp.Request.Header.Get("Authorization") != "" {
+			t.Errorf("answer %d: its Request shows the backup's credentials", i+1)
+		}
+	}
+	if first.Request == second.Request {
+		t.Error("two answers share one Request")
 	}
 }
