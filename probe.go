@@ -35,8 +35,13 @@ type ProbeConfig struct {
 	Timeout time.Duration
 
 	// Request builds the probe of an upstream; the Transport then sets
-	// the upstream's Header on it. Nil means GET {BaseURL}/models; a chat
-	// completion with max_tokens 1 suits providers without it. An error
+	// the upstream's Header and Query on it. Nil means GET
+	// {BaseURL}/models; for a BaseURL with {deployment}, which a probe
+	// has no model to fill, the path before that segment, less a last
+	// "deployments" segment, and /models (Azure OpenAI's classic
+	// /openai/deployments/{deployment} lists its models at
+	// /openai/models). A chat completion with max_tokens 1 suits
+	// providers without a models list. An error
 	// or a nil request skips that probe and is logged. The probe ends at
 	// Timeout and at Close, whatever its request's context. A panic
 	// during a probe is logged and the probe counts for nothing.
@@ -130,9 +135,6 @@ func (t *Transport) startProbes(cfg ProbeConfig) *prober {
 	if cfg.Timeout == 0 {
 		cfg.Timeout = min(cfg.Interval, 10*time.Second)
 	}
-	if cfg.Request == nil {
-		cfg.Request = modelsRequest
-	}
 	ctx, cancel := context.WithCancel(context.Background())
 	p := &prober{cfg: cfg, base: t.base, classify: t.classify, logger: t.logger, secrets: t.creds.upstreamSecrets,
 		ctx: ctx, cancel: cancel, stages: make([]atomic.Int32, len(t.upstreams))}
@@ -143,8 +145,14 @@ func (t *Transport) startProbes(cfg ProbeConfig) *prober {
 	return p
 }
 
-func modelsRequest(ctx context.Context, u Upstream) (*http.Request, error) {
-	return http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimSuffix(u.BaseURL, "/")+"/models", nil)
+// modelsRequest is the probe of u when Probe.Request is nil: a GET of
+// its models list (see ProbeConfig.Request).
+func modelsRequest(ctx context.Context, u *upstream) (*http.Request, error) {
+	path := u.rawPath
+	if u.deployed {
+		path = strings.TrimSuffix(path, "/deployments")
+	}
+	return http.NewRequestWithContext(ctx, http.MethodGet, u.scheme+"://"+u.host+path+"/models", nil)
 }
 
 func (p *prober) loop(u *upstream) {
@@ -190,7 +198,13 @@ func (p *prober) probe(u *upstream) {
 	ctx, cancel := context.WithTimeout(p.ctx, p.cfg.Timeout)
 	defer cancel()
 	stage.Store(probeBuilding)
-	req, err := p.cfg.Request(ctx, u.cfg)
+	var req *http.Request
+	var err error
+	if p.cfg.Request != nil {
+		req, err = p.cfg.Request(ctx, u.cfg)
+	} else {
+		req, err = modelsRequest(ctx, u)
+	}
 	if p.ctx.Err() != nil {
 		return // closed while Request built it
 	}
@@ -214,6 +228,11 @@ func (p *prober) probe(u *upstream) {
 	}
 	for k, v := range u.header {
 		req.Header[k] = v
+	}
+	if len(u.queryNames) > 0 && req.URL != nil {
+		q := *req.URL // the URL may be shared with what built it
+		q.RawQuery = u.withQuery(q.RawQuery)
+		req.URL = &q
 	}
 	stage.Store(probeSending)
 	resp, err := p.base.RoundTrip(req)

@@ -466,3 +466,48 @@ func TestCloseBoundedWhenLoggerBlocks(t *testing.T) {
 		})
 	}
 }
+
+// The default probe of an upstream with {deployment} in its BaseURL asks
+// for the models list its resource has (Azure OpenAI's classic
+// /openai/models), and every probe carries the upstream's Query.
+func TestProbeDeploymentAndQuery(t *testing.T) {
+	for _, c := range []struct {
+		name, base string
+		query      map[string][]string
+		request    func(ctx context.Context, u Upstream) (*http.Request, error)
+		path, raw  string
+	}{
+		{name: "azure classic", base: "/openai/deployments/{deployment}", query: map[string][]string{"api-version": {"2024-10-21"}},
+			path: "/openai/models", raw: "api-version=2024-10-21"},
+		{name: "deployment then suffix", base: "/gw/{deployment}/v1", path: "/gw/models"},
+		{name: "plain", base: "/v1/", query: map[string][]string{"a": {"1"}}, path: "/v1/models", raw: "a=1"},
+		{name: "custom request", base: "/v1", query: map[string][]string{"a": {"1"}},
+			request: func(ctx context.Context, u Upstream) (*http.Request, error) {
+				return http.NewRequestWithContext(ctx, http.MethodGet, u.BaseURL+"/health?a=0&x=2", nil)
+			},
+			path: "/v1/health", raw: "x=2&a=1"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			got := make(chan *http.Request, 1)
+			srv := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+				select {
+				case got <- r:
+				default:
+				}
+			})
+			tr := newTestTransport(t, Config{
+				Upstreams: []Upstream{{Name: "a", BaseURL: srv.URL + c.base, Query: c.query}},
+				Probe:     ProbeConfig{Interval: minProbeInterval, Request: c.request},
+			})
+			defer tr.Close()
+			select {
+			case r := <-got:
+				if r.URL.Path != c.path || r.URL.RawQuery != c.raw {
+					t.Errorf("probe of %s: GET %s?%s, want %s?%s", c.base, r.URL.Path, r.URL.RawQuery, c.path, c.raw)
+				}
+			case <-time.After(time.Minute):
+				t.Fatal("no probe came")
+			}
+		})
+	}
+}
