@@ -56,7 +56,7 @@ func (c *call) run() (*http.Response, error) {
 			return c.finish()
 		}
 		now := time.Now()
-		next, known := c.t.earliest(c.servable(c.usable()), c.model, now)
+		next, known := c.t.earliest(c.servable(c.usable()), c.admitting(), now)
 		var wait time.Duration
 		switch {
 		case c.attempts == c.notHere:
@@ -65,7 +65,7 @@ func (c *call) run() (*http.Response, error) {
 			// to come back, or try the last resort among them (never
 			// for a request sent at most once: see WithoutFailover).
 			if !known || next <= 0 || next > c.t.rate.MaxWait-waited {
-				if u := c.t.lastResort(c.servable(c.usable()), c.model, now); u != nil && !c.once() {
+				if u := c.t.lastResort(c.servable(c.usable()), c.admitting(), now); u != nil && !c.once() {
 					return c.lastResort(ctx, u, now)
 				}
 				return c.finish()

@@ -299,3 +299,69 @@ func TestRetryResetLoopback(t *testing.T) {
 		t.Errorf("the backup got %d requests, want none", got)
 	}
 }
+
+// A request that names no model, addressed to an upstream without
+// {deployment}, has nothing to fill a deployment with: it never waits
+// for a {deployment} upstream to come back (its circuit or its cooldown
+// ending first), nor takes it as its last resort, though its circuit
+// opened first.
+func TestNoModelSkipsDeploymentWhenAllRefuse(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		b    func(n *fakeNet) // how b.test first fails a request with a model
+	}{
+		{"circuit open", func(n *fakeNet) { n.status("b.test", 503, "down") }},
+		{"cooling down", func(n *fakeNet) { n.status("b.test", 429, "slow down", "Retry-After", "20") }},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				n := newFakeNet()
+				tr := newTestTransport(t, Config{
+					Base: n,
+					Upstreams: []Upstream{
+						{Name: "b", BaseURL: "http://b.test/openai/deployments/{deployment}"},
+						{Name: "a", BaseURL: "http://a.test/v1"},
+					},
+					Breaker:   BreakerConfig{FailureThreshold: 1, Cooldown: 30 * time.Second, MaxCooldown: 30 * time.Second},
+					RateLimit: RateLimitConfig{MaxWait: 25 * time.Second},
+					Retry:     RetryConfig{Off: true},
+				})
+				chat := func() {
+					t.Helper()
+					resp, err := tr.RoundTrip(httptestRequest("POST", "http://a.test/v1/chat/completions", `{"model":"m"}`))
+					if err != nil {
+						t.Fatal(err)
+					}
+					resp.Body.Close()
+				}
+				// b refuses first (its circuit opens, or it cools down),
+				// then a's circuit opens, 10s later: b comes back first.
+				c.b(n)
+				n.status("a.test", 200, "ok")
+				chat()
+				time.Sleep(10 * time.Second)
+				n.status("a.test", 503, "down")
+				chat()
+				if h := tr.Health(); h[1].State != "open" {
+					t.Fatalf("a is %s, want open", h[1].State)
+				}
+
+				start := time.Now()
+				resp, err := tr.RoundTrip(httptestRequest("GET", "http://a.test/v1/models", ""))
+				if err != nil {
+					t.Fatal(err)
+				}
+				resp.Body.Close()
+				if waited := time.Since(start); waited != 0 {
+					t.Errorf("the request waited %v, want no wait: only a can take it, beyond MaxWait", waited)
+				}
+				if s, _ := ServedBy(resp); s.Upstream != "a" {
+					t.Errorf("answered by %q, want a, the last resort", s.Upstream)
+				}
+				if got := n.count("b.test"); got != 1 {
+					t.Errorf("b got %d requests, want only the first", got)
+				}
+			})
+		})
+	}
+}

@@ -103,15 +103,15 @@ func (a availability) err() error {
 // ask it. A request's own list (WithUpstreams) is no input here: it
 // chooses which upstreams are asked at all (see options.go).
 func (t *Transport) admit(u *upstream, model string, now time.Time, p *circuit.Permit) availability {
+	if !u.serves(model) {
+		return availability{reason: ReasonModelNotServed} // whatever its state: nothing to wait for
+	}
 	if left := u.cd.remaining(now); left > 0 {
 		a := availability{reason: ReasonRateLimited, wait: left, known: true}
 		if v := u.circuit.Check(now); v.Refusal == circuit.Opened {
 			a.wait = max(a.wait, v.Wait)
 		}
 		return a
-	}
-	if !u.serves(model) {
-		return availability{reason: ReasonModelNotServed}
 	}
 	var v circuit.Verdict
 	if p != nil {
@@ -162,8 +162,8 @@ func (t *Transport) lastResort(ups []*upstream, model string, now time.Time) *up
 	var best *upstream
 	var bestSince mono.Time
 	for _, u := range ups {
-		if t.admit(u, model, now, nil).reason != ReasonCircuitOpen || model == "" && u.deployed {
-			continue // (a request with no model may have none to fill its deployment)
+		if t.admit(u, model, now, nil).reason != ReasonCircuitOpen {
+			continue
 		}
 		if since := mono.Of(u.circuit.Snapshot(now).Since); best == nil || since < bestSince {
 			best, bestSince = u, since
