@@ -24,14 +24,14 @@ type Reason string
 
 // Why an upstream takes no request, in the order they are decided.
 const (
-	// ReasonRateLimited: it cools down after a 429 (ErrRateLimited).
-	ReasonRateLimited Reason = "rate_limited"
 	// ReasonModelNotServed: its Upstream.Models does not serve the
 	// request's model, or its BaseURL has a {deployment} that the
 	// request, naming no model, has nothing to fill with
 	// (ErrModelNotServed). Only a request has a model: Health never
 	// reports it.
 	ReasonModelNotServed Reason = "model_not_served"
+	// ReasonRateLimited: it cools down after a 429 (ErrRateLimited).
+	ReasonRateLimited Reason = "rate_limited"
 	// ReasonCircuitOpen: its circuit is open (ErrCircuitOpen).
 	ReasonCircuitOpen Reason = "circuit_open"
 	// ReasonProbing: its circuit is half-open and its one probe is in
