@@ -145,6 +145,9 @@ func (t *Transport) CloseIdleConnections() { t.next.CloseIdleConnections() }
 // child span for each attempt. It does not modify r: the headers it
 // propagates go to a copy.
 func (t *Transport) RoundTrip(r *http.Request) (*http.Response, error) {
+	if r.URL == nil {
+		return t.next.RoundTrip(r) // nothing to trace: the failover.Transport returns its error
+	}
 	method := methodAttrs(r.Method)
 	attrs := append(method, semconv.ServerAddress(r.URL.Hostname()), semconv.ServerPort(port(r.URL)), semconv.URLFull(bare(r.URL)))
 	ctx, span := t.tracer.Start(r.Context(), spanName(r.Method), trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(attrs...))

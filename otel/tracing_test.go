@@ -275,3 +275,21 @@ func TestNewTransportNil(t *testing.T) {
 	}()
 	failoverotel.NewTransport(nil)
 }
+
+// TestReview36NilURL: the failover.Transport answers a request with no
+// URL with an error, as the RoundTripper contract asks; the traced one
+// panics on r.URL.Hostname() before it gets there.
+func TestReview36NilURL(t *testing.T) {
+	up := newUpstream(t, 200)
+	c, _ := tracing(t, failover.Config{}, "primary", up.URL)
+	defer func() {
+		if p := recover(); p != nil {
+			t.Errorf("RoundTrip of a request with no URL panicked: %v", p)
+		}
+	}()
+	resp, err := c.Transport.RoundTrip(&http.Request{Method: "GET", Header: http.Header{}})
+	if err == nil {
+		resp.Body.Close()
+		t.Error("RoundTrip of a request with no URL: no error")
+	}
+}
