@@ -482,3 +482,32 @@ func TestUnroutedFirstDeployment(t *testing.T) {
 		}
 	}
 }
+
+// TestReview36DeploymentShadowsPrefix: a {deployment} upstream whose base
+// path is another upstream's BaseURL on the same host reads that
+// upstream's requests as its own ("/v1/chat/completions" as deployment
+// "chat"): the request is addressed to the wrong upstream, and on
+// failover its rest ("/completions") is wrong. New should refuse the
+// ambiguity, or the route should prefer the literal BaseURL.
+func TestReview36DeploymentShadowsPrefix(t *testing.T) {
+	tr, err := New(Config{Base: newFakeNet(), Upstreams: []Upstream{
+		{Name: "openai", BaseURL: "https://gw.test/v1"},
+		{Name: "azure", BaseURL: "https://gw.test/v1/{deployment}"},
+	}})
+	if err != nil {
+		var ce *ConfigError
+		if !errors.As(err, &ce) {
+			t.Fatalf("New: %v, want a *ConfigError or a Transport", err)
+		}
+		return // refused: fine
+	}
+	defer tr.Close()
+	up, rest, _, _ := tr.route(mustParse(t, "https://gw.test/v1/chat/completions"))
+	if up == nil || up.name != "openai" || rest != "/chat/completions" {
+		name := "<nil>"
+		if up != nil {
+			name = up.name
+		}
+		t.Errorf("https://gw.test/v1/chat/completions routed to %q with rest %q; want openai, /chat/completions", name, rest)
+	}
+}

@@ -3,8 +3,11 @@ package failover
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
+	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"slices"
 	"strings"
 	"testing"
@@ -179,5 +182,106 @@ func TestModelServedByNoBackup(t *testing.T) {
 	}
 	if !errors.Is(err, ErrModelNotServed) {
 		t.Errorf("error %v, want ErrModelNotServed", err)
+	}
+}
+
+// authBase is a Base that authenticates the requests to host itself, as
+// an oauth2 or SigV4 RoundTripper for Vertex or Bedrock does: on a clone,
+// never on the request it is given.
+type authBase struct {
+	host, token string
+	next        http.RoundTripper
+}
+
+func (b authBase) RoundTrip(req *http.Request) (*http.Response, error) {
+	if req.URL.Host == b.host {
+		req = req.Clone(req.Context())
+		req.Header.Set("Authorization", "Bearer "+b.token)
+	}
+	return b.next.RoundTrip(req)
+}
+
+// TestReview36BaseAuthenticatedBackup: a backup whose credentials come
+// from Base (oauth2 for Vertex, SigV4 for Bedrock) sets no Upstream.Header,
+// so its real 401 (the Base's token expired) is dropped as "no
+// credentials of its own", Health blames the config, and the expired
+// token never counts against the backup (AuthFailed stays 0, it is never
+// demoted for it).
+func TestReview36BaseAuthenticatedBackup(t *testing.T) {
+	primary := newUpstreamServer(t, 503, "down")
+	var got []string
+	backup := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+		got = append(got, r.Header.Get("Authorization"))
+		w.WriteHeader(401)
+		io.WriteString(w, `{"error":{"code":401,"message":"Request had invalid authentication credentials: token expired","status":"UNAUTHENTICATED"}}`)
+	})
+	bu, _ := url.Parse(backup.URL)
+	tr := newTestTransport(t, Config{
+		Base: authBase{host: bu.Host, token: "base-oauth-token", next: http.DefaultTransport.(*http.Transport).Clone()},
+		Upstreams: []Upstream{
+			{Name: "primary", BaseURL: primary.URL + "/v1"},
+			{Name: "vertex", BaseURL: backup.URL + "/v1"},
+		}})
+	req := httptestRequest("GET", primary.URL+"/v1/models", "")
+	req.Header.Set("Authorization", "Bearer caller-key-123")
+	resp, err := tr.RoundTrip(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if len(got) == 0 || got[0] != "Bearer base-oauth-token" {
+		t.Fatalf("the backup saw Authorization %q, want the Base's", got)
+	}
+	h := tr.Health()[1]
+	if slices.Contains(h.Problems, noCredsNote) {
+		t.Errorf("Health blames the config though the backup was sent credentials (by Base): %q", h.Problems)
+	}
+	if h.Requests.AuthFailed == 0 {
+		t.Errorf("the backup's 401 for its own expired token did not count: AuthFailed 0")
+	}
+}
+
+// TestReview36ModelNotesCrowdedOut: during an outage of the primary,
+// each distinct model that the backups do not map is kept in Health,
+// up to 64, whatever the callers sent: a caller's typos or junk models
+// ("gpt-4oo") are blamed on the backups' Models, and once 64 are in, the
+// model the config really forgot is never in Health.
+func TestReview36ModelNotesCrowdedOut(t *testing.T) {
+	primary := newUpstreamServer(t, 500, "down")
+	backup := newUpstreamServer(t, 200, "ok")
+	tr := newTestTransport(t, Config{Retry: RetryConfig{Off: true}, Upstreams: []Upstream{
+		{Name: "primary", BaseURL: primary.URL + "/v1"},
+		{Name: "backup", BaseURL: backup.URL + "/v1", Models: map[string]string{"gpt-4o": "gpt-4o"}},
+	}})
+	for i := range 64 {
+		resp := mustPost(t, tr, primary.URL+"/v1/chat/completions", fmt.Sprintf(`{"model":"junk-from-a-caller-%d"}`, i))
+		resp.Body.Close()
+	}
+	resp := mustPost(t, tr, primary.URL+"/v1/chat/completions", chatBody)
+	resp.Body.Close()
+	const want = `no upstream but Upstreams[0] serves model "gpt-4o-mini": Upstreams[1].Models do not map it`
+	p := tr.Health()[1].Problems
+	if !slices.Contains(p, want) {
+		t.Errorf("Health lacks the real misconfiguration %q; it holds %d caller-made notes such as %q", want, len(p), p[0])
+	}
+}
+
+// TestReview36SameBaseURLDeployed: sameBaseURL compares the base paths
+// before {deployment} only, so two different BaseURLs on one host (a
+// {deployment} one and the literal prefix, or two suffixes) are called
+// "the BaseURL of" each other, and New warns of a misconfiguration that
+// is not there.
+func TestReview36SameBaseURLDeployed(t *testing.T) {
+	for _, pair := range [][2]string{
+		{"https://gw.test/openai", "https://gw.test/openai/{deployment}"},
+		{"https://gw.test/x/{deployment}/chat", "https://gw.test/x/{deployment}/embed"},
+	} {
+		tr := newTestTransport(t, Config{Base: newFakeNet(), Upstreams: []Upstream{
+			{Name: "first", BaseURL: pair[0], Header: http.Header{"Authorization": {"Bearer first-key-0123456789"}}},
+			{Name: "second", BaseURL: pair[1]},
+		}})
+		if p := tr.Health()[1].Problems; len(p) > 0 {
+			t.Errorf("%s and %s: Health Problems %q", pair[0], pair[1], p)
+		}
 	}
 }

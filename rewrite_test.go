@@ -2,6 +2,7 @@ package failover
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -1053,4 +1054,97 @@ func TestDeploymentFailover(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestReview36DeploymentFromHostileModel: a request to OpenAI that fails
+// over to Azure fills {deployment} with the body's model; whatever the
+// model (dot segments, slashes raw or JSON-escaped, escapes, ? and #,
+// unicode), Azure gets one segment that decodes to it, or nothing, and
+// never the caller's Authorization or query key.
+func TestReview36DeploymentFromHostileModel(t *testing.T) {
+	n := newFakeNet()
+	n.status("api.openai.test", 503, "down")
+	n.status("res.azure.test", 200, `{"choices":[]}`)
+	tr := newTestTransport(t, Config{Base: n, Retry: RetryConfig{Off: true}, Upstreams: []Upstream{
+		{Name: "openai", BaseURL: "https://api.openai.test/v1"},
+		{Name: "azure", BaseURL: "https://res.azure.test/openai/deployments/{deployment}",
+			Header: http.Header{"Api-Key": {"azure-key-0123456789"}}, Query: url.Values{"api-version": {"2024-10-21"}}},
+	}})
+	reached := 0
+	for _, m := range []string{`..`, `.`, `a/b`, `a\u002fb`, `%2e%2e`, `%2F`, `x?y#z`, `a\\b`, `\u2215etc`, `..%2f..`, ` `, `a;b`, `a\u0000b`} {
+		before := n.count("res.azure.test")
+		req := httptestRequest("POST", "https://api.openai.test/v1/chat/completions?api-key=caller-query-key-123&api-version=caller", `{"model":"`+m+`"}`)
+		req.Header.Set("Authorization", "Bearer caller-key-123")
+		resp, err := tr.RoundTrip(req)
+		if err == nil {
+			resp.Body.Close()
+		}
+		if n.count("res.azure.test") == before {
+			continue
+		}
+		reached++
+		var model string
+		json.Unmarshal([]byte(`"`+m+`"`), &model)
+		s := n.requests("res.azure.test")[before]
+		esc := (&url.URL{Path: s.Path, RawPath: s.RawPath}).EscapedPath()
+		segs := strings.Split(esc, "/")
+		if len(segs) != 6 || segs[1] != "openai" || segs[2] != "deployments" || segs[4] != "chat" || segs[5] != "completions" {
+			t.Errorf("model %q: Azure got path %q", model, esc)
+			continue
+		}
+		if d, err := url.PathUnescape(segs[3]); err != nil || d != model {
+			t.Errorf("model %q: deployment segment %q decodes to %q", model, segs[3], d)
+		}
+		if strings.Contains(s.RawQuery, "caller") || s.Header.Get("Authorization") != "" {
+			t.Errorf("model %q: Azure got query %q, Authorization %q", model, s.RawQuery, s.Header.Get("Authorization"))
+		}
+	}
+	if reached == 0 {
+		t.Error("no model reached Azure: the test checks nothing")
+	}
+}
+
+// TestReview36AzureKeyStaysAtAzure: the caller's own Azure api-key and
+// query key (the Azure upstream sets none) reach neither OpenAI on
+// failover nor OpenAI's host when Azure redirects there and http.Client
+// follows.
+func TestReview36AzureKeyStaysAtAzure(t *testing.T) {
+	n := newFakeNet()
+	n.status("res.azure.test", 503, "down")
+	n.status("api.openai.test", 200, `{"choices":[]}`)
+	tr := newTestTransport(t, Config{Base: n, Retry: RetryConfig{Off: true}, Upstreams: []Upstream{
+		{Name: "azure", BaseURL: "https://res.azure.test/openai/deployments/{deployment}", Query: url.Values{"api-version": {"2024-10-21"}}},
+		{Name: "openai", BaseURL: "https://api.openai.test/v1", Header: http.Header{"Authorization": {"Bearer openai-key-0123456789"}}},
+	}})
+	check := func(what string) {
+		t.Helper()
+		for _, s := range n.requests("api.openai.test") {
+			if strings.Contains(s.RawQuery, "caller") || strings.Contains(fmt.Sprint(s.Header), "caller") {
+				t.Errorf("%s: OpenAI got query %q, header %v", what, s.RawQuery, s.Header)
+			}
+		}
+	}
+	req := httptestRequest("POST", "https://res.azure.test/openai/deployments/gpt-4o/chat/completions?api-version=2024-02-01&subscription-key=caller-sub-key-123", `{"model":"gpt-4o"}`)
+	req.Header.Set("Api-Key", "caller-azure-key-123")
+	req.Header.Set("Ocp-Apim-Subscription-Key", "caller-apim-key-123")
+	resp, err := tr.RoundTrip(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if n.count("api.openai.test") != 1 {
+		t.Fatalf("OpenAI got %d requests, want 1", n.count("api.openai.test"))
+	}
+	check("failover")
+
+	n.handle("res.azure.test", func(*http.Request) (*http.Response, error) {
+		return respond(307, "", "Location", "https://api.openai.test/v1/chat/completions?api-version=x"), nil
+	})
+	req, _ = http.NewRequest("POST", "https://res.azure.test/openai/deployments/gpt-4o/chat/completions?api-version=2024-02-01&subscription-key=caller-sub-key-123", strings.NewReader(`{"model":"gpt-4o"}`))
+	req.Header.Set("Api-Key", "caller-azure-key-123")
+	resp, err = (&http.Client{Transport: tr}).Do(req)
+	if err == nil {
+		resp.Body.Close()
+	}
+	check("redirect")
 }

@@ -3,6 +3,7 @@ package failover
 import (
 	"context"
 	"errors"
+	"net"
 	"net/http"
 	"net/url"
 	"strings"
@@ -426,5 +427,77 @@ func TestWithQuery(t *testing.T) {
 		if got := u.withQuery(tt.raw); got != tt.want {
 			t.Errorf("withQuery(%q) = %q, want %q", tt.raw, got, tt.want)
 		}
+	}
+}
+
+// urlErrorBase fails every request with a *url.Error that quotes its
+// URL, as a Base built on an http.Client or a retrying client does.
+type urlErrorBase struct{}
+
+func (urlErrorBase) RoundTrip(req *http.Request) (*http.Response, error) {
+	if req.Body != nil {
+		req.Body.Close()
+	}
+	return nil, &url.Error{Op: req.Method, URL: req.URL.String(), Err: errors.New("connection refused")}
+}
+
+// TestReview36QuerySecretName: New takes an Upstream.Query whose name
+// says it is a credential (APIM's subscription-key, a token=) though the
+// rule for headers (looksSecret) would call it one, and its value then
+// reaches the caller in Base's error, when it quotes the URL: nothing
+// scrubs Query values. New should refuse such a name (the header
+// patterns), or the values should join upstreamSecrets.
+func TestReview36QuerySecretName(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := "http://" + l.Addr().String()
+	l.Close()
+	const secret = "apim-subscription-secret-0123456789"
+	for _, name := range []string{"subscription-key", "token", "x-api-key"} {
+		tr, err := New(Config{Base: urlErrorBase{}, Retry: RetryConfig{Off: true}, Upstreams: []Upstream{
+			{Name: "apim", BaseURL: closed + "/openai/deployments/{deployment}", Query: url.Values{name: {secret}}},
+		}})
+		if err != nil {
+			var ce *ConfigError
+			if !errors.As(err, &ce) {
+				t.Errorf("%s: New: %v, want a *ConfigError", name, err)
+			}
+			continue // refused: fine
+		}
+		resp, err := tr.RoundTrip(httptestRequest("POST", closed+"/openai/deployments/d/chat/completions", chatBody))
+		if err == nil {
+			resp.Body.Close()
+			t.Fatalf("%s: got %d, want an error", name, resp.StatusCode)
+		}
+		if strings.Contains(err.Error(), secret) {
+			t.Errorf("Query %q accepted and its value is in the error: %v", name, err)
+		}
+		for _, h := range tr.Health() {
+			if strings.Contains(strings.Join(h.Problems, " ")+h.BaseURL, secret) {
+				t.Errorf("%s: Health shows the value: %+v", name, h)
+			}
+		}
+	}
+}
+
+// TestReview36QueryNameCase: Upstream.Query replaces the caller's
+// parameters of its names compared byte for byte, while the credential
+// rule folds case: a caller's API-Version stays beside the upstream's
+// api-version, and an Azure front end that folds case sees two.
+func TestReview36QueryNameCase(t *testing.T) {
+	n := newFakeNet()
+	n.status("res.azure.test", 200, `{"choices":[]}`)
+	tr := newTestTransport(t, Config{Base: n, Upstreams: []Upstream{
+		{Name: "azure", BaseURL: "https://res.azure.test/openai/deployments/{deployment}", Query: url.Values{"api-version": {"2024-10-21"}}},
+	}})
+	resp, err := tr.RoundTrip(httptestRequest("POST", "https://res.azure.test/openai/deployments/d/chat/completions?API-Version=2023-05-15", `{"model":"m"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if q := n.requests("res.azure.test")[0].RawQuery; strings.Contains(q, "2023-05-15") {
+		t.Errorf("Azure got query %q: the caller's API-Version beside the upstream's api-version", q)
 	}
 }
