@@ -285,3 +285,30 @@ func TestReview36SameBaseURLDeployed(t *testing.T) {
 		}
 	}
 }
+
+// TestReview36HeldBackQueryKey: heldBack reads only the caller's headers,
+// so when the caller's credentials were a query key (Gemini's ?key=, held
+// back as well), the uncredentialed backup's 401 counts against a key it
+// does not have (AuthFailed, on the way to ReasonAuthFailing), and
+// the misconfiguration goes unreported.
+func TestReview36HeldBackQueryKey(t *testing.T) {
+	primary := newUpstreamServer(t, 503, "down")
+	backup := newUpstreamServer(t, 401, `{"error":"missing key"}`)
+	tr := newTestTransport(t, Config{Upstreams: []Upstream{
+		{Name: "primary", BaseURL: primary.URL + "/v1beta"},
+		{Name: "backup", BaseURL: backup.URL + "/v1beta"},
+	}})
+	resp, err := tr.RoundTrip(httptestRequest("GET", primary.URL+"/v1beta/models?key=caller-gemini-key-123", ""))
+	if err == nil {
+		resp.Body.Close()
+		if resp.StatusCode != 503 {
+			t.Errorf("status %d, want the primary's 503 (as with a header key): a 401 says the caller's key is bad", resp.StatusCode)
+		}
+	}
+	if backup.count() != 1 {
+		t.Fatalf("backup got %d requests, want 1", backup.count())
+	}
+	if h := tr.Health()[1]; !slices.Contains(h.Problems, noCredsNote) || h.Requests.AuthFailed != 0 {
+		t.Errorf("Health Problems %q, AuthFailed %d; want the note and no auth failure", h.Problems, h.Requests.AuthFailed)
+	}
+}
