@@ -75,9 +75,11 @@ func (p *problems) credential(k string) bool {
 	return slices.ContainsFunc(p.extra, func(n string) bool { return strings.EqualFold(k, n) })
 }
 
-// sameBaseURL reports whether u and v are reached at the same BaseURL.
+// sameBaseURL reports whether u and v are reached at the same BaseURL,
+// {deployment} and what follows it included.
 func sameBaseURL(u, v *upstream) bool {
-	return strings.EqualFold(u.scheme, v.scheme) && strings.EqualFold(u.host, v.host) && u.path == v.path
+	return strings.EqualFold(u.scheme, v.scheme) && strings.EqualFold(u.host, v.host) && u.path == v.path &&
+		u.deployed == v.deployed && u.suffix == v.suffix
 }
 
 // add records msg as a problem of the upstream of index i under key,

@@ -270,19 +270,36 @@ func TestReview36ModelNotesCrowdedOut(t *testing.T) {
 // before {deployment} only, so two different BaseURLs on one host (a
 // {deployment} one and the literal prefix, or two suffixes) are called
 // "the BaseURL of" each other, and New warns of a misconfiguration that
-// is not there.
+// is not there. (New refuses the first pair as ambiguous, see
+// TestDeploymentUnderBaseURL, so sameBaseURL is asked directly.)
 func TestReview36SameBaseURLDeployed(t *testing.T) {
-	for _, pair := range [][2]string{
-		{"https://gw.test/openai", "https://gw.test/openai/{deployment}"},
-		{"https://gw.test/x/{deployment}/chat", "https://gw.test/x/{deployment}/embed"},
+	for _, tt := range []struct {
+		a, b string
+		same bool
+	}{
+		{"https://gw.test/openai", "https://gw.test/openai/{deployment}", false},
+		{"https://gw.test/x/{deployment}/chat", "https://gw.test/x/{deployment}/embed", false},
+		{"https://gw.test/x/{deployment}", "https://gw.test/x/{deployment}/chat", false},
+		{"https://gw.test/x/{deployment}/chat", "https://GW.test/x/%7Bdeployment%7D/chat/", true},
 	} {
-		tr := newTestTransport(t, Config{Base: newFakeNet(), Upstreams: []Upstream{
-			{Name: "first", BaseURL: pair[0], Header: http.Header{"Authorization": {"Bearer first-key-0123456789"}}},
-			{Name: "second", BaseURL: pair[1]},
-		}})
-		if p := tr.Health()[1].Problems; len(p) > 0 {
-			t.Errorf("%s and %s: Health Problems %q", pair[0], pair[1], p)
+		u, err := newUpstream(0, Upstream{BaseURL: tt.a})
+		if err != nil {
+			t.Fatal(err)
 		}
+		v, err := newUpstream(1, Upstream{BaseURL: tt.b})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := sameBaseURL(u, v); got != tt.same {
+			t.Errorf("sameBaseURL(%s, %s) = %v, want %v", tt.a, tt.b, got, tt.same)
+		}
+	}
+	tr := newTestTransport(t, Config{Base: newFakeNet(), Upstreams: []Upstream{
+		{Name: "first", BaseURL: "https://gw.test/x/{deployment}/chat", Header: http.Header{"Authorization": {"Bearer first-key-0123456789"}}},
+		{Name: "second", BaseURL: "https://gw.test/x/{deployment}/embed"},
+	}})
+	if p := tr.Health()[1].Problems; len(p) > 0 {
+		t.Errorf("two suffixes after {deployment}: Health Problems %q", p)
 	}
 }
 
