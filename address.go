@@ -2,6 +2,7 @@ package failover
 
 import (
 	"cmp"
+	"fmt"
 	"net/netip"
 	"net/url"
 	"slices"
@@ -422,6 +423,27 @@ func authorityMap(ups []*upstream) map[string]bool {
 // (Transport.idnUpstream).
 func idnUpstream(ups []*upstream) bool {
 	return slices.ContainsFunc(ups, func(u *upstream) bool { return !asciiHost(u.host) })
+}
+
+// checkDeployments refuses a {deployment} upstream whose base path before
+// the placeholder is another upstream's whole base path on the same
+// scheme, host and port: every request addressed to the one lies under
+// the other as well ("/v1/chat/completions" reads as deployment "chat"),
+// and no route can tell which the caller meant. A deployed BaseURL under
+// a longer path than the other's stays: the longer base path wins.
+func checkDeployments(ups []*upstream) error {
+	for i, u := range ups {
+		if !u.deployed {
+			continue
+		}
+		for j, v := range ups {
+			if v.deployed || u.path != v.path || !equalFoldASCII(u.scheme, v.scheme) || hostKey(u.scheme, u.host) != hostKey(v.scheme, v.host) {
+				continue
+			}
+			return configError(fmt.Sprintf("Upstreams[%d].BaseURL", i), fmt.Sprintf("puts {deployment} right under Upstreams[%d].BaseURL: a request there may be addressed to either; give one a longer path", j))
+		}
+	}
+	return nil
 }
 
 // underBase reports whether path is base or lies under it.

@@ -511,3 +511,38 @@ func TestReview36DeploymentShadowsPrefix(t *testing.T) {
 		t.Errorf("https://gw.test/v1/chat/completions routed to %q with rest %q; want openai, /chat/completions", name, rest)
 	}
 }
+
+// A {deployment} BaseURL whose path before the placeholder is another
+// BaseURL's path on the same scheme, host and port is refused, naming
+// both; one under a longer path, on another port or scheme, or beside
+// another {deployment} BaseURL with its own suffix is taken.
+func TestDeploymentUnderBaseURL(t *testing.T) {
+	for _, tt := range []struct {
+		a, b  string
+		field string // "": New takes them
+		other string // in the reason
+	}{
+		{"https://gw.test/v1", "https://gw.test/v1/{deployment}", "Upstreams[1].BaseURL", "Upstreams[0].BaseURL"},
+		{"https://gw.test/v1/{deployment}/chat", "https://gw.test/v1/", "Upstreams[0].BaseURL", "Upstreams[1].BaseURL"},
+		{"https://GW.test:443/v1", "https://gw.test/v1/{deployment}", "Upstreams[1].BaseURL", "Upstreams[0].BaseURL"},
+		{"https://gw.test", "https://gw.test/{deployment}", "Upstreams[1].BaseURL", "Upstreams[0].BaseURL"},
+		{"https://gw.test/", "https://gw.test/openai/deployments/{deployment}", "", ""},
+		{"https://gw.test:8443/v1", "https://gw.test/v1/{deployment}", "", ""},
+		{"http://gw.test/v1", "https://gw.test/v1/{deployment}", "", ""},
+		{"https://gw.test/v1/{deployment}/chat", "https://gw.test/v1/{deployment}/embed", "", ""},
+	} {
+		tr, err := New(Config{Base: newFakeNet(), Upstreams: []Upstream{{Name: "a", BaseURL: tt.a}, {Name: "b", BaseURL: tt.b}}})
+		if tt.field == "" {
+			if err != nil {
+				t.Errorf("%s and %s: New: %v", tt.a, tt.b, err)
+			} else {
+				tr.Close()
+			}
+			continue
+		}
+		var ce *ConfigError
+		if !errors.As(err, &ce) || ce.Field != tt.field || !strings.Contains(ce.Reason, tt.other) {
+			t.Errorf("%s and %s: New: %v, want a ConfigError naming %s and %s", tt.a, tt.b, err, tt.field, tt.other)
+		}
+	}
+}
