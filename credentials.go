@@ -89,8 +89,8 @@ type credentials struct {
 	params  map[string]bool // lower case: credentialParams, Config.CredentialParams
 	forward map[string]bool // lower case: forwardParams and Config.ForwardParams, less params and Upstream.Query names
 
-	// upstreamSecrets are every form of every Upstream.Header value,
-	// scrubbed from every error message.
+	// upstreamSecrets are every form of every Upstream.Header and
+	// Upstream.Query value, scrubbed from every error message.
 	upstreamSecrets []string
 
 	// seen holds the verdicts on the header names met so far, as
@@ -152,8 +152,9 @@ func (s *seenHeaders) with(k string, v bool) *seenHeaders {
 }
 
 // newCredentials checks Config.CredentialHeaders, CredentialParams and
-// ForwardParams and builds the rule, with the upstreams' Header names and
-// values.
+// ForwardParams and the upstreams' Query names (no name the rule would
+// call a credential's, in a header or as a parameter), and builds the
+// rule, with the upstreams' Header names and Header and Query values.
 func newCredentials(cfg Config, ups []*upstream) (*credentials, error) {
 	// A request that two upstreams may be addressed by would carry the
 	// caller's credentials to the one it was not meant for: refused
@@ -202,7 +203,7 @@ func newCredentials(cfg Config, ups []*upstream) (*credentials, error) {
 	for i, u := range ups {
 		for _, name := range u.queryNames {
 			lower := strings.ToLower(name)
-			if c.params[lower] {
+			if c.params[lower] || looksSecret(name) {
 				return nil, configError(fmt.Sprintf("Upstreams[%d].Query", i), fmt.Sprintf("names the credential parameter %q: put credentials in Header", name))
 			}
 			delete(c.forward, lower) // the upstream's own, as a name its Header sets is
@@ -211,6 +212,13 @@ func newCredentials(cfg Config, ups []*upstream) (*credentials, error) {
 	for _, u := range ups {
 		for k, vs := range u.header {
 			c.headers[strings.ToLower(k)] = true
+			for _, v := range vs {
+				c.upstreamSecrets = redact.AppendForms(c.upstreamSecrets, v)
+			}
+		}
+		// A Query value is no credential (New refuses those names),
+		// but one mistaken for a parameter stays out of errors too.
+		for _, vs := range u.cfg.Query {
 			for _, v := range vs {
 				c.upstreamSecrets = redact.AppendForms(c.upstreamSecrets, v)
 			}

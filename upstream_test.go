@@ -349,6 +349,7 @@ func TestUpstreamQueryAndDeploymentConfig(t *testing.T) {
 		{"credential in Query", Config{Upstreams: []Upstream{{BaseURL: "https://a.test/v1"}, {BaseURL: azure, Query: url.Values{"api-key": {"k"}}}}}, "Upstreams[1].Query", "put credentials in Header"},
 		{"credential in Query in other case", Config{Upstreams: []Upstream{{BaseURL: azure, Query: url.Values{"Key": {"k"}}}}}, "Upstreams[0].Query", "credential"},
 		{"CredentialParams in Query", Config{CredentialParams: []string{"tenant"}, Upstreams: []Upstream{{BaseURL: azure, Query: url.Values{"tenant": {"t"}}}}}, "Upstreams[0].Query", "credential"},
+		{"credential-like Query name", Config{Upstreams: []Upstream{{BaseURL: azure, Query: url.Values{"Subscription-Key": {"k"}}}}}, "Upstreams[0].Query", "put credentials in Header"},
 		{"empty Query name", Config{Upstreams: []Upstream{{BaseURL: azure, Query: url.Values{"": {"x"}}}}}, "Upstreams[0].Query", "empty"},
 		{"two deployments", Config{Upstreams: []Upstream{{BaseURL: "https://res.test/{deployment}/{deployment}"}}}, "Upstreams[0].BaseURL", "{deployment}"},
 		{"deployment in a segment", Config{Upstreams: []Upstream{{BaseURL: "https://res.test/openai/x{deployment}"}}}, "Upstreams[0].BaseURL", "{deployment}"},
@@ -499,5 +500,23 @@ func TestReview36QueryNameCase(t *testing.T) {
 	resp.Body.Close()
 	if q := n.requests("res.azure.test")[0].RawQuery; strings.Contains(q, "2023-05-15") {
 		t.Errorf("Azure got query %q: the caller's API-Version beside the upstream's api-version", q)
+	}
+}
+
+// An Upstream.Query value of 8 bytes or more is scrubbed from errors as
+// a Header value is, whatever its name: one mistaken for a parameter
+// stays with its upstream too.
+func TestQueryValueScrubbed(t *testing.T) {
+	const value = "tenant-0123456789abcdef"
+	tr := newTestTransport(t, Config{Base: urlErrorBase{}, Retry: RetryConfig{Off: true}, Upstreams: []Upstream{
+		{Name: "apim", BaseURL: "https://gw.test/openai/deployments/{deployment}", Query: url.Values{"tenant": {value}}},
+	}})
+	resp, err := tr.RoundTrip(httptestRequest("POST", "https://gw.test/openai/deployments/d/chat/completions", chatBody))
+	if err == nil {
+		resp.Body.Close()
+		t.Fatalf("got %d, want an error", resp.StatusCode)
+	}
+	if strings.Contains(err.Error(), value) || !strings.Contains(err.Error(), "tenant=") {
+		t.Errorf("error %q: want the tenant parameter with its value scrubbed", err)
 	}
 }
