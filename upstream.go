@@ -141,6 +141,9 @@ func newUpstream(i int, uc Upstream) (*upstream, error) {
 		if k == "" {
 			return nil, configError(field("Query"), "has an empty parameter name")
 		}
+		if j := slices.IndexFunc(u.queryNames, func(n string) bool { return strings.EqualFold(n, k) }); j >= 0 {
+			return nil, configError(field("Query"), fmt.Sprintf("names %q and %q: one parameter in two cases", u.queryNames[j], k))
+		}
 		u.queryNames = append(u.queryNames, k)
 	}
 	u.rawQuery = url.Values(uc.Query).Encode()
@@ -290,12 +293,16 @@ func (u *upstream) serves(model string) bool {
 }
 
 // withQuery returns raw, a request's raw query, with u's Query in place
-// of the pairs of the same names.
+// of the pairs of the same names in any case, as the credential rule
+// compares names: a server that folds case would otherwise see both.
 func (u *upstream) withQuery(raw string) string {
 	if len(u.queryNames) == 0 {
 		return raw
 	}
-	raw = stripQuery(raw, func(pair string) bool { return slices.Contains(u.queryNames, queryName(pair)) })
+	raw = stripQuery(raw, func(pair string) bool {
+		name := queryName(pair)
+		return slices.ContainsFunc(u.queryNames, func(k string) bool { return strings.EqualFold(k, name) })
+	})
 	switch {
 	case u.rawQuery == "":
 		return raw

@@ -350,6 +350,7 @@ func TestUpstreamQueryAndDeploymentConfig(t *testing.T) {
 		{"credential in Query in other case", Config{Upstreams: []Upstream{{BaseURL: azure, Query: url.Values{"Key": {"k"}}}}}, "Upstreams[0].Query", "credential"},
 		{"CredentialParams in Query", Config{CredentialParams: []string{"tenant"}, Upstreams: []Upstream{{BaseURL: azure, Query: url.Values{"tenant": {"t"}}}}}, "Upstreams[0].Query", "credential"},
 		{"credential-like Query name", Config{Upstreams: []Upstream{{BaseURL: azure, Query: url.Values{"Subscription-Key": {"k"}}}}}, "Upstreams[0].Query", "put credentials in Header"},
+		{"Query name in two cases", Config{Upstreams: []Upstream{{BaseURL: azure, Query: url.Values{"api-version": {"1"}, "API-Version": {"2"}}}}}, "Upstreams[0].Query", "two cases"},
 		{"empty Query name", Config{Upstreams: []Upstream{{BaseURL: azure, Query: url.Values{"": {"x"}}}}}, "Upstreams[0].Query", "empty"},
 		{"two deployments", Config{Upstreams: []Upstream{{BaseURL: "https://res.test/{deployment}/{deployment}"}}}, "Upstreams[0].BaseURL", "{deployment}"},
 		{"deployment in a segment", Config{Upstreams: []Upstream{{BaseURL: "https://res.test/openai/x{deployment}"}}}, "Upstreams[0].BaseURL", "{deployment}"},
@@ -423,7 +424,8 @@ func TestWithQuery(t *testing.T) {
 		{"", "api-version=2024-10-21"},
 		{"api-version=2023-05-15", "api-version=2024-10-21"},
 		{"a=1;api%2Dversion=old&b=%20", "a=1&b=%20&api-version=2024-10-21"},
-		{"drop=1&Api-Version=x", "Api-Version=x&api-version=2024-10-21"},
+		{"drop=1&Api-Version=x", "api-version=2024-10-21"},
+		{"API-VERSION=x&b=1", "b=1&api-version=2024-10-21"},
 	} {
 		if got := u.withQuery(tt.raw); got != tt.want {
 			t.Errorf("withQuery(%q) = %q, want %q", tt.raw, got, tt.want)
