@@ -36,7 +36,10 @@ var (
 	// that reached it without credentials: its Upstream.Header sets
 	// none, and the caller's were held back, being for the upstream the
 	// caller addressed. Its refusal is not the caller's answer, and does
-	// not count against its key ([AuthConfig]).
+	// not count against its key ([AuthConfig]). Only under a Config.Base
+	// that is nil or a plain *http.Transport is an upstream known to
+	// have no credentials: any other Base may add them (oauth2, SigV4),
+	// so there a 401 or 403 is AuthFailed as from any upstream.
 	ErrNoCredentials = errors.New("failover: no credentials for this upstream")
 
 	// ErrBaseGoexit means that [Config.Base] called runtime.Goexit (as a

@@ -123,8 +123,14 @@ type UpstreamHealth struct {
 
 	// Problems are the misconfigurations found in the upstream, each
 	// said once to the Logger as well: its BaseURL is another's, it
-	// refused a request without credentials of its own, its Models maps
-	// no model a failed request asked for (at most 64 models).
+	// refused a request without credentials of its own (known only
+	// under a Config.Base that is nil or a plain *http.Transport, see
+	// [ErrNoCredentials]), its Models maps no model that failed
+	// requests asked for. Of those models, counted in a bounded table
+	// that keeps the often skipped over callers' one-off names, the 8
+	// most skipped are listed, most first, each ending in how many
+	// requests it skipped ("(skipped 1,234 requests)"; "at least" when
+	// the model entered the table late).
 	Problems []string
 }
 

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 )
@@ -13,43 +14,82 @@ import (
 // Misconfigurations that only the whole config, or the traffic, shows:
 // an upstream with no credentials of its own that a request fails over
 // to, one BaseURL under two names, a model that no backup's Models maps.
-// Each is said once to the Logger (at Warn), kept in its upstreams'
-// UpstreamHealth.Problems, and, where it fails a request, named in the
-// Error or the answer's Served.Problems.
+// Each is said once to the Logger (at Warn; a model, see reportModel),
+// kept in its upstreams' UpstreamHealth.Problems, and, where it fails a
+// request, named in the Error or the answer's Served.Problems.
+//
+// An upstream has no credentials of its own when its Upstream.Header
+// sets none and the Transport knows what Base adds: Base is nil (the
+// Transport's own) or a plain *http.Transport. Any other Base may sign
+// or authenticate (oauth2, SigV4), so under it no upstream is said to
+// lack credentials, and its 401 or 403 counts as any upstream's. A
+// BaseURL listed twice is reported whatever the Base: the second never
+// gets the caller's credentials.
 
 // Bounds of what misconfigurations keep.
 const (
-	maxProblemModels = 64 // distinct models reported as served by no backup
+	maxProblemModels = 64 // models counted as served by no backup
+	maxShownModels   = 8  // of those, the most skipped, in Health
 	maxModelInNote   = 64 // bytes of a model's name quoted in a note
 )
 
 // problems is a Transport's record of misconfigurations.
 type problems struct {
-	noCreds []bool   // by upstream index: its Upstream.Header sets no credential
+	noCreds []bool   // by upstream index: its Upstream.Header sets no credential, under a known Base
 	extra   []string // Config.CredentialHeaders
 
 	// mu guards the fields below.
 	mu     sync.Mutex
 	by     [][]string      // by upstream index, for Health
 	said   map[string]bool // the keys of the problems reported
-	models int             // distinct models reported
+	models []modelCount    // models served by no backup, at most maxProblemModels
+}
+
+// modelCount is a model that no backup served, counted by the
+// Space-Saving rule: a model new to a full table takes the place of the
+// least counted one, inheriting its count as err, so that count
+// overestimates by at most err and a model skipped often enough is never
+// crowded out by many skipped rarely (callers' typos).
+type modelCount struct {
+	model    string
+	msg      string // the latest note for it
+	unserved []int  // indexes of the upstreams whose Models do not map it
+	count    int
+	err      int  // count inherited on entering a full table
+	logged   bool // said to the Logger since it entered
+}
+
+// hits is the number of requests skipped for m since it entered the
+// table: a lower bound of all, and all of them when err is 0.
+func (m *modelCount) hits() int { return m.count - m.err }
+
+// above reports whether m ranks above n in Health: more hits, then a
+// larger count.
+func (m *modelCount) above(n *modelCount) bool {
+	return m.hits() > n.hits() || m.hits() == n.hits() && m.count > n.count
 }
 
 // newProblems records what New can see of cfg's misconfigurations, and
 // returns the warnings to log.
 func newProblems(cfg Config, ups []*upstream) (*problems, []string) {
 	p := &problems{noCreds: make([]bool, len(ups)), extra: cfg.CredentialHeaders, by: make([][]string, len(ups)), said: map[string]bool{}}
+	// Only a Base the Transport knows adds none: any other may sign or
+	// authenticate (oauth2, SigV4).
+	_, plain := cfg.Base.(*http.Transport)
+	knownBase := cfg.Base == nil || plain
+	headerless := make([]bool, len(ups)) // its Upstream.Header sets no credential
 	for i, u := range ups {
 		own := false
 		for k := range u.header {
 			own = own || p.credential(k)
 		}
-		p.noCreds[i] = !own
+		headerless[i] = !own
+		p.noCreds[i] = !own && knownBase
 	}
 	var warn []string
 	for j, v := range ups {
 		for i, u := range ups[:j] {
-			if !sameBaseURL(u, v) || !p.noCreds[j] {
+			if !sameBaseURL(u, v) || !headerless[j] {
 				continue
 			}
 			msg := fmt.Sprintf("Upstreams[%d] has the BaseURL of Upstreams[%d]: a request is addressed to Upstreams[%d], so Upstreams[%d] never gets the caller's credentials: give it a Header", j, i, i, j)
@@ -95,11 +135,57 @@ func (p *problems) add(key string, i int, msg string) bool {
 	return true
 }
 
-// of returns the problems of the upstream of index i.
+// of returns the problems of the upstream of index i: those said once,
+// then the models it skipped most (at most maxShownModels), each with
+// how many requests it skipped.
 func (p *problems) of(i int) []string {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return append([]string(nil), p.by[i]...)
+	out := append([]string(nil), p.by[i]...)
+	var top []*modelCount
+	for j := range p.models {
+		if m := &p.models[j]; slices.Contains(m.unserved, i) {
+			top = append(top, m)
+		}
+	}
+	slices.SortStableFunc(top, func(m, n *modelCount) int {
+		switch {
+		case m.above(n):
+			return -1
+		case n.above(m):
+			return 1
+		}
+		return 0
+	})
+	for _, m := range top[:min(len(top), maxShownModels)] {
+		out = append(out, m.msg+" ("+skippedText(m)+")")
+	}
+	return out
+}
+
+// skippedText says how many requests m counts.
+func skippedText(m *modelCount) string {
+	n, s := m.hits(), "s"
+	if n == 1 {
+		s = ""
+	}
+	if m.err > 0 {
+		return "skipped at least " + thousands(n) + " request" + s
+	}
+	return "skipped " + thousands(n) + " request" + s
+}
+
+// thousands formats n, not negative, with a comma between thousands.
+func thousands(n int) string {
+	d := strconv.Itoa(n)
+	var b strings.Builder
+	for i := range len(d) {
+		if i > 0 && (len(d)-i)%3 == 0 {
+			b.WriteByte(',')
+		}
+		b.WriteByte(d[i])
+	}
+	return b.String()
 }
 
 // report records msg as a problem of u under key, and logs it the first
@@ -112,15 +198,22 @@ func (t *Transport) report(key string, u *upstream, msg string) {
 
 // heldBack reports whether the caller's credentials were held back from
 // u, which sets none of its own: u is not the upstream they are for, and
-// the request carries some.
+// the request carries some, by the rule the rewrite holds them back by:
+// a credential header or trailer, a query pair the rewrite drops, or the
+// URL's user info.
 func (r *request) heldBack(u *upstream) bool {
 	if u == r.owner() || !r.t.problems.noCreds[u.index] {
 		return false
 	}
-	for k := range r.req.Header {
-		if r.t.problems.credential(k) {
-			return true
+	for _, h := range []http.Header{r.req.Header, r.req.Trailer} {
+		for k := range h {
+			if r.t.problems.credential(k) {
+				return true
+			}
 		}
+	}
+	if ru := r.req.URL; ru != nil {
+		return ru.User != nil || ru.RawQuery != "" && r.t.creds.stripQuery(ru.RawQuery) != ru.RawQuery
 	}
 	return false
 }
@@ -198,22 +291,57 @@ func (c *call) notes(resp *http.Response) []string {
 	return out
 }
 
-// reportModel reports msg, that no backup serves model, once per model,
-// in the Health of each upstream of unserved; past maxProblemModels
-// models, it is left to the requests' errors.
+// reportModel counts a request skipped by the upstreams of unserved,
+// whose Models do not map model, with msg the note saying so. A model is
+// said to the Logger once when it enters the table while there is room,
+// or, once the table is full, when it first ranks among the shown with
+// two requests or more since it entered: a flood of one-off models from
+// callers is not logged each, while a model the config forgot, skipped
+// again and again, is.
 func (t *Transport) reportModel(model string, unserved []*upstream, msg string) {
 	p := t.problems
-	key := "model " + model
-	p.mu.Lock()
-	if p.said[key] || p.models >= maxProblemModels {
-		p.mu.Unlock()
-		return
+	idx := make([]int, len(unserved))
+	for i, u := range unserved {
+		idx[i] = u.index
 	}
-	p.said[key] = true
-	p.models++
-	for _, u := range unserved {
-		p.by[u.index] = append(p.by[u.index], msg)
+	p.mu.Lock()
+	j := slices.IndexFunc(p.models, func(m modelCount) bool { return m.model == model })
+	switch {
+	case j >= 0:
+		p.models[j].count++
+	case len(p.models) < maxProblemModels:
+		p.models = append(p.models, modelCount{model: model, count: 1})
+		j = len(p.models) - 1
+	default:
+		j = 0
+		for k := range p.models {
+			if p.models[k].count < p.models[j].count {
+				j = k
+			}
+		}
+		least := p.models[j].count
+		p.models[j] = modelCount{model: model, count: least + 1, err: least}
+	}
+	m := &p.models[j]
+	m.msg, m.unserved = msg, idx
+	say := false
+	if !m.logged && (m.err == 0 || m.hits() >= 2 && p.shown(m)) {
+		m.logged, say = true, true
 	}
 	p.mu.Unlock()
-	t.logf(slog.LevelWarn, msg)
+	if say {
+		t.logf(slog.LevelWarn, msg)
+	}
+}
+
+// shown reports whether m ranks among the maxShownModels most skipped.
+// It requires that p.mu is held.
+func (p *problems) shown(m *modelCount) bool {
+	n := 0
+	for k := range p.models {
+		if o := &p.models[k]; o != m && o.above(m) {
+			n++
+		}
+	}
+	return n < maxShownModels
 }

@@ -156,8 +156,8 @@ func TestModelServedByNoBackup(t *testing.T) {
 	if n := strings.Count(logs.String(), "Upstreams[1].Models"); n != 1 {
 		t.Errorf("the Logger said it %d times, want once:\n%s", n, logs.String())
 	}
-	if p := tr.Health()[1].Problems; !slices.Contains(p, want) {
-		t.Errorf("Health Problems %q, want %q", p, want)
+	if p := tr.Health()[1].Problems; !slices.Contains(p, want+" (skipped 3 requests)") {
+		t.Errorf("Health Problems %q, want %q with its count", p, want)
 	}
 
 	// With no answer at all, the Error says it.
@@ -261,7 +261,7 @@ func TestReview36ModelNotesCrowdedOut(t *testing.T) {
 	resp.Body.Close()
 	const want = `no upstream but Upstreams[0] serves model "gpt-4o-mini": Upstreams[1].Models do not map it`
 	p := tr.Health()[1].Problems
-	if !slices.Contains(p, want) {
+	if !slices.ContainsFunc(p, func(n string) bool { return strings.HasPrefix(n, want+" (") }) {
 		t.Errorf("Health lacks the real misconfiguration %q; it holds %d caller-made notes such as %q", want, len(p), p[0])
 	}
 }
@@ -324,6 +324,69 @@ func TestReview36HeldBackQueryKey(t *testing.T) {
 	}
 	if backup.count() != 1 {
 		t.Fatalf("backup got %d requests, want 1", backup.count())
+	}
+	if h := tr.Health()[1]; !slices.Contains(h.Problems, noCredsNote) || h.Requests.AuthFailed != 0 {
+		t.Errorf("Health Problems %q, AuthFailed %d; want the note and no auth failure", h.Problems, h.Requests.AuthFailed)
+	}
+}
+
+// The Health of a model no backup serves shows the most skipped models
+// first, at most maxShownModels, with their counts; the Logger says the
+// first maxProblemModels models once each, then only a model that is
+// skipped again and ranks among the shown, not every one-off model.
+func TestModelNotesRanked(t *testing.T) {
+	primary := newUpstreamServer(t, 500, "down")
+	backup := newUpstreamServer(t, 200, "ok")
+	var logs logBuffer
+	tr := newTestTransport(t, Config{Logger: newLogger(&logs), Retry: RetryConfig{Off: true}, Upstreams: []Upstream{
+		{Name: "primary", BaseURL: primary.URL + "/v1"},
+		{Name: "backup", BaseURL: backup.URL + "/v1", Models: map[string]string{"gpt-4o": "gpt-4o"}},
+	}})
+	post := func(model string) {
+		resp := mustPost(t, tr, primary.URL+"/v1/chat/completions", fmt.Sprintf(`{"model":%q}`, model))
+		resp.Body.Close()
+	}
+	for i := range 1200 {
+		post(fmt.Sprintf("junk-%d", i))
+		if i%2 == 0 {
+			post("forgotten")
+		}
+	}
+	p := tr.Health()[1].Problems
+	const want = `no upstream but Upstreams[0] serves model "forgotten": Upstreams[1].Models do not map it (skipped 600 requests)`
+	if len(p) != maxShownModels || p[0] != want {
+		t.Errorf("Health Problems (%d) %q, want %d led by %q", len(p), p, maxShownModels, want)
+	}
+	if n := strings.Count(logs.String(), "Upstreams[1].Models"); n > maxProblemModels+maxShownModels {
+		t.Errorf("the Logger said %d model notes for 1,201 models, want at most %d", n, maxProblemModels+maxShownModels)
+	}
+	if n := strings.Count(logs.String(), `\"forgotten\"`); n != 1 {
+		t.Errorf("the Logger said the forgotten model %d times, want once:\n%s", n, logs.String())
+	}
+	if got := thousands(1234567); got != "1,234,567" {
+		t.Errorf("thousands(1234567) = %q", got)
+	}
+}
+
+// Under a plain *http.Transport as Base, as under none, an upstream
+// without an Upstream.Header credential has none; the caller's held back
+// as user info count as held back.
+func TestNoCredentialsPlainBase(t *testing.T) {
+	primary := newUpstreamServer(t, 503, "down")
+	backup := newUpstreamServer(t, 401, `{"error":"missing key"}`)
+	tr := newTestTransport(t, Config{Base: http.DefaultTransport.(*http.Transport).Clone(), Upstreams: []Upstream{
+		{Name: "primary", BaseURL: primary.URL + "/v1"},
+		{Name: "backup", BaseURL: backup.URL + "/v1"},
+	}})
+	u, _ := url.Parse(primary.URL + "/v1/models")
+	u.User = url.UserPassword("caller", "caller-secret-123")
+	resp, err := tr.RoundTrip(httptestRequest("GET", u.String(), ""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 503 {
+		t.Errorf("status %d, want the primary's 503", resp.StatusCode)
 	}
 	if h := tr.Health()[1]; !slices.Contains(h.Problems, noCredsNote) || h.Requests.AuthFailed != 0 {
 		t.Errorf("Health Problems %q, AuthFailed %d; want the note and no auth failure", h.Problems, h.Requests.AuthFailed)
