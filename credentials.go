@@ -156,12 +156,6 @@ func (s *seenHeaders) with(k string, v bool) *seenHeaders {
 // call a credential's, in a header or as a parameter), and builds the
 // rule, with the upstreams' Header names and Header and Query values.
 func newCredentials(cfg Config, ups []*upstream) (*credentials, error) {
-	// A request that two upstreams may be addressed by would carry the
-	// caller's credentials to the one it was not meant for: refused
-	// before the rule is built on the upstreams.
-	if err := checkDeployments(ups); err != nil {
-		return nil, err
-	}
 	c := &credentials{headers: map[string]bool{}, params: map[string]bool{}, forward: map[string]bool{}}
 	for _, h := range credentialHeaders {
 		c.headers[strings.ToLower(h)] = true

@@ -87,6 +87,8 @@ type Upstream struct {
 	// and one sent here from another upstream has the request's model,
 	// after Models, path-escaped. A request that names no model skips
 	// the upstream ([ErrModelNotServed]) unless it was addressed to it.
+	// New refuses a {deployment} right under another upstream's BaseURL
+	// on the same host, where a request could be addressed to either.
 	BaseURL string
 
 	// Header is set on every request sent to this upstream, replacing the
@@ -99,9 +101,12 @@ type Upstream struct {
 	// Query holds query parameters that are not credentials, such as
 	// Azure OpenAI's api-version, which every request sent to this
 	// upstream carries, replacing the caller's parameters of those
-	// names. A name in it is this upstream's own: a caller's parameter
-	// of that name goes to no other upstream. New refuses a credential
-	// parameter (see Config.CredentialParams): those go in Header.
+	// names in any case. A name in it is this upstream's own: a caller's
+	// parameter of that name goes to no other upstream. New refuses a
+	// name the credential rule calls a credential's (Config.CredentialParams,
+	// or one like subscription-key or token), and one name in two cases:
+	// credentials go in Header. Its values of 8 bytes or more never
+	// appear in logs, errors, Health or metrics.
 	Query url.Values
 
 	// Weight is the upstream's share of traffic under the Weighted
@@ -578,6 +583,11 @@ func New(cfg Config) (*Transport, error) {
 		u.timeout = u.timeouts.Headers
 		t.upstreams = append(t.upstreams, u)
 		t.models = t.models || len(u.models) > 0 || u.deployed
+	}
+	// A request that two upstreams may be addressed by would carry the
+	// caller's credentials to the one it was not meant for.
+	if err := checkDeployments(t.upstreams); err != nil {
+		return nil, err
 	}
 	t.hosts = hostMap(t.upstreams)
 	t.spelled = spellings(t.upstreams, t.hosts)
