@@ -483,13 +483,13 @@ func TestUnroutedFirstDeployment(t *testing.T) {
 	}
 }
 
-// TestReview36DeploymentShadowsPrefix: a {deployment} upstream whose base
+// TestDeploymentShadowingRefused: a {deployment} upstream whose base
 // path is another upstream's BaseURL on the same host reads that
 // upstream's requests as its own ("/v1/chat/completions" as deployment
 // "chat"): the request is addressed to the wrong upstream, and on
 // failover its rest ("/completions") is wrong. New should refuse the
 // ambiguity, or the route should prefer the literal BaseURL.
-func TestReview36DeploymentShadowsPrefix(t *testing.T) {
+func TestDeploymentShadowingRefused(t *testing.T) {
 	tr, err := New(Config{Base: newFakeNet(), Upstreams: []Upstream{
 		{Name: "openai", BaseURL: "https://gw.test/v1"},
 		{Name: "azure", BaseURL: "https://gw.test/v1/{deployment}"},

@@ -201,13 +201,13 @@ func (b authBase) RoundTrip(req *http.Request) (*http.Response, error) {
 	return b.next.RoundTrip(req)
 }
 
-// TestReview36BaseAuthenticatedBackup: a backup whose credentials come
+// TestBaseAuthenticatedBackup: a backup whose credentials come
 // from Base (oauth2 for Vertex, SigV4 for Bedrock) sets no Upstream.Header,
 // so its real 401 (the Base's token expired) is dropped as "no
 // credentials of its own", Health blames the config, and the expired
 // token never counts against the backup (AuthFailed stays 0, it is never
 // demoted for it).
-func TestReview36BaseAuthenticatedBackup(t *testing.T) {
+func TestBaseAuthenticatedBackup(t *testing.T) {
 	primary := newUpstreamServer(t, 503, "down")
 	var got []string
 	backup := newServer(t, func(w http.ResponseWriter, r *http.Request) {
@@ -241,12 +241,12 @@ func TestReview36BaseAuthenticatedBackup(t *testing.T) {
 	}
 }
 
-// TestReview36ModelNotesCrowdedOut: during an outage of the primary,
+// TestModelNotesNotCrowdedOut: during an outage of the primary,
 // each distinct model that the backups do not map is kept in Health,
 // up to 64, whatever the callers sent: a caller's typos or junk models
 // ("gpt-4oo") are blamed on the backups' Models, and once 64 are in, the
 // model the config really forgot is never in Health.
-func TestReview36ModelNotesCrowdedOut(t *testing.T) {
+func TestModelNotesNotCrowdedOut(t *testing.T) {
 	primary := newUpstreamServer(t, 500, "down")
 	backup := newUpstreamServer(t, 200, "ok")
 	tr := newTestTransport(t, Config{Retry: RetryConfig{Off: true}, Upstreams: []Upstream{
@@ -266,13 +266,13 @@ func TestReview36ModelNotesCrowdedOut(t *testing.T) {
 	}
 }
 
-// TestReview36SameBaseURLDeployed: sameBaseURL compares the base paths
+// TestSameBaseURLDeployed: sameBaseURL compares the base paths
 // before {deployment} only, so two different BaseURLs on one host (a
 // {deployment} one and the literal prefix, or two suffixes) are called
 // "the BaseURL of" each other, and New warns of a misconfiguration that
 // is not there. (New refuses the first pair as ambiguous, see
 // TestDeploymentUnderBaseURL, so sameBaseURL is asked directly.)
-func TestReview36SameBaseURLDeployed(t *testing.T) {
+func TestSameBaseURLDeployed(t *testing.T) {
 	for _, tt := range []struct {
 		a, b string
 		same bool
@@ -303,12 +303,12 @@ func TestReview36SameBaseURLDeployed(t *testing.T) {
 	}
 }
 
-// TestReview36HeldBackQueryKey: heldBack reads only the caller's headers,
+// TestHeldBackQueryKey: heldBack reads only the caller's headers,
 // so when the caller's credentials were a query key (Gemini's ?key=, held
 // back as well), the uncredentialed backup's 401 counts against a key it
 // does not have (AuthFailed, on the way to ReasonAuthFailing), and
 // the misconfiguration goes unreported.
-func TestReview36HeldBackQueryKey(t *testing.T) {
+func TestHeldBackQueryKey(t *testing.T) {
 	primary := newUpstreamServer(t, 503, "down")
 	backup := newUpstreamServer(t, 401, `{"error":"missing key"}`)
 	tr := newTestTransport(t, Config{Upstreams: []Upstream{

@@ -1056,12 +1056,12 @@ func TestDeploymentFailover(t *testing.T) {
 	}
 }
 
-// TestReview36DeploymentFromHostileModel: a request to OpenAI that fails
+// TestDeploymentFromHostileModel: a request to OpenAI that fails
 // over to Azure fills {deployment} with the body's model; whatever the
 // model (dot segments, slashes raw or JSON-escaped, escapes, ? and #,
 // unicode), Azure gets one segment that decodes to it, or nothing, and
 // never the caller's Authorization or query key.
-func TestReview36DeploymentFromHostileModel(t *testing.T) {
+func TestDeploymentFromHostileModel(t *testing.T) {
 	n := newFakeNet()
 	n.status("api.openai.test", 503, "down")
 	n.status("res.azure.test", 200, `{"choices":[]}`)
@@ -1104,11 +1104,11 @@ func TestReview36DeploymentFromHostileModel(t *testing.T) {
 	}
 }
 
-// TestReview36AzureKeyStaysAtAzure: the caller's own Azure api-key and
+// TestAzureKeyStaysAtAzure: the caller's own Azure api-key and
 // query key (the Azure upstream sets none) reach neither OpenAI on
 // failover nor OpenAI's host when Azure redirects there and http.Client
 // follows.
-func TestReview36AzureKeyStaysAtAzure(t *testing.T) {
+func TestAzureKeyStaysAtAzure(t *testing.T) {
 	n := newFakeNet()
 	n.status("res.azure.test", 503, "down")
 	n.status("api.openai.test", 200, `{"choices":[]}`)

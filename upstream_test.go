@@ -444,13 +444,13 @@ func (urlErrorBase) RoundTrip(req *http.Request) (*http.Response, error) {
 	return nil, &url.Error{Op: req.Method, URL: req.URL.String(), Err: errors.New("connection refused")}
 }
 
-// TestReview36QuerySecretName: New takes an Upstream.Query whose name
+// TestQuerySecretNameRefused: New takes an Upstream.Query whose name
 // says it is a credential (APIM's subscription-key, a token=) though the
 // rule for headers (looksSecret) would call it one, and its value then
 // reaches the caller in Base's error, when it quotes the URL: nothing
 // scrubs Query values. New should refuse such a name (the header
 // patterns), or the values should join upstreamSecrets.
-func TestReview36QuerySecretName(t *testing.T) {
+func TestQuerySecretNameRefused(t *testing.T) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -485,11 +485,11 @@ func TestReview36QuerySecretName(t *testing.T) {
 	}
 }
 
-// TestReview36QueryNameCase: Upstream.Query replaces the caller's
+// TestQueryNameAnyCase: Upstream.Query replaces the caller's
 // parameters of its names compared byte for byte, while the credential
 // rule folds case: a caller's API-Version stays beside the upstream's
 // api-version, and an Azure front end that folds case sees two.
-func TestReview36QueryNameCase(t *testing.T) {
+func TestQueryNameAnyCase(t *testing.T) {
 	n := newFakeNet()
 	n.status("res.azure.test", 200, `{"choices":[]}`)
 	tr := newTestTransport(t, Config{Base: n, Upstreams: []Upstream{

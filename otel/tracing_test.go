@@ -276,10 +276,10 @@ func TestNewTransportNil(t *testing.T) {
 	failoverotel.NewTransport(nil)
 }
 
-// TestReview36NilURL: the failover.Transport answers a request with no
+// TestNilURL: the failover.Transport answers a request with no
 // URL with an error, as the RoundTripper contract asks; the traced one
 // panics on r.URL.Hostname() before it gets there.
-func TestReview36NilURL(t *testing.T) {
+func TestNilURL(t *testing.T) {
 	up := newUpstream(t, 200)
 	c, _ := tracing(t, failover.Config{}, "primary", up.URL)
 	defer func() {
