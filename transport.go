@@ -49,7 +49,10 @@
 // fleet ([Shared]); per request, [WithUpstreams],
 // [WithoutFailover], [WithAttemptTimeout] and [WithTrace]. [Breaker] and
 // [RateLimiter] work alone in front of any RoundTripper. [Transport.Health]
-// and [Transport.WritePrometheus] show what each upstream is doing.
+// and [Transport.WritePrometheus] show what each upstream is doing, and
+// [Transport.HealthHandler] and [Transport.MetricsHandler] serve them;
+// [ServedBy] says which upstream answered a response; [Config.Logger]
+// hears of each failover.
 package failover
 
 import (
