@@ -137,6 +137,28 @@ func checkAtAzure(t *testing.T, r azureReceived, path string) {
 	}
 }
 
+// askFromOpenAI sends a gpt-4o chat completion through tr with openai-go
+// aimed at openaiBase, checks that the answer is want, and returns what
+// each server received, one request each.
+func askFromOpenAI(t *testing.T, tr *failover.Transport, openaiBase, want string, openaiSaw, azureSaw *azureLog) (atOpenAI, atAzure []azureReceived) {
+	t.Helper()
+	client := newOpenAIClient(t, tr, openaiBase, option.WithMaxRetries(0))
+	params := chatParams()
+	params.Model = "gpt-4o"
+	resp, err := client.Chat.Completions.New(testContext(t), params)
+	if err != nil {
+		t.Fatalf("Chat.Completions.New: %v", err)
+	}
+	if got := resp.Choices[0].Message.Content; got != want {
+		t.Errorf("content %q, want %q", got, want)
+	}
+	atOpenAI, atAzure = openaiSaw.all(), azureSaw.all()
+	if len(atOpenAI) != 1 || len(atAzure) != 1 {
+		t.Fatalf("OpenAI got %d requests and Azure %d, want one each", len(atOpenAI), len(atAzure))
+	}
+	return atOpenAI, atAzure
+}
+
 // An OpenAI primary that answers 503 fails over to an Azure classic-path
 // deployment chosen by the model, and the SDK gets Azure's answer.
 func TestAzureClassicFromOpenAI(t *testing.T) {
@@ -146,20 +168,7 @@ func TestAzureClassicFromOpenAI(t *testing.T) {
 	openaiUp, azureUp := azureUpstreams(openaiSrv.URL, azureSrv.URL)
 	tr := newTLSFailover(t, azureSrv, openaiUp, azureUp)
 
-	client := newOpenAIClient(t, tr, openaiUp.BaseURL, option.WithMaxRetries(0))
-	params := chatParams()
-	params.Model = "gpt-4o"
-	resp, err := client.Chat.Completions.New(testContext(t), params)
-	if err != nil {
-		t.Fatalf("Chat.Completions.New: %v", err)
-	}
-	if got := resp.Choices[0].Message.Content; got != "from azure" {
-		t.Errorf("content %q, want Azure's", got)
-	}
-	atOpenAI, atAzure := openaiSaw.all(), azureSaw.all()
-	if len(atOpenAI) != 1 || len(atAzure) != 1 {
-		t.Fatalf("OpenAI got %d requests and Azure %d, want one each", len(atOpenAI), len(atAzure))
-	}
+	atOpenAI, atAzure := askFromOpenAI(t, tr, openaiUp.BaseURL, "from azure", &openaiSaw, &azureSaw)
 	checkAtOpenAI(t, atOpenAI[0], "/v1/chat/completions", "gpt-4o")
 	checkAtAzure(t, atAzure[0], "/openai/deployments/"+azureDeployment+"/chat/completions")
 	if strings.Contains(strings.Join(atAzure[0].header.Values("Authorization"), ""), callerKey) {
@@ -224,20 +233,7 @@ func TestAzureV1FromOpenAI(t *testing.T) {
 	}
 	tr := newTLSFailover(t, azureSrv, openaiUp, azureV1)
 
-	client := newOpenAIClient(t, tr, openaiUp.BaseURL, option.WithMaxRetries(0))
-	params := chatParams()
-	params.Model = "gpt-4o"
-	resp, err := client.Chat.Completions.New(testContext(t), params)
-	if err != nil {
-		t.Fatalf("Chat.Completions.New: %v", err)
-	}
-	if got := resp.Choices[0].Message.Content; got != "from azure v1" {
-		t.Errorf("content %q, want Azure's", got)
-	}
-	atOpenAI, atAzure := openaiSaw.all(), azureSaw.all()
-	if len(atOpenAI) != 1 || len(atAzure) != 1 {
-		t.Fatalf("OpenAI got %d requests and Azure %d, want one each", len(atOpenAI), len(atAzure))
-	}
+	atOpenAI, atAzure := askFromOpenAI(t, tr, openaiUp.BaseURL, "from azure v1", &openaiSaw, &azureSaw)
 	checkAtOpenAI(t, atOpenAI[0], "/v1/chat/completions", "gpt-4o")
 	r := atAzure[0]
 	if r.path != "/openai/v1/chat/completions" || len(r.query) != 0 || r.model != azureDeployment {
