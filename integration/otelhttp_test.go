@@ -50,6 +50,10 @@ func (s traceSpan) RoundTrip(r *http.Request) (*http.Response, error) {
 // otelhttp above the Transport makes one span per request, which names the
 // URL the caller addressed; a failover.Trace puts on that span the
 // upstream whose answer the caller got and every attempt.
+//
+// For a span per attempt as well, following OpenTelemetry's HTTP client
+// conventions, use failoverotel.NewTransport (module
+// github.com/failover-go/failover/otel) instead of this wrapper.
 func Example_otelhttp() {
 	primary := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "overloaded", http.StatusServiceUnavailable)
