@@ -105,27 +105,23 @@ func (b *replay) next() (io.ReadCloser, error) {
 	return rc, nil
 }
 
-// model reads the model of the request's body, for model mapping, and
-// returns it with the body it is read from. It uses the body buffered for
-// replay, or one read of GetBody; a body that cannot be replayed is left
-// alone.
-func (b *replay) model(max int64) (string, []byte) {
-	data := b.buffered
-	if data == nil && b.getBody != nil {
-		rc, err := b.getBody()
-		if err != nil {
-			return "", nil
-		}
-		data, err = io.ReadAll(io.LimitReader(rc, oneMore(max)))
-		rc.Close()
-		if err != nil || int64(len(data)) > max {
-			return "", nil
-		}
+// data returns the request's body for reading (its model, its session,
+// the state it references): the body buffered for replay, or one read of
+// GetBody; nil when it cannot be replayed or is larger than max.
+func (b *replay) data(max int64) []byte {
+	if b.buffered != nil || b.getBody == nil {
+		return b.buffered
 	}
-	if m, ok := requestModel(data); ok {
-		return m, data
+	rc, err := b.getBody()
+	if err != nil {
+		return nil
 	}
-	return "", nil
+	data, err := io.ReadAll(io.LimitReader(rc, oneMore(max)))
+	rc.Close()
+	if err != nil || int64(len(data)) > max {
+		return nil
+	}
+	return data
 }
 
 // closeUnused closes the caller's body when no attempt took it.

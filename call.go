@@ -72,6 +72,11 @@ type call struct {
 	hedges  int            // hedges sent in the current round
 	refused []*upstream    // upstreams that answered Unservable: no later round asks them again
 
+	// With affinity: the request's session (0: none) and the upstream
+	// that answered it last, if any (affinity.go).
+	sessionKey uint64
+	affine     *upstream
+
 	sameRetried uint64 // bit i: the request went again to the upstream of index i (63: any past it)
 	budgeted    int    // places the request holds in the retry budget
 

@@ -31,11 +31,11 @@ func (c *call) run() (*http.Response, error) {
 		c.callerFault = true // the caller's body failed to read
 		return nil, err
 	}
-	if c.t.models {
-		// A body of GetBody is read for its model whatever MaxBodyBuffer,
-		// which is for the bodies without one: within it, or 8 MiB
-		// when it is negative (never buffer).
-		c.model, c.modelBody = c.body.model(cmp.Or(max(c.t.maxBody, 0), defaultMaxBodyBuffer))
+	if c.t.models || c.t.affinity != nil {
+		// A body of GetBody is read whatever MaxBodyBuffer, which is
+		// for the bodies without one: within it, or 8 MiB when it is
+		// negative (never buffer).
+		c.read(c.body.data(cmp.Or(max(c.t.maxBody, 0), defaultMaxBodyBuffer)))
 	}
 	if c.t.hedge != nil {
 		c.t.hedge.earn()

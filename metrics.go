@@ -65,6 +65,7 @@ const (
 	famSharedDropped
 	famSharedEvents
 	famSharedApplied
+	famAffinity
 	numFamilies
 )
 
@@ -111,6 +112,7 @@ var families = [numFamilies]family{
 	famSharedDropped:    {"failover_shared_dropped_total", "counter", nil, "Events not published because the queue to the shared state was full (Config.Shared)."},
 	famSharedEvents:     {"failover_shared_events_total", "counter", []string{"direction"}, "Events published to the fleet (direction out) and received from it (in) (Config.Shared)."},
 	famSharedApplied:    {"failover_shared_applied_total", "counter", nil, "Events of the fleet that changed this process's state (Config.Shared)."},
+	famAffinity:         {"failover_affinity_sessions_total", "counter", []string{"result"}, "Requests of a session answered (Config.Affinity), by result: new (the session had no upstream), kept (answered by its upstream) or moved (answered by another, which holds the session from then on)."},
 }
 
 // series returns the name of the family's series with the given label
@@ -319,6 +321,11 @@ func (t *Transport) initMetrics() {
 	wt := weak.Make(t)
 	t.unrouted = s.GetOrCreateCounter(famUnrouted.series())
 	t.retry.budget.denied = s.GetOrCreateCounter(famRetriesDenied.series())
+	if af := t.affinity; af != nil {
+		af.started = s.GetOrCreateCounter(famAffinity.series("new"))
+		af.kept = s.GetOrCreateCounter(famAffinity.series("kept"))
+		af.moved = s.GetOrCreateCounter(famAffinity.series("moved"))
+	}
 	for o, name := range requestOutcomes {
 		if requestOutcome(o) != reqAnswered && requestOutcome(o) != reqFailedOver && requestOutcome(o) != reqHedged {
 			t.reqs.none[o] = s.GetOrCreateCounter(famRequests.series("", string(name)))

@@ -125,7 +125,11 @@ func TestWritePrometheusMetadata(t *testing.T) {
 		n := newFakeNet()
 		n.status("a.test", 200, "ok")
 		n.status("b.test", 200, "ok")
-		tr := newTestTransport(t, twoUpstreams(n, Config{Hedge: &HedgeConfig{Delay: time.Minute}, Shared: newMemShared(), MeterUsage: true}))
+		// Weighted, for affinity's family, with b's share too small to
+		// be drawn: the requests go to a first.
+		cfg := twoUpstreams(n, Config{Hedge: &HedgeConfig{Delay: time.Minute}, Shared: newMemShared(), MeterUsage: true, Router: &Weighted{}})
+		cfg.Upstreams[1].Weight = 1e-12
+		tr := newTestTransport(t, cfg)
 		t.Cleanup(func() { tr.Close() })
 		get(t, tr, "http://a.test/")
 		synctest.Wait()

@@ -24,6 +24,7 @@ type requestOptions struct {
 	once       bool          // WithoutFailover
 	timeout    time.Duration // WithAttemptTimeout, when timeoutSet; 0 for no bound
 	timeoutSet bool
+	session    string // WithSession; "": the Transport's
 }
 
 type optionsKey struct{}

@@ -242,6 +242,10 @@ func (c *call) plan(p *plan, now time.Time) {
 	case c.ups != nil || c.t.router == nil:
 		p.order, p.demote = c.usable(), true
 	case len(c.refused) == 0 && c.t.picker != nil:
+		if u := c.affine; u != nil && c.t.admit(u, p.model, now, nil).reason == "" && c.t.demotion(u, now) == "" {
+			p.pick, p.stage = u, picking // the session's upstream, while it is well (AffinityConfig)
+			break
+		}
 		if pick, then := c.t.pickFirst(p.model, now); pick != nil {
 			p.pick, p.then, p.stage = pick, then, picking
 			break

@@ -258,6 +258,11 @@ type Config struct {
 	// the store is bounded by it, but never under 1s. Zero means 1s.
 	SharedSync time.Duration
 
+	// Affinity keeps a conversation on the upstream that answered it
+	// before, for the provider's prompt cache, whenever the Router
+	// balances between upstreams (see [AffinityConfig]). On by default.
+	Affinity AffinityConfig
+
 	// LastResort sets what a request does when every circuit refuses it:
 	// by default it goes past the circuit of the upstream most likely to
 	// answer (see [LastResortConfig]).
@@ -460,6 +465,8 @@ type Transport struct {
 
 	servedHeader string    // Config.ServedHeader, canonical; "": none (served.go)
 	problems     *problems // misconfigurations (misconfig.go)
+
+	affinity *affinity // nil: no affinity (affinity.go)
 }
 
 // New returns a Transport for cfg, or an error naming the field of cfg that
@@ -492,6 +499,9 @@ func New(cfg Config) (*Transport, error) {
 		return nil, err
 	}
 	if err := cfg.LastResort.validate(); err != nil {
+		return nil, err
+	}
+	if err := cfg.Affinity.validate(); err != nil {
 		return nil, err
 	}
 	if g := cfg.StreamGuard; g != nil {
@@ -554,6 +564,7 @@ func New(cfg Config) (*Transport, error) {
 		unroutedPolicy: cfg.Unrouted,
 		usage:          newUsageConfig(cfg),
 		sdkRetries:     cfg.SDKRetries,
+		affinity:       newAffinity(cfg),
 	}
 	t.lastResortCfg.MaxInFlight = cmp.Or(t.lastResortCfg.MaxInFlight, defaultLastResortInFlight)
 	if t.waitMin > t.waitMax {
@@ -675,6 +686,9 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	c.trace = requestTrace(req.Context())
 	resp, err := c.run()
+	if resp != nil {
+		c.affined(resp, c.answer.u)
+	}
 	c.ended(resp, err)
 	notes := c.notes(resp)
 	if e, ok := err.(*Error); ok && len(notes) > 0 {
