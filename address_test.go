@@ -27,7 +27,7 @@ func TestEncodedBasePath(t *testing.T) {
 	}})
 	for _, tt := range []struct{ url, want string }{
 		{"http://a.test/v1/models", "/proxy%2Fopenai/v1/models"},
-		{"http://a.test/v1/files/a%2Fb", "/proxy%2Fopenai/v1/files/a%2Fb"},
+		{"http://a.test/v1/models/a%2Fb", "/proxy%2Fopenai/v1/models/a%2Fb"},
 	} {
 		before := len(n.requests("b.test"))
 		resp, err := tr.RoundTrip(httptestRequest("GET", tt.url, ""))

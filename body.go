@@ -124,6 +124,15 @@ func (b *replay) data(max int64) []byte {
 	return data
 }
 
+// keep has the attempts after the first send data, the body as data
+// returned it, rather than read GetBody again.
+func (b *replay) keep(data []byte) {
+	if data != nil && b.buffered == nil {
+		b.buffered = data
+		b.getBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(data)), nil }
+	}
+}
+
 // closeUnused closes the caller's body when no attempt took it.
 func (b *replay) closeUnused() {
 	if !b.used && b.first != nil {

@@ -34,8 +34,11 @@ func TestBodyReplay(t *testing.T) {
 		if err != nil || resp.StatusCode != 200 {
 			t.Fatal(resp, err)
 		}
-		if gets != 2 {
-			t.Errorf("GetBody called %d times, want 2 (the first attempt sends Body)", gets)
+		// The first attempt sends Body; the request about to fail over
+		// reads GetBody once for the state it references (pin.go), and
+		// the later attempts send those bytes.
+		if gets != 1 {
+			t.Errorf("GetBody called %d times, want 1", gets)
 		}
 	})
 	t.Run("buffered", func(t *testing.T) {

@@ -72,6 +72,14 @@ type call struct {
 	hedges  int            // hedges sent in the current round
 	refused []*upstream    // upstreams that answered Unservable: no later round asks them again
 
+	// Pinning (pin.go): the upstream that holds the state the request
+	// references (nil: none) and its reference; whether its body was
+	// read for them; and whether a success creates state to learn.
+	pin      *upstream
+	pinRef   string
+	pinsRead bool
+	creates  bool
+
 	// With affinity: the request's session (0: none) and the upstream
 	// that answered it last, if any (affinity.go).
 	sessionKey uint64
@@ -492,7 +500,11 @@ func (c *call) finish() (*http.Response, error) {
 	}
 	e := &Error{Attempts: make([]*AttemptError, len(c.errs))}
 	for i, r := range c.errs {
-		e.Attempts[i] = r.attemptError()
+		if c.pin != nil && r.u == c.pin {
+			e.Attempts[i] = c.pinnedError(r)
+		} else {
+			e.Attempts[i] = r.attemptError()
+		}
 		if ra := r.retryAfter; ra > 0 && (e.retry == 0 || ra < e.retry) {
 			e.retry = ra
 		}

@@ -31,11 +31,22 @@ func (c *call) run() (*http.Response, error) {
 		c.callerFault = true // the caller's body failed to read
 		return nil, err
 	}
-	if c.t.models || c.t.affinity != nil {
-		// A body of GetBody is read whatever MaxBodyBuffer, which is
-		// for the bodies without one: within it, or 8 MiB when it is
-		// negative (never buffer).
-		c.read(c.body.data(cmp.Or(max(c.t.maxBody, 0), defaultMaxBodyBuffer)))
+	if c.opts != nil && c.opts.pinned != "" {
+		if err := c.byOption(c.opts.pinned); err != nil {
+			return nil, err
+		}
+	}
+	if early := c.readsEarly(); c.t.models || c.t.affinity != nil || early {
+		data := c.body.data(c.t.readLimit())
+		c.body.keep(data)
+		c.read(data)
+		if early {
+			c.readPins(data)
+		}
+	}
+	if c.pin != nil && c.ups != nil && !slices.Contains(c.ups, c.pin) {
+		c.record(attemptRec{u: c.pin, err: ErrLeftOut, msg: ErrLeftOut.Error()})
+		return c.finish()
 	}
 	if c.t.hedge != nil {
 		c.t.hedge.earn()
@@ -64,6 +75,9 @@ func (c *call) run() (*http.Response, error) {
 			// request: wait within MaxWait for the first of the others
 			// to come back, or try the last resort among them (never
 			// for a request sent at most once: see WithoutFailover).
+			if c.pin != nil {
+				return c.finish() // pinned: refused at once, not failed over (PinConfig)
+			}
 			if !known || next <= 0 || next > c.t.rate.MaxWait-waited {
 				if u := c.t.lastResort(c.servable(c.usable()), c.admitting(), now); u != nil && !c.once() {
 					return c.lastResort(ctx, u, now)
@@ -103,6 +117,12 @@ func (c *call) run() (*http.Response, error) {
 	}
 }
 
+// readLimit is the largest body read for what it says (its model, its
+// session, the state it references): a body of GetBody is read whatever
+// MaxBodyBuffer, which is for the bodies without one: within it, or 8 MiB
+// when it is negative (never buffer).
+func (t *Transport) readLimit() int64 { return cmp.Or(max(t.maxBody, 0), defaultMaxBodyBuffer) }
+
 // backoff is the wait before round+1: a held 429's or 5xx's Retry-After
 // (503, Anthropic's 529 "overloaded"; RetryAfter reads it, saturating:
 // go-retryablehttp's DefaultBackoff would multiply a huge value past
@@ -139,6 +159,9 @@ func (c *call) round(ctx context.Context) (*http.Response, error, bool) {
 		if !p.next(now, &s) {
 			return nil, nil, false
 		}
+		if s.av.reason == "" && !c.pinsRead && s.u != c.addressed && c.pinLate(&p, &s, now) {
+			continue // the request references state elsewhere: the plan is made anew
+		}
 		if s.av.reason != "" {
 			c.skip(&c.request, s.u, s.av, true)
 			c.logSkip(s.u, s.av)
@@ -155,7 +178,7 @@ func (c *call) round(ctx context.Context) (*http.Response, error, bool) {
 // plainly otherwise. It reports done with the result when the request is
 // over.
 func (c *call) send(ctx context.Context, p *plan, s *step, now time.Time) (*http.Response, error, bool) {
-	if c.t.hedge != nil && c.body.replayable && !c.once() && len(c.usable()) > 1 {
+	if c.t.hedge != nil && c.body.replayable && !c.once() && c.pin == nil && len(c.usable()) > 1 {
 		return c.sendHedged(ctx, p, s, now)
 	}
 	for retry := false; ; {

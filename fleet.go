@@ -31,6 +31,7 @@ type fleet struct {
 	upstreams   []*upstream
 	maxCooldown time.Duration // RateLimit.MaxCooldown
 	logger      *slog.Logger
+	pins        *pins // where told references go; nil: pinning is off
 
 	s        Shared
 	member   string
@@ -217,6 +218,7 @@ func newFleet(t *Transport, s Shared, every time.Duration) *fleet {
 		upstreams:   t.upstreams,
 		maxCooldown: t.rate.MaxCooldown,
 		logger:      t.logger,
+		pins:        t.pins,
 
 		s:        s,
 		member:   hex.EncodeToString(id[:]),
@@ -358,8 +360,8 @@ func (f *fleet) publish(e SharedEvent) {
 	}
 	e.Member, e.at = f.member, time.Now()
 	q := f.queue
-	if e.Kind == SharedFailure {
-		q = f.failures
+	if e.Kind == SharedFailure || e.Kind == SharedPin {
+		q = f.failures // news of circuits and cooldowns comes first
 	}
 	select {
 	case q <- e:
@@ -534,7 +536,7 @@ func (f *fleet) send(ctx context.Context, e SharedEvent) {
 			return // stale: with others as stale, it would look like a burst
 		}
 		e.At = e.at
-	case SharedOpen, SharedCooling, SharedRate:
+	case SharedOpen, SharedCooling, SharedRate, SharedPin:
 		if e.For -= waited; e.For <= 0 {
 			return // over before it could be told
 		}
@@ -671,6 +673,10 @@ func (f *fleet) apply(e SharedEvent) {
 		if u.fleet.dense(at, e.Member, e.Rate, u.rate(now), u.circuit.Threshold()) && f.ticks.Load() >= 2 && u.circuit.Failing() && u.circuit.Status(now) == circuit.Closed {
 			u.circuit.Trip(now)
 			f.adopted.Inc()
+		}
+	case SharedPin:
+		if p := f.pins; p != nil && e.Member != f.member && e.For > 0 && validRef(e.Ref) {
+			p.learn(e.Ref, u, now, e.For)
 		}
 	case SharedRate:
 		if e.Member != f.member && e.Member != "" && isRate(e.Rate) {

@@ -66,6 +66,8 @@ const (
 	famSharedEvents
 	famSharedApplied
 	famAffinity
+	famPinned
+	famPinsLearned
 	numFamilies
 )
 
@@ -112,6 +114,8 @@ var families = [numFamilies]family{
 	famSharedDropped:    {"failover_shared_dropped_total", "counter", nil, "Events not published because the queue to the shared state was full (Config.Shared)."},
 	famSharedEvents:     {"failover_shared_events_total", "counter", []string{"direction"}, "Events published to the fleet (direction out) and received from it (in) (Config.Shared)."},
 	famSharedApplied:    {"failover_shared_applied_total", "counter", nil, "Events of the fleet that changed this process's state (Config.Shared)."},
+	famPinned:           {"failover_pinned_requests_total", "counter", []string{"result"}, "Requests that referenced state a provider holds (Config.Pinning), by result: sent to the upstream that holds it, or refused there at once (not failed over)."},
+	famPinsLearned:      {"failover_pins_learned_total", "counter", nil, "References to state learned from the answers that created it, here or from the fleet (Config.Pinning)."},
 	famAffinity:         {"failover_affinity_sessions_total", "counter", []string{"result"}, "Requests of a session answered (Config.Affinity), by result: new (the session had no upstream), kept (answered by its upstream) or moved (answered by another, which holds the session from then on)."},
 }
 
@@ -321,6 +325,11 @@ func (t *Transport) initMetrics() {
 	wt := weak.Make(t)
 	t.unrouted = s.GetOrCreateCounter(famUnrouted.series())
 	t.retry.budget.denied = s.GetOrCreateCounter(famRetriesDenied.series())
+	if p := t.pins; p != nil {
+		p.followed = s.GetOrCreateCounter(famPinned.series("sent"))
+		p.refused = s.GetOrCreateCounter(famPinned.series("refused"))
+		p.learnedN = s.GetOrCreateCounter(famPinsLearned.series())
+	}
 	if af := t.affinity; af != nil {
 		af.started = s.GetOrCreateCounter(famAffinity.series("new"))
 		af.kept = s.GetOrCreateCounter(famAffinity.series("kept"))

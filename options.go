@@ -25,6 +25,7 @@ type requestOptions struct {
 	timeout    time.Duration // WithAttemptTimeout, when timeoutSet; 0 for no bound
 	timeoutSet bool
 	session    string // WithSession; "": the Transport's
+	pinned     string // WithPinned; "": none
 }
 
 type optionsKey struct{}

@@ -239,6 +239,11 @@ const (
 func (c *call) plan(p *plan, now time.Time) {
 	p.t, p.model, p.refused = c.t, c.admitting(), c.refused
 	switch {
+	case c.pin != nil:
+		// Where the state it references lives, and nowhere else
+		// (PinConfig). (A slice of the Transport's: a plan points
+		// into no stack.)
+		p.order, p.demote = c.t.upstreams[c.pin.index:c.pin.index+1], true
 	case c.ups != nil || c.t.router == nil:
 		p.order, p.demote = c.usable(), true
 	case len(c.refused) == 0 && c.t.picker != nil:

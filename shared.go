@@ -42,7 +42,8 @@ type Shared interface {
 	// holds. Closed clears the upstream's open state and probe lease and
 	// records, for For, that the fleet closed the circuit; Open clears
 	// that record. Reset does what Closed does and clears the cooldown
-	// too. Failure is told, not stored; Rate is stored, not told.
+	// too. Failure and Pin are told, not stored; Rate is stored, not
+	// told.
 	Publish(ctx context.Context, e SharedEvent) error
 
 	// Load returns what the store holds for the named upstreams: an
@@ -90,10 +91,15 @@ const (
 	// (Rate), good for For. It is stored, not told: Load returns one per
 	// member, so that each member knows the fleet's rate.
 	SharedRate
+	// SharedPin: state a request may reference (Ref, such as a
+	// response's ID) lives at the upstream, for For ([PinConfig]). It
+	// is told, not stored: a member that joins later learns only what
+	// is told from then on.
+	SharedPin
 )
 
 // String returns the kind's name: "open", "closed", "cooling", "failure",
-// "reset" or "rate".
+// "reset", "rate" or "pin".
 func (k SharedKind) String() string {
 	switch k {
 	case SharedOpen:
@@ -108,6 +114,8 @@ func (k SharedKind) String() string {
 		return "reset"
 	case SharedRate:
 		return "rate"
+	case SharedPin:
+		return "pin"
 	}
 	return "unknown"
 }
@@ -122,6 +130,7 @@ type SharedEvent struct {
 	Rate     float64        // Failure, Rate: the member's recent requests per second to the upstream
 	At       time.Time      // Failure: when it happened, by its member's clock
 	Member   string         // the member that published it
+	Ref      string         // Pin: the reference to the state
 
 	at time.Time // when it happened, for At and For
 }

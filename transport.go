@@ -263,6 +263,12 @@ type Config struct {
 	// balances between upstreams (see [AffinityConfig]). On by default.
 	Affinity AffinityConfig
 
+	// Pinning sends a request that references state a provider holds
+	// (a previous response, a conversation, a file, a cached content)
+	// only to the upstream that holds it, and fails it at once when that
+	// upstream cannot take it (see [PinConfig]). On by default.
+	Pinning PinConfig
+
 	// LastResort sets what a request does when every circuit refuses it:
 	// by default it goes past the circuit of the upstream most likely to
 	// answer (see [LastResortConfig]).
@@ -467,6 +473,7 @@ type Transport struct {
 	problems     *problems // misconfigurations (misconfig.go)
 
 	affinity *affinity // nil: no affinity (affinity.go)
+	pins     *pins     // nil: no pinning (pin.go)
 }
 
 // New returns a Transport for cfg, or an error naming the field of cfg that
@@ -502,6 +509,9 @@ func New(cfg Config) (*Transport, error) {
 		return nil, err
 	}
 	if err := cfg.Affinity.validate(); err != nil {
+		return nil, err
+	}
+	if err := cfg.Pinning.validate(); err != nil {
 		return nil, err
 	}
 	if g := cfg.StreamGuard; g != nil {
@@ -565,6 +575,7 @@ func New(cfg Config) (*Transport, error) {
 		usage:          newUsageConfig(cfg),
 		sdkRetries:     cfg.SDKRetries,
 		affinity:       newAffinity(cfg),
+		pins:           newPins(cfg.Pinning),
 	}
 	t.lastResortCfg.MaxInFlight = cmp.Or(t.lastResortCfg.MaxInFlight, defaultLastResortInFlight)
 	if t.waitMin > t.waitMax {
@@ -688,6 +699,9 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	resp, err := c.run()
 	if resp != nil {
 		c.affined(resp, c.answer.u)
+		c.pinned(resp, c.answer.u)
+	} else if c.pin != nil {
+		c.pinned(nil, nil)
 	}
 	c.ended(resp, err)
 	notes := c.notes(resp)

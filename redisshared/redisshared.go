@@ -175,12 +175,13 @@ type message struct {
 	Rate     float64 `json:"rps,omitempty"`
 	AtMicros int64   `json:"at,omitempty"` // unix microseconds
 	Member   string  `json:"m"`
+	Ref      string  `json:"ref,omitempty"` // Pin: the reference to the state
 }
 
 var kinds = map[string]failover.SharedKind{}
 
 func init() {
-	for _, k := range []failover.SharedKind{failover.SharedOpen, failover.SharedClosed, failover.SharedCooling, failover.SharedFailure, failover.SharedReset, failover.SharedRate} {
+	for _, k := range []failover.SharedKind{failover.SharedOpen, failover.SharedClosed, failover.SharedCooling, failover.SharedFailure, failover.SharedReset, failover.SharedRate, failover.SharedPin} {
 		kinds[k.String()] = k
 	}
 }
@@ -193,7 +194,7 @@ func (s *Store) Publish(ctx context.Context, e failover.SharedEvent) error {
 	// Past maxFor, every reader takes a duration for corrupt: a longer
 	// one is shared for maxFor, not dropped.
 	millis := min(e.For.Milliseconds(), maxFor.Milliseconds())
-	msg, err := json.Marshal(message{Upstream: e.Upstream, Kind: e.Kind.String(), Millis: millis, Reason: string(e.Reason), Rate: e.Rate, AtMicros: micros(e.At), Member: e.Member})
+	msg, err := json.Marshal(message{Upstream: e.Upstream, Kind: e.Kind.String(), Millis: millis, Reason: string(e.Reason), Rate: e.Rate, AtMicros: micros(e.At), Member: e.Member, Ref: e.Ref})
 	if err != nil {
 		return err
 	}
@@ -384,7 +385,7 @@ func (s *Store) decode(payload string) (failover.SharedEvent, bool) {
 	if m.AtMicros > 0 {
 		at = time.UnixMicro(m.AtMicros)
 	}
-	return failover.SharedEvent{Upstream: m.Upstream, Kind: k, For: d, Reason: reason(m.Reason), Rate: m.Rate, At: at, Member: m.Member}, true
+	return failover.SharedEvent{Upstream: m.Upstream, Kind: k, For: d, Reason: reason(m.Reason), Rate: m.Rate, At: at, Member: m.Member, Ref: m.Ref}, true
 }
 
 // micros is t in unix microseconds, 0 for the zero time.
