@@ -324,7 +324,14 @@ func (a *attempt) send(r *request) {
 			panic(v)
 		}
 	}()
-	resp, err := a.roundTrip(r)
+	var resp *http.Response
+	var err error
+	if a.u.cfg.Authorizer != nil {
+		err = r.authorize(a) // (authorize.go)
+	}
+	if err == nil {
+		resp, err = a.roundTrip(r)
+	}
 	a.resp = resp
 	if a.hedged != nil && resp != nil {
 		// Its headers came: the upstream is not silent, and a stream
@@ -452,7 +459,7 @@ func (r *request) showRequest(resp *http.Response, a *attempt) {
 		return
 	}
 	if u == r.addressed {
-		if len(u.header) > 0 || resp.Request == nil {
+		if len(u.header) > 0 || u.cfg.Authorizer != nil || resp.Request == nil {
 			resp.Request = r.req
 		}
 		return
@@ -477,6 +484,13 @@ func (a *attempt) judge(r *request, resp *http.Response, err error, lost bool) (
 			return Failed, errHedgeLost
 		}
 		return Canceled, err
+	case unauthorized(err):
+		// Its Authorizer failed: nothing was sent, and nobody is to
+		// blame (authorize.go).
+		if canceled(r.req) {
+			return Canceled, err
+		}
+		return Unservable, err
 	case err != nil && a.body != nil && a.body.faulted(err):
 		// The caller's body failed to read, or disagrees with its
 		// ContentLength: no upstream is to blame.

@@ -42,6 +42,12 @@ var (
 	// so there a 401 or 403 is AuthFailed as from any upstream.
 	ErrNoCredentials = errors.New("failover: no credentials for this upstream")
 
+	// ErrAuthorize means an upstream's [Authorizer] failed (returned an
+	// error, or panicked), so nothing was sent there: the request went
+	// on to the next upstream, blaming none. The error wraps the
+	// Authorizer's too.
+	ErrAuthorize = errors.New("failover: Authorizer failed")
+
 	// ErrBaseGoexit means that [Config.Base] called runtime.Goexit (as a
 	// t.Fatal in a test's Base does) on a hedge's goroutine (see
 	// [HedgeConfig]): the request ends, blaming no upstream.

@@ -19,7 +19,8 @@ import (
 // request, named in the Error or the answer's Served.Problems.
 //
 // An upstream has no credentials of its own when its Upstream.Header
-// sets none and the Transport knows what Base adds: Base is nil (the
+// sets none, it has no Upstream.Authorizer, and the Transport knows what
+// Base adds: Base is nil (the
 // Transport's own) or a plain *http.Transport. Any other Base may sign
 // or authenticate (oauth2, SigV4), so under it no upstream is said to
 // lack credentials, and its 401 or 403 counts as any upstream's. A
@@ -35,7 +36,7 @@ const (
 
 // problems is a Transport's record of misconfigurations.
 type problems struct {
-	noCreds []bool   // by upstream index: its Upstream.Header sets no credential, under a known Base
+	noCreds []bool   // by upstream index: neither its Header nor an Authorizer sets a credential, under a known Base
 	extra   []string // Config.CredentialHeaders
 
 	// mu guards the fields below.
@@ -77,9 +78,9 @@ func newProblems(cfg Config, ups []*upstream) (*problems, []string) {
 	// authenticate (oauth2, SigV4).
 	_, plain := cfg.Base.(*http.Transport)
 	knownBase := cfg.Base == nil || plain
-	headerless := make([]bool, len(ups)) // its Upstream.Header sets no credential
+	headerless := make([]bool, len(ups)) // neither its Header nor an Authorizer sets a credential
 	for i, u := range ups {
-		own := false
+		own := u.cfg.Authorizer != nil // it sets credentials of its own
 		for k := range u.header {
 			own = own || p.credential(k)
 		}

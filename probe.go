@@ -77,6 +77,7 @@ type prober struct {
 	classify Classifier
 	logger   *slog.Logger
 	secrets  []string        // the upstreams' own, scrubbed from what is logged
+	creds    *credentials    // the credential rule, for what an Authorizer set
 	ctx      context.Context // canceled by Close
 	cancel   context.CancelFunc
 	wg       sync.WaitGroup
@@ -136,7 +137,7 @@ func (t *Transport) startProbes(cfg ProbeConfig) *prober {
 		cfg.Timeout = min(cfg.Interval, 10*time.Second)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	p := &prober{cfg: cfg, base: t.base, classify: t.classify, logger: t.logger, secrets: t.creds.upstreamSecrets,
+	p := &prober{cfg: cfg, base: t.base, classify: t.classify, logger: t.logger, secrets: t.creds.upstreamSecrets, creds: t.creds,
 		ctx: ctx, cancel: cancel, stages: make([]atomic.Int32, len(t.upstreams))}
 	for _, u := range t.upstreams {
 		p.wg.Add(1)
@@ -233,6 +234,9 @@ func (p *prober) probe(u *upstream) {
 		q := *req.URL // the URL may be shared with what built it
 		q.RawQuery = u.withQuery(q.RawQuery)
 		req.URL = &q
+	}
+	if !p.authorizeProbe(u, req) {
+		return
 	}
 	stage.Store(probeSending)
 	resp, err := p.base.RoundTrip(req)

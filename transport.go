@@ -112,6 +112,14 @@ type Upstream struct {
 	// appear in logs, errors, Health or metrics.
 	Query url.Values
 
+	// Authorizer, when set, sets the credentials of each request sent to
+	// this upstream, after Header, Query and Models: a token that rotates
+	// (package failover/oauth2), a signature over the final body
+	// (failover/sigv4). They go to this upstream only. When it fails,
+	// nothing is sent here and the request goes on to the next upstream,
+	// blaming none ([ErrAuthorize]). Nil means none.
+	Authorizer Authorizer
+
 	// Weight is the upstream's share of traffic under the Weighted
 	// router. Zero means 1.
 	Weight float64

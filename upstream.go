@@ -105,6 +105,9 @@ func newUpstream(i int, uc Upstream) (*upstream, error) {
 	if err := uc.validatePolicy(i); err != nil {
 		return nil, err
 	}
+	if err := checkAuthorizer(field("Authorizer"), uc.Authorizer); err != nil {
+		return nil, err
+	}
 	for k, vs := range uc.Header {
 		if !validHeaderName(k) {
 			return nil, configError(field("Header"), fmt.Sprintf("has an invalid header name %q", k))
