@@ -402,3 +402,40 @@ func TestNewRefusesNilAuthorizer(t *testing.T) {
 		t.Fatalf("New: %v, want a *ConfigError for Upstreams[1].Authorizer", err)
 	}
 }
+
+// A hedge is an attempt like any other: its upstream's Authorizer signs
+// it, on the hedge's goroutine, and the first attempt's token stays with
+// the first upstream.
+func TestAuthorizerHedged(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := newFakeNet()
+		n.handle("a.test", func(r *http.Request) (*http.Response, error) {
+			<-r.Context().Done() // silent until the hedge wins
+			return nil, r.Context().Err()
+		})
+		n.status("b.test", 200, "b")
+		cfg := twoUpstreams(n, Config{Hedge: &HedgeConfig{Delay: 100 * time.Millisecond, Percent: 100}})
+		for i, name := range []string{"a", "b"} {
+			cfg.Upstreams[i].Authorizer = AuthorizerFunc(func(req *http.Request) error {
+				req.Header.Set("Authorization", "Bearer tok-"+name+"-0123456789")
+				return nil
+			})
+		}
+		tr := newTestTransport(t, cfg)
+		defer tr.Close()
+		resp, err := tr.RoundTrip(httptestRequest("POST", "http://a.test/chat/completions", chatBody))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := readBody(t, resp); got != "b" {
+			t.Fatalf("answer %q, want the hedge's", got)
+		}
+		a, b := n.requests("a.test"), n.requests("b.test")
+		if len(a) != 1 || a[0].Header.Get("Authorization") != "Bearer tok-a-0123456789" {
+			t.Errorf("a got %+v", a)
+		}
+		if len(b) != 1 || b[0].Header.Get("Authorization") != "Bearer tok-b-0123456789" {
+			t.Errorf("b got %+v, want the hedge with b's token only", b)
+		}
+	})
+}
