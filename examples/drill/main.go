@@ -9,6 +9,7 @@
 //	go run ./examples/drill -hedge 700ms
 //	go run ./examples/drill -fleet 10
 //	go run ./examples/drill -plot drill.svg
+//	go run ./examples/drill -only affinity
 //
 // The upstreams are local OpenAI-compatible servers (POST
 // /v1/chat/completions, streamed when the body says "stream": true) with the
@@ -107,6 +108,10 @@
 //	                  takes many: on a 2-CPU machine (Linux 6.18), 2 to 16
 //	                  hogs left the drill's worst wake-up under 50 ms, while
 //	                  20 to 24 starved it as issue 12's other jobs did
+//	-only part        run only this part: drill (the outage drill) or
+//	                  affinity (the prompt-cache affinity part; about 2 s).
+//	                  By default both run, affinity after the drill's
+//	                  table; -json, -faults and -upstream run the drill only
 //	-quiet            no live status on stderr
 //	-faults           instead of the drill, play a catalogue of provider
 //	                  faults at once, each against servers of its own: a
@@ -129,6 +134,14 @@
 // -hedge at 200 req/s took a fifth of one CPU in all, and the priority
 // column's figures were the same, within the noise from one drill to the
 // next, alone and beside the other policies.
+//
+// After the outage drill, a second part measures prompt-cache affinity:
+// agent loops, each turn sending the whole history, through
+// failover.Weighted over two equal local upstreams that keep a prompt
+// cache each, once with the Transport's affinity (its default) and once
+// with Config.Affinity.Off; it prints the share of input tokens read from
+// the cache, requests per upstream and latency of each (see affinity.go).
+// -only picks one part.
 //
 // While it runs, stderr shows each upstream's state, success rate and p99,
 // redrawn in place on a terminal and as lines each second otherwise.
@@ -188,6 +201,7 @@ func main() {
 		ups    upstreamFlags
 		quiet  bool
 		faults bool
+		only   string
 	)
 	flag.DurationVar(&o.Duration, "duration", 30*time.Second, "length of the drill; all runs play at once")
 	flag.Float64Var(&o.RPS, "rps", 200, "requests per second of each run")
@@ -203,11 +217,16 @@ func main() {
 	flag.StringVar(&o.Redis, "redis", "", "Redis of -fleet, host:port or redis:// URL (default: start redis-server from PATH)")
 	flag.IntVar(&o.Hogs, "hogs", 0, "run this many CPU hogs (child processes spinning) beside the drill, started and ended by it")
 	flag.BoolVar(&o.NoLastResort, "no-last-resort", false, "turn the Transport's last resort off (Config.LastResort.Off): a request every circuit refuses fails at once")
+	flag.StringVar(&only, "only", "", "run only this part: drill or affinity (default: both, affinity after the drill)")
 	flag.BoolVar(&quiet, "quiet", false, "no live status on stderr")
 	flag.BoolVar(&faults, "faults", false, "instead of the drill, play the catalogue of provider faults, one request each, default Config, under openai-go (takes 80s)")
 	flag.Parse()
 	if flag.NArg() > 0 {
 		fmt.Fprintf(os.Stderr, "drill: unexpected arguments %q\n", flag.Args())
+		os.Exit(2)
+	}
+	if only != "" && only != "drill" && only != "affinity" {
+		fmt.Fprintf(os.Stderr, "drill: -only %q: want drill or affinity\n", only)
 		os.Exit(2)
 	}
 	o.Upstreams = ups
@@ -246,10 +265,17 @@ func main() {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	var err error
-	if faults {
+	switch {
+	case faults:
 		err = faultDrill(ctx, o.Hogs, os.Stdout)
-	} else {
+	case only == "affinity":
+		err = affinityDrill(ctx, defaultAffinity(o), os.Stdout)
+	default:
 		err = drill(ctx, o, os.Stdout)
+		if err == nil && only == "" && !o.JSON && len(ups) == 0 {
+			fmt.Println()
+			err = affinityDrill(ctx, defaultAffinity(o), os.Stdout)
+		}
 	}
 	stop()
 	switch {
