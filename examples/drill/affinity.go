@@ -12,10 +12,13 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/VictoriaMetrics/metrics"
 
 	"github.com/failover-go/failover"
 )
@@ -221,6 +224,11 @@ type affinityRun struct {
 	Failed      int           // of them not answered with a 200
 	P50, P99    time.Duration // the caller's latency, end to end
 
+	// Kept and Moved count the turns answered by the upstream of the
+	// conversation's turn before, and by the other, as the Transport's
+	// metrics say (failover_affinity_sessions_total); 0 without affinity.
+	Kept, Moved int64
+
 	// Prefill50 and Prefill99 are the percentiles of the time the
 	// answers took to read their uncached tokens, at provider scale:
 	// the latency that the cache saves, free of the machine's load.
@@ -288,10 +296,18 @@ func playAffinity(ctx context.Context, o affinityOptions, off bool) (affinityRun
 	)
 	base := newBase()
 	defer base.CloseIdleConnections()
+	set := metrics.NewSet()
 	cfg := failover.Config{
 		Upstreams: []failover.Upstream{{Name: "a", BaseURL: ups[0].baseURL()}, {Name: "b", BaseURL: ups[1].baseURL()}},
 		Base:      base,
 		Router:    &failover.Weighted{},
+		Affinity:  failover.AffinityConfig{Off: off},
+		Metrics:   set,
+		// The part plays time 20 times faster than providers do, so a
+		// stall of a loaded machine looks like seconds of silence from
+		// both upstreams, and hang detection would move conversations
+		// for it. Its upstreams never hang.
+		Hang: failover.HangConfig{Off: true},
 		OnUsage: func(u failover.Usage) {
 			mu.Lock()
 			input, cached = input+u.Input, cached+u.Cached
@@ -299,7 +315,6 @@ func playAffinity(ctx context.Context, o affinityOptions, off bool) (affinityRun
 			mu.Unlock()
 		},
 	}
-	setAffinity(&cfg, off)
 	ft, err := failover.New(cfg)
 	if err != nil {
 		return run, err
@@ -339,8 +354,25 @@ func playAffinity(ctx context.Context, o affinityOptions, off bool) (affinityRun
 		run.PerUpstream = append(run.PerUpstream, u.requests.Load())
 	}
 	run.Requests, run.Failed = len(latencies), failed
+	if !off {
+		run.Kept, run.Moved = counterValue(set, `failover_affinity_sessions_total{result="kept"}`), counterValue(set, `failover_affinity_sessions_total{result="moved"}`)
+	}
 	run.P50, run.P99 = percentile(latencies, 0.5), percentile(latencies, 0.99)
 	return run, nil
+}
+
+// counterValue returns the value of the series name in set, 0 when set
+// has none.
+func counterValue(set *metrics.Set, name string) int64 {
+	var b strings.Builder
+	set.WritePrometheus(&b)
+	for line := range strings.Lines(b.String()) {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), name+" "); ok {
+			n, _ := strconv.ParseInt(v, 10, 64)
+			return n
+		}
+	}
+	return 0
 }
 
 // converse plays conversation c: each turn sends the whole history and
@@ -415,7 +447,9 @@ func writeAffinity(out io.Writer, o affinityOptions, runs []affinityRun) error {
 		"a and b, with the Transport's affinity (its default) and without, %d loops at once in each run, both runs at once. "+
 		"Each turn sends the whole history: a system prompt of the loop's own (%d tokens), then %d tokens per user message and %d per answer. "+
 		"Each upstream caches the prefixes of what it answered, its answers included, for %g min; "+
-		"an answer takes %s plus %s per uncached prompt token (its prefill), at provider scale.",
+		"an answer takes %s plus %s per uncached prompt token (its prefill), at provider scale. "+
+		"The Transports have the default Config but for the Router and hang detection, off: time runs faster here, "+
+		"and a stall of the machine would pass for a hang and move conversations.",
 		o.Conversations, o.Turns, o.Parallel, systemTokens, userTokens, answerTokens, cacheTTL.Minutes(), fmtDur(answerBase), fmtDur(prefillPerToken))
 	wrap(&b, head, lineWidth)
 	b.WriteString("\n")
@@ -423,13 +457,17 @@ func writeAffinity(out io.Writer, o affinityOptions, runs []affinityRun) error {
 	for i := range runs[0].PerUpstream {
 		g = append(g, []string{"  " + string(rune('a'+i))})
 	}
-	g = append(g, []string{"failed requests"}, []string{"latency p50 / p99"}, []string{"prefill p50 / p99 (provider scale)"})
+	g = append(g, []string{"turns kept on / moved off their upstream"}, []string{"failed requests"}, []string{"latency p50 / p99"}, []string{"prefill p50 / p99 (provider scale)"})
 	for _, r := range runs {
 		cells := []string{r.Name, fmt.Sprintf("%s (%d of %d)", pct1(r.CachedShare()), r.Cached, r.Input), fmt.Sprint(r.Input - r.Cached), ""}
 		for _, n := range r.PerUpstream {
 			cells = append(cells, fmt.Sprintf("%d (%s)", n, pct1(ratio(int(n), r.Requests))))
 		}
-		cells = append(cells, fmt.Sprint(r.Failed), fmtDur(r.P50)+" / "+fmtDur(r.P99), fmtDur(r.Prefill50)+" / "+fmtDur(r.Prefill99))
+		kept := "-"
+		if r.Kept+r.Moved > 0 {
+			kept = fmt.Sprintf("%d / %d", r.Kept, r.Moved)
+		}
+		cells = append(cells, kept, fmt.Sprint(r.Failed), fmtDur(r.P50)+" / "+fmtDur(r.P99), fmtDur(r.Prefill50)+" / "+fmtDur(r.Prefill99))
 		for i, c := range cells {
 			g[i] = append(g[i], c)
 		}

@@ -32,6 +32,12 @@ func TestAffinityDrill(t *testing.T) {
 			}
 		}
 	}
+	if want := int64(o.Conversations * (o.Turns - 1)); on.Kept != want || on.Moved != 0 {
+		t.Errorf("with affinity, %d turns kept on their upstream and %d moved, want %d and 0", on.Kept, on.Moved, want)
+	}
+	if off.Kept+off.Moved != 0 {
+		t.Errorf("without affinity, %d turns kept and %d moved, want no affinity metrics", off.Kept, off.Moved)
+	}
 	if s := on.CachedShare(); s <= 0.8 {
 		t.Errorf("cached share with affinity %.3f, want above 0.8", s)
 	}
@@ -47,7 +53,6 @@ func TestAffinityDrill(t *testing.T) {
 	if !strings.Contains(strings.Join(strings.Fields(out), " "), affinitySummary(runs)) {
 		t.Errorf("the table does not end with the summary %q:\n%s", affinitySummary(runs), out)
 	}
-	t.Logf("on %.3f off %.3f", on.CachedShare(), off.CachedShare())
 	if testing.Verbose() {
 		t.Logf("\n%s", out)
 	}
