@@ -303,8 +303,8 @@ func playAffinity(ctx context.Context, o affinityOptions, off bool) (affinityRun
 		Router:    &failover.Weighted{},
 		Affinity:  failover.AffinityConfig{Off: off},
 		Metrics:   set,
-		// The part plays time 20 times faster than providers do, so a
-		// stall of a loaded machine looks like seconds of silence from
+		// The part plays time faster than providers do (-timescale), so
+		// a stall of a loaded machine looks like seconds of silence from
 		// both upstreams, and hang detection would move conversations
 		// for it. Its upstreams never hang.
 		Hang: failover.HangConfig{Off: true},
@@ -443,13 +443,12 @@ func complete(ctx context.Context, client *http.Client, url, model string, msgs 
 // writeAffinity writes the affinity part's table and its summary.
 func writeAffinity(out io.Writer, o affinityOptions, runs []affinityRun) error {
 	var b strings.Builder
-	head := fmt.Sprintf("Prompt-cache affinity: %d agent loops of %d turns through failover.Weighted over two equal upstreams, "+
-		"a and b, with the Transport's affinity (its default) and without, %d loops at once in each run, both runs at once. "+
-		"Each turn sends the whole history: a system prompt of the loop's own (%d tokens), then %d tokens per user message and %d per answer. "+
-		"Each upstream caches the prefixes of what it answered, its answers included, for %g min; "+
-		"an answer takes %s plus %s per uncached prompt token (its prefill), at provider scale. "+
-		"The Transports have the default Config but for the Router and hang detection, off: time runs faster here, "+
-		"and a stall of the machine would pass for a hang and move conversations.",
+	head := fmt.Sprintf("Prompt-cache affinity: %d agent loops of %d turns, %d at once, through failover.Weighted "+
+		"over two equal upstreams a and b; the runs with affinity and without play at once. "+
+		"Each turn sends the whole history: the loop's own system prompt (%d tokens), then %d tokens per user message and %d per answer. "+
+		"Each upstream caches the prefixes of what it answered, answers included, for %g min; "+
+		"an answer takes %s plus %s per uncached prompt token (prefill) at provider scale. "+
+		"Config is the default but for the Router and Hang.Off (time runs faster here: a stall of the machine would pass for a hang).",
 		o.Conversations, o.Turns, o.Parallel, systemTokens, userTokens, answerTokens, cacheTTL.Minutes(), fmtDur(answerBase), fmtDur(prefillPerToken))
 	wrap(&b, head, lineWidth)
 	b.WriteString("\n")

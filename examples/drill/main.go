@@ -109,9 +109,10 @@
 //	                  hogs left the drill's worst wake-up under 50 ms, while
 //	                  20 to 24 starved it as issue 12's other jobs did
 //	-only part        run only this part: drill (the outage drill) or
-//	                  affinity (the prompt-cache affinity part; about 2 s).
-//	                  By default both run, affinity after the drill's
-//	                  table; -json, -faults and -upstream run the drill only
+//	                  affinity (the prompt-cache affinity part, a few
+//	                  seconds, a table only). By default both run, affinity
+//	                  after the drill's table; with -json or -upstream the
+//	                  drill only
 //	-quiet            no live status on stderr
 //	-faults           instead of the drill, play a catalogue of provider
 //	                  faults at once, each against servers of its own: a
@@ -138,10 +139,10 @@
 // After the outage drill, a second part measures prompt-cache affinity:
 // agent loops, each turn sending the whole history, through
 // failover.Weighted over two equal local upstreams that keep a prompt
-// cache each, once with the Transport's affinity (its default) and once
-// with Config.Affinity.Off; it prints the share of input tokens read from
-// the cache, requests per upstream and latency of each (see affinity.go).
-// -only picks one part.
+// cache each, with the Transport's affinity (its default) and with
+// Config.Affinity.Off, both at once; it prints the share of input tokens
+// read from the cache, requests per upstream and latency of each (see
+// affinity.go). -only picks one part.
 //
 // While it runs, stderr shows each upstream's state, success rate and p99,
 // redrawn in place on a terminal and as lines each second otherwise.
@@ -225,8 +226,12 @@ func main() {
 		fmt.Fprintf(os.Stderr, "drill: unexpected arguments %q\n", flag.Args())
 		os.Exit(2)
 	}
-	if only != "" && only != "drill" && only != "affinity" {
+	switch {
+	case only != "" && only != "drill" && only != "affinity":
 		fmt.Fprintf(os.Stderr, "drill: -only %q: want drill or affinity\n", only)
+		os.Exit(2)
+	case only == "affinity" && (faults || o.JSON || len(ups) > 0):
+		fmt.Fprintln(os.Stderr, "drill: -only affinity takes none of -faults, -json and -upstream")
 		os.Exit(2)
 	}
 	o.Upstreams = ups
