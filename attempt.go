@@ -23,7 +23,8 @@ import (
 // attempt and the request, which nothing writes.
 type attempt struct {
 	u          *upstream
-	n          int // its number in the request, from 1
+	k          *key // the key of u it is sent with (step.k); nil when u has no Keys
+	n          int  // its number in the request, from 1
 	p          circuit.Permit
 	start      time.Time
 	hedge      bool   // sent as a hedge, beside an attempt still in flight
@@ -236,7 +237,7 @@ func (r *request) prepare(ctx context.Context, a *attempt, b *replay, cancelable
 		}
 	}
 	out := r.clone(actx, u, shareURL, a.own)
-	r.rewrite(out, u)
+	r.rewrite(out, u, a.k)
 	body, err := b.next()
 	if err != nil {
 		a.stop(nil)
@@ -459,7 +460,7 @@ func (r *request) showRequest(resp *http.Response, a *attempt) {
 		return
 	}
 	if u == r.addressed {
-		if len(u.header) > 0 || u.cfg.Authorizer != nil || resp.Request == nil {
+		if len(u.header) > 0 || len(u.keys) > 0 || u.cfg.Authorizer != nil || resp.Request == nil {
 			resp.Request = r.req
 		}
 		return
@@ -565,7 +566,10 @@ func (t *Transport) account(a *attempt, lost bool) {
 			t.fleet.failure(u, now)
 		}
 	}
-	t.noteAuth(u, a.o, a.resp != nil && !lost, a.endM)
+	t.noteAuth(a.authOf(), a.o, a.resp != nil && !lost, a.endM)
+	if a.k != nil {
+		a.k.attempts.Inc()
+	}
 	u.observe(a.o, figure, elapsed, a.endM)
 }
 

@@ -62,28 +62,45 @@ type authState struct {
 }
 
 // authFailing reports whether u's key looks revoked at now (see
-// [AuthConfig]): demotion asks it.
+// [AuthConfig]), or with Upstream.Keys, every one of its keys: demotion
+// asks it.
 func (t *Transport) authFailing(u *upstream, now time.Time) bool {
-	c := t.auth
-	return !c.Off && int(u.auth.fails.Load()) >= c.Threshold && mono.Of(now) < mono.Time(u.auth.until.Load())
+	if len(u.keys) == 0 {
+		return t.revoked(&u.auth, now)
+	}
+	for _, k := range u.keys {
+		if !t.revoked(&k.auth, now) {
+			return false
+		}
+	}
+	return true
 }
 
-// noteAuth records what an attempt at u ended with at now: an answer o
-// (answered: a response came) counts a 401 or 403 in a row, or ends the
-// row. An attempt without an answer says nothing of the key.
-func (t *Transport) noteAuth(u *upstream, o Outcome, answered bool, now mono.Time) {
+// revoked reports whether the key whose answers s counts looks revoked at
+// now.
+func (t *Transport) revoked(s *authState, now time.Time) bool {
+	c := t.auth
+	return !c.Off && int(s.fails.Load()) >= c.Threshold && mono.Of(now) < mono.Time(s.until.Load())
+}
+
+// noteAuth records in s, the state of the key an attempt was sent with
+// (its upstream's or one of its Keys), what the attempt ended with at
+// now: an answer o (answered: a response came) counts a 401 or 403 in a
+// row, or ends the row. An attempt without an answer says nothing of the
+// key.
+func (t *Transport) noteAuth(s *authState, o Outcome, answered bool, now mono.Time) {
 	switch {
 	case t.auth.Off || !answered || o == Canceled:
 	case o == AuthFailed:
-		n := u.auth.fails.Add(1)
+		n := s.fails.Add(1)
 		if n > 1<<30 {
-			u.auth.fails.Store(1 << 30)
+			s.fails.Store(1 << 30)
 		}
 		if int(n) >= t.auth.Threshold {
-			u.auth.until.Store(int64(now.Add(t.auth.For)))
+			s.until.Store(int64(now.Add(t.auth.For)))
 		}
-	case u.auth.fails.Load() != 0:
-		u.auth.fails.Store(0)
-		u.auth.until.Store(0)
+	case s.fails.Load() != 0:
+		s.fails.Store(0)
+		s.until.Store(0)
 	}
 }

@@ -245,7 +245,7 @@ func (r *request) launch(ctx context.Context, l *tally, b *replay, a *attempt, s
 		l.addErr(r, u, ErrBodyNotReplayable)
 		return over
 	}
-	a.u, a.p, a.start, a.hedge, a.lastResort, a.demoted = u, p, now, mode == hedge, mode == lastResort, s.demoted
+	a.u, a.k, a.p, a.start, a.hedge, a.lastResort, a.demoted = u, s.k, p, now, mode == hedge, mode == lastResort, s.demoted
 	a.timeout, a.answer = r.attemptTimeouts(u)
 	a.callerBound = r.opts != nil && r.opts.timeoutSet
 	if dl, ok := ctx.Deadline(); ok && !a.callerBound {
@@ -312,7 +312,7 @@ func (l *tally) skip(r *request, u *upstream, av availability, passedOver bool) 
 func (r *request) heard(l *tally, a *attempt) {
 	a.heard = true
 	if a.o == Success && a.err == nil && r.trace == nil {
-		a.u.noteHeadroom(a.resp.Header, a.end, a.endM, r.t.rate) // most answers
+		a.headroomOf().note(a.resp.Header, a.end, a.endM, r.t.rate) // most answers
 		return
 	}
 	r.heardAll(l, a)
@@ -331,19 +331,19 @@ func (r *request) heardAll(l *tally, a *attempt) {
 	switch a.o {
 	case Success:
 		if a.err == nil {
-			u.noteHeadroom(resp.Header, now, a.endM, r.t.rate)
+			a.headroomOf().note(resp.Header, now, a.endM, r.t.rate)
 		}
 		return
 	case Rejected, Canceled, Unservable:
 		return
 	case RateLimited:
-		r.t.coolDown(u, resp, now)
+		r.t.coolDown(u, a.k, resp, now)
 	case AuthFailed:
 		status := 0
 		if resp != nil {
 			status = resp.StatusCode
 		}
-		r.t.log(slog.LevelError, "upstream rejected its credentials", u, slog.Int("status", status))
+		r.t.log(slog.LevelError, "upstream rejected its credentials", u, append(keyAttr(a.k), slog.Int("status", status))...)
 	}
 	if resp != nil {
 		u.setLastError(statusText(resp.StatusCode), now)

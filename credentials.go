@@ -89,8 +89,8 @@ type credentials struct {
 	params  map[string]bool // lower case: credentialParams, Config.CredentialParams
 	forward map[string]bool // lower case: forwardParams and Config.ForwardParams, less params and Upstream.Query names
 
-	// upstreamSecrets are every form of every Upstream.Header and
-	// Upstream.Query value, scrubbed from every error message.
+	// upstreamSecrets are every form of every Upstream.Header, Key.Header
+	// and Upstream.Query value, scrubbed from every error message.
 	upstreamSecrets []string
 
 	// seen holds the verdicts on the header names met so far, as
@@ -208,6 +208,14 @@ func newCredentials(cfg Config, ups []*upstream) (*credentials, error) {
 			c.headers[strings.ToLower(k)] = true
 			for _, v := range vs {
 				c.upstreamSecrets = redact.AppendForms(c.upstreamSecrets, v)
+			}
+		}
+		for _, k := range u.keys {
+			for _, f := range k.headers {
+				c.headers[strings.ToLower(f.key)] = true
+				for _, v := range f.values {
+					c.upstreamSecrets = redact.AppendForms(c.upstreamSecrets, v)
+				}
 			}
 		}
 		// A Query value is no credential (New refuses those names),

@@ -181,6 +181,7 @@ func (c *call) send(ctx context.Context, p *plan, s *step, now time.Time) (*http
 	if c.t.hedge != nil && c.body.replayable && !c.once() && c.pin == nil && len(c.usable()) > 1 {
 		return c.sendHedged(ctx, p, s, now)
 	}
+	var tried uint64 // the keys of s.u sent to (Upstream.Keys)
 	for retry := false; ; {
 		var plainAttempt attempt
 		a := &plainAttempt
@@ -202,10 +203,35 @@ func (c *call) send(ctx context.Context, p *plan, s *step, now time.Time) (*http
 		if done {
 			return resp, err, true
 		}
+		if a.k != nil {
+			tried |= a.k.bit
+			if now, retry = c.rekey(p, s, a, tried); retry {
+				retry = false // another key: no retry
+				continue
+			}
+		}
 		if retry, now, err = c.again(ctx, p, s, a); !retry {
 			return nil, err, err != nil
 		}
 	}
+}
+
+// rekey decides whether the request goes at once to another key of the
+// upstream whose key a's answer refused (a 429, an exhausted quota, a 401
+// or a 403), tried being the keys it went to (see plan.nextKey), as it
+// would to another upstream: no wait, no retry. When it does, it admits
+// the upstream anew into s, with that key, at the time it returns.
+func (c *call) rekey(p *plan, s *step, a *attempt, tried uint64) (time.Time, bool) {
+	if a.o != RateLimited && a.o != AuthFailed || !c.body.canSend() {
+		return time.Time{}, false
+	}
+	now := time.Now()
+	k := p.nextKey(a.u, tried, now)
+	if k == nil {
+		return now, false
+	}
+	c.t.admittedKey(a.u, c.model, k.name, true, now, s)
+	return now, s.av.reason == ""
 }
 
 // again decides whether the request goes once more to the upstream whose
@@ -240,7 +266,11 @@ func (c *call) again(ctx context.Context, p *plan, s *step, a *attempt) (bool, t
 		return false, time.Time{}, err
 	}
 	now = time.Now()
-	t.admitted(u, c.model, now, s)
+	want, strict := p.wantKey, p.strictKey
+	if !strict && a.k != nil {
+		want = a.k.name // kept, unless it cools down now or looks revoked
+	}
+	t.admittedKey(u, c.model, want, strict, now, s)
 	if s.av.reason != "" {
 		c.retried(true) // taken meanwhile (a circuit opened, a cooldown grew): on to the next
 		return false, time.Time{}, nil
@@ -302,7 +332,13 @@ func (c *call) failedOver(u *upstream) {
 // Transport.lastResort), and ends the request with what comes back.
 func (c *call) lastResort(ctx context.Context, u *upstream, now time.Time) (*http.Response, error) {
 	var a attempt
-	if c.request.launch(ctx, &c.tally, &c.body, &a, &step{u: u}, lastResort, false, now) != ready {
+	s := step{u: u}
+	if len(u.keys) > 0 {
+		if s.k = c.t.pickKey(u, "", false, now); s.k == nil {
+			return c.finish() // every key cools down
+		}
+	}
+	if c.request.launch(ctx, &c.tally, &c.body, &a, &s, lastResort, false, now) != ready {
 		return c.finish()
 	}
 	c.failedOver(u)

@@ -90,15 +90,14 @@ type headroomState struct {
 // only for a remaining count of 0 (see ratelimit.ZeroRemaining).
 const headroomEvery = 100 * time.Millisecond
 
-// noteHeadroom reads what a success at now says of u's headroom. A window
-// that reports 0 remaining demotes u until it resets (for at most
-// rate.MaxCooldown, rate.DefaultCooldown when the provider does not say
-// when), and a later report of the same window above 0 lifts it. Headers
-// are read in full at most every headroomEvery while u is not demoted;
-// between readings only a remaining count of 0 is looked for. m is now on
-// the monotonic clock.
-func (u *upstream) noteHeadroom(h http.Header, now time.Time, m mono.Time, rate RateLimitConfig) {
-	s := &u.headroom
+// note reads what a success at now says of the headroom of an upstream,
+// or of one of its Keys. A window that reports 0 remaining demotes it
+// until it resets (for at most rate.MaxCooldown, rate.DefaultCooldown
+// when the provider does not say when), and a later report of the same
+// window above 0 lifts it. Headers are read in full at most every
+// headroomEvery while it is not demoted; between readings only a
+// remaining count of 0 is looked for. m is now on the monotonic clock.
+func (s *headroomState) note(h http.Header, now time.Time, m mono.Time, rate RateLimitConfig) {
 	at := s.at.Load()
 	if mono.Time(s.until.Load()) <= m && !ratelimit.ZeroRemaining(h, s.sent.Load()) &&
 		((at != 0 && m.Sub(mono.Time(at)) < headroomEvery) || !s.at.CompareAndSwap(at, int64(m))) {
@@ -141,8 +140,22 @@ func (u *upstream) noteHeadroom(h http.Header, now time.Time, m mono.Time, rate 
 
 // outOfHeadroom reports whether a window u reported at 0 at a success still
 // demotes u: it has not reset, no later success reported it above 0, and
-// MaxCooldown has not passed.
+// MaxCooldown has not passed. With Upstream.Keys, it reports whether every
+// key is out of headroom.
 func (u *upstream) outOfHeadroom(now time.Time) bool {
-	until := mono.Time(u.headroom.until.Load())
+	if len(u.keys) == 0 {
+		return u.headroom.out(now)
+	}
+	for _, k := range u.keys {
+		if !k.headroom.out(now) {
+			return false
+		}
+	}
+	return true
+}
+
+// out reports whether a window reported at 0 still demotes at now.
+func (s *headroomState) out(now time.Time) bool {
+	until := mono.Time(s.until.Load())
 	return until != 0 && mono.Of(now) < until
 }

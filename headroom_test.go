@@ -545,7 +545,7 @@ func TestRateLimitCooldownFromResetHeaders(t *testing.T) {
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
 
-// noteHeadroomAt is u.noteHeadroom at now, converted as an attempt does.
+// noteHeadroomAt is u.headroom.note at now, converted as an attempt does.
 func noteHeadroomAt(u *upstream, h http.Header, now time.Time, rate RateLimitConfig) {
-	u.noteHeadroom(h, now, mono.Of(now), rate)
+	u.headroom.note(h, now, mono.Of(now), rate)
 }

@@ -70,9 +70,16 @@ type UpstreamHealth struct {
 	OpenTime time.Duration
 
 	// Cooldown is how long the upstream still cools down after a 429,
-	// and CooldownReason why ("rate_limited", "quota_exhausted").
+	// and CooldownReason why ("rate_limited", "quota_exhausted"). With
+	// Upstream.Keys, it cools down while every key does, until the
+	// first stops.
 	Cooldown       time.Duration
 	CooldownReason CooldownReason
+
+	// Keys are the upstream's keys (Upstream.Keys), in the configured
+	// order, each with its own cooldown, revocation and headroom; nil
+	// when it has none.
+	Keys []KeyHealth
 
 	// Trips counts how often the circuit opened from closed.
 	Trips uint64
@@ -158,7 +165,7 @@ func (t *Transport) health(u *upstream, now time.Time) UpstreamHealth {
 		Demoted:         t.demotion(u, now),
 		OpenFor:         cs.OpenFor,
 		OpenTime:        cs.OpenTime,
-		Cooldown:        u.cd.remaining(now),
+		Cooldown:        u.cooling(now),
 		Trips:           cs.Trips,
 		BreakerFailures: cs.Failures,
 		OutOfHeadroom:   u.outOfHeadroom(now),
@@ -174,10 +181,9 @@ func (t *Transport) health(u *upstream, now time.Time) UpstreamHealth {
 		h.Headroom = &c
 	}
 	if h.Cooldown > 0 {
-		if r := u.cd.reason.Load(); r != nil {
-			h.CooldownReason = *r
-		}
+		h.CooldownReason = u.coolingReason(now)
 	}
+	h.Keys = t.keysHealth(u, now)
 	w := &u.window
 	h.Requests = Counts{
 		Success:     w.counts[Success].Load(),
@@ -215,37 +221,38 @@ func (h UpstreamHealth) MarshalJSON() ([]byte, error) {
 		since = &h.StateSince
 	}
 	return json.Marshal(struct {
-		Name            string         `json:"name"`
-		BaseURL         string         `json:"base_url"`
-		State           string         `json:"state"`
-		StateSince      *time.Time     `json:"state_since,omitempty"`
-		Available       bool           `json:"available"`
-		Unavailable     Reason         `json:"unavailable,omitempty"`
-		Demoted         Reason         `json:"demoted,omitempty"`
-		Degraded        bool           `json:"degraded"`
-		Suspect         bool           `json:"suspect"`
-		InFlight        int            `json:"in_flight"`
-		Headroom        *headroomJSON  `json:"headroom,omitempty"`
-		OutOfHeadroom   bool           `json:"out_of_headroom"`
-		OpenFor         float64        `json:"open_for_seconds"`
-		OpenTime        float64        `json:"open_time_seconds"`
-		Cooldown        float64        `json:"cooldown_seconds"`
-		CooldownReason  CooldownReason `json:"cooldown_reason,omitempty"`
-		Trips           uint64         `json:"trips"`
-		BreakerFailures uint           `json:"breaker_failures"`
-		Breaker         breakerJSON    `json:"breaker"`
-		Timeouts        timeoutsJSON   `json:"timeouts"`
-		Requests        Counts         `json:"requests"`
-		Window          int            `json:"window"`
-		SuccessRate     float64        `json:"success_rate"`
-		Latency         latency        `json:"latency_seconds"`
-		LastError       string         `json:"last_error,omitempty"`
-		LastErrorAt     *time.Time     `json:"last_error_at,omitempty"`
-		Usage           usageJSON      `json:"usage"`
-		Problems        []string       `json:"problems,omitempty"`
+		Name            string          `json:"name"`
+		BaseURL         string          `json:"base_url"`
+		State           string          `json:"state"`
+		StateSince      *time.Time      `json:"state_since,omitempty"`
+		Available       bool            `json:"available"`
+		Unavailable     Reason          `json:"unavailable,omitempty"`
+		Demoted         Reason          `json:"demoted,omitempty"`
+		Degraded        bool            `json:"degraded"`
+		Suspect         bool            `json:"suspect"`
+		InFlight        int             `json:"in_flight"`
+		Headroom        *headroomJSON   `json:"headroom,omitempty"`
+		OutOfHeadroom   bool            `json:"out_of_headroom"`
+		OpenFor         float64         `json:"open_for_seconds"`
+		OpenTime        float64         `json:"open_time_seconds"`
+		Cooldown        float64         `json:"cooldown_seconds"`
+		CooldownReason  CooldownReason  `json:"cooldown_reason,omitempty"`
+		Keys            []keyHealthJSON `json:"keys,omitempty"`
+		Trips           uint64          `json:"trips"`
+		BreakerFailures uint            `json:"breaker_failures"`
+		Breaker         breakerJSON     `json:"breaker"`
+		Timeouts        timeoutsJSON    `json:"timeouts"`
+		Requests        Counts          `json:"requests"`
+		Window          int             `json:"window"`
+		SuccessRate     float64         `json:"success_rate"`
+		Latency         latency         `json:"latency_seconds"`
+		LastError       string          `json:"last_error,omitempty"`
+		LastErrorAt     *time.Time      `json:"last_error_at,omitempty"`
+		Usage           usageJSON       `json:"usage"`
+		Problems        []string        `json:"problems,omitempty"`
 	}{
 		h.Name, h.BaseURL, h.State, since, h.Available, h.Unavailable, h.Demoted, h.Degraded, h.Suspect, h.InFlight, h.Headroom.json(), h.OutOfHeadroom, h.OpenFor.Seconds(), h.OpenTime.Seconds(), h.Cooldown.Seconds(), h.CooldownReason,
-		h.Trips, h.BreakerFailures, h.Breaker.json(), h.Timeouts.json(), h.Requests, h.Window, h.SuccessRate,
+		keysJSON(h.Keys), h.Trips, h.BreakerFailures, h.Breaker.json(), h.Timeouts.json(), h.Requests, h.Window, h.SuccessRate,
 		latency{h.P50.Seconds(), h.P95.Seconds(), h.P99.Seconds()},
 		h.LastError, lastAt,
 		h.Usage.json(), h.Problems,

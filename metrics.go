@@ -47,6 +47,9 @@ const (
 	famLastResort
 	famCooldown
 	famCooldowns
+	famKeyAttempts
+	famKeyCooldowns
+	famKeyCooldown
 	famFailovers
 	famRetries
 	famRetriesDenied
@@ -96,6 +99,9 @@ var families = [numFamilies]family{
 	famLastResort:       {"failover_last_resort_total", "counter", []string{"upstream"}, "Requests sent to the upstream past its open circuit, every other upstream refusing them (LastResortConfig)."},
 	famCooldown:         {"failover_cooldown_seconds", "gauge", []string{"upstream"}, "Seconds left of the upstream's cooldown after a 429; 0 when it is not cooling down."},
 	famCooldowns:        {"failover_cooldowns_total", "counter", []string{"upstream", "reason"}, "Cooldowns of the upstream started, by reason (rate_limited, quota_exhausted)."},
+	famKeyAttempts:      {"failover_key_attempts_total", "counter", []string{"upstream", "key"}, "Attempts sent to the upstream with one of its keys (Upstream.Keys), by the key's name."},
+	famKeyCooldowns:     {"failover_key_cooldowns_total", "counter", []string{"upstream", "key"}, "Cooldowns of one of the upstream's keys (Upstream.Keys) started after a 429, by the key's name."},
+	famKeyCooldown:      {"failover_key_cooldown_seconds", "gauge", []string{"upstream", "key"}, "Seconds left of the cooldown of one of the upstream's keys (Upstream.Keys) after a 429; 0 when it is not cooling down."},
 	famFailovers:        {"failover_failovers_total", "counter", []string{"from", "to"}, "Attempts that moved on from one upstream to another; a pair's series appears at its first."},
 	famRetries:          {"failover_retries_total", "counter", []string{"upstream"}, "Attempts sent again to the upstream that had just failed the request, rather than on to the next (Config.Retry)."},
 	famRetriesDenied:    {"failover_retries_denied_total", "counter", nil, "Retries not made because the retry budget was spent: an attempt again at the same upstream, or a round of Config.Retries (Config.Retry)."},
@@ -370,6 +376,7 @@ func (t *Transport) initMetrics() {
 		for _, r := range []CooldownReason{CooldownRateLimited, CooldownQuotaExhausted} {
 			u.m.cooldowns[r] = s.GetOrCreateCounter(famCooldowns.series(u.name, string(r)))
 		}
+		initKeyMetrics(s, u)
 		s.GetOrCreateGauge(famBreakerState.series(u.name), func() float64 { return float64(u.circuit.Status(time.Now())) })
 		cd := &u.cd
 		s.GetOrCreateGauge(famCooldown.series(u.name), func() float64 { return cd.remaining(time.Now()).Seconds() })

@@ -84,6 +84,9 @@ func newProblems(cfg Config, ups []*upstream) (*problems, []string) {
 		for k := range u.header {
 			own = own || p.credential(k)
 		}
+		for _, k := range u.keyNames {
+			own = own || p.credential(k) // (Keys: credentials of its own)
+		}
 		headerless[i] = !own
 		p.noCreds[i] = !own && knownBase
 	}

@@ -106,7 +106,7 @@ func (t *Transport) admit(u *upstream, model string, now time.Time, p *circuit.P
 	if !u.serves(model) {
 		return availability{reason: ReasonModelNotServed} // whatever its state: nothing to wait for
 	}
-	if left := u.cd.remaining(now); left > 0 {
+	if left := u.cooling(now); left > 0 { // with Keys, every key cools down
 		a := availability{reason: ReasonRateLimited, wait: left, known: true}
 		if v := u.circuit.Check(now); v.Refusal == circuit.Opened {
 			a.wait = max(a.wait, v.Wait)
@@ -132,7 +132,7 @@ func (t *Transport) admit(u *upstream, model string, now time.Time, p *circuit.P
 
 // demotion is the one decision whether u is tried after the others at
 // now, and why: its circuit is about to open, its key looks revoked,
-// its rate-limit headroom is exhausted, its recent figures are degraded,
+// its rate-limit headroom is exhausted (with Keys, every key's), its recent figures are degraded,
 // or it looks hung. Ordering, the Router's candidates and Health ask it.
 func (t *Transport) demotion(u *upstream, now time.Time) Reason {
 	switch {
@@ -199,6 +199,7 @@ type step struct {
 	demoted Reason         // why it was demoted when it came up; "" when it was not
 	av      availability   // admit's verdict: av.reason != "" means it is passed over
 	p       circuit.Permit // its circuit's permit, when admitted
+	k       *key           // the key it is sent with (pickKey); nil when u has no Keys
 }
 
 // A plan is one round of a request over the upstreams, decided as it
@@ -226,6 +227,12 @@ type plan struct {
 	then    *upstream   // the Router's second, first of the rest (see Transport.routed)
 	refused []*upstream // answered the request Unservable
 	taken   []*upstream // sent to, or passed over, by a race of the round
+
+	// The key of a keyed upstream (Upstream.Keys) the request wants, by
+	// name: a pinned or affine session's. With strictKey, only that key:
+	// while it cools down its upstream is passed over.
+	wantKey   string
+	strictKey bool
 }
 
 // A plan's stages.
@@ -285,6 +292,7 @@ func (p *plan) next(now time.Time, s *step) bool {
 	}
 	s.u, s.demoted = u, demoted
 	s.av = p.t.admit(u, p.model, now, &s.p) // (admit writes s.p)
+	p.t.keyed(s, p.wantKey, p.strictKey, now)
 	return true
 }
 
@@ -412,6 +420,114 @@ func (p *plan) excluded(u *upstream) bool {
 // sent to out of a plan's turn (a hedge): admit's verdict, and the
 // permit when it takes the request.
 func (t *Transport) admitted(u *upstream, model string, now time.Time, s *step) {
+	t.admittedKey(u, model, "", false, now, s)
+}
+
+// admittedKey is admitted with the key the request wants of u (see
+// pickKey).
+func (t *Transport) admittedKey(u *upstream, model, want string, strict bool, now time.Time, s *step) {
 	*s = step{u: u}
 	s.av = t.admit(u, model, now, &s.p)
+	t.keyed(s, want, strict, now)
+}
+
+// keyed gives s, a step admit took, the key of its upstream it is sent
+// with at now (pickKey), when it has Keys. When none may go, the step is
+// passed over as rate limited after all, for as long as want cools down
+// when strict, else until the first key stops cooling, and its permit is
+// handed back.
+func (t *Transport) keyed(s *step, want string, strict bool, now time.Time) {
+	u := s.u
+	if s.k = nil; s.av.reason != "" || len(u.keys) == 0 {
+		return
+	}
+	if s.k = t.pickKey(u, want, strict, now); s.k != nil {
+		return
+	}
+	wait := u.cooling(now)
+	if k := u.key(want); strict && k != nil {
+		wait = k.cd.remaining(now)
+	}
+	u.circuit.Done(s.p, circuit.Neutral, now)
+	s.p = circuit.Permit{}
+	s.av = availability{reason: ReasonRateLimited, wait: wait, known: true}
+}
+
+// pickKey is the one decision which of u's Keys a request sends with at
+// now, once admit took u: want (a pinned or affine session's key, by
+// name) unless it cools down, looks revoked or is out of headroom; with
+// strict, want alone, unless it cools down. Otherwise the round-robin's
+// next key that does not cool down, those neither revoked nor out of
+// headroom first. It returns nil when none may go. A want that names no
+// key of u asks for none.
+func (t *Transport) pickKey(u *upstream, want string, strict bool, now time.Time) *key {
+	if k := u.key(want); k != nil {
+		switch rank := t.keyRank(k, now); {
+		case strict && rank == keyCooling:
+			return nil
+		case strict, rank == keyGood:
+			return k
+		}
+	}
+	return t.chooseKey(u, 0, now)
+}
+
+// nextKey is the key of u that a request goes to at once when the key it
+// was just sent with answered 429 or 401 (see call.rekey): the
+// round-robin's next that it has not tried (the bits of tried) and that
+// does not cool down, as pickKey ranks them; nil when there is none, or
+// when the request wants its key alone.
+func (p *plan) nextKey(u *upstream, tried uint64, now time.Time) *key {
+	if p.strictKey && u.key(p.wantKey) != nil {
+		return nil
+	}
+	return p.t.chooseKey(u, tried, now)
+}
+
+// chooseKey is the round-robin's next key of u at now that is not in tried
+// and does not cool down, the best ranked; nil when there is none. The
+// turns of the keys passed over go to the keys after the one chosen, not
+// to it.
+func (t *Transport) chooseKey(u *upstream, tried uint64, now time.Time) *key {
+	n := uint32(len(u.keys))
+	start := (u.rr.Add(1) - 1) % n
+	var best *key
+	bestRank, at := keyCooling, uint32(0)
+	for i := range n {
+		k := u.keys[(start+i)%n]
+		if k.bit&tried != 0 {
+			continue
+		}
+		if rank := t.keyRank(k, now); rank < bestRank {
+			best, bestRank, at = k, rank, i
+			if rank == keyGood {
+				break
+			}
+		}
+	}
+	if at > 0 {
+		u.rr.Add(at)
+	}
+	return best
+}
+
+// A key's rank, best first: how pickKey orders an upstream's Keys.
+const (
+	keyGood       = iota
+	keyNoHeadroom // out of headroom
+	keyRevoked    // looks revoked (AuthConfig)
+	keyCooling    // cools down after a 429: never picked
+)
+
+// keyRank ranks k at now.
+func (t *Transport) keyRank(k *key, now time.Time) int {
+	switch {
+	case k.cd.remaining(now) > 0:
+		return keyCooling
+	case t.revoked(&k.auth, now):
+		return keyRevoked
+	case k.headroom.out(now):
+		return keyNoHeadroom
+	}
+	return keyGood
 }

@@ -230,6 +230,9 @@ func (p *prober) probe(u *upstream) {
 	for k, v := range u.header {
 		req.Header[k] = v
 	}
+	if k := u.probeKey(time.Now()); k != nil {
+		k.setKey(req.Header)
+	}
 	if len(u.queryNames) > 0 && req.URL != nil {
 		q := *req.URL // the URL may be shared with what built it
 		q.RawQuery = u.withQuery(q.RawQuery)

@@ -147,11 +147,20 @@ func (c *cooldown) extend(now time.Time, d time.Duration, reason CooldownReason)
 // clear ends any cooldown.
 func (c *cooldown) clear() { c.until.Store(0) }
 
-// coolDown starts or extends u's cooldown after a 429 answered at now.
-func (t *Transport) coolDown(u *upstream, resp *http.Response, now time.Time) {
+// coolDown starts or extends u's cooldown after a 429 answered at now, or
+// k's, when the request was sent with k, one of u's Keys: the fleet
+// shares only the upstreams' (Config.Shared).
+func (t *Transport) coolDown(u *upstream, k *key, resp *http.Response, now time.Time) {
 	d, reason := t.rate.DefaultCooldown, CooldownRateLimited
 	if resp != nil {
 		d, reason = t.rate.cooldownFor(resp, now)
+	}
+	if k != nil {
+		if k.cd.extend(now, d, reason) {
+			k.cooldowns.Inc()
+			t.log(slog.LevelWarn, "key cooling down", u, slog.String("key", k.name), slog.Duration("cooldown", d), slog.String("reason", string(reason)))
+		}
+		return
 	}
 	before := u.cd.until.Load()
 	if u.cd.extend(now, d, reason) {

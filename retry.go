@@ -129,7 +129,7 @@ func (t *Transport) retryWait(a *attempt, now time.Time) (time.Duration, bool) {
 	case a.o == RateLimited:
 		// The cooldown its 429 set (its Retry-After, else the default;
 		// an exhausted quota's is MaxCooldown), or a longer one.
-		if d := a.u.cd.remaining(now); d <= bound {
+		if d := a.u.cooling(now); d <= bound {
 			return after(d), true
 		}
 		return 0, false

@@ -152,16 +152,20 @@ func (r *request) keepsURL(up *upstream) bool {
 }
 
 // rewrite points out, a clone of the caller's request, at u: scheme, host,
-// base path (with its deployment), u's headers and query. Host is always
+// base path (with its deployment), u's headers (and k's over them, when
+// it is sent with k, one of u's Keys) and query. Host is always
 // u's, even when the caller set another (a gateway on
 // httputil.ReverseProxy keeps its own client's Host, which would reach
 // the provider with u's credentials). Any upstream but the credentials'
 // owner gets the URL without user info and credential query pairs. A URL
 // shared with the caller (keepsURL) is not written.
-func (r *request) rewrite(out *http.Request, u *upstream) {
+func (r *request) rewrite(out *http.Request, u *upstream, k *key) {
 	out.Host = u.host
 	for _, f := range u.headers {
 		out.Header[f.key] = f.values
+	}
+	if k != nil {
+		k.setKey(out.Header)
 	}
 	if out.URL == r.req.URL {
 		return

@@ -380,7 +380,7 @@ func TestTraceHedgeSkipIsNotFailover(t *testing.T) {
 		n.handle("a.test", slowly(50*time.Millisecond, "a", new(atomic.Int32)))
 		n.status("b.test", 200, "b")
 		tr := newTestTransport(t, twoUpstreams(n, Config{Hedge: &HedgeConfig{Delay: 10 * time.Millisecond, Percent: 100}}))
-		tr.coolDown(tr.upstreams[1], respond(429, "", "Retry-After", "30"), time.Now())
+		tr.coolDown(tr.upstreams[1], nil, respond(429, "", "Retry-After", "30"), time.Now())
 		var r recordTrace
 		resp, err := tr.RoundTrip(traced(httptestRequest("POST", "http://a.test/v1/chat", chatBody), &r))
 		if err != nil {

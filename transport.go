@@ -101,6 +101,14 @@ type Upstream struct {
 	// metrics.
 	Header http.Header
 
+	// Keys are several keys of this upstream's provider, each with its
+	// own 429 cooldown, rate-limit headroom and revocation ([Key]): a
+	// request is sent with one of them, its Header set over Header. A
+	// key answered 429 (or 401, 403) sends the request at once to the
+	// next key; the upstream takes no request only when every key cools
+	// down. Empty means Header alone, as one key.
+	Keys []Key
+
 	// Query holds query parameters that are not credentials, such as
 	// Azure OpenAI's api-version, which every request sent to this
 	// upstream carries, replacing the caller's parameters of those
@@ -747,13 +755,17 @@ func (t *Transport) newRecent(u *upstream) {
 	}
 }
 
-// Reset closes the named upstream's circuit and ends its cooldown, for an
-// operator who knows it is back; with [Config.Shared], in the whole fleet.
+// Reset closes the named upstream's circuit and ends its cooldown (and
+// its keys'), for an operator who knows it is back; with [Config.Shared],
+// in the whole fleet (its keys' in this process only).
 func (t *Transport) Reset(name string) error {
 	for _, u := range t.upstreams {
 		if u.name == name {
 			u.circuit.Reset(time.Now())
 			u.cd.clear()
+			for _, k := range u.keys {
+				k.cd.clear()
+			}
 			if t.fleet != nil {
 				t.fleet.publish(SharedEvent{Upstream: u.name, Kind: SharedReset, For: u.circuit.ProbeLife()})
 			}

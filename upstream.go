@@ -28,8 +28,14 @@ type upstream struct {
 	rawPath string // escaped base path, no trailing slash (before {deployment} when deployed)
 	header  http.Header
 	headers []headerField // header's fields in a slice, sorted by key: what each request reads (rewrite)
-	lens    uint64        // bit n set: a key of headers is n bytes long (n < 64), or, bit 63, 63 or more (sets)
+	lens    uint64        // bit n set: a key of headers or keyNames is n bytes long (n < 64), or, bit 63, 63 or more (sets)
 	models  modelMap      // Upstream.Models
+
+	// Upstream.Keys (keys.go): each key and its state, the names their
+	// Headers set, and the round-robin's count (plan.pickKey).
+	keys     []*key
+	keyNames []string
+	rr       atomic.Uint32
 
 	// With a {deployment} segment in BaseURL's path (deployed), what
 	// follows that segment, decoded and escaped.
@@ -157,6 +163,9 @@ func newUpstream(i int, uc Upstream) (*upstream, error) {
 		u.headers = append(u.headers, headerField{k, u.header[k]})
 		u.lens |= lenBit(len(k))
 	}
+	if err := u.newKeys(i, uc.Keys); err != nil {
+		return nil, err
+	}
 	if len(uc.Models) > 0 {
 		if err := modelMap(uc.Models).validate(field("Models")); err != nil {
 			return nil, err
@@ -257,8 +266,9 @@ type headerField struct {
 	values []string
 }
 
-// sets reports whether u's Header sets the caller's header k, in any
-// spelling: net/http would send a non-canonical key as a second header.
+// sets reports whether u's Header, or one of its Keys', sets the caller's
+// header k, in any spelling: net/http would send a non-canonical key as a
+// second header.
 func (u *upstream) sets(k string) bool {
 	if u.lens&lenBit(len(k)) == 0 {
 		return false // no key of its is as long: most of the caller's headers
@@ -268,7 +278,7 @@ func (u *upstream) sets(k string) bool {
 			return true
 		}
 	}
-	return false
+	return len(u.keyNames) > 0 && u.setsKey(k)
 }
 
 // lenBit is the bit of upstream.lens for a key n bytes long.
