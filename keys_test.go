@@ -380,3 +380,65 @@ func TestKeysConfigErrors(t *testing.T) {
 		})
 	}
 }
+
+// A success that says a key's rate-limit window is exhausted puts that
+// key behind the others, not its upstream.
+func TestKeysHeadroom(t *testing.T) {
+	n := newFakeNet()
+	n.handle("a.test", func(r *http.Request) (*http.Response, error) {
+		k := keyOf(r.Header)
+		left := "10"
+		if k == "A" {
+			left = "0"
+		}
+		return respond(200, k, "X-Ratelimit-Remaining-Requests", left, "X-Ratelimit-Reset-Requests", "20s"), nil
+	})
+	cfg := twoUpstreams(n, Config{})
+	cfg.Upstreams[0].Keys = threeKeys()
+	tr := newTestTransport(t, cfg)
+	if got := readBody(t, mustGet(t, tr, "http://a.test/v1")); got != "A" {
+		t.Fatalf("first answered by %q, want A", got)
+	}
+	h := tr.Health()[0]
+	if k := h.Keys[0]; !k.OutOfHeadroom || k.Headroom == nil || k.Headroom.RemainingRequests != 0 {
+		t.Fatalf("key A %+v, want out of headroom", k)
+	}
+	if h.OutOfHeadroom || h.Demoted != "" || h.Headroom != nil {
+		t.Fatalf("upstream OutOfHeadroom %v, Demoted %q, Headroom %v: want neither, the key's alone", h.OutOfHeadroom, h.Demoted, h.Headroom)
+	}
+	for range 4 {
+		if got := readBody(t, mustGet(t, tr, "http://a.test/v1")); got == "A" {
+			t.Fatal("A, out of headroom, went before B and C")
+		}
+	}
+}
+
+// Every key revoked: the upstream is auth_failing, tried after the
+// others. Keys are credentials of the upstream's own: a 401 is its
+// keys', not a sign that the caller's credentials were held back.
+func TestKeysAllRevoked(t *testing.T) {
+	primary := newUpstreamServer(t, 401, "revoked")
+	backup := newUpstreamServer(t, 503, "down")
+	tr := newTestTransport(t, Config{
+		Auth:  AuthConfig{Threshold: 1},
+		Retry: RetryConfig{Off: true},
+		Upstreams: []Upstream{
+			{Name: "p", BaseURL: primary.URL, Keys: threeKeys()},
+			{Name: "b", BaseURL: backup.URL},
+		},
+	})
+	req := httptestRequest("GET", backup.URL+"/v1", "")
+	req.Header.Set("Authorization", "Bearer the-callers-own-key-123")
+	resp, err := tr.RoundTrip(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if got := keysSent(primary.requests()); got != "ABC" {
+		t.Fatalf("keys sent %q, want each key once", got)
+	}
+	h := tr.Health()[0]
+	if h.Demoted != ReasonAuthFailing || len(h.Problems) != 0 {
+		t.Fatalf("upstream Demoted %q, Problems %q; want auth_failing and none", h.Demoted, h.Problems)
+	}
+}
