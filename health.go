@@ -221,35 +221,35 @@ func (h UpstreamHealth) MarshalJSON() ([]byte, error) {
 		since = &h.StateSince
 	}
 	return json.Marshal(struct {
-		Name            string          `json:"name"`
-		BaseURL         string          `json:"base_url"`
-		State           string          `json:"state"`
-		StateSince      *time.Time      `json:"state_since,omitempty"`
-		Available       bool            `json:"available"`
-		Unavailable     Reason          `json:"unavailable,omitempty"`
-		Demoted         Reason          `json:"demoted,omitempty"`
-		Degraded        bool            `json:"degraded"`
-		Suspect         bool            `json:"suspect"`
-		InFlight        int             `json:"in_flight"`
-		Headroom        *headroomJSON   `json:"headroom,omitempty"`
-		OutOfHeadroom   bool            `json:"out_of_headroom"`
-		OpenFor         float64         `json:"open_for_seconds"`
-		OpenTime        float64         `json:"open_time_seconds"`
-		Cooldown        float64         `json:"cooldown_seconds"`
-		CooldownReason  CooldownReason  `json:"cooldown_reason,omitempty"`
-		Keys            []keyHealthJSON `json:"keys,omitempty"`
-		Trips           uint64          `json:"trips"`
-		BreakerFailures uint            `json:"breaker_failures"`
-		Breaker         breakerJSON     `json:"breaker"`
-		Timeouts        timeoutsJSON    `json:"timeouts"`
-		Requests        Counts          `json:"requests"`
-		Window          int             `json:"window"`
-		SuccessRate     float64         `json:"success_rate"`
-		Latency         latency         `json:"latency_seconds"`
-		LastError       string          `json:"last_error,omitempty"`
-		LastErrorAt     *time.Time      `json:"last_error_at,omitempty"`
-		Usage           usageJSON       `json:"usage"`
-		Problems        []string        `json:"problems,omitempty"`
+		Name            string         `json:"name"`
+		BaseURL         string         `json:"base_url"`
+		State           string         `json:"state"`
+		StateSince      *time.Time     `json:"state_since,omitempty"`
+		Available       bool           `json:"available"`
+		Unavailable     Reason         `json:"unavailable,omitempty"`
+		Demoted         Reason         `json:"demoted,omitempty"`
+		Degraded        bool           `json:"degraded"`
+		Suspect         bool           `json:"suspect"`
+		InFlight        int            `json:"in_flight"`
+		Headroom        *headroomJSON  `json:"headroom,omitempty"`
+		OutOfHeadroom   bool           `json:"out_of_headroom"`
+		OpenFor         float64        `json:"open_for_seconds"`
+		OpenTime        float64        `json:"open_time_seconds"`
+		Cooldown        float64        `json:"cooldown_seconds"`
+		CooldownReason  CooldownReason `json:"cooldown_reason,omitempty"`
+		Keys            []keyJSON      `json:"keys,omitempty"`
+		Trips           uint64         `json:"trips"`
+		BreakerFailures uint           `json:"breaker_failures"`
+		Breaker         breakerJSON    `json:"breaker"`
+		Timeouts        timeoutsJSON   `json:"timeouts"`
+		Requests        Counts         `json:"requests"`
+		Window          int            `json:"window"`
+		SuccessRate     float64        `json:"success_rate"`
+		Latency         latency        `json:"latency_seconds"`
+		LastError       string         `json:"last_error,omitempty"`
+		LastErrorAt     *time.Time     `json:"last_error_at,omitempty"`
+		Usage           usageJSON      `json:"usage"`
+		Problems        []string       `json:"problems,omitempty"`
 	}{
 		h.Name, h.BaseURL, h.State, since, h.Available, h.Unavailable, h.Demoted, h.Degraded, h.Suspect, h.InFlight, h.Headroom.json(), h.OutOfHeadroom, h.OpenFor.Seconds(), h.OpenTime.Seconds(), h.Cooldown.Seconds(), h.CooldownReason,
 		keysJSON(h.Keys), h.Trips, h.BreakerFailures, h.Breaker.json(), h.Timeouts.json(), h.Requests, h.Window, h.SuccessRate,

@@ -213,8 +213,8 @@ func (t *Transport) keysHealth(u *upstream, now time.Time) []KeyHealth {
 	return out
 }
 
-// keyHealthJSON is a KeyHealth as Health's JSON shows it.
-type keyHealthJSON struct {
+// keyJSON is a KeyHealth as Health's JSON shows it.
+type keyJSON struct {
 	Name           string         `json:"name"`
 	Cooldown       float64        `json:"cooldown_seconds"`
 	CooldownReason CooldownReason `json:"cooldown_reason,omitempty"`
@@ -223,13 +223,13 @@ type keyHealthJSON struct {
 	OutOfHeadroom  bool           `json:"out_of_headroom"`
 }
 
-func keysJSON(ks []KeyHealth) []keyHealthJSON {
+func keysJSON(ks []KeyHealth) []keyJSON {
 	if len(ks) == 0 {
 		return nil
 	}
-	out := make([]keyHealthJSON, len(ks))
+	out := make([]keyJSON, len(ks))
 	for i, k := range ks {
-		out[i] = keyHealthJSON{k.Name, k.Cooldown.Seconds(), k.CooldownReason, k.AuthFailing, k.Headroom.json(), k.OutOfHeadroom}
+		out[i] = keyJSON{k.Name, k.Cooldown.Seconds(), k.CooldownReason, k.AuthFailing, k.Headroom.json(), k.OutOfHeadroom}
 	}
 	return out
 }

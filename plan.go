@@ -131,9 +131,10 @@ func (t *Transport) admit(u *upstream, model string, now time.Time, p *circuit.P
 }
 
 // demotion is the one decision whether u is tried after the others at
-// now, and why: its circuit is about to open, its key looks revoked,
-// its rate-limit headroom is exhausted (with Keys, every key's), its recent figures are degraded,
-// or it looks hung. Ordering, the Router's candidates and Health ask it.
+// now, and why: its circuit is about to open, its key looks revoked or
+// its rate-limit headroom is exhausted (with Keys, every key's), its
+// recent figures are degraded, or it looks hung. Ordering, the Router's
+// candidates and Health ask it.
 func (t *Transport) demotion(u *upstream, now time.Time) Reason {
 	switch {
 	case u.failing():
