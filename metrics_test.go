@@ -3,6 +3,7 @@ package failover
 import (
 	"bytes"
 	"flag"
+	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -126,9 +127,11 @@ func TestWritePrometheusMetadata(t *testing.T) {
 		n.status("a.test", 200, "ok")
 		n.status("b.test", 200, "ok")
 		// Weighted, for affinity's family, with b's share too small to
-		// be drawn: the requests go to a first.
+		// be drawn: the requests go to a first; b has a key, for the
+		// key families.
 		cfg := twoUpstreams(n, Config{Hedge: &HedgeConfig{Delay: time.Minute}, Shared: newMemShared(), MeterUsage: true, Router: &Weighted{}})
 		cfg.Upstreams[1].Weight = 1e-12
+		cfg.Upstreams[1].Keys = []Key{{Name: "k", Header: http.Header{"Authorization": {"Bearer b-key-0123456789"}}}}
 		tr := newTestTransport(t, cfg)
 		t.Cleanup(func() { tr.Close() })
 		get(t, tr, "http://a.test/")
