@@ -442,3 +442,30 @@ func TestKeysAllRevoked(t *testing.T) {
 		t.Fatalf("upstream Demoted %q, Problems %q; want auth_failing and none", h.Demoted, h.Problems)
 	}
 }
+
+// An active probe of a keyed upstream carries a key that does not cool
+// down, and Reset ends the keys' cooldowns with the upstream's.
+func TestKeysProbeAndReset(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := newFakeNet()
+		n.status("a.test", 200, "ok")
+		n.status("b.test", 200, "b")
+		cfg := twoUpstreams(n, Config{Probe: ProbeConfig{Interval: time.Second}})
+		cfg.Upstreams[0].Keys = threeKeys()
+		tr := newTestTransport(t, cfg)
+		defer tr.Close()
+		u := tr.upstreams[0]
+		tr.coolDown(u, u.keys[0], respond(429, "", "Retry-After", "60"), time.Now())
+		time.Sleep(1500 * time.Millisecond) // one probe
+		probes := n.requests("a.test")
+		if len(probes) != 1 || keyOf(probes[0].Header) != "B" {
+			t.Fatalf("probes sent with keys %q, want one with B, the first not cooling", keysSent(probes))
+		}
+		if err := tr.Reset("a"); err != nil {
+			t.Fatal(err)
+		}
+		if k := tr.Health()[0].Keys[0]; k.Cooldown != 0 {
+			t.Fatalf("key A after Reset: %+v, want not cooling", k)
+		}
+	})
+}
