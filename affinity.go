@@ -1,6 +1,7 @@
 package failover
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"hash/maphash"
@@ -98,19 +99,11 @@ func newAffinity(cfg Config) *affinity {
 	if a.Off || !balancing(cfg.Router) || len(cfg.Upstreams) < 2 {
 		return nil
 	}
-	af := &affinity{sessions: newBindings(cmpOr(a.MaxSessions, defaultMaxSessions), cmpOr(a.TTL, defaultAffinityTTL))}
+	af := &affinity{sessions: newBindings(cmp.Or(a.MaxSessions, defaultMaxSessions), cmp.Or(a.TTL, defaultAffinityTTL))}
 	if a.Header != "" {
 		af.header = http.CanonicalHeaderKey(a.Header)
 	}
 	return af
-}
-
-// cmpOr is cmp.Or for the two types here.
-func cmpOr[T int | time.Duration](v, def T) T {
-	if v == 0 {
-		return def
-	}
-	return v
 }
 
 // WithSession returns a copy of ctx with which a request belongs to the

@@ -1,6 +1,7 @@
 package failover
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"net/http"
@@ -83,7 +84,7 @@ func newPins(cfg PinConfig) *pins {
 	if cfg.Off {
 		return nil
 	}
-	return &pins{refs: newBindings(cmpOr(cfg.MaxRefs, defaultMaxRefs), cmpOr(cfg.TTL, defaultPinTTL))}
+	return &pins{refs: newBindings(cmp.Or(cfg.MaxRefs, defaultMaxRefs), cmp.Or(cfg.TTL, defaultPinTTL))}
 }
 
 // learn records that ref lives at u from now, for d (the TTL when 0).
