@@ -181,16 +181,16 @@ func (c *call) read(data []byte) {
 	if af := c.t.affinity; af != nil && c.ups == nil {
 		if c.sessionKey = c.session(data); c.sessionKey != 0 {
 			if b, ok := af.sessions.lookup(c.sessionKey, time.Now()); ok {
-				c.affine = b.u
+				c.affine, c.affineKey = b.u, b.key
 			}
 		}
 	}
 }
 
 // affined records that the request's session is with the upstream that
-// answered it, when that answer is a success: the next request of the
-// session goes there first.
-func (c *call) affined(resp *http.Response, u *upstream) {
+// answered it (with its key k, nil for none), when that answer is a
+// success: the next request of the session goes there first.
+func (c *call) affined(resp *http.Response, u *upstream, k *key) {
 	af := c.t.affinity
 	if af == nil || c.sessionKey == 0 || resp == nil || u == nil || resp.StatusCode/100 != 2 {
 		return
@@ -203,5 +203,5 @@ func (c *call) affined(resp *http.Response, u *upstream) {
 	default:
 		af.moved.Inc()
 	}
-	af.sessions.bind(c.sessionKey, u, "", time.Now(), 0)
+	af.sessions.bind(c.sessionKey, u, k.nameOf(), time.Now(), 0)
 }

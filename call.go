@@ -77,14 +77,15 @@ type call struct {
 	// read for them; and whether a success creates state to learn.
 	pin      *upstream
 	pinRef   string
+	pinKey   string // the name of pin's key that holds it; "": any
 	pinsRead bool
 	creates  bool
 
 	// With affinity: the request's session (0: none) and the upstream
 	// that answered it last, if any (affinity.go).
-	sessionKey uint64
-	affine     *upstream
-
+	sessionKey  uint64
+	affine      *upstream
+	affineKey   string // the name of affine's key that answered it
 	sameRetried uint64 // bit i: the request went again to the upstream of index i (63: any past it)
 	budgeted    int    // places the request holds in the retry budget
 

@@ -676,7 +676,7 @@ func (f *fleet) apply(e SharedEvent) {
 		}
 	case SharedPin:
 		if p := f.pins; p != nil && e.Member != f.member && e.For > 0 && validRef(e.Ref) {
-			p.learn(e.Ref, u, now, e.For)
+			p.learn(e.Ref, u, e.Key, now, e.For)
 		}
 	case SharedRate:
 		if e.Member != f.member && e.Member != "" && isRate(e.Rate) {

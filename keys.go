@@ -279,3 +279,11 @@ func (u *upstream) probeKey(now time.Time) *key {
 	}
 	return nil
 }
+
+// nameOf returns k's name, "" for nil (an upstream without Keys).
+func (k *key) nameOf() string {
+	if k == nil {
+		return ""
+	}
+	return k.name
+}

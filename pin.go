@@ -87,9 +87,10 @@ func newPins(cfg PinConfig) *pins {
 	return &pins{refs: newBindings(cmp.Or(cfg.MaxRefs, defaultMaxRefs), cmp.Or(cfg.TTL, defaultPinTTL))}
 }
 
-// learn records that ref lives at u from now, for d (the TTL when 0).
-func (p *pins) learn(ref string, u *upstream, now time.Time, d time.Duration) {
-	p.refs.bind(hashName(ref), u, "", now, d)
+// learn records that ref lives at u, with its key named key ("" for
+// none), from now, for d (the TTL when 0).
+func (p *pins) learn(ref string, u *upstream, key string, now time.Time, d time.Duration) {
+	p.refs.bind(hashName(ref), u, key, now, d)
 	p.learned.Store(true)
 	p.learnedN.Inc()
 }
@@ -181,6 +182,7 @@ func (c *call) readPins(body []byte) {
 	for _, ref := range refs {
 		if b, ok := p.refs.lookup(hashName(ref), now); ok {
 			c.pinTo(b.u, ref)
+			c.pinKey = b.key
 			return
 		}
 	}
@@ -228,24 +230,25 @@ func (c *call) pinLate(p *plan, s *step, now time.Time) bool {
 // learning has a success's body tell the ID of the state the request
 // created (see createsState), so that later requests that reference it
 // go to u, and with Config.Shared to u in the whole fleet.
-func (c *call) learning(resp *http.Response, u *upstream) {
+func (c *call) learning(resp *http.Response, u *upstream, k *key) {
 	p := c.t.pins
 	if p == nil || !c.creates || resp.StatusCode/100 != 2 || resp.Body == nil || resp.Body == http.NoBody {
 		return
 	}
 	f := c.t.fleet
 	stream := isEventStream(resp.Header.Get("Content-Type"))
+	name := k.nameOf()
 	resp.Body = newRefScanner(resp.Body, stream, func(id string) {
-		p.learn(id, u, time.Now(), 0)
+		p.learn(id, u, name, time.Now(), 0)
 		if f != nil {
-			f.publish(SharedEvent{Upstream: u.name, Kind: SharedPin, Ref: id, For: p.refs.ttl})
+			f.publish(SharedEvent{Upstream: u.name, Kind: SharedPin, Ref: id, Key: name, For: p.refs.ttl})
 		}
 	})
 }
 
 // pinned ends the request's use of pinning: it counts what came of a
 // pinned request, and learns what its answer created.
-func (c *call) pinned(resp *http.Response, u *upstream) {
+func (c *call) pinned(resp *http.Response, u *upstream, k *key) {
 	p := c.t.pins
 	if p == nil && c.pin == nil {
 		return
@@ -258,7 +261,7 @@ func (c *call) pinned(resp *http.Response, u *upstream) {
 		}
 	}
 	if resp != nil && u != nil {
-		c.learning(resp, u)
+		c.learning(resp, u, k)
 	}
 }
 

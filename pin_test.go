@@ -266,3 +266,35 @@ func TestBindingsBounded(t *testing.T) {
 		t.Error("an entry bound again after it expired is missing")
 	}
 }
+
+// A reference made with one key of a pool is continued with that key
+// alone: another key of the same provider may belong to another
+// organisation.
+func TestPinnedToKey(t *testing.T) {
+	var n atomic.Int32
+	a := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+		k := strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ")
+		fmt.Fprintf(w, `{"id":"resp_%s_%d"}`, k, n.Add(1))
+	})
+	tr := newTestTransport(t, Config{Upstreams: []Upstream{{Name: "a", BaseURL: a.URL + "/v1", Keys: []Key{
+		{Name: "one", Header: http.Header{"Authorization": {"Bearer key1-0123456789"}}},
+		{Name: "two", Header: http.Header{"Authorization": {"Bearer key2-0123456789"}}},
+	}}}})
+	url := a.URL + "/v1/responses"
+	ids := map[string]string{}
+	for range 2 {
+		got := readBody(t, mustPost(t, tr, url, `{"model":"m","input":"x"}`))
+		ids[got[len(`{"id":"resp_`):][:4]] = got[len(`{"id":"`) : len(got)-2]
+	}
+	for k, id := range ids {
+		for range 3 {
+			got := readBody(t, mustPost(t, tr, url, fmt.Sprintf(`{"model":"m","previous_response_id":%q,"input":"y"}`, id)))
+			if !strings.Contains(got, "resp_"+k) {
+				t.Fatalf("%s, made with %s, continued as %s", id, k, got)
+			}
+		}
+	}
+	if len(ids) != 2 {
+		t.Fatalf("the keys made %v: the pool did not take turns", ids)
+	}
+}

@@ -267,6 +267,12 @@ func (c *call) plan(p *plan, now time.Time) {
 	default:
 		p.order = c.t.routed(nil, p.model, now, nil, nil)
 	}
+	switch {
+	case c.pin != nil:
+		p.wantKey, p.strictKey = c.pinKey, c.pinKey != "" // only the key that holds the state
+	case c.affine != nil:
+		p.wantKey = c.affineKey // the key whose requests the cache saw, while it is well
+	}
 }
 
 // admitting is the model that admission reads for the request: its own,

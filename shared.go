@@ -131,6 +131,7 @@ type SharedEvent struct {
 	At       time.Time      // Failure: when it happened, by its member's clock
 	Member   string         // the member that published it
 	Ref      string         // Pin: the reference to the state
+	Key      string         // Pin: the name of the upstream's key that holds it (Upstream.Keys); "": any
 
 	at time.Time // when it happened, for At and For
 }

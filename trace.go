@@ -247,10 +247,11 @@ type attemptRef struct {
 	o     Outcome
 	n     int32 // the attempt's number in the request, from 1
 	hedge bool
+	k     *key // the key of u it was sent with; nil: u has no Keys
 }
 
 func (a *attempt) ref() attemptRef {
-	return attemptRef{u: a.u, n: int32(a.n), o: a.o, hedge: a.hedge}
+	return attemptRef{u: a.u, n: int32(a.n), o: a.o, hedge: a.hedge, k: a.k}
 }
 
 // outcome is how the request ended for its caller, given what RoundTrip

@@ -714,10 +714,10 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	c.trace = requestTrace(req.Context())
 	resp, err := c.run()
 	if resp != nil {
-		c.affined(resp, c.answer.u)
-		c.pinned(resp, c.answer.u)
+		c.affined(resp, c.answer.u, c.answer.k)
+		c.pinned(resp, c.answer.u, c.answer.k)
 	} else if c.pin != nil {
-		c.pinned(nil, nil)
+		c.pinned(nil, nil, nil)
 	}
 	c.ended(resp, err)
 	notes := c.notes(resp)

@@ -176,6 +176,7 @@ type message struct {
 	AtMicros int64   `json:"at,omitempty"` // unix microseconds
 	Member   string  `json:"m"`
 	Ref      string  `json:"ref,omitempty"` // Pin: the reference to the state
+	Key      string  `json:"key,omitempty"` // Pin: the name of the key that holds it
 }
 
 var kinds = map[string]failover.SharedKind{}
@@ -194,7 +195,7 @@ func (s *Store) Publish(ctx context.Context, e failover.SharedEvent) error {
 	// Past maxFor, every reader takes a duration for corrupt: a longer
 	// one is shared for maxFor, not dropped.
 	millis := min(e.For.Milliseconds(), maxFor.Milliseconds())
-	msg, err := json.Marshal(message{Upstream: e.Upstream, Kind: e.Kind.String(), Millis: millis, Reason: string(e.Reason), Rate: e.Rate, AtMicros: micros(e.At), Member: e.Member, Ref: e.Ref})
+	msg, err := json.Marshal(message{Upstream: e.Upstream, Kind: e.Kind.String(), Millis: millis, Reason: string(e.Reason), Rate: e.Rate, AtMicros: micros(e.At), Member: e.Member, Ref: e.Ref, Key: e.Key})
 	if err != nil {
 		return err
 	}
@@ -385,7 +386,7 @@ func (s *Store) decode(payload string) (failover.SharedEvent, bool) {
 	if m.AtMicros > 0 {
 		at = time.UnixMicro(m.AtMicros)
 	}
-	return failover.SharedEvent{Upstream: m.Upstream, Kind: k, For: d, Reason: reason(m.Reason), Rate: m.Rate, At: at, Member: m.Member, Ref: m.Ref}, true
+	return failover.SharedEvent{Upstream: m.Upstream, Kind: k, For: d, Reason: reason(m.Reason), Rate: m.Rate, At: at, Member: m.Member, Ref: m.Ref, Key: m.Key}, true
 }
 
 // micros is t in unix microseconds, 0 for the zero time.
