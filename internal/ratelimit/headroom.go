@@ -108,6 +108,7 @@ type Report struct {
 // Window is one rate-limit window's report.
 type Window struct {
 	Remaining int64     // -1 when unknown
+	Limit     int64     // the window's size; -1 when unknown, as before Read
 	Reset     time.Time // zero when unknown or at or before now
 }
 
@@ -115,6 +116,9 @@ type Window struct {
 // documents, window by window.
 func Read(h http.Header, now time.Time) Report {
 	r := Report{now: now, requests: -1, tokens: -1}
+	for i := range r.Windows {
+		r.Windows[i].Limit = -1
+	}
 	if !anyRateLimitHeader(h) {
 		return r // nothing to read: most answers of most upstreams
 	}
@@ -147,6 +151,29 @@ func (r *Report) Headroom() Headroom {
 		hr.Reset = r.exhaustedReset
 	}
 	return hr
+}
+
+// Share returns the smallest share of its limit that a window of r has
+// left (remaining/limit, at most 1), of the windows that report both a
+// remaining count and a limit above 0, with that window's reset (zero when
+// unknown). ok is false when no window reports both.
+func (r *Report) Share() (share float64, reset time.Time, ok bool) {
+	for _, w := range r.Windows {
+		if w.Remaining < 0 || w.Limit <= 0 {
+			continue
+		}
+		s := min(float64(w.Remaining)/float64(w.Limit), 1)
+		if !ok || s < share {
+			share, reset, ok = s, w.Reset, true
+		}
+	}
+	return share, reset, ok
+}
+
+// limit records the limit of window w, as the header value v gives it.
+func (r *Report) limit(w int, v string) {
+	v, _, _ = strings.Cut(v, ";") // the IETF draft's "100;w=60"
+	r.Windows[w].Limit = parseRemaining(strings.TrimSpace(v))
 }
 
 // window records rate-limit window w: its remaining (-1 when unknown) and
@@ -197,26 +224,29 @@ func (r *Report) openAI(h http.Header) {
 		r.after(parseResetDuration(headerValue(h, "X-Ratelimit-Reset-Requests"))))
 	r.window(winOpenAITokens, true, parseRemaining(headerValue(h, "X-Ratelimit-Remaining-Tokens")),
 		r.after(parseResetDuration(headerValue(h, "X-Ratelimit-Reset-Tokens"))))
+	r.limit(winOpenAIRequests, headerValue(h, "X-Ratelimit-Limit-Requests"))
+	r.limit(winOpenAITokens, headerValue(h, "X-Ratelimit-Limit-Tokens"))
 }
 
 // anthropicWindows are the windows of anthropic-ratelimit-*, and whether
 // each counts tokens.
 var anthropicWindows = [...]struct {
-	w                int
-	remaining, reset string
-	tokens           bool
+	w                       int
+	remaining, reset, limit string
+	tokens                  bool
 }{
-	{winAnthropicRequests, "Anthropic-Ratelimit-Requests-Remaining", "Anthropic-Ratelimit-Requests-Reset", false},
-	{winAnthropicTokens, "Anthropic-Ratelimit-Tokens-Remaining", "Anthropic-Ratelimit-Tokens-Reset", true},
-	{winAnthropicInputTokens, "Anthropic-Ratelimit-Input-Tokens-Remaining", "Anthropic-Ratelimit-Input-Tokens-Reset", true},
-	{winAnthropicOutputTokens, "Anthropic-Ratelimit-Output-Tokens-Remaining", "Anthropic-Ratelimit-Output-Tokens-Reset", true},
+	{winAnthropicRequests, "Anthropic-Ratelimit-Requests-Remaining", "Anthropic-Ratelimit-Requests-Reset", "Anthropic-Ratelimit-Requests-Limit", false},
+	{winAnthropicTokens, "Anthropic-Ratelimit-Tokens-Remaining", "Anthropic-Ratelimit-Tokens-Reset", "Anthropic-Ratelimit-Tokens-Limit", true},
+	{winAnthropicInputTokens, "Anthropic-Ratelimit-Input-Tokens-Remaining", "Anthropic-Ratelimit-Input-Tokens-Reset", "Anthropic-Ratelimit-Input-Tokens-Limit", true},
+	{winAnthropicOutputTokens, "Anthropic-Ratelimit-Output-Tokens-Remaining", "Anthropic-Ratelimit-Output-Tokens-Reset", "Anthropic-Ratelimit-Output-Tokens-Limit", true},
 }
 
-// anthropic reads anthropic-ratelimit-*-{remaining,reset} (see
+// anthropic reads anthropic-ratelimit-*-{remaining,reset,limit} (see
 // resetTime).
 func (r *Report) anthropic(h http.Header) {
 	for _, w := range anthropicWindows {
 		r.window(w.w, w.tokens, parseRemaining(headerValue(h, w.remaining)), r.resetTime(headerValue(h, w.reset)))
+		r.limit(w.w, headerValue(h, w.limit))
 	}
 }
 
@@ -262,18 +292,21 @@ func parseRFC3339(v string) (time.Time, bool) {
 	return t, err == nil
 }
 
-// xRateLimit reads X-RateLimit-Remaining and X-RateLimit-Reset (OpenRouter
-// and others), a window of requests.
+// xRateLimit reads X-RateLimit-{Remaining,Reset,Limit} (OpenRouter and
+// others), a window of requests.
 func (r *Report) xRateLimit(h http.Header) {
 	r.window(winXRateLimit, false, parseRemaining(headerValue(h, "X-Ratelimit-Remaining")),
 		parseResetNumber(headerValue(h, "X-Ratelimit-Reset"), r.now))
+	r.limit(winXRateLimit, headerValue(h, "X-Ratelimit-Limit"))
 }
 
-// ietf reads RateLimit-Remaining and RateLimit-Reset (the IETF draft), a
-// window of requests.
+// ietf reads RateLimit-{Remaining,Reset,Limit} (the IETF draft), a window
+// of requests. Of a Limit with a policy ("100, 100;w=60"), the first
+// number counts.
 func (r *Report) ietf(h http.Header) {
 	r.window(winIETF, false, parseRemaining(headerValue(h, "Ratelimit-Remaining")),
 		parseResetNumber(headerValue(h, "Ratelimit-Reset"), r.now))
+	r.limit(winIETF, headerValue(h, "Ratelimit-Limit"))
 }
 
 // after returns now+d, or the zero Time when ok is false.

@@ -401,3 +401,37 @@ func TestZeroRemaining(t *testing.T) {
 		}
 	}
 }
+
+func TestReportShare(t *testing.T) {
+	now := openAIDate
+	for _, tt := range []struct {
+		name   string
+		header string
+		share  float64
+		reset  time.Duration // from now; 0 for none
+		ok     bool
+	}{
+		{"openai requests lowest", "x-ratelimit-limit-requests: 500\nx-ratelimit-remaining-requests: 50\nx-ratelimit-reset-requests: 6s\nx-ratelimit-limit-tokens: 1000\nx-ratelimit-remaining-tokens: 900\nx-ratelimit-reset-tokens: 1s", 0.1, 6 * time.Second, true},
+		{"openai tokens lowest", "x-ratelimit-limit-requests: 500\nx-ratelimit-remaining-requests: 499\nx-ratelimit-limit-tokens: 1000\nx-ratelimit-remaining-tokens: 20\nx-ratelimit-reset-tokens: 2s", 0.02, 2 * time.Second, true},
+		{"anthropic output tokens", "anthropic-ratelimit-requests-limit: 50\nanthropic-ratelimit-requests-remaining: 49\nanthropic-ratelimit-output-tokens-limit: 8000\nanthropic-ratelimit-output-tokens-remaining: 400\nanthropic-ratelimit-output-tokens-reset: 2025-08-20T11:56:54Z", 0.05, time.Minute, true},
+		{"x-ratelimit", "X-RateLimit-Limit: 20\nX-RateLimit-Remaining: 5\nX-RateLimit-Reset: 30", 0.25, 30 * time.Second, true},
+		{"ietf with a policy", "RateLimit-Limit: 100, 100;w=60\nRateLimit-Remaining: 10\nRateLimit-Reset: 50", 0.1, 50 * time.Second, true},
+		{"ietf policy alone", "RateLimit-Limit: 100;w=60\nRateLimit-Remaining: 100", 1, 0, true},
+		{"more left than the limit", "X-RateLimit-Limit: 10\nX-RateLimit-Remaining: 20", 1, 0, true},
+		{"no limit", "x-ratelimit-remaining-requests: 1", 0, 0, false},
+		{"limit of 0", "x-ratelimit-limit-requests: 0\nx-ratelimit-remaining-requests: 0", 0, 0, false},
+		{"limit without remaining", "x-ratelimit-limit-requests: 100", 0, 0, false},
+		{"bad limit", "x-ratelimit-limit-requests: lots\nx-ratelimit-remaining-requests: 1", 0, 0, false},
+		{"none", "", 0, 0, false},
+	} {
+		r := Read(wireHeader(t, tt.header), now)
+		share, reset, ok := r.Share()
+		var wantReset time.Time
+		if tt.reset != 0 {
+			wantReset = now.Add(tt.reset)
+		}
+		if share != tt.share || !reset.Equal(wantReset) || ok != tt.ok {
+			t.Errorf("%s: Share = %v, %v, %v; want %v, %v, %v", tt.name, share, reset, ok, tt.share, wantReset, tt.ok)
+		}
+	}
+}
