@@ -48,6 +48,14 @@ var (
 	// Authorizer's too.
 	ErrAuthorize = errors.New("failover: Authorizer failed")
 
+	// ErrShed means a sheddable request ([WithSheddable]) was refused
+	// at once, for the interactive requests to keep what capacity is
+	// left: no upstream it may use took it (see [ShedConfig]). The
+	// [*Error] matches it, and its RetryAfter says when capacity is
+	// expected back, when known. An upstream passed over for shedding
+	// has it as its [AttemptError]'s cause.
+	ErrShed = errors.New("failover: request shed")
+
 	// ErrBaseGoexit means that [Config.Base] called runtime.Goexit (as a
 	// t.Fatal in a test's Base does) on a hedge's goroutine (see
 	// [HedgeConfig]): the request ends, blaming no upstream.
@@ -126,12 +134,17 @@ type Error struct {
 	Problems []string
 
 	retry time.Duration
+	shed  bool // a sheddable request refused (ErrShed)
 }
 
 // Error lists the attempts.
 func (e *Error) Error() string {
 	var b strings.Builder
-	b.WriteString("failover: no upstream answered")
+	if e.shed {
+		b.WriteString("failover: sheddable request refused")
+	} else {
+		b.WriteString("failover: no upstream answered")
+	}
 	for i, a := range e.Attempts {
 		if i == 0 {
 			b.WriteString(": ")
@@ -155,6 +168,10 @@ func (e *Error) Unwrap() []error {
 	}
 	return errs
 }
+
+// Is reports whether target is [ErrShed] and e refused a sheddable
+// request. (Unwrap matches the rest.)
+func (e *Error) Is(target error) bool { return target == ErrShed && e.shed }
 
 // RetryAfter returns how long until the first skipped upstream takes
 // requests again, or 0 when no upstream was skipped or the time is unknown.

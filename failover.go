@@ -74,9 +74,14 @@ func (c *call) run() (*http.Response, error) {
 			// Every upstream was skipped, or said it cannot serve the
 			// request: wait within MaxWait for the first of the others
 			// to come back, or try the last resort among them (never
-			// for a request sent at most once: see WithoutFailover).
+			// for a request sent at most once: see WithoutFailover). A
+			// sheddable request is refused at once (see WithSheddable),
+			// and so is a pinned one (see PinConfig).
+			if c.shed() {
+				return c.refuse(next, known)
+			}
 			if c.pin != nil {
-				return c.finish() // pinned: refused at once, not failed over (PinConfig)
+				return c.finish() // pinned: refused at once, not failed over
 			}
 			if !known || next <= 0 || next > c.t.rate.MaxWait-waited {
 				if u := c.t.lastResort(c.servable(c.usable()), c.admitting(), now); u != nil && !c.once() {
@@ -88,7 +93,7 @@ func (c *call) run() (*http.Response, error) {
 			if dl, ok := ctx.Deadline(); !ok || now.Add(wait).Before(dl) {
 				c.errs = c.errs[:errsBefore] // the next round says it again
 			}
-		case round < c.t.retries && c.fatal < c.attempts:
+		case round < c.t.retries && c.fatal < c.attempts && !c.shed():
 			wait = c.backoff(round, now)
 			if known && next > wait {
 				if next > c.t.rate.MaxCooldown {
@@ -178,7 +183,7 @@ func (c *call) round(ctx context.Context) (*http.Response, error, bool) {
 // plainly otherwise. It reports done with the result when the request is
 // over.
 func (c *call) send(ctx context.Context, p *plan, s *step, now time.Time) (*http.Response, error, bool) {
-	if c.t.hedge != nil && c.body.replayable && !c.once() && c.pin == nil && len(c.usable()) > 1 {
+	if c.t.hedge != nil && c.body.replayable && !c.once() && c.pin == nil && !c.shed() && len(c.usable()) > 1 {
 		return c.sendHedged(ctx, p, s, now)
 	}
 	var tried uint64 // the keys of s.u sent to (Upstream.Keys)
@@ -243,7 +248,7 @@ func (c *call) rekey(p *plan, s *step, a *attempt, tried uint64) (time.Time, boo
 func (c *call) again(ctx context.Context, p *plan, s *step, a *attempt) (bool, time.Time, error) {
 	u, t := a.u, c.t
 	bit := uint64(1) << min(u.index, 63) // (upstreams past 63 share one retry)
-	if t.retry.off || c.sameRetried&bit != 0 || !c.body.canSend() {
+	if t.retry.off || c.sameRetried&bit != 0 || !c.body.canSend() || c.shed() {
 		return false, time.Time{}, nil
 	}
 	now := time.Now()

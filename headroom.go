@@ -74,7 +74,7 @@ func ParseHeadroom(h http.Header, now time.Time) (hr Headroom, ok bool) {
 type headroomState struct {
 	at    atomic.Int64  // mono.Time of the last full parse
 	sent  atomic.Uint64 // ratelimit.SentHeaders of the answer of the last full parse
-	last  atomic.Pointer[Headroom]
+	last  atomic.Pointer[headroomReport]
 	until atomic.Int64 // mono.Time: demoted until then, the latest of windows' until
 
 	// mu serialises demotions; until is written with it held.
@@ -83,6 +83,24 @@ type headroomState struct {
 		until    mono.Time // demoted until then by this window (0: not)
 		reported mono.Time // the success this window last took a report from
 	}
+}
+
+// headroomReport is what the last full parse of an upstream's headers
+// said: its Headroom, and the lowest share of its limit a window had left
+// (see ratelimit.Report.Share), believed until shareUntil.
+type headroomReport struct {
+	Headroom
+	share      float64   // from 0 to 1
+	shareUntil mono.Time // the window's reset, or DefaultCooldown on when it announced none; 0: no window said its limit
+}
+
+// shareAt returns the lowest share of its limit a window of r had left,
+// and until when it holds, if it still does at m.
+func (r *headroomReport) shareAt(m mono.Time) (share float64, until mono.Time, ok bool) {
+	if r == nil || r.shareUntil <= m {
+		return 0, 0, false
+	}
+	return r.share, r.shareUntil, true
 }
 
 // headroomEvery is how often the headers of an upstream that is not
@@ -94,9 +112,11 @@ const headroomEvery = 100 * time.Millisecond
 // or of one of its Keys. A window that reports 0 remaining demotes it
 // until it resets (for at most rate.MaxCooldown, rate.DefaultCooldown
 // when the provider does not say when), and a later report of the same
-// window above 0 lifts it. Headers are read in full at most every
-// headroomEvery while it is not demoted; between readings only a
-// remaining count of 0 is looked for. m is now on the monotonic clock.
+// window above 0 lifts it. A full reading also keeps the lowest share of
+// its limit a window has left, for shedding (shed.go), until that window
+// resets. Headers are read in full at most every headroomEvery while it
+// is not demoted; between readings only a remaining count of 0 is looked
+// for. m is now on the monotonic clock.
 func (s *headroomState) note(h http.Header, now time.Time, m mono.Time, rate RateLimitConfig) {
 	at := s.at.Load()
 	if mono.Time(s.until.Load()) <= m && !ratelimit.ZeroRemaining(h, s.sent.Load()) &&
@@ -108,8 +128,15 @@ func (s *headroomState) note(h http.Header, now time.Time, m mono.Time, rate Rat
 	if !r.Any {
 		return
 	}
-	hr := Headroom(r.Headroom())
-	s.last.Store(&hr)
+	hr := &headroomReport{Headroom: Headroom(r.Headroom())}
+	if share, reset, ok := r.Share(); ok {
+		left := rate.DefaultCooldown
+		if !reset.IsZero() {
+			left = reset.Sub(now)
+		}
+		hr.share, hr.shareUntil = share, m.Add(min(left, rate.MaxCooldown))
+	}
+	s.last.Store(hr)
 	if !r.Exhausted && mono.Time(s.until.Load()) <= m {
 		return // nothing to demote, and no demotion left to lift
 	}

@@ -177,7 +177,7 @@ func (t *Transport) health(u *upstream, now time.Time) UpstreamHealth {
 		AttemptTimeout:  u.timeout,
 	}
 	if hr := u.headroom.last.Load(); hr != nil {
-		c := *hr
+		c := hr.Headroom
 		h.Headroom = &c
 	}
 	if h.Cooldown > 0 {

@@ -205,7 +205,7 @@ func (t *Transport) keysHealth(u *upstream, now time.Time) []KeyHealth {
 			h.CooldownReason = *r
 		}
 		if hr := k.headroom.last.Load(); hr != nil {
-			c := *hr
+			c := hr.Headroom
 			h.Headroom = &c
 		}
 		out[i] = h

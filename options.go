@@ -26,6 +26,7 @@ type requestOptions struct {
 	timeoutSet bool
 	session    string // WithSession; "": the Transport's
 	pinned     string // WithPinned; "": none
+	shed       bool // WithSheddable
 }
 
 type optionsKey struct{}
@@ -87,6 +88,20 @@ func WithUpstreams(ctx context.Context, names ...string) context.Context {
 // was not written, or an idempotent one).
 func WithoutFailover(ctx context.Context) context.Context {
 	return withOptions(ctx, func(o *requestOptions) { o.once = true })
+}
+
+// WithSheddable returns a copy of ctx with which a request is sheddable:
+// work that can come back later (a batch job, background work), which
+// leaves the last of the upstreams' capacity to the interactive requests.
+// It passes over an upstream whose rate-limit headroom is short (see
+// [ShedConfig]), and when no upstream it may use takes it now, it is
+// refused at once with an [*Error] that matches [ErrShed] and says in
+// RetryAfter when capacity is expected back: it does not wait within
+// RateLimit.MaxWait, go to the last resort, make extra rounds (Retries),
+// go to an upstream again after it failed there, or hedge. The other
+// options compose.
+func WithSheddable(ctx context.Context) context.Context {
+	return withOptions(ctx, func(o *requestOptions) { o.shed = true })
 }
 
 // WithAttemptTimeout returns a copy of ctx with which each attempt of a

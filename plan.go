@@ -40,6 +40,10 @@ const (
 	// ReasonProbeElsewhere: its circuit is half-open and another process
 	// of the fleet holds the probe ([Config.Shared]; ErrCircuitOpen).
 	ReasonProbeElsewhere Reason = "probe_elsewhere"
+	// ReasonShed: the request is sheddable ([WithSheddable]) and the
+	// upstream's rate-limit headroom is short ([ShedConfig]; ErrShed).
+	// Only a request is sheddable: Health never reports it.
+	ReasonShed Reason = "shed"
 )
 
 // Why an upstream is tried after the others, in the order they are
@@ -71,7 +75,7 @@ const (
 
 // skipReasons are the Reasons a request skips an upstream for, as the
 // skipped metrics count them.
-var skipReasons = [...]Reason{ReasonRateLimited, ReasonModelNotServed, ReasonCircuitOpen, ReasonProbing, ReasonProbeElsewhere}
+var skipReasons = [...]Reason{ReasonRateLimited, ReasonModelNotServed, ReasonCircuitOpen, ReasonProbing, ReasonProbeElsewhere, ReasonShed}
 
 // demoteReasons are the Reasons a request tries an upstream after others
 // for, as the demoted metrics count them.
@@ -92,6 +96,8 @@ func (a availability) err() error {
 		return ErrRateLimited
 	case ReasonModelNotServed:
 		return ErrModelNotServed
+	case ReasonShed:
+		return ErrShed
 	}
 	return ErrCircuitOpen
 }
@@ -222,6 +228,7 @@ type plan struct {
 	order   []*upstream // what is walked
 	i       int         // the next of order
 	demote  bool        // order is not a Router's: demoted upstreams go last
+	shed    bool        // the request is sheddable: shedding is asked before admit
 	demoted uint64      // bit i: order[i] was found demoted
 	stage   uint8
 	pick    *upstream   // the Router's pick, tried before it orders the rest
@@ -246,6 +253,7 @@ const (
 // plan starts p, the round's plan, at now.
 func (c *call) plan(p *plan, now time.Time) {
 	p.t, p.model, p.refused = c.t, c.admitting(), c.refused
+	p.shed = c.shed()
 	switch {
 	case c.pin != nil:
 		// Where the state it references lives, and nowhere else
@@ -287,7 +295,8 @@ func (c *call) admitting() string {
 }
 
 // next decides the round's next upstream at now and asks admit whether it
-// takes the request, taking its circuit's permit when it does. It reports
+// takes the request, taking its circuit's permit when it does; for a
+// sheddable request, shedding may pass it over first. It reports
 // false when the round has no upstream left. Why a request went to the
 // backup is decided here: the primary came first and was passed over (its
 // step's av says why) or failed, or it was demoted (its step's demoted
@@ -298,6 +307,11 @@ func (p *plan) next(now time.Time, s *step) bool {
 		return false
 	}
 	s.u, s.demoted = u, demoted
+	if p.shed && u.serves(p.model) {
+		if s.av = p.t.shedding(u, now); s.av.reason != "" {
+			return true // passed over before its circuit's permit is taken
+		}
+	}
 	s.av = p.t.admit(u, p.model, now, &s.p) // (admit writes s.p)
 	p.t.keyed(s, p.wantKey, p.strictKey, now)
 	return true

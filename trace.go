@@ -51,7 +51,7 @@ type Trace struct {
 type TraceSkip struct {
 	Upstream   string        // the upstream's Name
 	Round      int           // the request's round: 0, then one more for each of Config.Retries and each wait
-	Reason     Reason        // why: rate_limited, circuit_open, probe_in_flight, probe_elsewhere, model_not_served
+	Reason     Reason        // why: rate_limited, circuit_open, probe_in_flight, probe_elsewhere, model_not_served, shed
 	RetryAfter time.Duration // when it takes requests again; 0 when unknown
 }
 

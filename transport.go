@@ -290,6 +290,12 @@ type Config struct {
 	// answer (see [LastResortConfig]).
 	LastResort LastResortConfig
 
+	// Shed says when a sheddable request ([WithSheddable]) is refused
+	// at once, for the interactive ones to keep an upstream's last
+	// rate-limit headroom. The zero value keeps the last 10% of every
+	// window (see [ShedConfig]).
+	Shed ShedConfig
+
 	// Hedge, when set, sends a request that has not been answered within
 	// a delay to the next upstream too, and takes the first answer; see
 	// [HedgeConfig] for the cost. Nil means no hedging.
@@ -453,6 +459,7 @@ type Transport struct {
 	fleet       *fleet       // nil: no Config.Shared
 	models      bool         // some upstream has Models
 	rate        RateLimitConfig
+	shed        ShedConfig
 	retries     int
 	waitMin     time.Duration
 	waitMax     time.Duration
@@ -530,6 +537,9 @@ func New(cfg Config) (*Transport, error) {
 	if err := cfg.Pinning.validate(); err != nil {
 		return nil, err
 	}
+	if err := cfg.Shed.validate(); err != nil {
+		return nil, err
+	}
 	if g := cfg.StreamGuard; g != nil {
 		if err := g.validate(); err != nil {
 			return nil, err
@@ -575,6 +585,7 @@ func New(cfg Config) (*Transport, error) {
 		picker:   pickerOf(cfg.Router),
 		stream:   cmp.Or(cfg.StreamGuard, &StreamGuard{}),
 		rate:     cfg.RateLimit.withDefaults(),
+		shed:     cfg.Shed.withDefaults(),
 		retries:  cfg.Retries,
 		waitMin:  cmp.Or(cfg.RetryWaitMin, defaultRetryWaitMin),
 		waitMax:  cmp.Or(cfg.RetryWaitMax, defaultRetryWaitMax),
