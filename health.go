@@ -3,6 +3,8 @@ package failover
 import (
 	"encoding/json"
 	"time"
+
+	"github.com/failover-go/failover/internal/mono"
 )
 
 // Counts are an upstream's attempts by outcome since the Transport was
@@ -59,8 +61,13 @@ type UpstreamHealth struct {
 	// Headroom is what the upstream last said of its rate limits (nil
 	// when it never did), and OutOfHeadroom whether a window it reported
 	// at 0 has not reset yet, which puts it behind the others.
+	// HeadroomShare is the lowest share of its limit a window had left
+	// at that report (remaining/limit, from 0 to 1), which sheddable
+	// requests read ([ShedConfig]); -1 when no window said its limit, or
+	// that window has reset since.
 	Headroom      *Headroom
 	OutOfHeadroom bool
+	HeadroomShare float64
 
 	// OpenFor is how long the circuit stays open before its next probe,
 	// and OpenTime how long it opened for the last time it opened (0 when
@@ -176,9 +183,13 @@ func (t *Transport) health(u *upstream, now time.Time) UpstreamHealth {
 		Timeouts:        u.timeouts,
 		AttemptTimeout:  u.timeout,
 	}
+	h.HeadroomShare = -1
 	if hr := u.headroom.last.Load(); hr != nil {
 		c := hr.Headroom
 		h.Headroom = &c
+		if share, _, ok := hr.shareAt(mono.Of(now)); ok {
+			h.HeadroomShare = share
+		}
 	}
 	if h.Cooldown > 0 {
 		h.CooldownReason = u.coolingReason(now)
@@ -233,6 +244,7 @@ func (h UpstreamHealth) MarshalJSON() ([]byte, error) {
 		InFlight        int            `json:"in_flight"`
 		Headroom        *headroomJSON  `json:"headroom,omitempty"`
 		OutOfHeadroom   bool           `json:"out_of_headroom"`
+		HeadroomShare   *float64       `json:"headroom_share,omitempty"`
 		OpenFor         float64        `json:"open_for_seconds"`
 		OpenTime        float64        `json:"open_time_seconds"`
 		Cooldown        float64        `json:"cooldown_seconds"`
@@ -251,12 +263,20 @@ func (h UpstreamHealth) MarshalJSON() ([]byte, error) {
 		Usage           usageJSON      `json:"usage"`
 		Problems        []string       `json:"problems,omitempty"`
 	}{
-		h.Name, h.BaseURL, h.State, since, h.Available, h.Unavailable, h.Demoted, h.Degraded, h.Suspect, h.InFlight, h.Headroom.json(), h.OutOfHeadroom, h.OpenFor.Seconds(), h.OpenTime.Seconds(), h.Cooldown.Seconds(), h.CooldownReason,
+		h.Name, h.BaseURL, h.State, since, h.Available, h.Unavailable, h.Demoted, h.Degraded, h.Suspect, h.InFlight, h.Headroom.json(), h.OutOfHeadroom, h.headroomShare(), h.OpenFor.Seconds(), h.OpenTime.Seconds(), h.Cooldown.Seconds(), h.CooldownReason,
 		keysJSON(h.Keys), h.Trips, h.BreakerFailures, h.Breaker.json(), h.Timeouts.json(), h.Requests, h.Window, h.SuccessRate,
 		latency{h.P50.Seconds(), h.P95.Seconds(), h.P99.Seconds()},
 		h.LastError, lastAt,
 		h.Usage.json(), h.Problems,
 	})
+}
+
+// headroomShare is HeadroomShare for Health's JSON: nil when unknown.
+func (h *UpstreamHealth) headroomShare() *float64 {
+	if h.HeadroomShare < 0 {
+		return nil
+	}
+	return &h.HeadroomShare
 }
 
 type headroomJSON struct {

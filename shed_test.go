@@ -2,6 +2,7 @@ package failover
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"math"
@@ -311,6 +312,13 @@ func TestShedPassesOver(t *testing.T) {
 			}
 			if got, _ := send(false); got != "a" {
 				t.Fatalf("interactive answered by %s, want a", got)
+			}
+			h := tr.Health()
+			if h[0].HeadroomShare != 0.05 || h[1].HeadroomShare != -1 {
+				t.Errorf("HeadroomShare: a %v, b %v; want 0.05 and -1", h[0].HeadroomShare, h[1].HeadroomShare)
+			}
+			if js, _ := json.Marshal(h); !strings.Contains(string(js), `"headroom_share":0.05`) || strings.Count(string(js), "headroom_share") != 1 {
+				t.Errorf("Health's JSON: %s", js)
 			}
 			time.Sleep(headroomEvery)
 			got, skips := send(true)
