@@ -62,7 +62,7 @@ func stainless(req *http.Request) bool {
 // return for req, when err is one the Transport made itself; nil
 // otherwise. Its status says what err says: 502 when every upstream
 // failed, 503 (with Retry-After when known) when every upstream was
-// skipped as open or cooling down, 504 when the attempts timed out, 421
+// skipped as open or cooling down (or shed), 504 when the attempts timed out, 421
 // for a request addressed to no upstream. Its body is a JSON error in
 // the shape the SDKs read their message from (OpenAI's and Anthropic's
 // "error" object), holding err's message, which names upstreams and
@@ -122,13 +122,14 @@ func errorAnswer(req *http.Request, err error) *http.Response {
 }
 
 // errorStatus is the status of the answer that stands for e: 503 when
-// every upstream was skipped as open or cooling down, 504 when every
+// every upstream was skipped as open, cooling down or short of headroom
+// for a sheddable request, 504 when every
 // attempt sent timed out, 502 otherwise.
 func errorStatus(e *Error) int {
 	var skipped, timedOut, other int
 	for _, a := range e.Attempts {
 		switch {
-		case errors.Is(a, ErrCircuitOpen), errors.Is(a, ErrRateLimited):
+		case errors.Is(a, ErrCircuitOpen), errors.Is(a, ErrRateLimited), errors.Is(a, ErrShed):
 			skipped++
 		case timeout(a.Err):
 			timedOut++

@@ -441,6 +441,21 @@ func TestShedNotHedged(t *testing.T) {
 	})
 }
 
+// TestShedAnswer checks that a Stainless SDK's sheddable request, shed
+// for short headroom, gets a 503 with the Retry-After of the Error it
+// stands for, as for a request every upstream refused.
+func TestShedAnswer(t *testing.T) {
+	e := &Error{
+		Attempts: []*AttemptError{{Upstream: "a", Err: &unavailableError{err: ErrShed, retryAfter: 1500 * time.Millisecond}}},
+		retry:    1500 * time.Millisecond,
+		shed:     true,
+	}
+	resp := errorAnswer(httptestRequest("GET", "http://a.test/", ""), e)
+	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") != "2" {
+		t.Errorf("answer %d, Retry-After %q; want 503 and 2", resp.StatusCode, resp.Header.Get("Retry-After"))
+	}
+}
+
 // TestShedOptionsCompose checks that WithSheddable keeps the options
 // given before and after it.
 func TestShedOptionsCompose(t *testing.T) {
