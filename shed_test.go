@@ -252,6 +252,43 @@ func TestShedEveryUpstreamCooling(t *testing.T) {
 	})
 }
 
+// TestShedEveryCircuitOpen: when every circuit is open, a sheddable
+// request is refused at once, with the first circuit's open time as
+// RetryAfter, and does not go to the last resort, which an interactive
+// request still takes.
+func TestShedEveryCircuitOpen(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := newFakeNet()
+		n.status("a.test", 500, "a")
+		n.status("b.test", 500, "b")
+		tr := newTestTransport(t, twoUpstreams(n, Config{Breaker: BreakerConfig{FailureThreshold: 1, Cooldown: 30 * time.Second}}))
+		resp, err := tr.RoundTrip(httptestRequest("GET", "http://a.test/v1/models", ""))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		time.Sleep(time.Second)
+
+		req := httptestRequest("GET", "http://a.test/v1/models", "")
+		_, err = tr.RoundTrip(req.WithContext(WithSheddable(req.Context())))
+		var ra RetryAfterError
+		if !errors.Is(err, ErrShed) || !errors.Is(err, ErrCircuitOpen) || !errors.As(err, &ra) || ra.RetryAfter() != 29*time.Second {
+			t.Fatalf("sheddable: %v; want ErrShed and ErrCircuitOpen, RetryAfter 29s", err)
+		}
+		if got := n.count("a.test") + n.count("b.test"); got != 2 {
+			t.Fatalf("%d requests sent, want 2: the sheddable one went to the last resort", got)
+		}
+		resp, err = tr.RoundTrip(httptestRequest("GET", "http://a.test/v1/models", ""))
+		if err != nil {
+			t.Fatalf("interactive: %v, want the last resort's answer", err)
+		}
+		resp.Body.Close()
+		if got := n.count("a.test") + n.count("b.test"); got != 3 {
+			t.Fatalf("%d requests sent, want 3", got)
+		}
+	})
+}
+
 // TestShedPassesOver: a sheddable request passes over an upstream short of
 // headroom for the next, says so in the Trace and the skipped metric, and
 // an interactive one still goes first to it; with Shed.Headroom -1, the
