@@ -26,7 +26,7 @@ type requestOptions struct {
 	timeoutSet bool
 	session    string // WithSession; "": the Transport's
 	pinned     string // WithPinned; "": none
-	shed       bool // WithSheddable
+	shed       bool   // WithSheddable
 }
 
 type optionsKey struct{}
