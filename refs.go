@@ -438,12 +438,14 @@ func validRef(s string) bool {
 //
 // The id is given as a ref ("cachedContents/abc" is "abc"). A JSON answer
 // that wraps a file (OpenAI's completed Upload, Gemini's uploaded file)
-// gives the file's "id" or "name", at once; otherwise the top-level "id",
-// else a top-level "name" that is a resource name, once the answer's
-// object ends, the first maxRefScan bytes are scanned, or the body ends or
-// is closed. An event's data gives its "id" or its "response"'s.
-// It holds no byte of the body but the id being read; the first
-// maxRefScan bytes are scanned, the rest only passed on.
+// gives the file's "id" or "name", and a run made with its thread
+// (.../threads/runs) the thread's "thread_id", at once; any other the
+// top-level "id", else a top-level "name" that is a resource name, once
+// the answer's object ends, the first maxRefScan bytes are scanned, or the
+// body ends or is closed. An event's data gives its "id" or its
+// "response"'s. Only the first maxRefScan bytes are scanned, the rest
+// only passed on; of them it holds no more than the id being read and the
+// first refEventHold bytes of an event's data.
 func newRefScanner(body io.ReadCloser, eventStream bool, found func(id string)) io.ReadCloser {
 	s := &refScanner{rc: body, found: found, sse: eventStream}
 	s.peek.stream = eventStream
@@ -453,6 +455,7 @@ func newRefScanner(body io.ReadCloser, eventStream bool, found func(id string)) 
 	return s
 }
 
+// refScanner is the body newRefScanner returns.
 type refScanner struct {
 	rc    io.ReadCloser
 	found func(string)
@@ -605,13 +608,15 @@ const (
 	nameName
 	nameFile
 	nameResponse
+	nameThread
 )
 
-// Candidates, by what they are.
+// Candidates, the better last.
 const (
 	candNone     uint8 = iota
 	candName           // top-level "name"
 	candID             // top-level "id"
+	candThread         // top-level "thread_id": a run's, made with its thread
 	candFile           // "file"'s "id" or "name"
 	candResponse       // "response"'s "id"
 )
@@ -679,6 +684,8 @@ func (j *jsonPeek) candidate(d int) uint8 {
 		return candID
 	case d == 1 && j.names[1] == nameName && !j.stream:
 		return candName
+	case d == 1 && j.names[1] == nameThread && !j.stream:
+		return candThread
 	case d == 2 && j.names[1] == nameFile && !j.stream && (j.names[2] == nameID || j.names[2] == nameName):
 		return candFile
 	case d == 2 && j.names[1] == nameResponse && j.stream && j.names[2] == nameID:
@@ -702,6 +709,8 @@ func (j *jsonPeek) endString() {
 				name = nameFile
 			case "response":
 				name = nameResponse
+			case "thread_id":
+				name = nameThread
 			}
 		}
 		j.names[j.depth] = name
@@ -715,7 +724,7 @@ func (j *jsonPeek) endString() {
 	}
 	j.idN = copy(j.id[:], s)
 	j.idPri = j.cand
-	if j.stream || j.cand == candFile {
+	if j.stream || j.cand >= candThread {
 		j.ended = true // nothing better can come
 	}
 }

@@ -402,6 +402,7 @@ func TestRefScannerJSON(t *testing.T) {
 		{"gemini batch", `{"name":"batches/123","metadata":{"@type":"type.googleapis.com/google.ai.generativelanguage.v1main.GenerateContentBatch"}}`, "123"},
 		{"gemini file", `{"file":{"name":"files/f1","mimeType":"application/pdf","uri":"https://generativelanguage.googleapis.com/v1beta/files/f1"}}`, "f1"},
 		{"upload complete", `{"id":"upload_1","object":"upload","status":"completed","file":{"id":"file-xyz","object":"file"}}`, "file-xyz"},
+		{"run and thread", `{"id":"run_1","object":"thread.run","assistant_id":"asst_1","thread_id":"thread_1","status":"queued"}`, "thread_1"},
 		{"upload created", `{"id":"upload_1","object":"upload","status":"pending","file":null}`, "upload_1"},
 		{"id after a big value", `{"object":"response","instructions":"` + big + `","id":"resp_late"}`, ""},
 		{"id before a big value", `{"id":"resp_early","instructions":"` + big + `"}`, "resp_early"},
@@ -616,6 +617,8 @@ func TestStateRefsAllocs(t *testing.T) {
 func BenchmarkStateRefs(b *testing.B) {
 	for _, c := range []struct{ name, path, body string }{
 		{"Chat4KiB", "/v1/chat/completions", refChatBody(4 << 10)},
+		{"Chat4KiBLongTurns", "/v1/chat/completions", `{"model":"gpt-4o","messages":[{"role":"system","content":"` + strings.Repeat("Be brief. ", 200) +
+			`"},{"role":"user","content":"` + strings.Repeat("What is the weather? ", 50) + `"},{"role":"assistant","content":"` + strings.Repeat("Mild. ", 150) + `"}],"stream":true}`},
 		{"Responses", "/v1/responses", `{"model":"gpt-5","previous_response_id":"resp_abc","input":[{"role":"user","content":[{"type":"input_text","text":"` + strings.Repeat("a", 3<<10) + `"},{"type":"input_file","file_id":"file-1"}]}]}`},
 	} {
 		b.Run(c.name, func(b *testing.B) {
