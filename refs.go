@@ -61,9 +61,13 @@ func stateRefs(dst []string, method, path string, body []byte) (refs []string, o
 	return w.dst, w.opaque
 }
 
-// pathRefs appends the refs path names.
+// pathRefs appends the refs path names, and a Google resumable upload's
+// upload_id in its query, if it has one.
 func pathRefs(dst []string, base int, path string) []string {
 	if i := strings.IndexAny(path, "?#"); i >= 0 {
+		if path[i] == '?' {
+			dst = queryRef(dst, base, path[i+1:])
+		}
 		path = path[:i]
 	}
 	var prev string
@@ -90,6 +94,20 @@ func pathRefs(dst []string, base int, path string) []string {
 	return dst
 }
 
+// queryRef appends the upload_id of query, the session of a Google
+// resumable upload.
+func queryRef(dst []string, base int, query string) []string {
+	query, _, _ = strings.Cut(query, "#")
+	for query != "" {
+		var kv string
+		kv, query, _ = strings.Cut(query, "&")
+		if id, ok := strings.CutPrefix(kv, "upload_id="); ok && validRef(id) {
+			return appendRef(dst, base, id)
+		}
+	}
+	return dst
+}
+
 // stateCollection reports whether the path segment name, after prev,
 // names a collection of state held by the provider, whose members' ids
 // are refs.
@@ -97,10 +115,12 @@ func stateCollection(name, prev string) bool {
 	switch name {
 	case "responses", "conversations", "files", "uploads", "batches", "vector_stores",
 		"assistants", "threads", "containers", "evals", "videos", "skills",
-		"cachedContents", "fileSearchStores", "interactions":
+		"cachedContents", "fileSearchStores", "interactions", "operations":
 		return true
 	case "completions": // stored chat completions
 		return prev == "chat"
+	case "calls": // a realtime call, at the provider that took it
+		return prev == "realtime"
 	case "jobs":
 		return prev == "fine_tuning"
 	}
@@ -141,10 +161,12 @@ func notMember(name string) bool {
 // Besides the collections above: .../fine_tuning/jobs, .../evals,
 // .../videos, Anthropic's .../skills, Gemini's .../fileSearchStores,
 // .../interactions (unless "store": false) and a model's
-// :batchGenerateContent or :asyncBatchEmbedContent, a completed
+// :batchGenerateContent, :asyncBatchEmbedContent or :predictLongRunning
+// (an operation), a completed
 // .../uploads/{id}/complete (its file), and .../chat/completions with
 // "store": true. Realtime sessions and client secrets create none: their
-// answer is a short-lived credential, which no later request names.
+// answer is a short-lived credential, which no later request names (nor
+// does a realtime call, whose id is not in a JSON answer).
 func createsState(method, path string, body []byte) bool {
 	if method != "POST" {
 		return false
@@ -163,7 +185,7 @@ func createsState(method, path string, body []byte) bool {
 	last, verb, _ := strings.Cut(seg[0], ":")
 	switch {
 	case verb != "":
-		return verb == "batchGenerateContent" || verb == "asyncBatchEmbedContent"
+		return verb == "batchGenerateContent" || verb == "asyncBatchEmbedContent" || verb == "predictLongRunning"
 	case refs > 0:
 		return refs == 1 && last == "complete" && seg[2] == "uploads"
 	}
@@ -176,7 +198,7 @@ func createsState(method, path string, body []byte) bool {
 		return seg[1] == "threads"
 	case "jobs":
 		return seg[1] == "fine_tuning"
-	case "input_tokens", "compact":
+	case "input_tokens", "compact", "calls": // a realtime call's id is in no JSON answer
 		return false
 	}
 	return stateCollection(last, seg[1])

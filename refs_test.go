@@ -152,6 +152,8 @@ func TestStateRefsOpenAIFilesBatchesStores(t *testing.T) {
 		{name: "eval run", path: "/v1/evals/eval_1/runs",
 			body: `{"data_source":{"type":"jsonl","source":{"type":"file_id","id":"file-ev"}}}`, want: []string{"eval_1", "file-ev"}},
 		{name: "video", method: "GET", path: "/v1/videos/video_1/content", want: []string{"video_1"}},
+		{name: "realtime call", path: "/v1/realtime/calls/rtc_1/accept", body: `{"type":"realtime","model":"gpt-realtime"}`, want: []string{"rtc_1"}},
+		{name: "realtime calls", path: "/v1/realtime/calls"},
 	})
 }
 
@@ -207,6 +209,8 @@ func TestStateRefsGemini(t *testing.T) {
 			body: `{"batch":{"display_name":"b","input_config":{"file_name":"files/in42"}}}`, want: []string{"in42"}},
 		{name: "file search", path: "/v1beta/models/gemini-2.5-flash:generateContent",
 			body: `{"contents":[],"tools":[{"fileSearch":{"fileSearchStoreNames":["fileSearchStores/store1"]}}]}`, want: []string{"store1"}},
+		{name: "resumable upload", path: "/upload/v1beta/files?upload_id=AbC-123_x&upload_protocol=resumable", want: []string{"AbC-123_x"}},
+		{name: "operation", method: "GET", path: "/v1beta/models/veo-3.0-generate-preview/operations/op9", want: []string{"op9"}},
 		{name: "interaction", path: "/v1beta/interactions",
 			body: `{"model":"gemini-2.5-flash","input":"more","previous_interaction_id":"v1_abc"}`, want: []string{"v1_abc"}},
 	})
@@ -351,6 +355,10 @@ func TestCreatesState(t *testing.T) {
 		{"POST", "/v1beta/models/gemini-2.5-flash:generateContent", "", false},
 		{"POST", "/v1beta/models/gemini-2.5-flash:batchGenerateContent", "", true},
 		{"POST", "/v1beta/fileSearchStores", "", true},
+		{"POST", "/v1beta/models/veo-3.0-generate-preview:predictLongRunning", "", true},
+		{"POST", "/v1beta/models/imagen-4.0-generate-001:predict", "", false},
+		{"POST", "/upload/v1beta/files?upload_id=u1&upload_protocol=resumable", "", true},
+		{"POST", "/v1/realtime/calls", "", false},
 		{"POST", "/v1beta/interactions", `{"input":"hi"}`, true},
 		{"POST", "/v1beta/interactions", `{"input":"hi","store":false}`, false},
 		{"DELETE", "/v1/files/file-1", "", false},
@@ -399,6 +407,7 @@ func TestRefScannerJSON(t *testing.T) {
 		{"nested ids first", `{"object":"thread.run","tools":[{"id":"x"}],"meta":{"id":"y"},"id":"run_1"}`, "run_1"},
 		{"first id", `{"id":"a_1","id":"b_2"}`, "a_1"},
 		{"gemini cache", `{"name":"cachedContents/abc","model":"models/gemini-2.5-flash","usageMetadata":{"totalTokenCount":4000}}`, "abc"},
+		{"gemini operation", `{"name":"models/veo-3.0-generate-preview/operations/op9"}`, "op9"},
 		{"gemini batch", `{"name":"batches/123","metadata":{"@type":"type.googleapis.com/google.ai.generativelanguage.v1main.GenerateContentBatch"}}`, "123"},
 		{"gemini file", `{"file":{"name":"files/f1","mimeType":"application/pdf","uri":"https://generativelanguage.googleapis.com/v1beta/files/f1"}}`, "f1"},
 		{"upload complete", `{"id":"upload_1","object":"upload","status":"completed","file":{"id":"file-xyz","object":"file"}}`, "file-xyz"},
