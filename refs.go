@@ -238,7 +238,7 @@ func mayRefer(body []byte) bool {
 		j := i + 1 + n
 		switch {
 		case n < len(s):
-			if n >= 6 && refName(s[:n]) {
+			if n >= 5 && refName(s[:n]) {
 				return true
 			}
 		case end == len(body):
@@ -260,7 +260,7 @@ func refName(s []byte) bool {
 	switch string(s) {
 	case "previous_response_id", "previous_interaction_id", "conversation",
 		"file_id", "file_ids", "training_file", "validation_file", "vector_store_ids",
-		"thread_id", "assistant_id", "container", "prompt",
+		"thread_id", "assistant_id", "container", "prompt", "audio",
 		"cachedContent", "cached_content", "fileUri", "file_uri", "fileName", "file_name",
 		"fileSearchStoreNames", "file_search_store_names",
 		"item_reference", "reasoning", "encrypted_content":
@@ -318,6 +318,8 @@ func (w *refWalk) object(v gjson.Result, depth int) {
 				w.add(e.Get("id"))
 				w.walk(e, depth+1)
 			}
+		case "audio": // a chat turn's earlier audio answer: {"id": "audio_..."}
+			w.add(e.Get("id"))
 		case "prompt": // a Responses prompt template: {"id": "pmpt_...", "variables": ...}
 			if e.IsObject() {
 				w.add(e.Get("id"))
