@@ -258,12 +258,12 @@ func mayRefer(body []byte) bool {
 // refName reports whether s is one of the names stateRefs reads.
 func refName(s []byte) bool {
 	switch string(s) {
-	case "previous_response_id", "previous_interaction_id", "conversation",
+	case "previous_response_id", "previous_interaction_id", "conversation", "conversation_id",
 		"file_id", "file_ids", "training_file", "validation_file", "vector_store_ids",
 		"thread_id", "assistant_id", "container", "prompt", "audio",
 		"cachedContent", "cached_content", "fileUri", "file_uri", "fileName", "file_name",
 		"fileSearchStoreNames", "file_search_store_names",
-		"item_reference", "reasoning", "encrypted_content":
+		"item_reference", "reasoning", "encrypted_content", "reasoning.encrypted":
 		return true
 	}
 	return bytes.HasSuffix(s, []byte("_file_id")) || bytes.HasSuffix(s, []byte("_file_ids"))
@@ -295,7 +295,7 @@ func (w *refWalk) walk(v gjson.Result, depth int) {
 
 // object reads the members of the object v.
 func (w *refWalk) object(v gjson.Result, depth int) {
-	var typ, id, skill gjson.Result
+	var typ, id, skill, data gjson.Result
 	encrypted := false
 	v.ForEach(func(k, e gjson.Result) bool {
 		w.items++
@@ -306,7 +306,9 @@ func (w *refWalk) object(v gjson.Result, depth int) {
 			id = e
 		case "skill_id": // an Anthropic skill's: a ref when the skill is "custom"
 			skill = e
-		case "previous_response_id", "previous_interaction_id", "thread_id", "assistant_id",
+		case "data":
+			data = e
+		case "previous_response_id", "previous_interaction_id", "conversation_id", "thread_id", "assistant_id",
 			"file_id", "training_file", "validation_file", "cachedContent", "cached_content":
 			w.add(e)
 		case "file_ids", "vector_store_ids", "fileSearchStoreNames", "file_search_store_names":
@@ -365,6 +367,10 @@ func (w *refWalk) object(v gjson.Result, depth int) {
 		}
 	case "custom":
 		w.add(skill)
+	case "reasoning.encrypted": // OpenRouter's reasoning_details
+		if data.Type == gjson.String && data.Str != "" {
+			w.opaque = true
+		}
 	}
 }
 

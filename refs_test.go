@@ -219,6 +219,18 @@ func TestStateRefsGemini(t *testing.T) {
 	})
 }
 
+// TestStateRefsCompatible holds the state of APIs alike to the big three's.
+func TestStateRefsCompatible(t *testing.T) {
+	testRefs(t, []refCase{
+		{name: "openrouter encrypted reasoning", path: "/api/v1/chat/completions",
+			body:   `{"model":"openai/o4","messages":[{"role":"assistant","content":"x","reasoning_details":[{"type":"reasoning.encrypted","data":"gAAA","id":"rs_1"}]}]}`,
+			opaque: true},
+		{name: "openrouter reasoning text", path: "/api/v1/chat/completions",
+			body: `{"messages":[{"role":"assistant","content":"x","reasoning_details":[{"type":"reasoning.text","text":"hm"}]}]}`},
+		{name: "cohere conversation", path: "/v1/chat", body: `{"message":"hi","conversation_id":"user-42-chat"}`, want: []string{"user-42-chat"}},
+	})
+}
+
 // TestStateRefsNotRefs holds requests that name no state, though they
 // carry the names stateRefs reads in text, in the caller's own values or
 // as models.
