@@ -88,7 +88,10 @@ func pathRefs(dst []string, base int, path string) []string {
 				continue
 			}
 		}
-		member = stateCollection(name, prev) || under && memberCollection(name)
+		// A model's or an Azure deployment's name is the caller's,
+		// whatever it is.
+		named := prev == "models" || prev == "deployments"
+		member = !named && (stateCollection(name, prev) || under && memberCollection(name))
 		prev = name
 	}
 	return dst

@@ -259,6 +259,7 @@ func TestStateRefsNotRefs(t *testing.T) {
 		{name: "not json", path: "/v1/responses", body: `{"previous_response_id":"resp_1"`},
 		{name: "not json either", path: "/v1/responses", body: `previous_response_id="resp_1"`},
 		{name: "collections", path: "/v1/files/"},
+		{name: "deployment named files", path: "/openai/deployments/files/chat/completions?api-version=1"},
 		{name: "path text", method: "GET", path: "/v1/files/a%20b"},
 		{name: "no path", path: ""},
 	})
