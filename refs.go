@@ -14,6 +14,7 @@ package failover
 import (
 	"bytes"
 	"io"
+	"net/http"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -478,8 +479,12 @@ func validRef(s string) bool {
 // body ends or is closed. An event's data gives its "id" or its
 // "response"'s. Only the first maxRefScan bytes are scanned, the rest
 // only passed on; of them it holds no more than the id being read and the
-// first refEventHold bytes of an event's data.
+// first refEventHold bytes of an event's data. A nil body, http.NoBody or
+// a nil found gets the body back as it is.
 func newRefScanner(body io.ReadCloser, eventStream bool, found func(id string)) io.ReadCloser {
+	if body == nil || body == http.NoBody || found == nil {
+		return body
+	}
 	s := &refScanner{rc: body, found: found, sse: eventStream}
 	s.peek.stream = eventStream
 	if eventStream {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"slices"
 	"strings"
 	"sync"
@@ -571,6 +572,16 @@ func TestRefScannerCloseUnread(t *testing.T) {
 		if body.closed != 1 || called != 0 {
 			t.Errorf("sse %v: body closed %d times, found called %d times; want 1, 0", sse, body.closed, called)
 		}
+	}
+}
+
+func TestRefScannerNothingToScan(t *testing.T) {
+	if rc := newRefScanner(http.NoBody, false, func(string) {}); rc != http.NoBody {
+		t.Errorf("got %T, want http.NoBody", rc)
+	}
+	body := io.NopCloser(strings.NewReader(`{"id":"resp_1"}`))
+	if rc := newRefScanner(body, false, nil); rc != body {
+		t.Errorf("got %T without found, want the body", rc)
 	}
 }
 
