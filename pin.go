@@ -6,7 +6,6 @@ import (
 	"errors"
 	"net/http"
 	"strconv"
-	"strings"
 	"sync/atomic"
 	"time"
 
@@ -204,7 +203,7 @@ func (c *call) readPins(body []byte) {
 // where it was addressed (see pinLate), which most requests never are.
 func (c *call) readsEarly() bool {
 	p := c.t.pins
-	return p != nil && (c.body.buffered != nil || p.learned.Load() || c.t.hedge != nil || c.t.fleet != nil || statePath(c.rest))
+	return p != nil && (c.body.buffered != nil || p.learned.Load() || c.t.hedge != nil || c.t.fleet != nil || statePath(c.req.Method, c.rest))
 }
 
 // pinLate reads the request's body for the state it references when the
@@ -295,16 +294,8 @@ func (c *call) pinnedError(rec attemptRec) *AttemptError {
 	return a
 }
 
-// statePath reports whether path, a request's path under its upstream's
-// base, has a segment that names a kind of state a provider keeps.
-func statePath(path string) bool {
-	for rest := strings.TrimPrefix(path, "/"); rest != ""; {
-		var seg string
-		seg, rest, _ = strings.Cut(rest, "/")
-		switch seg {
-		case "responses", "conversations", "files", "uploads", "batches", "vector_stores", "assistants", "threads", "cachedContents", "containers", "fine_tuning":
-			return true
-		}
-	}
-	return false
+// statePath reports whether a request's method and path, under its
+// upstream's base, name state or create it (see stateRefs, createsState).
+func statePath(method, path string) bool {
+	return len(pathRefs(nil, 0, path)) > 0 || createsState(method, path, nil)
 }
