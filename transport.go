@@ -44,6 +44,14 @@
 // ([RetryConfig]), and a tripped circuit stays open longer the longer its
 // upstream keeps failing ([BreakerConfig]).
 //
+// A request that references state a provider holds (a previous response,
+// a file, a cached content) goes only to the upstream that holds it
+// ([PinConfig]); under a balancing [Router], a conversation stays on the
+// upstream whose prompt cache holds it ([AffinityConfig]). An upstream may
+// hold several keys ([Key]) and set its credentials as each attempt is
+// sent ([Authorizer]); [WithSheddable] marks a request that yields when
+// capacity runs short.
+//
 // The rest is opt-in, each on its field of [Config]: routing ([Router]),
 // hedging, probes, model mapping, usage metering and state shared by a
 // fleet ([Shared]); per request, [WithUpstreams],
