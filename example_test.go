@@ -261,21 +261,14 @@ func ExampleHedgeConfig() {
 	// failover_hedges_total 1
 }
 
-// A pool of keys on one provider: several Upstreams with the same BaseURL
-// and a key each in Header. This works, and is the way to spread one
-// provider's traffic over several keys or accounts: a request addressed to
-// that BaseURL goes to the first key that may take it, and a key the
-// provider refuses sends the request on to the next key at once, as a
-// failing provider would.
-//
-// A 429 cools its key down for the Retry-After it names (30s here), so the
-// requests after it go straight to another key. A 401 or 403 (a revoked
-// key) opens no circuit and cools nothing down, since the key refused may
-// be a caller's own, which must not shut the upstream out for every
-// caller: the next key answers, but the revoked key is tried first again
-// on the next request, costing a round trip each time, and Config.Logger
-// logs "upstream rejected its credentials". Take such a key out of the
-// pool.
+// One provider, three keys (Upstream.Keys): they take turns, and each has
+// its own 429 cooldown and revoked-key state. A 429 cools its key down for
+// the Retry-After it names (30s here) and the request goes at once to the
+// next key, as does a 401 or 403 (a revoked key); a key that keeps
+// answering them is tried after the others, and Config.Logger logs
+// "upstream rejected its credentials" with the key's name. A 5xx or a
+// reset would keep the key: the provider is at fault, and its circuit
+// counts it. Health names each key, never its value.
 func Example_keyPool() {
 	provider := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		key := strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ")
@@ -295,11 +288,12 @@ func Example_keyPool() {
 	}))
 	defer provider.Close()
 
-	base := provider.URL + "/v1" // one provider: the same BaseURL for every key
 	t, err := failover.New(failover.Config{Upstreams: []failover.Upstream{
-		{Name: "key-a", BaseURL: base, Header: http.Header{"Authorization": {"Bearer sk-a"}}},
-		{Name: "key-b", BaseURL: base, Header: http.Header{"Authorization": {"Bearer sk-b"}}},
-		{Name: "key-c", BaseURL: base, Header: http.Header{"Authorization": {"Bearer sk-c"}}},
+		{Name: "openai", BaseURL: provider.URL + "/v1", Keys: []failover.Key{
+			{Name: "a", Header: http.Header{"Authorization": {"Bearer sk-a"}}},
+			{Name: "b", Header: http.Header{"Authorization": {"Bearer sk-b"}}},
+			{Name: "c", Header: http.Header{"Authorization": {"Bearer sk-c"}}},
+		}},
 	}})
 	if err != nil {
 		log.Fatal(err)
@@ -307,17 +301,17 @@ func Example_keyPool() {
 	defer t.Close()
 	client := &http.Client{Transport: t}
 
-	for i := 1; i <= 2; i++ {
+	for i := 1; i <= 4; i++ {
 		fmt.Printf("request %d\n", i)
-		resp, err := client.Post(base+"/chat/completions", "application/json", strings.NewReader(`{"model":"m"}`))
+		resp, err := client.Post(provider.URL+"/v1/chat/completions", "application/json", strings.NewReader(`{"model":"m"}`))
 		if err != nil {
 			log.Fatal(err)
 		}
 		resp.Body.Close()
 		fmt.Println("  answer:", resp.StatusCode)
 	}
-	for _, h := range t.Health() {
-		fmt.Printf("%s: available %v, rate limited %d, auth failed %d\n", h.Name, h.Available, h.Requests.RateLimited, h.Requests.AuthFailed)
+	for _, k := range t.Health()[0].Keys {
+		fmt.Printf("key %s: cooling %v, revoked %v\n", k.Name, k.Cooldown > 0, k.AuthFailing)
 	}
 	// Output:
 	// request 1
@@ -329,9 +323,16 @@ func Example_keyPool() {
 	//   sk-b: 401
 	//   sk-c: 200
 	//   answer: 200
-	// key-a: available false, rate limited 1, auth failed 0
-	// key-b: available true, rate limited 0, auth failed 2
-	// key-c: available true, rate limited 0, auth failed 0
+	// request 3
+	//   sk-b: 401
+	//   sk-c: 200
+	//   answer: 200
+	// request 4
+	//   sk-c: 200
+	//   answer: 200
+	// key a: cooling true, revoked false
+	// key b: cooling false, revoked true
+	// key c: cooling false, revoked false
 }
 
 // Weighted spreads the requests over the upstreams in proportion to their
