@@ -2,6 +2,7 @@ package failover
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -468,4 +469,33 @@ func TestKeysProbeAndReset(t *testing.T) {
 			t.Fatalf("key A after Reset: %+v, want not cooling", k)
 		}
 	})
+}
+
+// ServedBy and the Trace name the key an answer and each attempt went
+// with.
+func TestKeysServedAndTraced(t *testing.T) {
+	srv := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Authorization") == "Bearer key-one-0123456789" {
+			w.Header().Set("Retry-After", "30")
+			w.WriteHeader(429)
+			return
+		}
+		io.WriteString(w, "ok")
+	})
+	tr := newTestTransport(t, Config{Upstreams: []Upstream{{Name: "a", BaseURL: srv.URL + "/v1", Keys: []Key{
+		{Name: "one", Header: http.Header{"Authorization": {"Bearer key-one-0123456789"}}},
+		{Name: "two", Header: http.Header{"Authorization": {"Bearer key-two-0123456789"}}},
+	}}}})
+	var keys []string
+	ctx := WithTrace(context.Background(), &Trace{AttemptStart: func(a TraceAttempt) { keys = append(keys, a.Key) }})
+	req := httptestRequest("GET", srv.URL+"/v1/models", "").WithContext(ctx)
+	resp, err := tr.RoundTrip(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	s, ok := ServedBy(resp)
+	if !ok || s.Upstream != "a" || s.Key != "two" || strings.Join(keys, ",") != "one,two" {
+		t.Errorf("served %+v, attempts with keys %v: want two, after one", s, keys)
+	}
 }

@@ -15,6 +15,10 @@ type Served struct {
 	// [AnswerError]).
 	Upstream string
 
+	// Key is the Name of the upstream's key the answer was sent with
+	// (Upstream.Keys); empty for an upstream without Keys.
+	Key string
+
 	// Attempt is the number of the attempt that got the answer, from 1,
 	// and Attempts how many the request sent in all (hedges included).
 	Attempt, Attempts int
@@ -39,7 +43,7 @@ func ServedBy(resp *http.Response) (Served, bool) {
 	if !ok || c.view.view != resp.Request {
 		return Served{}, false // a request built on an answer's context is not its answer
 	}
-	s := Served{Upstream: c.upstream, Attempt: int(c.attempt), Attempts: int(c.attempts), Hedged: c.hedged}
+	s := Served{Upstream: c.upstream, Key: c.key.nameOf(), Attempt: int(c.attempt), Attempts: int(c.attempts), Hedged: c.hedged}
 	if c.problems != nil {
 		s.Problems = slices.Clone(*c.problems)
 	}
@@ -66,6 +70,7 @@ type servedCtx struct {
 	context.Context
 	view              viewMark
 	upstream          string
+	key               *key // the upstream's key it went with; nil: none (Upstream.Keys)
 	attempt, attempts int32
 	hedged, isView    bool
 	problems          *[]string // nil: none
@@ -104,7 +109,7 @@ func (t *Transport) served(c *call, resp *http.Response, u *upstream, notes []st
 	x := &sr.ctx
 	x.Context, x.attempts = prev.Context(), c.sent
 	if u != nil {
-		x.upstream, x.attempt, x.hedged = u.name, c.answer.n, c.answer.hedge
+		x.upstream, x.key, x.attempt, x.hedged = u.name, c.answer.k, c.answer.n, c.answer.hedge
 		if t.servedHeader != "" {
 			if resp.Header == nil {
 				resp.Header = http.Header{}

@@ -58,6 +58,7 @@ type TraceSkip struct {
 // TraceAttempt is an attempt, as [Trace.AttemptStart] receives it.
 type TraceAttempt struct {
 	Upstream   string // the upstream's Name
+	Key        string // the Name of the upstream's key it was sent with (Upstream.Keys); "" without Keys
 	Attempt    int    // 1 for the request's first attempt, 2 for the next, ...
 	Round      int    // as in TraceSkip
 	Hedge      bool   // sent beside a slower attempt still in flight (Config.Hedge)
@@ -279,7 +280,7 @@ func (c *call) outcome(resp *http.Response, err error) requestOutcome {
 
 // traceAttempt describes a, recorded in l, for the hooks.
 func (r *request) traceAttempt(l *tally, a *attempt) TraceAttempt {
-	return TraceAttempt{Upstream: a.u.name, Attempt: a.n, Round: int(l.roundNo), Hedge: a.hedge, LastResort: a.lastResort, Demoted: a.demoted}
+	return TraceAttempt{Upstream: a.u.name, Key: a.k.nameOf(), Attempt: a.n, Round: int(l.roundNo), Hedge: a.hedge, LastResort: a.lastResort, Demoted: a.demoted}
 }
 
 // traceDone calls AttemptDone for a, its error's message redacted in
