@@ -37,6 +37,7 @@ const (
 	attrRound      = attribute.Key("failover.round")
 	attrReason     = attribute.Key("failover.reason")
 	attrRetryAfter = attribute.Key("failover.retry_after")
+	attrKey        = attribute.Key("failover.key")
 
 	eventSkip = "failover.skip"
 )
@@ -55,8 +56,9 @@ const (
 // Each attempt span also has failover.upstream (the upstream's Name),
 // failover.attempt (its number, from 1), failover.hedge,
 // failover.outcome (the classifier's verdict: success, failed, ...) and,
-// when they apply, failover.round, failover.last_resort,
-// failover.demoted and failover.abandoned. The request span has
+// when they apply, failover.key (the Name of the upstream's key it went
+// with), failover.round, failover.last_resort, failover.demoted and
+// failover.abandoned. The request span has
 // failover.outcome (answered, failed_over, ...), failover.attempts, and
 // failover.upstream and failover.attempt of the answer it returns; each
 // upstream the request passed over is an event failover.skip on it, with
@@ -219,6 +221,9 @@ func (rt *requestTrace) attemptStart(a failover.TraceAttempt) {
 	}
 	if a.Round > 0 {
 		attrs = append(attrs, attrRound.Int(a.Round))
+	}
+	if a.Key != "" {
+		attrs = append(attrs, attrKey.String(a.Key))
 	}
 	if a.LastResort {
 		attrs = append(attrs, attrLastResort.Bool(true))

@@ -293,3 +293,34 @@ func TestNilURL(t *testing.T) {
 		t.Error("RoundTrip of a request with no URL: no error")
 	}
 }
+
+// An attempt with one of the upstream's keys names the key, never its
+// value.
+func TestTransportKey(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "{}") }))
+	defer srv.Close()
+	tr, err := failover.New(failover.Config{Upstreams: []failover.Upstream{{Name: "p", BaseURL: srv.URL + "/v1",
+		Keys: []failover.Key{{Name: "team-a", Header: http.Header{"Authorization": {"Bearer " + primaryKey}}}}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Close()
+	spans := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans))
+	c := &http.Client{Transport: failoverotel.NewTransport(tr, failoverotel.WithTracerProvider(tp))}
+	resp := post(t, c, context.Background(), srv.URL)
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	ended := spans.Ended()
+	var attempt sdktrace.ReadOnlySpan
+	for _, s := range ended {
+		if s.Parent().IsValid() {
+			attempt = s
+		}
+	}
+	if attempt == nil {
+		t.Fatalf("no attempt span among %d", len(ended))
+	}
+	check(t, "attempt", attrs(attempt.Attributes()), map[string]string{"failover.key": "team-a", "failover.upstream": "p"})
+	noSecret(t, ended)
+}
