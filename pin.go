@@ -212,18 +212,24 @@ func (c *call) readsEarly() bool {
 // elsewhere than s.u: then s's permit is handed back and p is the new
 // plan.
 func (c *call) pinLate(p *plan, s *step, now time.Time) bool {
-	if c.pinsRead || s.u == c.addressed || c.t.pins == nil {
-		return false
-	}
-	data := c.body.data(c.t.readLimit())
-	c.body.keep(data)
-	c.readPins(data)
-	if c.pin == nil || c.pin == s.u {
+	if !c.pinnedAway(s.u) || c.pin == s.u {
 		return false
 	}
 	s.u.circuit.Done(s.p, circuit.Neutral, now)
 	c.plan(p, now)
 	return true
+}
+
+// pinnedAway reads the request's body for the state it references, if it
+// was not read before, when the request is about to go to u elsewhere than
+// where it was addressed, and reports whether the request is pinned.
+func (c *call) pinnedAway(u *upstream) bool {
+	if !c.pinsRead && u != c.addressed && c.t.pins != nil {
+		data := c.body.data(c.t.readLimit())
+		c.body.keep(data)
+		c.readPins(data)
+	}
+	return c.pin != nil
 }
 
 // learning has a success's body tell the ID of the state the request

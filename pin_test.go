@@ -298,3 +298,38 @@ func TestPinnedToKey(t *testing.T) {
 		t.Fatalf("the keys made %v: the pool did not take turns", ids)
 	}
 }
+
+// Every circuit open, the last resort would send a request to the
+// upstream whose circuit opened first: not one that references state the
+// Transport never learned, which lives where it was addressed.
+func TestPinnedNoLastResortElsewhere(t *testing.T) {
+	p := newPinPair(t, Config{Breaker: BreakerConfig{FailureThreshold: 1, Cooldown: time.Minute}})
+	p.aDown.Store(503)
+	p.bDown.Store(503)
+	req := httptestRequest("POST", p.url, `{"model":"m","input":"x"}`)
+	resp, err := p.tr.RoundTrip(req.WithContext(WithUpstreams(req.Context(), "b"))) // b opens first
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	req = httptestRequest("POST", p.url, `{"model":"m","input":"x"}`)
+	resp, err = p.tr.RoundTrip(req.WithContext(WithUpstreams(req.Context(), "a"))) // then a
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	p.bDown.Store(0)
+	before := p.b.count()
+	chat := `{"model":"gpt-4o","messages":[{"role":"user","content":[{"type":"file","file":{"file_id":"file-abc123"}}]}]}`
+	_, err = p.tr.RoundTrip(httptestRequest("POST", p.a.URL+"/v1/chat/completions", chat))
+	var pe *PinnedError
+	if !errors.As(err, &pe) || pe.Upstream != "a" || pe.Ref != "file-abc123" || p.b.count() != before {
+		t.Errorf("every circuit open: %v, b got %d: want a PinnedError for a, nothing at b", err, p.b.count()-before)
+	}
+	// Without a reference, the last resort goes to b, open first.
+	resp = mustPost(t, p.tr, p.a.URL+"/v1/chat/completions", `{"model":"gpt-4o","messages":[]}`)
+	readBody(t, resp)
+	if resp.StatusCode != 200 || p.b.count() != before+1 {
+		t.Errorf("without a reference: %d, b got %d: want b's answer as the last resort", resp.StatusCode, p.b.count()-before)
+	}
+}
