@@ -301,6 +301,23 @@ func TestPrometheusExposition(t *testing.T) {
 	var out bytes.Buffer
 	tr.WritePrometheus(&out)
 	mfs := parseAndLint(t, out.Bytes())
+	// The families of keys and of affinity, which need a keyed upstream
+	// and a balancing Router: another Transport, its own Set.
+	other, err := failover.New(failover.Config{Router: &failover.Weighted{}, Upstreams: []failover.Upstream{
+		{Name: "k", BaseURL: "http://k.test/v1", Keys: []failover.Key{{Name: "one", Header: http.Header{"Authorization": {"Bearer k-0123456789"}}}}},
+		{Name: "w", BaseURL: "http://w.test/v1"},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	out.Reset()
+	other.WritePrometheus(&out)
+	for name, mf := range parseAndLint(t, out.Bytes()) {
+		if mfs[name] == nil {
+			mfs[name] = mf
+		}
+	}
 	for _, f := range readmeFamilies(t) {
 		mf := mfs[f.name]
 		if mf == nil {
