@@ -342,7 +342,7 @@ func (c *call) lastResort(ctx context.Context, u *upstream, now time.Time) (*htt
 	var a attempt
 	s := step{u: u}
 	if len(u.keys) > 0 {
-		if s.k = c.t.pickKey(u, "", false, now); s.k == nil {
+		if s.k = c.t.pickKey(u, "", false, false, now); s.k == nil {
 			return c.finish() // every key cools down
 		}
 	}

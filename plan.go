@@ -313,7 +313,7 @@ func (p *plan) next(now time.Time, s *step) bool {
 		}
 	}
 	s.av = p.t.admit(u, p.model, now, &s.p) // (admit writes s.p)
-	p.t.keyed(s, p.wantKey, p.strictKey, now)
+	p.t.keyed(s, p.wantKey, p.strictKey, p.shed, now)
 	return true
 }
 
@@ -449,29 +449,39 @@ func (t *Transport) admitted(u *upstream, model string, now time.Time, s *step) 
 func (t *Transport) admittedKey(u *upstream, model, want string, strict bool, now time.Time, s *step) {
 	*s = step{u: u}
 	s.av = t.admit(u, model, now, &s.p)
-	t.keyed(s, want, strict, now)
+	t.keyed(s, want, strict, false, now)
 }
 
 // keyed gives s, a step admit took, the key of its upstream it is sent
-// with at now (pickKey), when it has Keys. When none may go, the step is
-// passed over as rate limited after all, for as long as want cools down
-// when strict, else until the first key stops cooling, and its permit is
-// handed back.
-func (t *Transport) keyed(s *step, want string, strict bool, now time.Time) {
+// with at now (pickKey), when it has Keys; shed says the request is
+// sheddable. When none may go, the step is passed over after all, and its
+// permit is handed back: as rate limited, for as long as want cools down
+// when strict, else until the first key stops cooling; or, for a
+// sheddable request with a key that does not cool down but is short of
+// headroom, as shed, until the first key may take it.
+func (t *Transport) keyed(s *step, want string, strict, shed bool, now time.Time) {
 	u := s.u
 	if s.k = nil; s.av.reason != "" || len(u.keys) == 0 {
 		return
 	}
-	if s.k = t.pickKey(u, want, strict, now); s.k != nil {
+	if s.k = t.pickKey(u, want, strict, shed, now); s.k != nil {
 		return
 	}
-	wait := u.cooling(now)
+	ks := u.keys
 	if k := u.key(want); strict && k != nil {
-		wait = k.cd.remaining(now)
+		ks = []*key{k}
+	}
+	av := availability{reason: ReasonRateLimited, wait: maxDuration, known: true}
+	for _, k := range ks {
+		left := k.cd.remaining(now)
+		if left <= 0 { // (then shed, and short of headroom)
+			left, av.reason = t.short(&k.headroom, mono.Of(now)).wait, ReasonShed
+		}
+		av.wait = min(av.wait, left)
 	}
 	u.circuit.Done(s.p, circuit.Neutral, now)
 	s.p = circuit.Permit{}
-	s.av = availability{reason: ReasonRateLimited, wait: wait, known: true}
+	s.av = av
 }
 
 // pickKey is the one decision which of u's Keys a request sends with at
@@ -479,18 +489,20 @@ func (t *Transport) keyed(s *step, want string, strict bool, now time.Time) {
 // name) unless it cools down, looks revoked or is out of headroom; with
 // strict, want alone, unless it cools down. Otherwise the round-robin's
 // next key that does not cool down, those neither revoked nor out of
-// headroom first. It returns nil when none may go. A want that names no
-// key of u asks for none.
-func (t *Transport) pickKey(u *upstream, want string, strict bool, now time.Time) *key {
+// headroom first. For a sheddable request (shed), a key short of headroom
+// (see Transport.shedding) is never picked, as one that cools down. It
+// returns nil when none may go. A want that names no key of u asks for
+// none.
+func (t *Transport) pickKey(u *upstream, want string, strict, shed bool, now time.Time) *key {
 	if k := u.key(want); k != nil {
-		switch rank := t.keyRank(k, now); {
+		switch rank := t.keyRank(k, shed, now); {
 		case strict && rank == keyCooling:
 			return nil
 		case strict, rank == keyGood:
 			return k
 		}
 	}
-	return t.chooseKey(u, 0, now)
+	return t.chooseKey(u, 0, shed, now)
 }
 
 // nextKey is the key of u that a request goes to at once when the key it
@@ -502,14 +514,14 @@ func (p *plan) nextKey(u *upstream, tried uint64, now time.Time) *key {
 	if p.strictKey && u.key(p.wantKey) != nil {
 		return nil
 	}
-	return p.t.chooseKey(u, tried, now)
+	return p.t.chooseKey(u, tried, p.shed, now)
 }
 
 // chooseKey is the round-robin's next key of u at now that is not in tried
 // and does not cool down, the best ranked; nil when there is none. The
 // turns of the keys passed over go to the keys after the one chosen, not
 // to it.
-func (t *Transport) chooseKey(u *upstream, tried uint64, now time.Time) *key {
+func (t *Transport) chooseKey(u *upstream, tried uint64, shed bool, now time.Time) *key {
 	n := uint32(len(u.keys))
 	start := (u.rr.Add(1) - 1) % n
 	var best *key
@@ -519,7 +531,7 @@ func (t *Transport) chooseKey(u *upstream, tried uint64, now time.Time) *key {
 		if k.bit&tried != 0 {
 			continue
 		}
-		if rank := t.keyRank(k, now); rank < bestRank {
+		if rank := t.keyRank(k, shed, now); rank < bestRank {
 			best, bestRank, at = k, rank, i
 			if rank == keyGood {
 				break
@@ -540,10 +552,11 @@ const (
 	keyCooling    // cools down after a 429: never picked
 )
 
-// keyRank ranks k at now.
-func (t *Transport) keyRank(k *key, now time.Time) int {
+// keyRank ranks k at now; for a sheddable request (shed), a key short of
+// headroom ranks as one that cools down.
+func (t *Transport) keyRank(k *key, shed bool, now time.Time) int {
 	switch {
-	case k.cd.remaining(now) > 0:
+	case k.cd.remaining(now) > 0, shed && t.short(&k.headroom, mono.Of(now)).reason != "":
 		return keyCooling
 	case t.revoked(&k.auth, now):
 		return keyRevoked

@@ -524,3 +524,51 @@ func TestShedConfigValidation(t *testing.T) {
 		}
 	}
 }
+
+// A sheddable request to an upstream with Keys goes with a key that has
+// headroom, never with one short of it, though the upstream takes it; a
+// pinned session's key short of headroom sheds it.
+func TestShedKeysShortKey(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := newFakeNet()
+		n.handle("a.test", func(r *http.Request) (*http.Response, error) {
+			k := keyOf(r.Header)
+			left := "50"
+			if k == "A" {
+				left = "5" // 5% of 100: short
+			}
+			return respond(200, k, "X-Ratelimit-Limit-Requests", "100", "X-Ratelimit-Remaining-Requests", left, "X-Ratelimit-Reset-Requests", "30s"), nil
+		})
+		n.status("b.test", 200, "backup")
+		cfg := twoUpstreams(n, Config{})
+		cfg.Upstreams[0].Keys = threeKeys()
+		tr := newTestTransport(t, cfg)
+		for range 3 {
+			readBody(t, mustGet(t, tr, "http://a.test/v1/models"))
+		}
+		if got := keysSent(n.requests("a.test")); got != "ABC" {
+			t.Fatalf("keys sent %q, want ABC", got)
+		}
+		time.Sleep(headroomEvery)
+		for i := range 9 {
+			req := httptestRequest("GET", "http://a.test/v1/models", "")
+			resp, err := tr.RoundTrip(req.WithContext(WithSheddable(req.Context())))
+			if err != nil {
+				t.Fatalf("sheddable request %d: %v", i, err)
+			}
+			if got := readBody(t, resp); got != "B" && got != "C" {
+				t.Fatalf("sheddable request %d answered by %q, want key B or C: key A is short of headroom", i, got)
+			}
+		}
+
+		now := time.Now()
+		p := plan{t: tr, order: tr.upstreams, demote: true, shed: true, wantKey: "A", strictKey: true}
+		var s step
+		if !p.next(now, &s) || s.u != tr.upstreams[0] {
+			t.Fatal("the plan does not start with the keyed upstream")
+		}
+		if s.av.reason != ReasonShed || s.k != nil || s.av.wait <= 0 || s.av.wait > 30*time.Second {
+			t.Fatalf("sheddable, pinned to key A short of headroom: %+v, key %v; want shed until its window resets", s.av, s.k.nameOf())
+		}
+	})
+}
