@@ -23,7 +23,9 @@ import (
 // http.NoBody) or when its body cannot be replayed (no GetBody of the
 // caller's and larger than [Config.MaxBodyBuffer]); for the latter it signs
 // an unsigned payload or fails. req.Context() is the attempt's: it ends
-// when the caller gives up or another attempt wins.
+// when the caller gives up, another attempt wins, or the attempt's bound
+// for its kind ([Timeouts], [WithAttemptTimeout]) passes, which fails the
+// attempt unsent with [ErrAttemptTimeout], blaming no upstream.
 //
 // Authorize may be called concurrently, from several goroutines.
 type Authorizer interface {
@@ -69,10 +71,25 @@ func (r *request) authorize(a *attempt) error {
 		// Header: an append must not write theirs.
 		out.Header[k] = vs[:len(vs):len(vs)]
 	}
+	// The attempt's bound holds the Authorizer too: a token endpoint that
+	// hangs ends its context, and the attempt, unsent, as timed out.
+	var timer *time.Timer
+	if d := a.authorizeBound(r); d > 0 && a.ends() {
+		e := a.ender
+		timer = time.AfterFunc(d, func() { e.stop(ErrAttemptTimeout) })
+	}
 	err := callAuthorizer(u.cfg.Authorizer, out, func(v any, stack []byte) {
 		msg := fmt.Sprintf("failover: panic in the Authorizer of %s: %v\n%s", u.name, v, stack)
 		r.t.reportPanic(r.scrubAttempt(out, msg))
 	})
+	if timer != nil && !timer.Stop() {
+		// The bound ended it, whatever it said.
+		if err == nil {
+			err = ErrAttemptTimeout
+		} else {
+			err = fmt.Errorf("%w: %w", ErrAttemptTimeout, err)
+		}
+	}
 	if err == nil {
 		return nil
 	}
@@ -86,6 +103,16 @@ func (r *request) authorize(a *attempt) error {
 		r.t.log(slog.LevelError, "Authorizer failed", u) // never its message: a token may be in it
 	}
 	return e
+}
+
+// authorizeBound is how long a's Authorizer may take: the attempt's bound
+// for its kind (streamed or not), 0 for none.
+func (a *attempt) authorizeBound(r *request) time.Duration {
+	d := a.answer
+	if a.timeout != a.answer && streamed(a.out, r.t.maxBody) {
+		d = a.timeout
+	}
+	return max(d, 0)
 }
 
 // callAuthorizer calls az on req, and returns a panic as an error, after

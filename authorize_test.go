@@ -1,6 +1,7 @@
 package failover
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -438,4 +439,49 @@ func TestAuthorizerHedged(t *testing.T) {
 			t.Errorf("b got %+v, want the hedge with b's token only", b)
 		}
 	})
+}
+
+// A slow Authorizer (a token endpoint that hangs) is bounded by the
+// attempt's timeout, as the upstream's answer would be: its request's
+// context ends, the request moves on to the next upstream, and the
+// upstream, which was sent nothing, is not blamed.
+func TestAuthorizerSlowTimesOut(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		cfg  Timeouts
+		ctx  func(context.Context) context.Context
+	}{
+		{"Timeouts.Attempt", Timeouts{Attempt: 5 * time.Second}, func(ctx context.Context) context.Context { return ctx }},
+		{"WithAttemptTimeout", Timeouts{}, func(ctx context.Context) context.Context { return WithAttemptTimeout(ctx, 5*time.Second) }},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				n := newFakeNet()
+				n.status("a.test", 200, "a")
+				n.status("b.test", 200, "b")
+				cfg := twoUpstreams(n, Config{Timeouts: tt.cfg})
+				cfg.Upstreams[0].Authorizer = AuthorizerFunc(func(req *http.Request) error {
+					<-req.Context().Done()
+					return req.Context().Err()
+				})
+				tr := newTestTransport(t, cfg)
+				ctx, cancel := context.WithTimeout(tt.ctx(context.Background()), time.Minute)
+				defer cancel()
+				start := time.Now()
+				resp, err := tr.RoundTrip(httptestRequest("GET", "http://a.test/v1/models", "").WithContext(ctx))
+				if err != nil {
+					t.Fatalf("after %v: %v, want the backup's answer", time.Since(start), err)
+				}
+				if got := readBody(t, resp); got != "b" || time.Since(start) != 5*time.Second {
+					t.Fatalf("answered %q after %v, want b after the attempt's 5s", got, time.Since(start))
+				}
+				if n.count("a.test") != 0 {
+					t.Fatal("a was sent the request")
+				}
+				if h := tr.Health()[0]; h.BreakerFailures != 0 || h.Requests.Failed != 0 || !strings.Contains(h.LastError, ErrAttemptTimeout.Error()) {
+					t.Fatalf("a: breaker failures %d, counts %+v, last error %q; want not blamed, timed out", h.BreakerFailures, h.Requests, h.LastError)
+				}
+			})
+		})
+	}
 }
