@@ -17,9 +17,11 @@
 package failoveroauth2
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
+	"sync"
 
 	"golang.org/x/oauth2"
 
@@ -41,18 +43,31 @@ var errNoToken = errors.New("failoveroauth2: the token source returned an empty 
 // one is about to expire; a source that already reuses its tokens
 // (clientcredentials', ReuseTokenSourceWithExpiry's) is kept as it is.
 // An error of ts's fails the attempt ([failover.ErrAuthorize]) and the
-// request goes on to the next upstream.
+// request goes on to the next upstream; so does a token that does not
+// come before the attempt's context ends (its timeout, the caller's
+// deadline), though Token takes no context: one call of it is in flight
+// at a time, which the attempts wait for.
 func New(ts oauth2.TokenSource) failover.Authorizer {
 	return &authorizer{ts: oauth2.ReuseTokenSource(nil, ts)}
 }
 
 type authorizer struct {
 	ts oauth2.TokenSource // safe for concurrent use: a reuseTokenSource
+
+	mu   sync.Mutex
+	call *tokenCall // the call of ts.Token in flight; nil when there is none
+}
+
+// tokenCall is one call of Token: done is closed once tok and err are set.
+type tokenCall struct {
+	done chan struct{}
+	tok  *oauth2.Token
+	err  error
 }
 
 // Authorize implements [failover.Authorizer].
 func (a *authorizer) Authorize(req *http.Request) error {
-	tok, err := a.ts.Token()
+	tok, err := a.token(req.Context())
 	if err != nil {
 		return fmt.Errorf("failoveroauth2: %w", err)
 	}
@@ -61,4 +76,36 @@ func (a *authorizer) Authorize(req *http.Request) error {
 	}
 	tok.SetAuthHeader(req)
 	return nil
+}
+
+// token is ts.Token's token, waited for until ctx ends: Token takes no
+// context, and a token endpoint that hangs must hold no attempt past its
+// bound or its caller's deadline. One call of Token is in flight at a
+// time, which every attempt waits for.
+func (a *authorizer) token(ctx context.Context) (*oauth2.Token, error) {
+	a.mu.Lock()
+	c := a.call
+	if c == nil {
+		c = &tokenCall{done: make(chan struct{})}
+		a.call = c
+		go func() {
+			defer func() {
+				if v := recover(); v != nil { // as the Transport recovers an Authorizer's
+					c.tok, c.err = nil, fmt.Errorf("panic in the token source: %v", v)
+				}
+				a.mu.Lock()
+				a.call = nil
+				a.mu.Unlock()
+				close(c.done)
+			}()
+			c.tok, c.err = a.ts.Token()
+		}()
+	}
+	a.mu.Unlock()
+	select {
+	case <-c.done:
+		return c.tok, c.err
+	case <-ctx.Done():
+		return nil, fmt.Errorf("waiting for a token: %w", context.Cause(ctx))
+	}
 }

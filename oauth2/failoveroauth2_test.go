@@ -158,3 +158,76 @@ func TestTokenErrorFailsOver(t *testing.T) {
 		t.Errorf("err %v, want one matching ErrAuthorize and the *oauth2.RetrieveError", err)
 	}
 }
+
+// A token endpoint that hangs holds no request past its attempt's bound:
+// oauth2's Token takes no context, but the attempt gives up waiting for
+// it, and the request goes on to the next upstream. Attempts meanwhile
+// wait for the one fetch in flight rather than start their own.
+func TestHangingTokenSourceTimesOut(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		release := make(chan struct{})
+		var mu sync.Mutex
+		fetches := 0
+		ts := tokenFunc(func() (*oauth2.Token, error) {
+			mu.Lock()
+			fetches++
+			mu.Unlock()
+			<-release
+			return &oauth2.Token{AccessToken: "late-token-0123456789"}, nil
+		})
+		backup := roundTripper(func(r *http.Request) (*http.Response, error) {
+			return &http.Response{StatusCode: 200, Body: io.NopCloser(strings.NewReader("backup")), Request: r}, nil
+		})
+		tr, err := failover.New(failover.Config{Base: backup, Timeouts: failover.Timeouts{Attempt: 5 * time.Second},
+			Upstreams: []failover.Upstream{
+				{Name: "azure", BaseURL: "http://azure.test/openai/v1", Authorizer: failoveroauth2.New(ts)},
+				{Name: "backup", BaseURL: "http://backup.test/v1"},
+			}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tr.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		for i := range 3 {
+			start := time.Now()
+			resp, err := tr.RoundTrip(httptest.NewRequest("GET", "http://azure.test/openai/v1/models", nil).WithContext(ctx))
+			if err != nil {
+				t.Fatalf("request %d: %v after %v", i, err, time.Since(start))
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if string(body) != "backup" || time.Since(start) != 5*time.Second {
+				t.Fatalf("request %d: %q after %v, want the backup's after the attempt's 5s", i, body, time.Since(start))
+			}
+		}
+		mu.Lock()
+		if fetches != 1 {
+			t.Errorf("%d token fetches in flight at once, want 1", fetches)
+		}
+		mu.Unlock()
+		close(release)
+		synctest.Wait()
+	})
+}
+
+type tokenFunc func() (*oauth2.Token, error)
+
+func (f tokenFunc) Token() (*oauth2.Token, error) { return f() }
+
+type roundTripper func(*http.Request) (*http.Response, error)
+
+func (f roundTripper) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// A token source that panics fails the attempt, as an Authorizer that
+// panics does; the process goes on.
+func TestPanickingTokenSource(t *testing.T) {
+	az := failoveroauth2.New(tokenFunc(func() (*oauth2.Token, error) { panic("token source broke") }))
+	req := httptest.NewRequest("GET", "http://azure.test/openai/v1/models", nil)
+	if err := az.Authorize(req); err == nil || !strings.Contains(err.Error(), "token source broke") {
+		t.Fatalf("Authorize: %v, want the panic as an error", err)
+	}
+	if err := az.Authorize(req); err == nil {
+		t.Fatal("Authorize after a panic: nil error")
+	}
+}
