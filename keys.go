@@ -103,6 +103,10 @@ func (u *upstream) newKeys(i int, ks []Key) error {
 					return configError(field(j, "Header"), fmt.Sprintf("has an invalid value for %q", name))
 				}
 			}
+			if !slices.ContainsFunc(vs, func(v string) bool { return v != "" }) {
+				// It would send the key without its credentials.
+				return configError(field(j, "Header"), fmt.Sprintf("has no value for %q: a key sets its credentials", name))
+			}
 			h[http.CanonicalHeaderKey(name)] = append([]string(nil), vs...)
 		}
 		for _, name := range slices.Sorted(maps.Keys(h)) {

@@ -367,6 +367,8 @@ func TestKeysConfigErrors(t *testing.T) {
 		{"no header", []Key{{Name: "A"}}, "Upstreams[0].Keys[0].Header"},
 		{"bad header name", []Key{{Name: "A", Header: http.Header{"Bad Name": {"v"}}}}, "Upstreams[0].Keys[0].Header"},
 		{"bad header value", []Key{{Name: "A", Header: http.Header{"Authorization": {"Bearer sk-\nsecret-123456"}}}}, "Upstreams[0].Keys[0].Header"},
+		{"header without values", []Key{{Name: "A", Header: http.Header{"Authorization": nil}}}, "Upstreams[0].Keys[0].Header"},
+		{"header with an empty value", []Key{{Name: "A", Header: http.Header{"Authorization": {""}}}}, "Upstreams[0].Keys[0].Header"},
 		{"too many", many, "Upstreams[0].Keys"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
