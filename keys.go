@@ -271,17 +271,24 @@ func (u *upstream) key(name string) *key {
 }
 
 // probeKey is the key of u an active probe is sent with at now: the
-// first that does not cool down, else the first; nil when u has no Keys.
+// first that does not cool down and whose last answer was no 401 or 403
+// (a revoked key's probe says nothing of the upstream), else the first
+// that does not cool down, else the first; nil when u has no Keys.
 func (u *upstream) probeKey(now time.Time) *key {
+	var best *key
 	for _, k := range u.keys {
-		if k.cd.remaining(now) <= 0 {
+		switch {
+		case k.cd.remaining(now) > 0:
+		case k.auth.fails.Load() == 0:
 			return k
+		case best == nil:
+			best = k
 		}
 	}
-	if len(u.keys) > 0 {
+	if best == nil && len(u.keys) > 0 {
 		return u.keys[0]
 	}
-	return nil
+	return best
 }
 
 // nameOf returns k's name, "" for nil (an upstream without Keys).

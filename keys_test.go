@@ -12,6 +12,8 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/failover-go/failover/internal/mono"
 )
 
 // Key values of the tests: long enough to be scrubbed, and each naming
@@ -500,4 +502,31 @@ func TestKeysServedAndTraced(t *testing.T) {
 	if !ok || s.Upstream != "a" || s.Key != "two" || strings.Join(keys, ",") != "one,two" {
 		t.Errorf("served %+v, attempts with keys %v: want two, after one", s, keys)
 	}
+}
+
+// An active probe of a keyed upstream goes with a key whose last answer
+// was no 401 or 403 when there is one: a probe with a revoked key says
+// nothing of the upstream.
+func TestKeysProbeSkipsRevoked(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := newFakeNet()
+		n.status("a.test", 200, "ok")
+		n.status("b.test", 200, "b")
+		cfg := twoUpstreams(n, Config{Probe: ProbeConfig{Interval: time.Second}})
+		cfg.Upstreams[0].Keys = threeKeys()
+		tr := newTestTransport(t, cfg)
+		defer tr.Close()
+		u := tr.upstreams[0]
+		for range tr.auth.Threshold {
+			tr.noteAuth(&u.keys[0].auth, AuthFailed, true, mono.Of(time.Now()))
+		}
+		if !tr.Health()[0].Keys[0].AuthFailing {
+			t.Fatal("key A does not look revoked")
+		}
+		time.Sleep(1500 * time.Millisecond) // one probe
+		probes := n.requests("a.test")
+		if len(probes) != 1 || keyOf(probes[0].Header) != "B" {
+			t.Fatalf("probes sent with keys %q, want one with B, the first not revoked", keysSent(probes))
+		}
+	})
 }
