@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/VictoriaMetrics/metrics"
+
+	"github.com/failover-go/failover/internal/mono"
 )
 
 // Key is one of an upstream's keys ([Upstream.Keys]): credentials of the
@@ -50,9 +52,12 @@ type KeyHealth struct {
 	// Headroom is what the answers to the key last said of its rate
 	// limits (nil when they never did), and OutOfHeadroom whether a
 	// window they reported at 0 has not reset yet, which puts the key
-	// behind the others.
+	// behind the others. HeadroomShare is the lowest share of its limit
+	// a window had left, as [UpstreamHealth.HeadroomShare] says of an
+	// upstream without Keys: sheddable requests read it per key.
 	Headroom      *Headroom
 	OutOfHeadroom bool
+	HeadroomShare float64
 }
 
 // maxKeys bounds an upstream's keys: a request tracks those it tried in
@@ -204,6 +209,7 @@ func (t *Transport) keysHealth(u *upstream, now time.Time) []KeyHealth {
 			Cooldown:      k.cd.remaining(now),
 			AuthFailing:   t.revoked(&k.auth, now),
 			OutOfHeadroom: k.headroom.out(now),
+			HeadroomShare: -1,
 		}
 		if r := k.cd.reason.Load(); r != nil && h.Cooldown > 0 {
 			h.CooldownReason = *r
@@ -211,6 +217,9 @@ func (t *Transport) keysHealth(u *upstream, now time.Time) []KeyHealth {
 		if hr := k.headroom.last.Load(); hr != nil {
 			c := hr.Headroom
 			h.Headroom = &c
+			if share, _, ok := hr.shareAt(mono.Of(now)); ok {
+				h.HeadroomShare = share
+			}
 		}
 		out[i] = h
 	}
@@ -225,6 +234,7 @@ type keyJSON struct {
 	AuthFailing    bool           `json:"auth_failing"`
 	Headroom       *headroomJSON  `json:"headroom,omitempty"`
 	OutOfHeadroom  bool           `json:"out_of_headroom"`
+	HeadroomShare  *float64       `json:"headroom_share,omitempty"`
 }
 
 func keysJSON(ks []KeyHealth) []keyJSON {
@@ -233,7 +243,10 @@ func keysJSON(ks []KeyHealth) []keyJSON {
 	}
 	out := make([]keyJSON, len(ks))
 	for i, k := range ks {
-		out[i] = keyJSON{k.Name, k.Cooldown.Seconds(), k.CooldownReason, k.AuthFailing, k.Headroom.json(), k.OutOfHeadroom}
+		out[i] = keyJSON{k.Name, k.Cooldown.Seconds(), k.CooldownReason, k.AuthFailing, k.Headroom.json(), k.OutOfHeadroom, nil}
+		if k.HeadroomShare >= 0 {
+			out[i].HeadroomShare = &ks[i].HeadroomShare
+		}
 	}
 	return out
 }

@@ -549,6 +549,12 @@ func TestShedKeysShortKey(t *testing.T) {
 		if got := keysSent(n.requests("a.test")); got != "ABC" {
 			t.Fatalf("keys sent %q, want ABC", got)
 		}
+		if ks := tr.Health()[0].Keys; ks[0].HeadroomShare != 0.05 || ks[1].HeadroomShare != 0.5 {
+			t.Errorf("keys' HeadroomShare: A %v, B %v; want 0.05 and 0.5", ks[0].HeadroomShare, ks[1].HeadroomShare)
+		}
+		if js, _ := json.Marshal(tr.Health()); strings.Count(string(js), `"headroom_share":0.05`) != 1 {
+			t.Errorf("Health's JSON does not say key A's share: %s", js)
+		}
 		time.Sleep(headroomEvery)
 		for i := range 9 {
 			req := httptestRequest("GET", "http://a.test/v1/models", "")
