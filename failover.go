@@ -187,7 +187,7 @@ func (c *call) round(ctx context.Context) (*http.Response, error, bool) {
 // over.
 func (c *call) send(ctx context.Context, p *plan, s *step, now time.Time) (*http.Response, error, bool) {
 	if c.t.hedge != nil && c.body.replayable && !c.once() && c.pin == nil && !c.shed() && len(c.usable()) > 1 {
-		return c.sendHedged(ctx, p, s, now)
+		return c.sendHedged(ctx, p, s, now, 0)
 	}
 	var tried uint64 // the keys of s.u sent to (Upstream.Keys)
 	for retry := false; ; {

@@ -220,7 +220,7 @@ type hedgedParts struct {
 // the race (race.go), sending hedges to the next upstreams of the plan
 // while the caller waits in Base; the caller takes the race over when
 // Base returns.
-func (c *call) sendHedged(ctx context.Context, p *plan, s *step, now time.Time) (*http.Response, error, bool) {
+func (c *call) sendHedged(ctx context.Context, p *plan, s *step, now time.Time, tried uint64) (*http.Response, error, bool) {
 	x := new(hedgedParts)
 	a := &x.a
 	a.own, a.watch = &x.o, &x.hw
@@ -234,7 +234,7 @@ func (c *call) sendHedged(ctx context.Context, p *plan, s *step, now time.Time) 
 	}
 	if len(targets) == 0 {
 		a.send(&c.request) // nowhere to hedge to, or a probe: never hedged
-		return c.settleSent(a)
+		return c.settleRekeyed(ctx, p, s, a, tried)
 	}
 	r := &x.race
 	r.req, r.body, r.ctx, r.first, r.targets, r.hedges = c.request, c.body, ctx, a, targets, c.hedges
@@ -250,7 +250,23 @@ func (c *call) sendHedged(ctx context.Context, p *plan, s *step, now time.Time) 
 	if a.panicked != nil {
 		panic(a.panicked) // send closed what it had, as without hedging
 	}
-	return c.settleSent(a)
+	return c.settleRekeyed(ctx, p, s, a, tried)
+}
+
+// settleRekeyed settles a, answered before any hedge went, and sends the
+// request at once with another key of its upstream when its key said 429
+// or 401 (see call.rekey), hedged again; tried are the keys sent to.
+// (After a race, the request moves on to the next upstream instead.)
+func (c *call) settleRekeyed(ctx context.Context, p *plan, s *step, a *attempt, tried uint64) (*http.Response, error, bool) {
+	resp, err, done := c.settleSent(a)
+	if done || a.k == nil {
+		return resp, err, done
+	}
+	tried |= a.k.bit
+	if now, ok := c.rekey(p, s, a, tried); ok {
+		return c.sendHedged(ctx, p, s, now, tried)
+	}
+	return resp, err, done
 }
 
 // hedgeTargets appends to dst the next n upstreams of q, a copy of the

@@ -530,3 +530,29 @@ func TestKeysProbeSkipsRevoked(t *testing.T) {
 		}
 	})
 }
+
+// With hedging on, a key's 429 that comes before any hedge went still
+// rotates the request to the next key, not to the next upstream.
+func TestKeysRotateHedged(t *testing.T) {
+	a := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Authorization") == "Bearer key-one-0123456789" {
+			w.Header().Set("Retry-After", "30")
+			w.WriteHeader(429)
+			return
+		}
+		io.WriteString(w, "a")
+	})
+	b := newServer(t, func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "backup") })
+	tr := newTestTransport(t, Config{Hedge: &HedgeConfig{Delay: time.Hour}, Upstreams: []Upstream{
+		{Name: "a", BaseURL: a.URL + "/v1", Keys: []Key{
+			{Name: "one", Header: http.Header{"Authorization": {"Bearer key-one-0123456789"}}},
+			{Name: "two", Header: http.Header{"Authorization": {"Bearer key-two-0123456789"}}},
+		}},
+		{Name: "b", BaseURL: b.URL + "/v1"},
+	}})
+	resp := mustPost(t, tr, a.URL+"/v1/chat/completions", `{"model":"m"}`)
+	s, _ := ServedBy(resp)
+	if got := readBody(t, resp); got != "a" || s.Key != "two" || b.count() != 0 {
+		t.Errorf("answered %q by %s/%s, backup got %d: want a with key two", got, s.Upstream, s.Key, b.count())
+	}
+}
