@@ -126,7 +126,9 @@ func failingOverContentPolicy(c Classifier) Classifier {
 //
 //   - 2xx, 3xx: [Success].
 //   - 401, 403: [AuthFailed].
-//   - 429: [RateLimited].
+//   - 429, and 402 (the account's credits are spent: OpenRouter,
+//     DeepSeek): [RateLimited]; a 402 cools its upstream, or its key, down
+//     for RateLimit.MaxCooldown, as an exhausted quota does.
 //   - 408, 5xx (529 "overloaded" included): [Failed].
 //   - 400 and 413 whose body ([BodyPrefix]) says, in the words of
 //     OpenAI, Azure, Anthropic, Gemini, DeepSeek, Mistral, Groq,
@@ -166,8 +168,8 @@ func DefaultClassifier(resp *http.Response, err error) Outcome {
 		return Rejected // OpenRouter's moderation
 	case code == http.StatusUnauthorized, code == http.StatusForbidden:
 		return AuthFailed
-	case code == http.StatusTooManyRequests:
-		return RateLimited
+	case code == http.StatusTooManyRequests, code == http.StatusPaymentRequired:
+		return RateLimited // 402: the account's credits are spent (OpenRouter, DeepSeek)
 	case code == http.StatusRequestTimeout, code >= 500:
 		return Failed
 	case contextTooLong(resp):

@@ -556,3 +556,37 @@ func TestKeysRotateHedged(t *testing.T) {
 		t.Errorf("answered %q by %s/%s, backup got %d: want a with key two", got, s.Upstream, s.Key, b.count())
 	}
 }
+
+// A quota error rotates the key as a 429 does: OpenAI's 429
+// insufficient_quota, and the 402 of OpenRouter and DeepSeek when the
+// account's credits are spent. Each cools its key down for MaxCooldown.
+func TestKeysRotateOnQuota(t *testing.T) {
+	for _, tc := range []struct {
+		name, body string
+		status     int
+	}{
+		{"openai insufficient_quota", `{"error":{"type":"insufficient_quota","code":"insufficient_quota","message":"You exceeded your current quota"}}`, 429},
+		{"openrouter credits", `{"error":{"code":402,"message":"Insufficient credits"}}`, 402},
+		{"deepseek balance", `{"error":{"message":"Insufficient Balance","type":"unknown_error"}}`, 402},
+	} {
+		srv := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+			if r.Header.Get("Authorization") == "Bearer key-one-0123456789" {
+				w.WriteHeader(tc.status)
+				io.WriteString(w, tc.body)
+				return
+			}
+			io.WriteString(w, "ok")
+		})
+		tr := newTestTransport(t, Config{Upstreams: []Upstream{{Name: "a", BaseURL: srv.URL + "/v1", Keys: []Key{
+			{Name: "one", Header: http.Header{"Authorization": {"Bearer key-one-0123456789"}}},
+			{Name: "two", Header: http.Header{"Authorization": {"Bearer key-two-0123456789"}}},
+		}}}})
+		resp := mustPost(t, tr, srv.URL+"/v1/chat/completions", `{"model":"m"}`)
+		s, _ := ServedBy(resp)
+		readBody(t, resp)
+		k := tr.Health()[0].Keys[0]
+		if resp.StatusCode != 200 || s.Key != "two" || k.CooldownReason != CooldownQuotaExhausted || k.Cooldown < 30*time.Second {
+			t.Errorf("%s: %d by key %q; key one %+v: want key two, key one cooling for its quota", tc.name, resp.StatusCode, s.Key, k)
+		}
+	}
+}

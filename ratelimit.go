@@ -107,7 +107,7 @@ type CooldownReason string
 // Reasons for a cooldown, as Health and the metrics name them.
 const (
 	CooldownRateLimited    CooldownReason = "rate_limited"    // a 429
-	CooldownQuotaExhausted CooldownReason = "quota_exhausted" // a 429 whose body says the quota is gone
+	CooldownQuotaExhausted CooldownReason = "quota_exhausted" // a 429 whose body says the quota is gone, or a 402
 )
 
 // cooldown is the rate-limit state of one upstream: a deadline that only
@@ -176,7 +176,7 @@ func (t *Transport) coolDown(u *upstream, k *key, resp *http.Response, now time.
 // down, and why. It may replace resp.Body (see inspect429).
 func (c RateLimitConfig) cooldownFor(resp *http.Response, now time.Time) (time.Duration, CooldownReason) {
 	quota, bodyDelay, bodyOK := inspect429(resp)
-	if quota {
+	if quota || resp.StatusCode == http.StatusPaymentRequired {
 		return c.MaxCooldown, CooldownQuotaExhausted
 	}
 	d, ok := RetryAfter(resp.Header, now)
