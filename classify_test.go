@@ -32,7 +32,7 @@ func TestDefaultClassifierStatus(t *testing.T) {
 		{200, Success}, {201, Success}, {204, Success}, {301, Success}, {304, Success},
 		{400, Rejected}, {404, Rejected}, {409, Rejected}, {413, Rejected}, {422, Rejected},
 		{401, AuthFailed}, {403, AuthFailed},
-		{429, RateLimited},
+		{429, RateLimited}, {402, RateLimited},
 		{408, Failed}, {500, Failed}, {501, Failed}, {502, Failed}, {503, Failed}, {504, Failed}, {529, Failed},
 	}
 	for _, tt := range tests {
@@ -400,6 +400,9 @@ func TestFaults(t *testing.T) {
 			}
 		}, failover: true, status: 429, counted: RateLimited, cooldown: ra.cooldown})
 	}
+	cases = append(cases, faultCase{name: "402, credits spent", fault: func(*faultServer) func(net.Conn, *http.Request) {
+		return answer("402 Payment Required", "", `{"error":{"code":402,"message":"Insufficient credits"}}`)
+	}, failover: true, status: 402, counted: RateLimited, cooldown: time.Minute})
 
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -567,7 +570,7 @@ func FuzzClassifier(f *testing.F) {
 				want = Success
 			case code == 401 || code == 403:
 				want = AuthFailed
-			case code == 429:
+			case code == 429 || code == 402:
 				want = RateLimited
 			case code == 408 || code >= 500:
 				want = Failed
