@@ -84,10 +84,7 @@ func (c *call) run() (*http.Response, error) {
 				return c.finish() // pinned: refused at once, not failed over
 			}
 			if !known || next <= 0 || next > c.t.rate.MaxWait-waited {
-				if u := c.t.lastResort(c.servable(c.usable()), c.admitting(), now); u != nil && !c.once() {
-					if c.pinnedAway(u) {
-						return c.finish() // pinned: refused at once, not failed over
-					}
+				if u := c.t.lastResort(c.servable(c.usable()), c.admitting(), now); u != nil && !c.once() && !c.pinnedFor(u) {
 					return c.lastResort(ctx, u, now)
 				}
 				return c.finish()

@@ -212,7 +212,7 @@ func (c *call) readsEarly() bool {
 // elsewhere than s.u: then s's permit is handed back and p is the new
 // plan.
 func (c *call) pinLate(p *plan, s *step, now time.Time) bool {
-	if !c.pinnedAway(s.u) || c.pin == s.u {
+	if !c.pinnedFor(s.u) || c.pin == s.u {
 		return false
 	}
 	s.u.circuit.Done(s.p, circuit.Neutral, now)
@@ -220,10 +220,11 @@ func (c *call) pinLate(p *plan, s *step, now time.Time) bool {
 	return true
 }
 
-// pinnedAway reads the request's body for the state it references, if it
-// was not read before, when the request is about to go to u elsewhere than
-// where it was addressed, and reports whether the request is pinned.
-func (c *call) pinnedAway(u *upstream) bool {
+// pinnedFor reports whether the request is pinned (see readPins), once
+// its body was read for the state it references when it is about to go
+// to u elsewhere than where it was addressed, if it was not read before.
+// The plan's steps (pinLate) and the last resort ask it.
+func (c *call) pinnedFor(u *upstream) bool {
 	if !c.pinsRead && u != c.addressed && c.t.pins != nil {
 		data := c.body.data(c.t.readLimit())
 		c.body.keep(data)

@@ -333,3 +333,40 @@ func TestPinnedNoLastResortElsewhere(t *testing.T) {
 		t.Errorf("without a reference: %d, b got %d: want b's answer as the last resort", resp.StatusCode, p.b.count()-before)
 	}
 }
+
+// When every circuit is open, a request whose state lives at the upstream
+// it was addressed to does not go to the last resort elsewhere, even when
+// its body was not read before (a chat completion's file, nothing
+// learned): it fails at once, naming the upstream and the reference.
+func TestPinnedNotToTheLastResort(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := newFakeNet()
+		n.status("a.test", 503, "a down")
+		n.status("b.test", 503, "b down")
+		tr := newTestTransport(t, twoUpstreams(n, Config{Breaker: BreakerConfig{FailureThreshold: 1, Cooldown: time.Minute}}))
+		for _, name := range []string{"b", "a"} { // b's circuit opens first: the last resort's
+			req := httptestRequest("POST", "http://a.test/chat/completions", chatBody)
+			if resp, err := tr.RoundTrip(req.WithContext(WithUpstreams(req.Context(), name))); err == nil {
+				resp.Body.Close()
+			}
+			time.Sleep(time.Second)
+		}
+		n.status("a.test", 200, "{}")
+		n.status("b.test", 200, "{}")
+		body := `{"model":"gpt-4o","messages":[{"role":"user","content":[{"type":"file","file":{"file_id":"file-abc123"}}]}]}`
+		_, err := tr.RoundTrip(httptestRequest("POST", "http://a.test/chat/completions", body))
+		var pe *PinnedError
+		if !errors.As(err, &pe) || pe.Upstream != "a" || pe.Ref != "file-abc123" || !errors.Is(err, ErrCircuitOpen) {
+			t.Errorf("every circuit open: %v, want a PinnedError for a's open circuit", err)
+		}
+		if n.count("b.test") != 1 {
+			t.Errorf("b got %d requests, want only the one that opened its circuit", n.count("b.test"))
+		}
+		// Without a reference, the last resort takes it.
+		resp, err := tr.RoundTrip(httptestRequest("POST", "http://a.test/chat/completions", chatBody))
+		if err != nil || n.count("b.test") != 2 {
+			t.Fatalf("without a reference: %v, b got %d, want the last resort's answer", err, n.count("b.test"))
+		}
+		resp.Body.Close()
+	})
+}
