@@ -187,6 +187,14 @@ func (c *call) read(data []byte) {
 	}
 }
 
+// affineWell reports whether the request's session has an upstream that
+// takes a request for model at now and is not demoted: the request then
+// goes there first. A session never waits for its upstream.
+func (c *call) affineWell(model string, now time.Time) bool {
+	u := c.affine
+	return u != nil && c.t.admit(u, model, now, nil).reason == "" && c.t.demotion(u, now) == ""
+}
+
 // affined records that the request's session is with the upstream that
 // answered it (with its key k, nil for none), when that answer is a
 // success: the next request of the session goes there first.

@@ -244,3 +244,31 @@ func TestAffinityTTL(t *testing.T) {
 		t.Fatal("the session outlived its TTL")
 	}
 }
+
+// A session stays on its upstream under every balancing Router, the
+// pointer forms (&Score{}, which order every request in full) too: a
+// session that moved to b while a was down is not sent back to a, which
+// the Router would put first.
+func TestAffinityUnderEveryBalancingRouter(t *testing.T) {
+	for _, r := range []Router{&Weighted{}, LeastLatency{}, new(LeastLatency), Score{}, new(Score)} {
+		t.Run(fmt.Sprintf("%T", r), func(t *testing.T) {
+			var aDown atomic.Int32
+			a, b := nameServer(t, "a", &aDown), nameServer(t, "b", nil)
+			tr := newTestTransport(t, Config{Router: r, Upstreams: []Upstream{
+				{Name: "a", BaseURL: a.URL + "/v1"}, {Name: "b", BaseURL: b.URL + "/v1"}}})
+			url := a.URL + "/v1/chat/completions"
+			for conv := range 10 {
+				aDown.Store(503)
+				if got := postTurn(t, tr, url, turn(conv, 1)); got != "b" {
+					t.Fatalf("conversation %d, turn 1 with a down: answered by %q, want b", conv, got)
+				}
+				aDown.Store(0)
+				for n := 2; n <= 4; n++ {
+					if got := postTurn(t, tr, url, turn(conv, n)); got != "b" {
+						t.Fatalf("conversation %d, turn %d: answered by %q, want b, its upstream", conv, n, got)
+					}
+				}
+			}
+		})
+	}
+}

@@ -263,8 +263,8 @@ func (c *call) plan(p *plan, now time.Time) {
 	case c.ups != nil || c.t.router == nil:
 		p.order, p.demote = c.usable(), true
 	case len(c.refused) == 0 && c.t.picker != nil:
-		if u := c.affine; u != nil && c.t.admit(u, p.model, now, nil).reason == "" && c.t.demotion(u, now) == "" {
-			p.pick, p.stage = u, picking // the session's upstream, while it is well (AffinityConfig)
+		if c.affineWell(p.model, now) {
+			p.pick, p.stage = c.affine, picking // the session's upstream, while it is well (AffinityConfig)
 			break
 		}
 		if pick, then := c.t.pickFirst(p.model, now); pick != nil {
@@ -274,6 +274,15 @@ func (c *call) plan(p *plan, now time.Time) {
 		fallthrough
 	default:
 		p.order = c.t.routed(nil, p.model, now, nil, nil)
+		if c.t.picker == nil && c.affineWell(p.model, now) {
+			// A balancing Router that is no picker (&Score{}): the
+			// session's upstream goes first all the same. (The order
+			// is the request's own.)
+			if i := slices.Index(p.order, c.affine); i > 0 {
+				copy(p.order[1:i+1], p.order[:i])
+				p.order[0] = c.affine
+			}
+		}
 	}
 	switch {
 	case c.pin != nil:
