@@ -165,15 +165,19 @@ func (c *call) pinTo(u *upstream, ref string) {
 // and body (nil when unread), and pins it to the upstream that holds the
 // first reference learned, else, for a reference not learned, to the
 // upstream it was addressed to (the first of its WithUpstreams list, when
-// it has one).
+// it has one). It also finds whether a success creates state to learn,
+// for a request pinned by WithPinned too.
 func (c *call) readPins(body []byte) {
 	c.pinsRead = true
 	p := c.t.pins
-	if p == nil || c.pin != nil {
+	if p == nil {
+		return
+	}
+	c.creates = createsState(c.req.Method, c.rest, body) // by WithPinned too
+	if c.pin != nil {
 		return
 	}
 	refs, opaque := stateRefs(nil, c.req.Method, c.rest, body)
-	c.creates = createsState(c.req.Method, c.rest, body)
 	if len(refs) == 0 && !opaque {
 		return
 	}

@@ -370,3 +370,22 @@ func TestPinnedNotToTheLastResort(t *testing.T) {
 		resp.Body.Close()
 	})
 }
+
+// What a request pinned by WithPinned creates is learned: a later
+// request that references it, without WithPinned, goes where it lives.
+func TestWithPinnedLearns(t *testing.T) {
+	p := newPinPair(t, Config{})
+	req := httptestRequest("POST", p.url, `{"model":"gpt-5","input":"x"}`)
+	resp, err := p.tr.RoundTrip(req.WithContext(WithPinned(req.Context(), "b")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := readBody(t, resp)
+	if !strings.HasPrefix(got, `{"id":"resp_b1"`) {
+		t.Fatalf("created %s, want resp_b1", got)
+	}
+	next := `{"model":"gpt-5","previous_response_id":"resp_b1","input":"more"}`
+	if got := readBody(t, mustPost(t, p.tr, p.url, next)); !strings.Contains(got, "resp_b") || p.a.count() != 0 {
+		t.Errorf("continued with %s, a got %d: want b's answer and nothing at a", got, p.a.count())
+	}
+}
