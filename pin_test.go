@@ -389,3 +389,32 @@ func TestWithPinnedLearns(t *testing.T) {
 		t.Errorf("continued with %s, a got %d: want b's answer and nothing at a", got, p.a.count())
 	}
 }
+
+// A request whose body is read only when the Router picks another
+// upstream than the one it was addressed to (a chat completion's file,
+// nothing learned) is made a new plan, its pin alone: none of the old
+// plan's Router order is left to send it to a third upstream.
+func TestPinnedLateGoesNowhereElse(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := newFakeNet()
+		n.status("a.test", 503, "a down")
+		n.status("b.test", 200, "{}")
+		n.status("c.test", 200, "{}")
+		tr := newTestTransport(t, threeUpstreams(n, Config{Router: &Weighted{}, Breaker: BreakerConfig{FailureThreshold: 1, Cooldown: time.Minute}}))
+		req := httptestRequest("POST", "http://a.test/chat/completions", chatBody)
+		if resp, err := tr.RoundTrip(req.WithContext(WithUpstreams(req.Context(), "a"))); err == nil {
+			resp.Body.Close() // a's circuit opens: the Router picks b or c
+		}
+		for i := range 10 {
+			body := fmt.Sprintf(`{"model":"gpt-4o","messages":[{"role":"user","content":[{"type":"file","file":{"file_id":"file-%d"}}]}]}`, i)
+			_, err := tr.RoundTrip(httptestRequest("POST", "http://a.test/chat/completions", body))
+			var pe *PinnedError
+			if !errors.As(err, &pe) || pe.Upstream != "a" || !errors.Is(err, ErrCircuitOpen) {
+				t.Errorf("request %d: %v, want a PinnedError for a's open circuit", i, err)
+			}
+		}
+		if b, c := n.count("b.test"), n.count("c.test"); b+c != 0 {
+			t.Errorf("b got %d, c got %d requests that reference a's files", b, c)
+		}
+	})
+}

@@ -250,10 +250,10 @@ const (
 	ordering        // the Router orders the rest, then walking
 )
 
-// plan starts p, the round's plan, at now.
+// plan starts p, the round's plan, at now; a plan made anew (pinLate)
+// keeps nothing of what it was.
 func (c *call) plan(p *plan, now time.Time) {
-	p.t, p.model, p.refused = c.t, c.admitting(), c.refused
-	p.shed = c.shed()
+	*p = plan{t: c.t, model: c.admitting(), refused: c.refused, shed: c.shed()}
 	switch {
 	case c.pin != nil:
 		// Where the state it references lives, and nowhere else
