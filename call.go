@@ -505,6 +505,9 @@ func (c *call) finish() (*http.Response, error) {
 			e.Attempts[i] = c.pinnedError(r)
 		} else {
 			e.Attempts[i] = r.attemptError()
+			if c.pin != nil {
+				continue // passed over before the request was pinned: its wait is not the request's
+			}
 		}
 		if ra := r.retryAfter; ra > 0 && (e.retry == 0 || ra < e.retry) {
 			e.retry = ra

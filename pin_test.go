@@ -418,3 +418,34 @@ func TestPinnedLateGoesNowhereElse(t *testing.T) {
 		}
 	})
 }
+
+// The RetryAfter of a pinned request's Error is its pin's, not that of
+// an upstream passed over before its body was read.
+func TestPinnedRetryAfterIsThePins(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := newFakeNet()
+		n.status("a.test", 503, "a down")
+		n.status("b.test", 429, "slow down", "Retry-After", "2")
+		n.status("c.test", 200, "{}")
+		tr := newTestTransport(t, threeUpstreams(n, Config{Breaker: BreakerConfig{FailureThreshold: 1, Cooldown: time.Minute}}))
+		for _, name := range []string{"a", "b"} { // a's circuit opens, b cools down
+			req := httptestRequest("POST", "http://a.test/chat/completions", chatBody)
+			if resp, err := tr.RoundTrip(req.WithContext(WithUpstreams(req.Context(), name))); err == nil {
+				resp.Body.Close()
+			}
+		}
+		body := `{"model":"gpt-4o","messages":[{"role":"user","content":[{"type":"file","file":{"file_id":"file-abc123"}}]}]}`
+		_, err := tr.RoundTrip(httptestRequest("POST", "http://a.test/chat/completions", body))
+		var pe *PinnedError
+		var e *Error
+		if !errors.As(err, &pe) || !errors.As(err, &e) || pe.Upstream != "a" {
+			t.Fatalf("%v, want a PinnedError at a", err)
+		}
+		if e.RetryAfter() != pe.RetryAfter() || e.RetryAfter() < 50*time.Second {
+			t.Errorf("Error.RetryAfter %v, PinnedError's %v: want a's open time", e.RetryAfter(), pe.RetryAfter())
+		}
+		if n.count("c.test") != 0 {
+			t.Errorf("c got %d requests", n.count("c.test"))
+		}
+	})
+}
