@@ -214,13 +214,17 @@ func (c *call) readsEarly() bool {
 // plan is about to send it, in s, elsewhere than where it was addressed,
 // if it was not read before. It reports whether that pinned the request
 // elsewhere than s.u: then s's permit is handed back and p is the new
-// plan.
+// plan, over at once when the pin had its turn in the round.
 func (c *call) pinLate(p *plan, s *step, now time.Time) bool {
 	if !c.pinnedFor(s.u) || c.pin == s.u {
 		return false
 	}
+	came := p.came(c.pin)
 	s.u.circuit.Done(s.p, circuit.Neutral, now)
 	c.plan(p, now)
+	if came {
+		p.i = len(p.order) // the pin had its turn in the round
+	}
 	return true
 }
 

@@ -449,3 +449,29 @@ func TestPinnedRetryAfterIsThePins(t *testing.T) {
 		}
 	})
 }
+
+// A request found pinned to the upstream it was addressed to only when
+// it was about to go elsewhere does not go there twice in the round: the
+// upstream that failed it once, or was passed over, had its turn.
+func TestPinnedLateHadItsTurn(t *testing.T) {
+	p := newPinPair(t, Config{})
+	p.aDown.Store(503)
+	body := `{"model":"gpt-4o","messages":[{"role":"user","content":[{"type":"file","file":{"file_id":"file-abc123"}}]}]}`
+	resp := mustPost(t, p.tr, p.a.URL+"/v1/chat/completions", body)
+	readBody(t, resp)
+	if resp.StatusCode != 503 || p.a.count() != 1 || p.b.count() != 0 {
+		t.Errorf("%d, a got %d, b %d requests: want a's 503 after one attempt, as without the reference", resp.StatusCode, p.a.count(), p.b.count())
+	}
+	synctest.Test(t, func(t *testing.T) {
+		n := newFakeNet()
+		n.status("a.test", 503, "a down")
+		n.status("b.test", 200, "{}")
+		tr := newTestTransport(t, twoUpstreams(n, Config{Breaker: BreakerConfig{FailureThreshold: 1, Cooldown: time.Minute}}))
+		get(t, tr, "http://a.test/") // a's circuit opens
+		_, err := tr.RoundTrip(httptestRequest("POST", "http://a.test/chat/completions", body))
+		var e *Error
+		if !errors.As(err, &e) || len(e.Attempts) != 1 || !errors.Is(err, ErrPinned) {
+			t.Errorf("%v, want a's open circuit said once", err)
+		}
+	})
+}

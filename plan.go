@@ -440,6 +440,19 @@ func (t *Transport) readmits(u *upstream, model string, now time.Time, wait time
 	return a.reason == "" || a.reason == ReasonRateLimited && a.known && a.wait <= wait
 }
 
+// came reports whether the plan yielded u already (see upcoming).
+func (p *plan) came(u *upstream) bool {
+	if p.pick == u && p.stage != picking {
+		return true
+	}
+	for i, v := range p.order[:p.i] {
+		if v == u {
+			return !p.demote || i >= maxDemotable || p.demoted&(1<<i) == 0
+		}
+	}
+	return false
+}
+
 // excluded reports whether u is out of the round: it answered the request
 // Unservable, or a race of the round took it.
 func (p *plan) excluded(u *upstream) bool {
