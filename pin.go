@@ -118,8 +118,9 @@ type PinnedError struct {
 	Upstream string
 	// Ref is the reference the request made ("resp_abc123",
 	// "file-xyz", "cachedContents/c1"), "encrypted reasoning" for
-	// reasoning items only their organisation can read, or empty when
-	// the request was pinned by WithPinned.
+	// reasoning items only their organisation can read, "resumable
+	// upload session" for a Google upload's (its upload_id is a
+	// credential), or empty when the request was pinned by WithPinned.
 	Ref string
 	// Err is why the upstream did not take the request: ErrCircuitOpen,
 	// ErrRateLimited, ErrModelNotServed, an attempt's error, or
@@ -156,13 +157,18 @@ var ErrLeftOut = errors.New("failover: WithUpstreams leaves out the upstream")
 // encrypted reasoning items.
 const opaqueRef = "encrypted reasoning"
 
+// uploadRef is the Ref of a request to a Google resumable upload's
+// session: the upload_id of its URL, which is never learned, lets anyone
+// upload, so it is not said.
+const uploadRef = "resumable upload session"
+
 // pinTo pins the request to u, which holds ref ("" for WithPinned).
 func (c *call) pinTo(u *upstream, ref string) {
 	c.pin, c.pinRef = u, ref
 }
 
-// readPins finds what state the request references in its method, path
-// and body (nil when unread), and pins it to the upstream that holds the
+// readPins finds what state the request references in its method, path,
+// query and body (nil when unread), and pins it to the upstream that holds the
 // first reference learned, else, for a reference not learned, to the
 // upstream it was addressed to (the first of its WithUpstreams list, when
 // it has one). It also finds whether a success creates state to learn,
@@ -178,7 +184,8 @@ func (c *call) readPins(body []byte) {
 		return
 	}
 	refs, opaque := stateRefs(nil, c.req.Method, c.rest, body)
-	if len(refs) == 0 && !opaque {
+	upload := len(queryRef(nil, 0, c.req.URL.RawQuery)) > 0 // (c.rest has no query)
+	if len(refs) == 0 && !opaque && !upload {
 		return
 	}
 	now := time.Now()
@@ -190,8 +197,11 @@ func (c *call) readPins(body []byte) {
 		}
 	}
 	ref := opaqueRef
-	if len(refs) > 0 {
+	switch {
+	case len(refs) > 0:
 		ref = refs[0]
+	case upload:
+		ref = uploadRef
 	}
 	if c.ups != nil {
 		c.pinTo(c.ups[0], ref) // the caller said where the request goes

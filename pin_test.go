@@ -475,3 +475,33 @@ func TestPinnedLateHadItsTurn(t *testing.T) {
 		}
 	})
 }
+
+// A Google resumable upload's session, named by the upload_id of its
+// URL's query, lives where it began: its chunks do not fail over, and
+// its error does not say the upload_id, which lets anyone upload.
+func TestPinnedUploadSession(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := newFakeNet()
+		n.status("a.test", 503, "a down")
+		n.status("b.test", 200, "{}")
+		tr := newTestTransport(t, twoUpstreams(n, Config{Breaker: BreakerConfig{FailureThreshold: 1, Cooldown: time.Minute}}))
+		req := httptestRequest("POST", "http://a.test/upload/v1beta/files?upload_id=AbC-123_x&upload_protocol=resumable", "chunk")
+		req.Header.Set("X-Goog-Upload-Command", "upload, finalize")
+		resp, err := tr.RoundTrip(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != 503 || n.count("b.test") != 0 {
+			t.Errorf("%d, b got %d: want a's 503 and nothing at b", resp.StatusCode, n.count("b.test"))
+		}
+		_, err = tr.RoundTrip(httptestRequest("POST", "http://a.test/upload/v1beta/files?upload_id=AbC-123_x", "chunk"))
+		var pe *PinnedError
+		if !errors.As(err, &pe) || pe.Ref != "resumable upload session" || strings.Contains(err.Error(), "AbC-123_x") {
+			t.Errorf("a open: %v, want a PinnedError that does not say the upload_id", err)
+		}
+		if n.count("b.test") != 0 {
+			t.Errorf("b got %d requests", n.count("b.test"))
+		}
+	})
+}
