@@ -128,10 +128,12 @@ type PinnedError struct {
 	Err error
 
 	retry time.Duration
+	msg   string // Err's message with every known secret scrubbed, as an AttemptError's
 }
 
 // Error says which state the request references, where it lives, and why
-// it was not sent there.
+// it was not sent there, with every configured credential and every
+// credential of the request scrubbed from why.
 func (e *PinnedError) Error() string {
 	s := "failover: request"
 	if e.Ref != "" {
@@ -139,7 +141,7 @@ func (e *PinnedError) Error() string {
 	} else {
 		s += " pinned by WithPinned to"
 	}
-	return s + " held at upstream " + strconv.Quote(e.Upstream) + ", not failed over: " + e.Err.Error()
+	return s + " held at upstream " + strconv.Quote(e.Upstream) + ", not failed over: " + cmp.Or(e.msg, e.Err.Error())
 }
 
 // Unwrap returns ErrPinned and the cause.
@@ -311,9 +313,9 @@ func (c *call) byOption(name string) error {
 // request is pinned to, for its Error: the cause as a PinnedError.
 func (c *call) pinnedError(rec attemptRec) *AttemptError {
 	a := rec.attemptError()
-	pe := &PinnedError{Upstream: c.pin.name, Ref: c.pinRef, Err: a.Err, retry: a.RetryAfter()}
+	pe := &PinnedError{Upstream: c.pin.name, Ref: c.pinRef, Err: a.Err, retry: a.RetryAfter(), msg: a.msg}
 	if a.msg != "" {
-		a.msg = (&PinnedError{Upstream: pe.Upstream, Ref: pe.Ref, Err: errors.New(a.msg), retry: pe.retry}).Error()
+		a.msg = pe.Error()
 	}
 	a.Err = pe
 	return a

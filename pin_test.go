@@ -505,3 +505,23 @@ func TestPinnedUploadSession(t *testing.T) {
 		}
 	})
 }
+
+// A PinnedError, found by errors.As and printed on its own, scrubs the
+// credentials from its cause as the Error that holds it does.
+func TestPinnedErrorScrubsKeys(t *testing.T) {
+	const secret = "sk-secret-0123456789abcdef"
+	base := roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		return nil, errors.New("broken: sent " + r.Header.Get("Authorization"))
+	})
+	tr := newTestTransport(t, Config{Base: base, Upstreams: []Upstream{
+		{Name: "a", BaseURL: "http://a.test/v1", Header: http.Header{"Authorization": {"Bearer " + secret}}},
+		{Name: "b", BaseURL: "http://b.test/v1"}}})
+	_, err := tr.RoundTrip(httptestRequest("POST", "http://a.test/v1/responses", `{"model":"m","previous_response_id":"resp_1","input":"x"}`))
+	var pe *PinnedError
+	if !errors.As(err, &pe) || !strings.Contains(pe.Error(), "broken") {
+		t.Fatalf("%v, want a PinnedError that says its cause", err)
+	}
+	if strings.Contains(err.Error(), secret) || strings.Contains(pe.Error(), secret) {
+		t.Errorf("the key is in the error: %v", pe)
+	}
+}
