@@ -29,13 +29,14 @@ type replay struct {
 	replayable bool
 	buffered   []byte                        // the body, when the Transport buffered it
 	getBody    func() (io.ReadCloser, error) // for the attempts after the first
+	length     int64                         // the request's ContentLength: what data reads in one allocation
 }
 
 // init prepares the caller's body: GetBody when set, else a buffer of at
 // most max bytes, read until the request's context ends (then the body is
 // closed and init returns the context's error).
 func (b *replay) init(req *http.Request, max int64) error {
-	b.first = req.Body
+	b.first, b.length = req.Body, req.ContentLength
 	switch {
 	case req.Body == nil || req.Body == http.NoBody:
 		b.replayable = true
@@ -116,12 +117,15 @@ func (b *replay) data(max int64) []byte {
 	if err != nil {
 		return nil
 	}
-	data, err := io.ReadAll(io.LimitReader(rc, oneMore(max)))
-	rc.Close()
-	if err != nil || int64(len(data)) > max {
+	defer rc.Close()
+	var buf bytes.Buffer
+	if n := b.length; n > 0 && n <= max {
+		buf.Grow(int(n) + bytes.MinRead) // one allocation: ReadFrom grows a buffer with less room
+	}
+	if _, err := buf.ReadFrom(io.LimitReader(rc, oneMore(max))); err != nil || int64(buf.Len()) > max {
 		return nil
 	}
-	return data
+	return buf.Bytes()
 }
 
 // keep has the attempts after the first send data, the body as data

@@ -45,6 +45,7 @@ func (c *call) run() (*http.Response, error) {
 		}
 	}
 	if c.pin != nil && c.ups != nil && !slices.Contains(c.ups, c.pin) {
+		c.callerFault = true // the caller's own contradiction: nothing was sent
 		c.record(attemptRec{u: c.pin, err: ErrLeftOut, msg: ErrLeftOut.Error()})
 		return c.finish()
 	}
