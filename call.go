@@ -88,6 +88,7 @@ type call struct {
 	affineKey   string // the name of affine's key that answered it
 	sameRetried uint64 // bit i: the request went again to the upstream of index i (63: any past it)
 	budgeted    int    // places the request holds in the retry budget
+	rerounded   bool   // a round came again at once, an upstream passed over having come back
 
 	// How the request went, for its outcome (outcome) and its Trace.
 	start       time.Time  // when the first round began

@@ -68,9 +68,16 @@ func (c *call) run() (*http.Response, error) {
 			return c.finish()
 		}
 		now := time.Now()
-		next, known := c.t.earliest(c.servable(c.usable()), c.admitting(), now)
+		next, known := c.t.earliest(c.candidates(), c.admitting(), now)
 		var wait time.Duration
 		switch {
+		case c.attempts == c.notHere && known && next <= 0 && !c.rerounded:
+			// An upstream the round passed over takes requests now: a
+			// circuit's open time ended, or a cooldown, since the round
+			// looked. Another round at once, but only once: what
+			// admission says does not change back and forth for ever.
+			c.rerounded = true
+			c.errs = c.errs[:errsBefore] // the next round says it again
 		case c.attempts == c.notHere:
 			// Every upstream was skipped, or said it cannot serve the
 			// request: wait within MaxWait for the first of the others
@@ -85,7 +92,7 @@ func (c *call) run() (*http.Response, error) {
 				return c.finish() // pinned: refused at once, not failed over
 			}
 			if !known || next <= 0 || next > c.t.rate.MaxWait-waited {
-				if u := c.t.lastResort(c.servable(c.usable()), c.admitting(), now); u != nil && !c.once() && !c.pinnedFor(u) {
+				if u := c.t.lastResort(c.candidates(), c.admitting(), now); u != nil && !c.once() && !c.pinnedFor(u) {
 					return c.lastResort(ctx, u, now)
 				}
 				return c.finish()
@@ -113,6 +120,9 @@ func (c *call) run() (*http.Response, error) {
 		if extra && !c.takeRetry() {
 			return c.finish() // the retry budget is spent
 		}
+		if wait <= 0 {
+			continue
+		}
 		c.bufferHeld()
 		c.slept = true
 		if err := sleep(ctx, wait); err != nil {
@@ -121,6 +131,15 @@ func (c *call) run() (*http.Response, error) {
 		}
 		waited += wait
 	}
+}
+
+// candidates are the upstreams a round of the request may ask: those it
+// may use (servable), or its pin alone.
+func (c *call) candidates() []*upstream {
+	if c.pin != nil {
+		return c.t.upstreams[c.pin.index : c.pin.index+1]
+	}
+	return c.servable(c.usable())
 }
 
 // readLimit is the largest body read for what it says (its model, its

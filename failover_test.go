@@ -365,3 +365,40 @@ func TestNoModelSkipsDeploymentWhenAllRefuse(t *testing.T) {
 		})
 	}
 }
+
+// A circuit whose open time ends while the round passes over the other
+// upstreams takes the request in another round at once. Before, the
+// request saw no upstream to wait for and none for the last resort (the
+// circuit was no longer open) and failed, with the primary able to
+// answer.
+func TestRoundAgainWhenACircuitCloses(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := newFakeNet()
+		n.status("a.test", 500, "down")
+		n.status("b.test", 200, "ok")
+		tr := newTestTransport(t, Config{Base: n, Retry: RetryConfig{Off: true}, Breaker: BreakerConfig{FailureThreshold: 1, Cooldown: time.Second},
+			Upstreams: []Upstream{{Name: "a", BaseURL: "http://a.test"}, {Name: "b", BaseURL: "http://b.test", Models: map[string]string{"m": "m"}}}})
+		body := `{"model":"other"}`
+		resp, err := tr.RoundTrip(httptestRequest("POST", "http://a.test/v1/chat/completions", body))
+		if err != nil || resp.StatusCode != 500 {
+			t.Fatalf("first request: %v %v, want a's 500", resp, err)
+		}
+		resp.Body.Close()
+		// The round passes over a (open) and, while it looks at b, a's
+		// open time ends.
+		slow := &Trace{Skipped: func(s TraceSkip) {
+			if s.Upstream == "a" {
+				time.Sleep(2 * time.Second)
+			}
+		}}
+		req := httptestRequest("POST", "http://a.test/v1/chat/completions", body)
+		resp, err = tr.RoundTrip(req.WithContext(WithTrace(req.Context(), slow)))
+		if err != nil {
+			t.Fatalf("a's circuit half-open after the round: %v, want a's answer", err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != 500 || n.count("a.test") != 2 {
+			t.Errorf("%d, a got %d requests: want its 500 to the second request too", resp.StatusCode, n.count("a.test"))
+		}
+	})
+}
