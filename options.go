@@ -194,16 +194,22 @@ next:
 		}
 	}
 	if len(unknown) > 0 || len(ups) == 0 {
-		closeBody(c.req)
-		c.callerFault = true
-		known := make([]string, len(c.t.upstreams))
-		for i, u := range c.t.upstreams {
-			known[i] = u.name
-		}
-		return &UnknownUpstreamError{Names: unknown, Upstreams: known}
+		return c.unknown(unknown)
 	}
 	c.ups = ups
 	return nil
+}
+
+// unknown fails the request, before anything is read or sent, for naming
+// upstreams the Transport does not have (or none): the caller's own fault.
+func (c *call) unknown(names []string) error {
+	closeBody(c.req)
+	c.callerFault = true
+	known := make([]string, len(c.t.upstreams))
+	for i, u := range c.t.upstreams {
+		known[i] = u.name
+	}
+	return &UnknownUpstreamError{Names: names, Upstreams: known}
 }
 
 // ErrUnknownUpstream is the error, wrapped in an [*UnknownUpstreamError],

@@ -300,13 +300,7 @@ func (c *call) byOption(name string) error {
 			return nil
 		}
 	}
-	closeBody(c.req)
-	c.callerFault = true
-	known := make([]string, len(c.t.upstreams))
-	for i, u := range c.t.upstreams {
-		known[i] = u.name
-	}
-	return &UnknownUpstreamError{Names: []string{name}, Upstreams: known}
+	return c.unknown([]string{name})
 }
 
 // pinnedError is the AttemptError of rec, a record of the upstream the
