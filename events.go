@@ -156,6 +156,8 @@ func errorClass(err error) string {
 	var dns *net.DNSError
 	var op *net.OpError
 	switch {
+	case errors.Is(err, ErrAuthorize):
+		return "authorize" // its Authorizer failed: nothing was sent
 	case errors.Is(err, ErrAttemptTimeout):
 		return "attempt_timeout"
 	case errors.Is(err, ErrFirstByteTimeout), errors.Is(err, ErrFirstContentTimeout):

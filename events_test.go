@@ -2,6 +2,7 @@ package failover
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -186,4 +187,14 @@ func TestLogSkip(t *testing.T) {
 			t.Errorf("a Logger at Info got %d failover records, want 1", got)
 		}
 	})
+}
+
+// An Authorizer's failure has its own class in the failover log, even when
+// it ran out of the attempt's time.
+func TestErrorClassAuthorize(t *testing.T) {
+	for _, err := range []error{fmt.Errorf("%w: token endpoint: 500", ErrAuthorize), errors.Join(ErrAuthorize, ErrAttemptTimeout)} {
+		if got := errorClass(err); got != "authorize" {
+			t.Errorf("errorClass(%v) = %q, want authorize", err, got)
+		}
+	}
 }
