@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -318,5 +319,13 @@ func (c *call) pinnedError(rec attemptRec) *AttemptError {
 // statePath reports whether a request's method and path, under its
 // upstream's base, name state or create it (see stateRefs, createsState).
 func statePath(method, path string) bool {
-	return len(pathRefs(nil, 0, path)) > 0 || createsState(method, path, nil)
+	var a [4]string
+	refs := len(pathRefs(a[:0], 0, path))
+	if refs > 0 || method != "POST" {
+		return refs > 0
+	}
+	if i := strings.IndexAny(path, "?#"); i >= 0 {
+		path = path[:i]
+	}
+	return createsAt(path, 0, nil)
 }

@@ -179,7 +179,12 @@ func createsState(method, path string, body []byte) bool {
 		path = path[:i]
 	}
 	var a [4]string
-	refs := len(pathRefs(a[:0], 0, path))
+	return createsAt(path, len(pathRefs(a[:0], 0, path)), body)
+}
+
+// createsAt is createsState for a POST to path, without its query, whose
+// path names refs references.
+func createsAt(path string, refs int, body []byte) bool {
 	var seg [3]string // the last three segments, the last first
 	for s := range strings.SplitSeq(path, "/") {
 		if s != "" {
