@@ -96,18 +96,12 @@ func (u *upstream) newKeys(i int, ks []Key) error {
 		case len(kc.Header) == 0:
 			return configError(field(j, "Header"), "is empty: a key sets its credentials")
 		}
+		if err := checkHeader(field(j, "Header"), kc.Header); err != nil {
+			return err
+		}
 		k := &key{name: kc.Name, bit: 1 << j}
 		h := http.Header{}
 		for name, vs := range kc.Header {
-			if !validHeaderName(name) {
-				return configError(field(j, "Header"), fmt.Sprintf("has an invalid header name %q", name))
-			}
-			for _, v := range vs {
-				if strings.ContainsFunc(v, headerControl) {
-					// Never quote the value: it is a key.
-					return configError(field(j, "Header"), fmt.Sprintf("has an invalid value for %q", name))
-				}
-			}
 			if !slices.ContainsFunc(vs, func(v string) bool { return v != "" }) {
 				// It would send the key without its credentials.
 				return configError(field(j, "Header"), fmt.Sprintf("has no value for %q: a key sets its credentials", name))

@@ -114,16 +114,8 @@ func newUpstream(i int, uc Upstream) (*upstream, error) {
 	if err := checkAuthorizer(field("Authorizer"), uc.Authorizer); err != nil {
 		return nil, err
 	}
-	for k, vs := range uc.Header {
-		if !validHeaderName(k) {
-			return nil, configError(field("Header"), fmt.Sprintf("has an invalid header name %q", k))
-		}
-		for _, v := range vs {
-			if strings.ContainsFunc(v, headerControl) {
-				// Never quote the value: it is likely a key.
-				return nil, configError(field("Header"), fmt.Sprintf("has an invalid value for %q", k))
-			}
-		}
+	if err := checkHeader(field("Header"), uc.Header); err != nil {
+		return nil, err
 	}
 	u := &upstream{
 		cfg:     uc,
@@ -241,6 +233,23 @@ func pathSegment(s string) bool {
 func validPort(p string) bool {
 	n, err := strconv.ParseUint(p, 10, 16)
 	return p == "" || err == nil && n > 0
+}
+
+// checkHeader checks h, an Upstream's or a Key's Header, named field:
+// valid names, and values net/http sends.
+func checkHeader(field string, h http.Header) error {
+	for k, vs := range h {
+		if !validHeaderName(k) {
+			return configError(field, fmt.Sprintf("has an invalid header name %q", k))
+		}
+		for _, v := range vs {
+			if strings.ContainsFunc(v, headerControl) {
+				// Never quote the value: it is likely a key.
+				return configError(field, fmt.Sprintf("has an invalid value for %q", k))
+			}
+		}
+	}
+	return nil
 }
 
 // headerControl reports whether r is a control character that net/http
