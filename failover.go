@@ -27,6 +27,9 @@ func (c *call) run() (*http.Response, error) {
 	if err != nil {
 		return nil, err
 	}
+	if c.cont != nil {
+		c.ups = c.cont.ups // the upstreams that continue the stream
+	}
 	if err := c.body.init(c.req, limit); err != nil {
 		c.callerFault = true // the caller's body failed to read
 		return nil, err

@@ -44,6 +44,7 @@ const (
 	famBreakerTrips
 	famHeldBack
 	famStalls
+	famContinued
 	famLastResort
 	famCooldown
 	famCooldowns
@@ -95,6 +96,7 @@ var families = [numFamilies]family{
 	famBreakerState:     {"failover_breaker_state", "gauge", []string{"upstream"}, "State of the upstream's circuit: 0 closed, 1 open, 2 half-open."},
 	famBreakerTrips:     {"failover_breaker_trips_total", "counter", []string{"upstream"}, "Times the upstream's circuit opened from closed."},
 	famStalls:           {"failover_stream_stalls_total", "counter", []string{"upstream"}, "Streams ended because their upstream went silent past Timeouts.Idle after their content began."},
+	famContinued:        {"failover_stream_continuations_total", "counter", []string{"upstream", "result"}, "Streams from the upstream that broke after their content began, by whether another upstream continued them (Config.Continue)."},
 	famHeldBack:         {"failover_timeouts_held_back_total", "counter", []string{"upstream"}, "Attempt timeouts not counted against the upstream's circuit: every upstream was timing out at once, or the round trip returned late."},
 	famLastResort:       {"failover_last_resort_total", "counter", []string{"upstream"}, "Requests sent to the upstream past its open circuit, every other upstream refusing them (LastResortConfig)."},
 	famCooldown:         {"failover_cooldown_seconds", "gauge", []string{"upstream"}, "Seconds left of the upstream's cooldown after a 429; 0 when it is not cooling down."},
@@ -263,18 +265,22 @@ func metricNameEnd(line []byte) int {
 // upstreamMetrics are the metric handles of one upstream, resolved once in
 // New so that the request path only increments.
 type upstreamMetrics struct {
-	attempts   [len(outcomeNames)]*metrics.Counter
-	duration   *metrics.PrometheusHistogram // attempt time to response headers
-	trips      *metrics.Counter
-	heldBack   *metrics.Counter            // attempt timeouts not counted: every upstream was timing out
-	stalls     *metrics.Counter            // streams that stalled after their content began
-	lastResort *metrics.Counter            // requests sent past the circuit (LastResortConfig)
-	retries    *metrics.Counter            // attempts sent again to it (RetryConfig)
-	skipped    map[Reason]*metrics.Counter // by skipReasons
-	demoted    map[Reason]*metrics.Counter // by demoteReasons
-	cooldowns  map[CooldownReason]*metrics.Counter
-	failovers  sync.Map // *upstream failed over to → *metrics.Counter, made on first use
-	probes     [len(outcomeNames)]*metrics.Counter
+	attempts [len(outcomeNames)]*metrics.Counter
+	duration *metrics.PrometheusHistogram // attempt time to response headers
+	trips    *metrics.Counter
+	heldBack *metrics.Counter // attempt timeouts not counted: every upstream was timing out
+	stalls   *metrics.Counter // streams that stalled after their content began
+
+	// Its streams that broke after their content began (continue.go):
+	// continued by another upstream, or not.
+	continued, notContinued *metrics.Counter
+	lastResort              *metrics.Counter            // requests sent past the circuit (LastResortConfig)
+	retries                 *metrics.Counter            // attempts sent again to it (RetryConfig)
+	skipped                 map[Reason]*metrics.Counter // by skipReasons
+	demoted                 map[Reason]*metrics.Counter // by demoteReasons
+	cooldowns               map[CooldownReason]*metrics.Counter
+	failovers               sync.Map // *upstream failed over to → *metrics.Counter, made on first use
+	probes                  [len(outcomeNames)]*metrics.Counter
 
 	// Requests this upstream answered, by the outcome of the request
 	// (answered, failed_over, hedged, failed), and its streams' time to
@@ -362,6 +368,10 @@ func (t *Transport) initMetrics() {
 		u.m.trips = s.GetOrCreateCounter(famBreakerTrips.series(u.name))
 		u.m.heldBack = s.GetOrCreateCounter(famHeldBack.series(u.name))
 		u.m.stalls = s.GetOrCreateCounter(famStalls.series(u.name))
+		if t.cont.On {
+			u.m.continued = s.GetOrCreateCounter(famContinued.series(u.name, "continued"))
+			u.m.notContinued = s.GetOrCreateCounter(famContinued.series(u.name, "not_continued"))
+		}
 		u.m.lastResort = s.GetOrCreateCounter(famLastResort.series(u.name))
 		u.m.retries = s.GetOrCreateCounter(famRetries.series(u.name))
 		u.m.skipped = map[Reason]*metrics.Counter{}

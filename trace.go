@@ -45,6 +45,23 @@ type Trace struct {
 	// usually after RoundTrip has returned. It meters the request's
 	// answer even when Config.MeterUsage is off.
 	Usage func(Usage)
+
+	// Continued is called when a stream of the answer broke after its
+	// content began and continuation is on ([ContinueConfig]): whether
+	// another upstream continued it. Like Usage, it comes after
+	// RoundTrip has returned, on the goroutine reading the body. The
+	// continuation's own attempts are traced as a request's, with a Done
+	// of their own.
+	Continued func(TraceContinued)
+}
+
+// TraceContinued is a stream that broke, as [Trace.Continued] receives
+// it. Its errors are scrubbed of every credential.
+type TraceContinued struct {
+	From  string // the Name of the upstream whose stream broke
+	To    string // the Name of the upstream that continued it; "" when none did
+	Cause error  // why it broke: a cut, a *StallError, an error event, ErrStreamTruncated
+	Err   error  // why it was not continued; nil when it was
 }
 
 // TraceSkip is an upstream passed over, as [Trace.Skipped] receives it.

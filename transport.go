@@ -136,6 +136,11 @@ type Upstream struct {
 	// blaming none ([ErrAuthorize]). Nil means none.
 	Authorizer Authorizer
 
+	// Prefill says how this upstream takes the answer so far of a stream
+	// another upstream broke off, to continue it (see [ContinueConfig]).
+	// The zero value takes none: it continues no stream.
+	Prefill Prefill
+
 	// Weight is the upstream's share of traffic under the Weighted
 	// router. Zero means 1.
 	Weight float64
@@ -304,6 +309,13 @@ type Config struct {
 	// window (see [ShedConfig]).
 	Shed ShedConfig
 
+	// Continue, when On, continues a streamed answer that breaks after its
+	// content began on the next upstream whose Prefill takes the answer
+	// so far, and splices the two streams into one for the caller (see
+	// [ContinueConfig]). Off by default: the continuation is another
+	// generation.
+	Continue ContinueConfig
+
 	// Hedge, when set, sends a request that has not been answered within
 	// a delay to the next upstream too, and takes the first answer; see
 	// [HedgeConfig] for the cost. Nil means no hedging.
@@ -468,6 +480,7 @@ type Transport struct {
 	models      bool         // some upstream has Models
 	rate        RateLimitConfig
 	shed        ShedConfig
+	cont        ContinueConfig // with its defaults (continue.go)
 	retries     int
 	waitMin     time.Duration
 	waitMax     time.Duration
@@ -548,6 +561,9 @@ func New(cfg Config) (*Transport, error) {
 	if err := cfg.Shed.validate(); err != nil {
 		return nil, err
 	}
+	if err := cfg.Continue.validate(); err != nil {
+		return nil, err
+	}
 	if g := cfg.StreamGuard; g != nil {
 		if err := g.validate(); err != nil {
 			return nil, err
@@ -594,6 +610,7 @@ func New(cfg Config) (*Transport, error) {
 		stream:   cmp.Or(cfg.StreamGuard, &StreamGuard{}),
 		rate:     cfg.RateLimit.withDefaults(),
 		shed:     cfg.Shed.withDefaults(),
+		cont:     cfg.Continue.withDefaults(),
 		retries:  cfg.Retries,
 		waitMin:  cmp.Or(cfg.RetryWaitMin, defaultRetryWaitMin),
 		waitMax:  cmp.Or(cfg.RetryWaitMax, defaultRetryWaitMax),
@@ -713,9 +730,18 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		closeBody(req)
 		return nil, errors.New("failover: nil Request.URL")
 	}
+	resp, _, err := t.roundTrip(req, nil)
+	return resp, err
+}
+
+// roundTrip is RoundTrip, which also returns the upstream whose answer
+// resp is; k, when not nil, makes the request the continuation of a
+// stream that broke (continue.go).
+func (t *Transport) roundTrip(req *http.Request, k *continuation) (*http.Response, *upstream, error) {
 	// Built in place, so that its request is not copied.
 	var c call
 	r := &c.request
+	r.cont = k
 	if req.Response != nil {
 		r.addressed, r.rest, r.rawRest, r.spelled = t.route(req.URL)
 		r.hop = t.redirected(req)
@@ -728,7 +754,8 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	if r.addressed == nil {
 		resp, err := t.roundTripUnrouted(*r)
-		return t.forSDK(req, resp, err, false)
+		resp, err = t.forSDK(req, resp, err, false)
+		return resp, nil, err
 	}
 	c.trace = requestTrace(req.Context())
 	resp, err := c.run()
@@ -750,8 +777,11 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	resp, err = t.forSDK(req, resp, err, c.sent > 1 || c.passed > 0)
 	if resp != nil {
 		resp = t.served(&c, resp, u, notes)
+		if t.cont.On && u != nil {
+			resp = c.continuable(resp)
+		}
 	}
-	return resp, err
+	return resp, u, err
 }
 
 // newRecent gives u the caches of its recent figures, one per distinct

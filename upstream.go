@@ -114,6 +114,9 @@ func newUpstream(i int, uc Upstream) (*upstream, error) {
 	if err := checkAuthorizer(field("Authorizer"), uc.Authorizer); err != nil {
 		return nil, err
 	}
+	if err := uc.Prefill.validate(field); err != nil {
+		return nil, err
+	}
 	if err := checkHeader(field("Header"), uc.Header); err != nil {
 		return nil, err
 	}

@@ -55,7 +55,25 @@ type Step struct {
 	// each chunk is written as is, so it carries its own framing
 	// ("data: {...}\n\n").
 	Chunks []string
+
+	// End says how a step with Chunks ends after its last chunk: as the
+	// answer ends (the zero value), or as a stream that breaks.
+	End End
 }
+
+// End is how a streamed step ends after its last chunk.
+type End uint8
+
+const (
+	// EndDone ends the answer as HTTP ends it.
+	EndDone End = iota
+	// EndCut drops the connection, as a provider cut off mid-stream:
+	// the client's read fails (io.ErrUnexpectedEOF over HTTP/1.1).
+	EndCut
+	// EndStall keeps the connection open and silent until the client
+	// gives up or the server shuts down, as a provider that stalls.
+	EndStall
+)
 
 // Request is a request as a Server received it.
 type Request struct {
@@ -236,6 +254,16 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		}
 		if err := rc.Flush(); err != nil {
 			return
+		}
+	}
+	switch st.End {
+	case EndCut:
+		panic(http.ErrAbortHandler) // net/http drops the connection, quietly
+	case EndStall:
+		select {
+		case <-r.Context().Done():
+		case <-s.closed:
+			panic(http.ErrAbortHandler)
 		}
 	}
 }

@@ -1,0 +1,701 @@
+package failover
+
+// Splicing: the body of a stream that may be continued (continue.go). It
+// passes the first upstream's events on as they are, whole events at a
+// time, and keeps the text the caller was sent. When the stream breaks,
+// it has the continuation sent, and passes that stream's events on
+// rewritten into the first's: its message start dropped, its indices and
+// id the first's, its usage added to what the streams before reported.
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"strconv"
+	"strings"
+	"sync"
+	"unicode"
+
+	"github.com/tidwall/gjson"
+)
+
+// ErrStreamTruncated is what a read of a continued stream's body
+// ([ContinueConfig]) fails with when the stream ended, with no error,
+// before its last event ("[DONE]", message_stop, a finish reason) and no
+// upstream continued it.
+var ErrStreamTruncated = errors.New("failover: stream ended before its last event")
+
+// Bounds of a splice.
+const (
+	// maxSpliceEvent bounds the bytes of one event a splice holds: a
+	// larger event is passed on as it comes, and the stream is no longer
+	// continued.
+	maxSpliceEvent = 1 << 20
+	spliceBufSize  = 4 << 10
+)
+
+// splice is the body of a stream that may be continued.
+type splice struct {
+	from *contFrom
+	max  int // continuations it may take
+	made int // continuations sent
+
+	// mu guards rc, closed and cancel: Close may come from another
+	// goroutine while Read waits.
+	mu     sync.Mutex
+	rc     io.ReadCloser // the stream read now
+	closed bool
+	cancel context.CancelFunc // ends the continuation's context
+
+	buf   []byte // the read buffer
+	pend  []byte // bytes of events not complete yet
+	out   []byte // bytes ready for the caller
+	err   error  // what Read returns once out is empty: io.EOF at the end, or why it broke
+	raw   bool   // passed on as it comes: continuation is off for the stream
+	empty int    // reads in a row that returned nothing
+
+	a        soFar
+	inband   error  // the error event that broke the stream read now
+	errEvent []byte // that event, as it came, for the caller when nothing continues the stream
+}
+
+func newSplice(from *contFrom, rc io.ReadCloser, max int) *splice {
+	return &splice{from: from, rc: rc, max: max, a: soFar{kind: from.kind}}
+}
+
+func (s *splice) Read(p []byte) (int, error) {
+	for {
+		if len(s.out) > 0 {
+			n := copy(p, s.out)
+			s.out = s.out[n:]
+			return n, nil
+		}
+		if s.err != nil {
+			return 0, s.err
+		}
+		if len(p) == 0 {
+			return 0, nil
+		}
+		s.fill()
+	}
+}
+
+// fill reads the stream once and decides what the bytes read mean.
+func (s *splice) fill() {
+	s.mu.Lock()
+	rc, closed := s.rc, s.closed
+	s.mu.Unlock()
+	if closed {
+		s.err = errReadOnClosedBody
+		return
+	}
+	if s.buf == nil {
+		s.buf = make([]byte, spliceBufSize)
+	}
+	n, err := rc.Read(s.buf)
+	if s.raw {
+		s.out = s.buf[:n]
+		s.err = err
+		return
+	}
+	s.pend = append(s.pend, s.buf[:n]...)
+	s.events(err != nil)
+	switch {
+	case s.raw:
+		s.err = err
+	case s.inband != nil:
+		s.broke(s.inband)
+	case err == nil && n == 0:
+		if s.empty++; s.empty >= maxEmptyReads {
+			s.broke(io.ErrNoProgress)
+		}
+	case err == nil:
+		s.empty = 0
+	case s.a.ended || s.a.finished:
+		s.flush()
+		s.err = err // the answer was whole: an error after it is the stream's own
+	case err == io.EOF:
+		s.broke(ErrStreamTruncated)
+	default:
+		s.broke(err)
+	}
+}
+
+// events handles each event complete in pend (at the end of the stream,
+// the last one needs no blank line after it), and keeps what is left.
+func (s *splice) events(end bool) {
+	off := 0
+	for s.inband == nil && !s.raw {
+		n := eventEnd(s.pend[off:], end)
+		if n < 0 {
+			break
+		}
+		s.event(s.pend[off : off+n])
+		off += n
+	}
+	if s.raw {
+		s.out = append(s.out, s.pend[off:]...)
+		s.pend = s.pend[:0]
+		return
+	}
+	s.pend = s.pend[:copy(s.pend, s.pend[off:])]
+	if len(s.pend) > maxSpliceEvent {
+		s.passRaw()
+	}
+}
+
+// passRaw has the stream passed on as it comes from now on: no longer
+// read as events, never continued. Only the first stream is: a
+// continuation's must be rewritten to the end.
+func (s *splice) passRaw() {
+	if s.made > 0 {
+		s.a.blocked = true
+		return
+	}
+	s.raw = true
+	s.out = append(s.out, s.pend...)
+	s.pend = nil
+}
+
+// flush passes on what is left of an event the stream did not complete.
+func (s *splice) flush() {
+	if s.made == 0 {
+		s.out = append(s.out, s.pend...)
+	}
+	s.pend = s.pend[:0]
+}
+
+// event handles one whole event, block being its bytes as they came.
+func (s *splice) event(block []byte) {
+	typ, data := eventFields(block)
+	if classify(typ, data) == eventError {
+		s.inband = newStreamError(typ, data)
+		s.errEvent = bytes.Clone(block)
+		return
+	}
+	if s.made == 0 {
+		s.a.read(typ, data)
+		s.out = append(s.out, block...)
+	} else {
+		s.out = s.a.rewrite(s.out, typ, data)
+	}
+	if s.a.text.Len() > int(s.from.t.readLimit()) {
+		s.passRaw() // an answer too long to send again
+	}
+}
+
+// broke handles the end of the stream read now before its answer's end,
+// for cause: the continuation's stream takes its place, or the caller
+// gets cause (or the error event that broke it).
+func (s *splice) broke(cause error) {
+	s.mu.Lock()
+	rc := s.rc
+	s.mu.Unlock()
+	rc.Close()
+	from, err := s.from.broken[len(s.from.broken)-1], error(nil)
+	if s.a.blocked {
+		err = errCannotContinue
+	} else if s.made >= s.max {
+		err = errContinueLimit
+	} else if err = s.from.req.Context().Err(); err == nil {
+		s.made++
+		if err = s.resume(); err == nil {
+			s.report(from, cause, nil)
+			return
+		}
+	}
+	s.report(from, cause, err)
+	if s.errEvent != nil {
+		s.out = append(s.out, s.errEvent...)
+		s.errEvent = nil
+		s.err = io.EOF // the SDK reads the error event as it would have
+		return
+	}
+	s.flush()
+	s.err = cause
+}
+
+// resume sends the continuation and reads its stream from now on.
+func (s *splice) resume() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return errReadOnClosedBody
+	}
+	if s.cancel != nil {
+		s.cancel() // the continuation before, whose stream broke
+	}
+	ctx, cancel := context.WithCancel(s.from.req.Context())
+	s.cancel = cancel
+	s.mu.Unlock()
+	resp, u, err := s.from.send(ctx, s.a.text.String())
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		resp.Body.Close()
+		return errReadOnClosedBody
+	}
+	s.rc = resp.Body
+	s.from.broken = append(s.from.broken, u)
+	s.a.resumed()
+	s.pend, s.inband, s.errEvent, s.empty = s.pend[:0], nil, nil, 0
+	return nil
+}
+
+// report tells the metrics, the log and the Trace how a break of from's
+// stream for cause ended: continued, or not for err.
+func (s *splice) report(from *upstream, cause, err error) {
+	t, req := s.from.t, s.from.req
+	to := ""
+	if err == nil {
+		to = s.from.broken[len(s.from.broken)-1].name
+		from.m.continued.Inc()
+		t.log(slog.LevelWarn, "stream continued", from, slog.String("to", to), slog.String("cause", t.scrub(cause, req, nil).Error()))
+	} else {
+		from.m.notContinued.Inc()
+		t.log(slog.LevelWarn, "stream not continued", from, slog.String("cause", t.scrub(cause, req, nil).Error()), slog.String("error", t.scrub(err, req, nil).Error()))
+	}
+	if tr := requestTrace(req.Context()); tr != nil && tr.Continued != nil {
+		tr.Continued(TraceContinued{From: from.name, To: to, Cause: t.scrub(cause, req, nil), Err: t.scrub(err, req, nil)})
+	}
+}
+
+// errContinueLimit: the stream took ContinueConfig.Max continuations.
+var errContinueLimit = errors.New("failover: the stream took its continuations")
+
+// Close closes the stream read now and ends a continuation in flight.
+func (s *splice) Close() error {
+	s.mu.Lock()
+	s.closed = true
+	rc, cancel := s.rc, s.cancel
+	s.mu.Unlock()
+	if cancel != nil {
+		defer cancel()
+	}
+	return rc.Close()
+}
+
+// eventEnd returns the length of the first event of b, up to and with the
+// blank line that ends it, or -1 when b holds none whole. At the end of
+// the stream (end), what is left is an event whether a blank line ends it
+// or not, once a line ends it.
+func eventEnd(b []byte, end bool) int {
+	line := 0 // where the current line starts
+	for i := 0; i < len(b); i++ {
+		c := b[i]
+		if c != '\n' && c != '\r' {
+			continue
+		}
+		next := i + 1
+		if c == '\r' {
+			if next == len(b) && !end {
+				return -1 // maybe a CRLF split between reads
+			}
+			if next < len(b) && b[next] == '\n' {
+				next++
+			}
+		}
+		if i == line {
+			return next // a blank line
+		}
+		line, i = next, next-1
+	}
+	if end && line == len(b) && line > 0 {
+		return line
+	}
+	return -1
+}
+
+// eventFields reads an event's type and data from its bytes.
+func eventFields(block []byte) (typ, data []byte) {
+	for len(block) > 0 {
+		i := bytes.IndexAny(block, "\r\n")
+		line := block
+		if i >= 0 {
+			line, block = block[:i], block[i+1:]
+		} else {
+			block = nil
+		}
+		name, value, _ := bytes.Cut(line, []byte(":"))
+		value = bytes.TrimPrefix(value, []byte(" "))
+		switch string(name) {
+		case "event":
+			typ = value
+		case "data":
+			if data != nil {
+				data = append(data, '\n')
+			}
+			data = append(data, value...)
+		}
+	}
+	return typ, data
+}
+
+// soFar is what a spliced stream's caller was sent: its text, whether it
+// can be continued, and what the streams so far reported of their usage.
+type soFar struct {
+	kind     streamKind
+	text     strings.Builder
+	blocked  bool // it holds more than text (a tool call, several choices): it cannot be continued
+	finished bool // a finish reason came
+	ended    bool // the last event came: "[DONE]", message_stop
+
+	// Chat: the first stream's id and created, as JSON.
+	id, created string
+
+	// Messages: the caller's content blocks, and the index in them of
+	// each block of the stream read now (a continuation's).
+	blocks []msgBlock
+	index  map[int64]int
+	trim   bool // the prefix lost trailing whitespace: the continuation's first text loses its leading whitespace
+
+	prior usage // what the streams before reported, summed
+	now   usage // what the stream read now reported, each figure's last report
+}
+
+type msgBlock struct{ open, text bool }
+
+// usage is a stream's usage report as paths ("input_tokens",
+// "prompt_tokens_details.cached_tokens") to counts.
+type usage map[string]int64
+
+// take records the counts of a usage object.
+func (u *usage) take(obj gjson.Result) {
+	if !obj.IsObject() {
+		return
+	}
+	if *u == nil {
+		*u = usage{}
+	}
+	obj.ForEach(func(k, v gjson.Result) bool {
+		switch {
+		case v.Type == gjson.Number:
+			(*u)[k.Str] = v.Int()
+		case v.IsObject():
+			v.ForEach(func(k2, v2 gjson.Result) bool {
+				if v2.Type == gjson.Number {
+					(*u)[k.Str+"."+k2.Str] = v2.Int()
+				}
+				return true
+			})
+		}
+		return true
+	})
+}
+
+// read takes in one event of the first stream.
+func (a *soFar) read(typ, data []byte) {
+	d := bytes.TrimSpace(data)
+	if string(d) == "[DONE]" {
+		a.ended = true
+		return
+	}
+	if len(d) == 0 || d[0] != '{' || !nestsShallow(d) || !gjson.ValidBytes(d) {
+		return
+	}
+	j := gjson.ParseBytes(d)
+	switch a.kind {
+	case kindChat:
+		if a.id == "" {
+			a.id, a.created = j.Get("id").Raw, j.Get("created").Raw
+		}
+		a.chat(j)
+	case kindMessages:
+		a.message(msgType(typ, j), j, false)
+	}
+}
+
+// chat reads a chat completion chunk.
+func (a *soFar) chat(j gjson.Result) {
+	a.now.take(j.Get("usage"))
+	j.Get("choices").ForEach(func(_, c gjson.Result) bool {
+		if c.Get("index").Int() != 0 {
+			a.blocked = true // several choices
+		}
+		d := c.Get("delta")
+		if v := d.Get("content"); v.Type == gjson.String {
+			a.text.WriteString(v.Str)
+		}
+		if nonEmpty(d.Get("tool_calls")) || nonEmpty(d.Get("function_call")) || nonEmpty(d.Get("refusal")) || nonEmpty(d.Get("audio")) {
+			a.blocked = true
+		}
+		if nonEmpty(c.Get("finish_reason")) {
+			a.finished = true
+		}
+		return true
+	})
+}
+
+func msgType(typ []byte, j gjson.Result) string {
+	if t := j.Get("type").Str; t != "" {
+		return t
+	}
+	return string(typ)
+}
+
+// message reads an Anthropic Messages event; cont says it is a
+// continuation's, whose block indices are its own.
+func (a *soFar) message(kind string, j gjson.Result, cont bool) {
+	switch kind {
+	case "message_start":
+		a.now.take(j.Get("message.usage"))
+	case "content_block_start":
+		cb := j.Get("content_block")
+		text := cb.Get("type").Str == "text"
+		if !text {
+			a.blocked = true // a tool call, thinking: not text
+		}
+		if !cont {
+			a.blocks = append(a.blocks, msgBlock{open: true, text: text})
+			a.text.WriteString(cb.Get("text").Str)
+		}
+	case "content_block_delta":
+		if d := j.Get("delta"); d.Get("type").Str != "text_delta" {
+			a.blocked = true
+		}
+	case "content_block_stop":
+		if i := j.Get("index").Int(); !cont && i >= 0 && i < int64(len(a.blocks)) {
+			a.blocks[i].open = false
+		}
+	case "message_delta":
+		a.now.take(j.Get("usage"))
+		if nonEmpty(j.Get("delta.stop_reason")) {
+			a.finished = true
+		}
+	case "message_stop":
+		a.ended = true
+	}
+}
+
+// resumed readies the answer for a continuation's stream.
+func (a *soFar) resumed() {
+	for k, v := range a.now {
+		if a.prior == nil {
+			a.prior = usage{}
+		}
+		a.prior[k] += v
+	}
+	a.now, a.index = nil, map[int64]int{}
+	if a.kind == kindMessages {
+		s := a.text.String()
+		a.trim = len(strings.TrimRightFunc(s, unicode.IsSpace)) < len(s)
+	}
+}
+
+// rewrite appends to out one event of a continuation's stream, rewritten
+// into the first's; or nothing, for an event the caller had already.
+func (a *soFar) rewrite(out []byte, typ, data []byte) []byte {
+	d := bytes.TrimSpace(data)
+	if string(d) == "[DONE]" {
+		a.ended = true
+		return append(out, "data: [DONE]\n\n"...)
+	}
+	if len(d) == 0 || d[0] != '{' || !nestsShallow(d) || !gjson.ValidBytes(d) {
+		return out // nothing an SDK reads: a comment, a keep-alive
+	}
+	j := gjson.ParseBytes(d)
+	var m map[string]json.RawMessage
+	if json.Unmarshal(d, &m) != nil {
+		return out
+	}
+	switch a.kind {
+	case kindChat:
+		return a.rewriteChat(out, j, m)
+	case kindMessages:
+		return a.rewriteMessage(out, msgType(typ, j), j, m)
+	}
+	return out
+}
+
+// rewriteChat rewrites a continuation's chat completion chunk: the
+// first's id, no role (the caller had it), the usage summed, and no
+// chunk that says nothing new.
+func (a *soFar) rewriteChat(out []byte, j gjson.Result, m map[string]json.RawMessage) []byte {
+	a.chat(j)
+	if a.id != "" {
+		m["id"] = json.RawMessage(a.id)
+	}
+	if _, ok := m["created"]; ok && a.created != "" {
+		m["created"] = json.RawMessage(a.created)
+	}
+	var choices []map[string]json.RawMessage
+	if c, ok := m["choices"]; ok && json.Unmarshal(c, &choices) == nil && len(choices) > 0 {
+		kept := choices[:0]
+		for _, c := range choices {
+			var delta map[string]json.RawMessage
+			if json.Unmarshal(c["delta"], &delta) == nil {
+				delete(delta, "role")
+				if string(delta["content"]) == `""` {
+					delete(delta, "content")
+				}
+				c["delta"] = marshalRaw(delta)
+			}
+			if len(delta) == 0 && isNull(c["finish_reason"]) && isNull(c["logprobs"]) {
+				continue // a role chunk: the caller had it
+			}
+			kept = append(kept, c)
+		}
+		m["choices"] = marshalRaw(kept)
+		if len(kept) == 0 && isNull(m["usage"]) {
+			return out
+		}
+	}
+	if u := j.Get("usage"); u.IsObject() {
+		m["usage"] = a.summed(m["usage"])
+	}
+	return appendEvent(out, "", marshalRaw(m))
+}
+
+// rewriteMessage rewrites a continuation's Anthropic Messages event: no
+// message start (the caller had one), its blocks after the caller's (its
+// first text continuing the caller's open one), its usage summed.
+func (a *soFar) rewriteMessage(out []byte, kind string, j gjson.Result, m map[string]json.RawMessage) []byte {
+	a.message(kind, j, true)
+	switch kind {
+	case "message_start":
+		return out
+	case "content_block_start":
+		i := j.Get("index").Int()
+		cb := j.Get("content_block")
+		if len(a.index) == 0 && cb.Get("type").Str == "text" && len(a.blocks) > 0 && a.blocks[len(a.blocks)-1].open && a.blocks[len(a.blocks)-1].text {
+			a.index[i] = len(a.blocks) - 1 // it goes on with the caller's open text
+			if t := a.trimmed(cb.Get("text").Str); t != "" {
+				a.text.WriteString(t)
+				out = appendEvent(out, "content_block_delta", marshalRaw(map[string]any{
+					"type": "content_block_delta", "index": len(a.blocks) - 1,
+					"delta": map[string]string{"type": "text_delta", "text": t},
+				}))
+			}
+			return out
+		}
+		out = a.closeOpen(out)
+		a.index[i] = len(a.blocks)
+		a.blocks = append(a.blocks, msgBlock{open: true, text: cb.Get("type").Str == "text"})
+		a.text.WriteString(cb.Get("text").Str)
+		m["index"] = json.RawMessage(strconv.Itoa(a.index[i]))
+	case "content_block_delta", "content_block_stop":
+		at, ok := a.index[j.Get("index").Int()]
+		if !ok {
+			return out // of no block it started
+		}
+		m["index"] = json.RawMessage(strconv.Itoa(at))
+		if kind == "content_block_stop" {
+			a.blocks[at].open = false
+		} else if d := j.Get("delta"); d.Get("type").Str == "text_delta" {
+			t := d.Get("text").Str
+			if a.trim {
+				if t = a.trimmed(t); t == "" {
+					return out
+				}
+				m["delta"] = marshalRaw(map[string]string{"type": "text_delta", "text": t})
+			}
+			a.text.WriteString(t)
+		}
+	case "message_delta":
+		out = a.closeOpen(out)
+		m["usage"] = a.summed(m["usage"])
+	}
+	return appendEvent(out, kind, marshalRaw(m))
+}
+
+// trimmed is a continuation's text t, its leading whitespace dropped when
+// the prefix lost its trailing whitespace (which it stands for), until
+// the first text that is not whitespace alone.
+func (a *soFar) trimmed(t string) string {
+	if !a.trim {
+		return t
+	}
+	t = strings.TrimLeftFunc(t, unicode.IsSpace)
+	if t != "" {
+		a.trim = false
+	}
+	return t
+}
+
+// closeOpen appends a content_block_stop for each block of the streams
+// before that is still open: a continuation's blocks come after them.
+func (a *soFar) closeOpen(out []byte) []byte {
+	for i := range a.blocks {
+		if a.blocks[i].open && !a.mapped(i) {
+			a.blocks[i].open = false
+			out = appendEvent(out, "content_block_stop", []byte(`{"type":"content_block_stop","index":`+strconv.Itoa(i)+`}`))
+		}
+	}
+	return out
+}
+
+// mapped reports whether block i of the caller's is one of the stream
+// read now.
+func (a *soFar) mapped(i int) bool {
+	for _, v := range a.index {
+		if v == i {
+			return true
+		}
+	}
+	return false
+}
+
+// summed is a continuation's usage object raw with each count the sum of
+// what the streams before reported and what this one reported so far (a
+// count it leaves out, such as a message_delta's input_tokens, too).
+func (a *soFar) summed(raw json.RawMessage) json.RawMessage {
+	var m map[string]json.RawMessage
+	if json.Unmarshal(raw, &m) != nil || m == nil {
+		m = map[string]json.RawMessage{}
+	}
+	total := usage{}
+	for k, v := range a.prior {
+		total[k] += v
+	}
+	for k, v := range a.now {
+		total[k] += v
+	}
+	for path, n := range total {
+		parent, child, nested := strings.Cut(path, ".")
+		if !nested {
+			m[path] = json.RawMessage(strconv.FormatInt(n, 10))
+			continue
+		}
+		var sub map[string]json.RawMessage
+		if json.Unmarshal(m[parent], &sub) != nil || sub == nil {
+			sub = map[string]json.RawMessage{}
+		}
+		sub[child] = json.RawMessage(strconv.FormatInt(n, 10))
+		m[parent] = marshalRaw(sub)
+	}
+	return marshalRaw(m)
+}
+
+// appendEvent appends an event of type typ ("" for none) with data.
+func appendEvent(out []byte, typ string, data []byte) []byte {
+	if typ != "" {
+		out = append(out, "event: "...)
+		out = append(out, typ...)
+		out = append(out, '\n')
+	}
+	out = append(out, "data: "...)
+	out = append(out, data...)
+	return append(out, "\n\n"...)
+}
+
+// marshalRaw is v as JSON, with <, > and & as they are.
+func marshalRaw(v any) json.RawMessage {
+	var b bytes.Buffer
+	e := json.NewEncoder(&b)
+	e.SetEscapeHTML(false)
+	if e.Encode(v) != nil {
+		return json.RawMessage("null")
+	}
+	return bytes.TrimRight(b.Bytes(), "\n")
+}
+
+func isNull(raw json.RawMessage) bool {
+	s := bytes.TrimSpace(raw)
+	return len(s) == 0 || string(s) == "null"
+}
