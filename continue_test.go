@@ -112,9 +112,9 @@ func continuedPair(t *testing.T, end failovertest.End, prefill Prefill) (cfg Con
 
 func TestContinueChatAcrossCut(t *testing.T) {
 	for _, tc := range []struct {
-		name   string
-		mode   ChatPrefill
-		check  func(t *testing.T, last gjson.Result, body gjson.Result)
+		name  string
+		mode  ChatPrefill
+		check func(t *testing.T, last gjson.Result, body gjson.Result)
 	}{
 		{"trailing assistant", ChatTrailingAssistant, func(t *testing.T, last, body gjson.Result) {
 			if last.Get("prefix").Exists() || body.Get("continue_final_message").Exists() {
