@@ -282,8 +282,8 @@ func (r *request) prepare(ctx context.Context, a *attempt, b *replay, cancelable
 // mapped returns the body of the request for u when u's Models rename the
 // model, and whether it does.
 func (r *request) mapped(u *upstream) ([]byte, bool) {
-	if r.cont != nil {
-		return r.continued(u), true
+	if k := r.continuation(); k != nil {
+		return k.continued(r, u), true
 	}
 	if r.model == "" || len(u.models) == 0 {
 		return nil, false

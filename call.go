@@ -36,10 +36,6 @@ type request struct {
 
 	trace *Trace // from the request's context; nil without one
 
-	// The continuation this request is of a stream that broke; nil for
-	// a request of the caller's (continue.go).
-	cont *continuation
-
 	// With Upstream.Models: the model the caller asked for, and the
 	// body it is read from ("" when the body says none or cannot be
 	// read: the request then goes to every upstream as it is).

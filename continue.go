@@ -197,10 +197,19 @@ func (k *continuation) bodyFor(u *upstream) []byte {
 	return body
 }
 
-// continued is the body of the continuation r is for u: the answer so far
-// in u's dialect, and the model as u's Models name it.
-func (r *request) continued(u *upstream) []byte {
-	body := r.cont.bodyFor(u)
+// continuation is the stream whose continuation r is; nil for a request
+// of the caller's.
+func (r *request) continuation() *continuation {
+	if r.opts == nil {
+		return nil
+	}
+	return r.opts.cont
+}
+
+// continued is the body of r, the continuation k, for u: the answer so
+// far in u's dialect, and the model as u's Models name it.
+func (k *continuation) continued(r *request, u *upstream) []byte {
+	body := k.bodyFor(u)
 	if r.model != "" && len(u.models) > 0 {
 		if target, ok := u.models.lookup(r.model); ok && target != r.model {
 			if b, err := rewriteModel(body, target); err == nil {
@@ -326,7 +335,7 @@ type contFrom struct {
 // upstream may continue it, and the request may be sent again.
 func (c *call) continuable(resp *http.Response) *http.Response {
 	u := c.answer.u
-	if resp == nil || u == nil || c.cont != nil || c.once() || c.pin != nil || !c.body.canSend() ||
+	if resp == nil || u == nil || c.continuation() != nil || c.once() || c.pin != nil || !c.body.canSend() ||
 		resp.StatusCode/100 != 2 || resp.Body == nil || resp.Body == http.NoBody || !isEventStream(resp.Header.Get("Content-Type")) {
 		return resp
 	}

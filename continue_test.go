@@ -5,10 +5,12 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/VictoriaMetrics/metrics"
 	"github.com/failover-go/failover/failovertest"
 	"github.com/tidwall/gjson"
 )
@@ -211,5 +213,401 @@ func TestContinueChatAcrossStall(t *testing.T) {
 	}
 	if r := readChat(t, string(body)); r.text != "one two three four" || !r.done {
 		t.Errorf("read %q, done %v", r.text, r.done)
+	}
+}
+
+func msgEvent(typ, data string) string { return "event: " + typ + "\ndata: " + data + "\n\n" }
+
+func msgStart(id string, in, out int) string {
+	return msgEvent("message_start", `{"type":"message_start","message":{"id":"`+id+`","type":"message","role":"assistant","model":"claude","content":[],"stop_reason":null,"usage":{"input_tokens":`+strconv.Itoa(in)+`,"output_tokens":`+strconv.Itoa(out)+`}}}`)
+}
+
+func msgBlockStart(i int) string {
+	return msgEvent("content_block_start", `{"type":"content_block_start","index":`+strconv.Itoa(i)+`,"content_block":{"type":"text","text":""}}`)
+}
+
+func msgText(i int, text string) string {
+	b, _ := json.Marshal(text)
+	return msgEvent("content_block_delta", `{"type":"content_block_delta","index":`+strconv.Itoa(i)+`,"delta":{"type":"text_delta","text":`+string(b)+`}}`)
+}
+
+func msgBlockStop(i int) string {
+	return msgEvent("content_block_stop", `{"type":"content_block_stop","index":`+strconv.Itoa(i)+`}`)
+}
+
+func msgEnd(out int) []string {
+	return []string{
+		msgEvent("message_delta", `{"type":"message_delta","delta":{"stop_reason":"end_turn","stop_sequence":null},"usage":{"output_tokens":`+strconv.Itoa(out)+`}}`),
+		msgEvent("message_stop", `{"type":"message_stop"}`),
+	}
+}
+
+// msgRead is what a reader of a Messages stream makes of it, as
+// anthropic-sdk-go's Accumulate does: it fails where the SDK does.
+type msgRead struct {
+	ids    []string
+	blocks []string
+	stop   string
+	in     int64
+	out    int64
+	ended  bool
+	err    string
+}
+
+func readMessages(t *testing.T, body string) msgRead {
+	t.Helper()
+	var r msgRead
+	for _, ev := range strings.Split(body, "\n\n") {
+		var data string
+		for _, line := range strings.Split(ev, "\n") {
+			if d, ok := strings.CutPrefix(line, "data: "); ok {
+				data = d
+			}
+		}
+		if data == "" {
+			continue
+		}
+		j := gjson.Parse(data)
+		switch j.Get("type").Str {
+		case "message_start":
+			r.ids = append(r.ids, j.Get("message.id").Str)
+			r.in, r.out = j.Get("message.usage.input_tokens").Int(), j.Get("message.usage.output_tokens").Int()
+		case "content_block_start":
+			if int(j.Get("index").Int()) != len(r.blocks) {
+				t.Errorf("block %d starts after %d blocks", j.Get("index").Int(), len(r.blocks))
+			}
+			r.blocks = append(r.blocks, j.Get("content_block.text").Str)
+		case "content_block_delta":
+			i := int(j.Get("index").Int())
+			if i >= len(r.blocks) {
+				t.Errorf("delta of block %d, of %d", i, len(r.blocks))
+				continue
+			}
+			r.blocks[i] += j.Get("delta.text").Str
+		case "message_delta":
+			r.stop = j.Get("delta.stop_reason").Str
+			r.out = j.Get("usage.output_tokens").Int()
+			if v := j.Get("usage.input_tokens"); v.Exists() {
+				r.in = v.Int()
+			}
+		case "message_stop":
+			r.ended = true
+		case "error":
+			r.err = j.Get("error.type").Str
+		}
+	}
+	return r
+}
+
+const msgBody = `{"model":"claude","max_tokens":100,"stream":true,"messages":[{"role":"user","content":"count"}]}`
+
+func TestContinueMessagesAcrossBreaks(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		end  failovertest.End
+		tail []string // after the primary's content
+	}{
+		{"cut", failovertest.EndCut, nil},
+		{"stall", failovertest.EndStall, nil},
+		{"error event", failovertest.EndDone, []string{msgEvent("error", `{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}`)}},
+		{"truncated", failovertest.EndDone, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			primary := failovertest.NewServer(t, failovertest.Step{
+				Chunks: append([]string{msgStart("msg_p", 25, 1), msgBlockStart(0), msgText(0, "one "), msgText(0, "two ")}, tc.tail...),
+				End:    tc.end,
+			})
+			backup := failovertest.NewServer(t, failovertest.Step{
+				Chunks: append([]string{msgStart("msg_b", 31, 1), msgBlockStart(0), msgText(0, " three"), msgText(0, " four"), msgBlockStop(0)}, msgEnd(3)...),
+			})
+			tr := newTestTransport(t, Config{
+				Continue: ContinueConfig{On: true},
+				Upstreams: []Upstream{
+					{Name: "primary", BaseURL: primary.URL + "/v1", Header: http.Header{"X-Api-Key": {"primary-key-123"}}, Timeouts: Timeouts{Idle: 50 * time.Millisecond}},
+					{Name: "backup", BaseURL: backup.URL + "/v1", Header: http.Header{"X-Api-Key": {"backup-key-456"}}, Prefill: Prefill{Messages: true}},
+				},
+			})
+			resp, err := do(t, tr, httptestRequest("POST", primary.URL+"/v1/messages", msgBody))
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, err := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if err != nil {
+				t.Fatalf("read: %v", err)
+			}
+			r := readMessages(t, string(body))
+			if len(r.ids) != 1 || r.ids[0] != "msg_p" || len(r.blocks) != 1 || r.blocks[0] != "one two three four" || r.stop != "end_turn" || !r.ended || r.err != "" {
+				t.Errorf("read %+v; want one message, one block \"one two three four\"\n%s", r, body)
+			}
+			if r.in != 25+31 || r.out != 1+3 {
+				t.Errorf("usage in %d out %d, want the sum of what both reported, 56 and 4", r.in, r.out)
+			}
+			reqs := backup.Requests()
+			if len(reqs) != 1 {
+				t.Fatalf("backup got %d requests", len(reqs))
+			}
+			last := gjson.GetBytes(reqs[0].Body, "messages.1")
+			if last.Get("role").Str != "assistant" || last.Get("content").Str != "one two" {
+				t.Errorf("backup's prefill %s, want the answer so far without its trailing whitespace", last.Raw)
+			}
+		})
+	}
+}
+
+// readAll reads resp's body to its end or its error.
+func readAll(t *testing.T, tr http.RoundTripper, req *http.Request) (string, error) {
+	t.Helper()
+	resp, err := do(t, tr, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	return string(body), err
+}
+
+func TestContinueRefusedEndsInOriginalCause(t *testing.T) {
+	refusal := failovertest.Step{Status: 400, Body: `{"type":"error","error":{"type":"invalid_request_error","message":"This model does not support assistant message prefill"}}`}
+	overloaded := msgEvent("error", `{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}`)
+	for _, tc := range []struct {
+		name  string
+		path  string
+		step  failovertest.Step
+		check func(t *testing.T, body string, err error)
+	}{
+		{"chat cut", "/v1/chat/completions", failovertest.Step{Chunks: []string{chatRole("p1"), chatChunk("p1", "one ", "")}, End: failovertest.EndCut},
+			func(t *testing.T, body string, err error) {
+				if !errors.Is(err, io.ErrUnexpectedEOF) {
+					t.Errorf("read error %v, want the cut's", err)
+				}
+			}},
+		{"chat stall", "/v1/chat/completions", failovertest.Step{Chunks: []string{chatRole("p1"), chatChunk("p1", "one ", "")}, End: failovertest.EndStall},
+			func(t *testing.T, body string, err error) {
+				var se *StallError
+				if !errors.As(err, &se) || se.Upstream != "primary" {
+					t.Errorf("read error %v, want the primary's *StallError", err)
+				}
+			}},
+		{"chat truncated", "/v1/chat/completions", failovertest.Step{Chunks: []string{chatRole("p1"), chatChunk("p1", "one ", "")}},
+			func(t *testing.T, body string, err error) {
+				if !errors.Is(err, ErrStreamTruncated) {
+					t.Errorf("read error %v, want ErrStreamTruncated", err)
+				}
+			}},
+		{"messages error event", "/v1/messages", failovertest.Step{Chunks: []string{msgStart("msg_p", 25, 1), msgBlockStart(0), msgText(0, "one "), overloaded}},
+			func(t *testing.T, body string, err error) {
+				if err != nil || !strings.HasSuffix(body, overloaded) || strings.Contains(body, "prefill") {
+					t.Errorf("read %q, %v; want the primary's own error event last", body, err)
+				}
+			}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			primary := failovertest.NewServer(t, tc.step)
+			backup := failovertest.NewServer(t, refusal)
+			var continued []TraceContinued
+			tr := newTestTransport(t, Config{
+				Continue: ContinueConfig{On: true},
+				Upstreams: []Upstream{
+					{Name: "primary", BaseURL: primary.URL + "/v1", Timeouts: Timeouts{Idle: 50 * time.Millisecond}},
+					{Name: "backup", BaseURL: backup.URL + "/v1", Prefill: Prefill{Chat: ChatTrailingAssistant, Messages: true}},
+				},
+			})
+			body := contBody
+			if strings.HasSuffix(tc.path, "messages") {
+				body = msgBody
+			}
+			req := httptestRequest("POST", primary.URL+tc.path, body)
+			req = req.WithContext(WithTrace(req.Context(), &Trace{Continued: func(c TraceContinued) { continued = append(continued, c) }}))
+			got, err := readAll(t, tr, req)
+			tc.check(t, got, err)
+			if backup.Calls() != 1 {
+				t.Errorf("backup got %d requests, want the continuation", backup.Calls())
+			}
+			if len(continued) != 1 || continued[0].To != "" || continued[0].Err == nil || continued[0].Cause == nil {
+				t.Errorf("Trace.Continued got %+v, want one that says why not", continued)
+			}
+		})
+	}
+}
+
+func TestContinueNotWhatCannotBeContinued(t *testing.T) {
+	tool := `data: {"id":"p1","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"call_1","type":"function","function":{"name":"f","arguments":"{\"a\":"}}]},"finish_reason":null}]}` + "\n\n"
+	two := `data: {"id":"p1","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":1,"delta":{"content":"x"},"finish_reason":null}]}` + "\n\n"
+	for _, tc := range []struct {
+		name  string
+		chunk string
+		body  string
+		ctx   func(*http.Request) *http.Request
+	}{
+		{"a tool call", tool, contBody, nil},
+		{"several choices", two, contBody, nil},
+		{"n=2", "", `{"model":"m","stream":true,"n":2,"messages":[{"role":"user","content":"count"}]}`, nil},
+		{"sent once", "", contBody, func(r *http.Request) *http.Request { return r.WithContext(WithoutFailover(r.Context())) }},
+		{"pinned", "", `{"model":"m","stream":true,"messages":[{"role":"user","content":"count"}]}`, func(r *http.Request) *http.Request {
+			return r.WithContext(WithPinned(r.Context(), "primary"))
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			chunks := []string{chatRole("p1"), chatChunk("p1", "one ", "")}
+			if tc.chunk != "" {
+				chunks = append(chunks, tc.chunk)
+			}
+			primary := failovertest.NewServer(t, failovertest.Step{Chunks: chunks, End: failovertest.EndCut})
+			backup := failovertest.NewServer(t, failovertest.Step{Chunks: []string{chatChunk("b1", "more", "stop"), "data: [DONE]\n\n"}})
+			tr := newTestTransport(t, Config{
+				Continue: ContinueConfig{On: true},
+				Upstreams: []Upstream{
+					{Name: "primary", BaseURL: primary.URL + "/v1"},
+					{Name: "backup", BaseURL: backup.URL + "/v1", Prefill: Prefill{Chat: ChatTrailingAssistant}},
+				},
+			})
+			req := httptestRequest("POST", primary.URL+"/v1/chat/completions", tc.body)
+			if tc.ctx != nil {
+				req = tc.ctx(req)
+			}
+			_, err := readAll(t, tr, req)
+			if !errors.Is(err, io.ErrUnexpectedEOF) {
+				t.Errorf("read error %v, want the cut's", err)
+			}
+			if backup.Calls() != 0 {
+				t.Errorf("backup got %d requests, want none", backup.Calls())
+			}
+		})
+	}
+}
+
+func TestContinueKeepsCallersPrefill(t *testing.T) {
+	primary := failovertest.NewServer(t, failovertest.Step{
+		Chunks: []string{msgStart("msg_p", 25, 1), msgBlockStart(0), msgText(0, `"a": 1,`)},
+		End:    failovertest.EndCut,
+	})
+	backup := failovertest.NewServer(t, failovertest.Step{
+		Chunks: append([]string{msgStart("msg_b", 31, 1), msgBlockStart(0), msgText(0, ` "b": 2}`), msgBlockStop(0)}, msgEnd(3)...),
+	})
+	tr := newTestTransport(t, Config{
+		Continue: ContinueConfig{On: true},
+		Upstreams: []Upstream{
+			{Name: "primary", BaseURL: primary.URL + "/v1"},
+			{Name: "backup", BaseURL: backup.URL + "/v1", Prefill: Prefill{Messages: true}},
+		},
+	})
+	body := `{"model":"claude","max_tokens":100,"stream":true,"messages":[{"role":"user","content":"json"},{"role":"assistant","content":[{"type":"text","text":"{"}]}]}`
+	got, err := readAll(t, tr, httptestRequest("POST", primary.URL+"/v1/messages", body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := readMessages(t, got); len(r.blocks) != 1 || r.blocks[0] != `"a": 1, "b": 2}` {
+		t.Errorf("read %+v", r)
+	}
+	msgs := gjson.GetBytes(backup.Requests()[0].Body, "messages").Array()
+	if len(msgs) != 2 || msgs[1].Get("role").Str != "assistant" || msgs[1].Get("content").Str != `{"a": 1,` {
+		t.Errorf("backup's messages %v, want the caller's prefill and the answer so far in one", msgs)
+	}
+}
+
+func TestContinueTwice(t *testing.T) {
+	primary := failovertest.NewServer(t, failovertest.Step{Chunks: []string{chatRole("p1"), chatChunk("p1", "one ", "")}, End: failovertest.EndCut})
+	second := failovertest.NewServer(t, failovertest.Step{Chunks: []string{chatRole("s1"), chatChunk("s1", "two ", ""), chatUsage("s1", 5, 1)}, End: failovertest.EndCut})
+	third := failovertest.NewServer(t, failovertest.Step{Chunks: []string{chatRole("t1"), chatChunk("t1", "three", "stop"), chatUsage("t1", 7, 1), "data: [DONE]\n\n"}})
+	ups := []Upstream{
+		{Name: "primary", BaseURL: primary.URL + "/v1"},
+		{Name: "second", BaseURL: second.URL + "/v1", Prefill: Prefill{Chat: ChatTrailingAssistant}},
+		{Name: "third", BaseURL: third.URL + "/v1", Prefill: Prefill{Chat: ChatTrailingAssistant}},
+	}
+	t.Run("Max 2", func(t *testing.T) {
+		tr := newTestTransport(t, Config{Continue: ContinueConfig{On: true, Max: 2}, Upstreams: ups})
+		got, err := readAll(t, tr, httptestRequest("POST", primary.URL+"/v1/chat/completions", contBody))
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := readChat(t, got)
+		if r.text != "one two three" || len(r.ids) != 1 || !r.ids["p1"] || r.roles != 1 || !r.done {
+			t.Errorf("read %+v", r)
+		}
+		// The second reported its usage before its cut: the sum has it.
+		if r.usage.Get("prompt_tokens").Int() != 12 || r.usage.Get("completion_tokens").Int() != 2 || r.usage.Get("total_tokens").Int() != 14 {
+			t.Errorf("usage %s, want 12, 2, 14", r.usage.Raw)
+		}
+		if last := gjson.GetBytes(third.Requests()[0].Body, "messages.1.content").Str; last != "one two " {
+			t.Errorf("third's prefix %q", last)
+		}
+	})
+	t.Run("Max 1", func(t *testing.T) {
+		n := third.Calls()
+		tr := newTestTransport(t, Config{Continue: ContinueConfig{On: true}, Upstreams: ups})
+		got, err := readAll(t, tr, httptestRequest("POST", primary.URL+"/v1/chat/completions", contBody))
+		if !errors.Is(err, io.ErrUnexpectedEOF) || readChat(t, got).text != "one two " {
+			t.Errorf("read %q, %v; want the second's cut after one continuation", got, err)
+		}
+		if third.Calls() != n {
+			t.Errorf("a second continuation was sent")
+		}
+	})
+}
+
+func TestContinuePassesWholeStreamAsIs(t *testing.T) {
+	chunks := []string{chatRole("p1"), ": keep-alive\r\n\r\n", chatChunk("p1", "one ", ""), "event: x\ndata: {\"id\":\"p1\",\n\ndata: [1,2]\r\r", chatChunk("p1", "two", "stop"), chatUsage("p1", 3, 2), "data: [DONE]\n\n"}
+	primary := failovertest.NewServer(t, failovertest.Step{Chunks: chunks})
+	backup := failovertest.NewServer(t)
+	tr := newTestTransport(t, Config{
+		Continue: ContinueConfig{On: true},
+		Upstreams: []Upstream{
+			{Name: "primary", BaseURL: primary.URL + "/v1"},
+			{Name: "backup", BaseURL: backup.URL + "/v1", Prefill: Prefill{Chat: ChatTrailingAssistant}},
+		},
+	})
+	got, err := readAll(t, tr, httptestRequest("POST", primary.URL+"/v1/chat/completions", contBody))
+	if err != nil || got != strings.Join(chunks, "") {
+		t.Errorf("read %q, %v; want the stream byte for byte", got, err)
+	}
+}
+
+func TestContinueCloseEndsContinuation(t *testing.T) {
+	primary := failovertest.NewServer(t, failovertest.Step{Chunks: []string{chatRole("p1"), chatChunk("p1", "one ", "")}, End: failovertest.EndCut})
+	backup := failovertest.NewServer(t, failovertest.Step{Delay: time.Hour})
+	tr := newTestTransport(t, Config{
+		Continue: ContinueConfig{On: true},
+		Upstreams: []Upstream{
+			{Name: "primary", BaseURL: primary.URL + "/v1"},
+			{Name: "backup", BaseURL: backup.URL + "/v1", Prefill: Prefill{Chat: ChatTrailingAssistant}},
+		},
+	})
+	resp, err := do(t, tr, httptestRequest("POST", primary.URL+"/v1/chat/completions", contBody))
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := io.ReadAll(resp.Body)
+		done <- err
+	}()
+	<-backup.Received(1) // the continuation waits for its headers
+	resp.Body.Close()
+	if err := <-done; err == nil {
+		t.Errorf("read of a closed stream ended with no error")
+	}
+}
+
+func TestContinueWithHedging(t *testing.T) {
+	cfg, primary, backup := continuedPair(t, failovertest.EndCut, Prefill{Chat: ChatTrailingAssistant})
+	cfg.Hedge = &HedgeConfig{Delay: time.Hour} // on, and never needed: the streams answer at once
+	var set = metrics.NewSet()
+	cfg.Metrics = set
+	tr := newTestTransport(t, cfg)
+	got, err := readAll(t, tr, httptestRequest("POST", primary.URL+"/v1/chat/completions", contBody))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := readChat(t, got); r.text != "one two three four" || !r.done {
+		t.Errorf("read %+v", r)
+	}
+	if backup.Calls() != 1 {
+		t.Errorf("backup got %d requests", backup.Calls())
+	}
+	var b strings.Builder
+	set.WritePrometheus(&b)
+	if !strings.Contains(b.String(), `failover_stream_continuations_total{upstream="primary",result="continued"} 1`) {
+		t.Errorf("metrics lack the continuation:\n%s", b.String())
 	}
 }

@@ -27,8 +27,8 @@ func (c *call) run() (*http.Response, error) {
 	if err != nil {
 		return nil, err
 	}
-	if c.cont != nil {
-		c.ups = c.cont.ups // the upstreams that continue the stream
+	if k := c.continuation(); k != nil {
+		c.ups = k.ups // the upstreams that continue the stream
 	}
 	if err := c.body.init(c.req, limit); err != nil {
 		c.callerFault = true // the caller's body failed to read

@@ -27,6 +27,10 @@ type requestOptions struct {
 	session    string // WithSession; "": the Transport's
 	pinned     string // WithPinned; "": none
 	shed       bool   // WithSheddable
+
+	// The stream that broke whose continuation the request is; nil for
+	// a request of the caller's (continue.go).
+	cont *continuation
 }
 
 type optionsKey struct{}

@@ -458,6 +458,8 @@ func (a *soFar) message(kind string, j gjson.Result, cont bool) {
 	case "content_block_delta":
 		if d := j.Get("delta"); d.Get("type").Str != "text_delta" {
 			a.blocked = true
+		} else if !cont {
+			a.text.WriteString(d.Get("text").Str)
 		}
 	case "content_block_stop":
 		if i := j.Get("index").Int(); !cont && i >= 0 && i < int64(len(a.blocks)) {

@@ -741,7 +741,6 @@ func (t *Transport) roundTrip(req *http.Request, k *continuation) (*http.Respons
 	// Built in place, so that its request is not copied.
 	var c call
 	r := &c.request
-	r.cont = k
 	if req.Response != nil {
 		r.addressed, r.rest, r.rawRest, r.spelled = t.route(req.URL)
 		r.hop = t.redirected(req)
@@ -751,6 +750,14 @@ func (t *Transport) roundTrip(req *http.Request, k *continuation) (*http.Respons
 	r.t, r.req = t, req
 	if optioning.Load() { // nothing to look up until a With function was called
 		r.opts = contextOptions(req.Context())
+	}
+	if k != nil {
+		o := &requestOptions{cont: k}
+		if r.opts != nil {
+			*o = *r.opts
+			o.cont = k
+		}
+		r.opts = o
 	}
 	if r.addressed == nil {
 		resp, err := t.roundTripUnrouted(*r)

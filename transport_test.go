@@ -494,6 +494,10 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		{"hedge delays", Config{Upstreams: []Upstream{ok}, Hedge: &HedgeConfig{MinDelay: time.Minute}}, "Hedge.MinDelay"},
 		{"negative shared sync", Config{Upstreams: []Upstream{ok}, SharedSync: -1}, "SharedSync"},
 		{"negative hedges", Config{Upstreams: []Upstream{ok}, Hedge: &HedgeConfig{MaxHedges: -1}}, "Hedge.MaxHedges"},
+		{"negative continuations", Config{Upstreams: []Upstream{ok}, Continue: ContinueConfig{On: true, Max: -1}}, "Continue.Max"},
+		{"many continuations", Config{Upstreams: []Upstream{ok}, Continue: ContinueConfig{Max: 5}}, "Continue.Max"},
+		{"chat prefill", Config{Upstreams: []Upstream{{BaseURL: "https://a", Prefill: Prefill{Chat: 9}}}}, "Upstreams[0].Prefill.Chat"},
+		{"prefill model", Config{Upstreams: []Upstream{ok, {BaseURL: "https://a", Prefill: Prefill{Messages: true, Models: []string{"m", ""}}}}}, "Upstreams[1].Prefill.Models[1]"},
 		// Values that New accepted and that then crashed, spun or
 		// exhausted memory (issue 12): a period of 5ns divided by zero in
 		// failsafe-go on every request; failsafe-go keeps a bit per counted
