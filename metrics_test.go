@@ -129,7 +129,7 @@ func TestWritePrometheusMetadata(t *testing.T) {
 		// Weighted, for affinity's family, with b's share too small to
 		// be drawn: the requests go to a first; b has a key, for the
 		// key families.
-		cfg := twoUpstreams(n, Config{Hedge: &HedgeConfig{Delay: time.Minute}, Shared: newMemShared(), MeterUsage: true, Router: &Weighted{}})
+		cfg := twoUpstreams(n, Config{Hedge: &HedgeConfig{Delay: time.Minute}, Shared: newMemShared(), MeterUsage: true, Router: &Weighted{}, Continue: ContinueConfig{On: true}})
 		cfg.Upstreams[1].Weight = 1e-12
 		cfg.Upstreams[1].Keys = []Key{{Name: "k", Header: http.Header{"Authorization": {"Bearer b-key-0123456789"}}}}
 		tr := newTestTransport(t, cfg)
