@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -610,4 +611,105 @@ func TestContinueWithHedging(t *testing.T) {
 	if !strings.Contains(b.String(), `failover_stream_continuations_total{upstream="primary",result="continued"} 1`) {
 		t.Errorf("metrics lack the continuation:\n%s", b.String())
 	}
+}
+
+func TestContinueMetersBoth(t *testing.T) {
+	primary := failovertest.NewServer(t, failovertest.Step{
+		Chunks: []string{msgStart("msg_p", 25, 1), msgBlockStart(0), msgText(0, "one ")},
+		End:    failovertest.EndCut,
+	})
+	backup := failovertest.NewServer(t, failovertest.Step{
+		Chunks: append([]string{msgStart("msg_b", 31, 1), msgBlockStart(0), msgText(0, "two"), msgBlockStop(0)}, msgEnd(3)...),
+	})
+	var mu sync.Mutex
+	got := map[string]Tokens{}
+	tr := newTestTransport(t, Config{
+		Continue: ContinueConfig{On: true},
+		OnUsage: func(u Usage) {
+			mu.Lock()
+			got[u.Upstream] = u.Tokens
+			mu.Unlock()
+		},
+		Upstreams: []Upstream{
+			{Name: "primary", BaseURL: primary.URL + "/v1"},
+			{Name: "backup", BaseURL: backup.URL + "/v1", Prefill: Prefill{Messages: true}},
+		},
+	})
+	body, err := readAll(t, tr, httptestRequest("POST", primary.URL+"/v1/messages", msgBody))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := readMessages(t, body)
+	mu.Lock()
+	defer mu.Unlock()
+	p, b := got["primary"], got["backup"]
+	if p.Input != 25 || p.Output != 1 || b.Input != 31 || b.Output != 3 {
+		t.Errorf("metered %+v, want each upstream's own report", got)
+	}
+	if r.in != p.Input+b.Input || r.out != p.Output+b.Output {
+		t.Errorf("the caller read usage %d in, %d out; the metering says %d and %d", r.in, r.out, p.Input+b.Input, p.Output+b.Output)
+	}
+}
+
+func TestContinueHedged(t *testing.T) {
+	primary := failovertest.NewServer(t, failovertest.Step{Chunks: []string{chatRole("p1"), chatChunk("p1", "one ", "")}, End: failovertest.EndCut})
+	slow := failovertest.NewServer(t, failovertest.Step{Delay: time.Hour})
+	fast := failovertest.NewServer(t, failovertest.Step{Chunks: []string{chatRole("f1"), chatChunk("f1", "two", "stop"), "data: [DONE]\n\n"}})
+	tr := newTestTransport(t, Config{
+		Continue: ContinueConfig{On: true},
+		Hedge:    &HedgeConfig{Delay: time.Millisecond},
+		Upstreams: []Upstream{
+			{Name: "primary", BaseURL: primary.URL + "/v1"},
+			{Name: "slow", BaseURL: slow.URL + "/v1", Prefill: Prefill{Chat: ChatTrailingAssistant}},
+			{Name: "fast", BaseURL: fast.URL + "/v1", Prefill: Prefill{Chat: ChatPrefixFlag}},
+		},
+	})
+	got, err := readAll(t, tr, httptestRequest("POST", primary.URL+"/v1/chat/completions", contBody))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := readChat(t, got); r.text != "one two" || !r.done || len(r.ids) != 1 {
+		t.Errorf("read %+v", r)
+	}
+	// The hedge carries the body in its own upstream's dialect.
+	if last := gjson.GetBytes(fast.Requests()[0].Body, "messages.1"); !last.Get("prefix").Bool() || last.Get("content").Str != "one " {
+		t.Errorf("the hedge's trailing message %s", last.Raw)
+	}
+	if last := gjson.GetBytes(slow.Requests()[0].Body, "messages.1"); last.Get("prefix").Exists() {
+		t.Errorf("the first continuation's trailing message %s", last.Raw)
+	}
+}
+
+func TestContinueBounded(t *testing.T) {
+	t.Run("an event too large", func(t *testing.T) {
+		primary := failovertest.NewServer(t, failovertest.Step{Chunks: []string{chatRole("p1"), chatChunk("p1", "one ", "")}, End: failovertest.EndCut})
+		huge := "data: " + strings.Repeat("x", 3*maxSpliceEvent) // never ends
+		backup := failovertest.NewServer(t, failovertest.Step{Chunks: []string{chatRole("b1"), chatChunk("b1", "two ", ""), huge}, End: failovertest.EndStall})
+		tr := newTestTransport(t, Config{
+			Continue: ContinueConfig{On: true},
+			Upstreams: []Upstream{
+				{Name: "primary", BaseURL: primary.URL + "/v1"},
+				{Name: "backup", BaseURL: backup.URL + "/v1", Prefill: Prefill{Chat: ChatTrailingAssistant}},
+			},
+		})
+		got, err := readAll(t, tr, httptestRequest("POST", primary.URL+"/v1/chat/completions", contBody))
+		if !errors.Is(err, errEventTooLarge) || readChat(t, got).text != "one two " {
+			t.Errorf("read %d bytes, %v", len(got), err)
+		}
+	})
+	t.Run("after the finish", func(t *testing.T) {
+		primary := failovertest.NewServer(t, failovertest.Step{Chunks: []string{chatRole("p1"), chatChunk("p1", "one", "stop")}, End: failovertest.EndCut})
+		backup := failovertest.NewServer(t)
+		tr := newTestTransport(t, Config{
+			Continue: ContinueConfig{On: true},
+			Upstreams: []Upstream{
+				{Name: "primary", BaseURL: primary.URL + "/v1"},
+				{Name: "backup", BaseURL: backup.URL + "/v1", Prefill: Prefill{Chat: ChatTrailingAssistant}},
+			},
+		})
+		_, err := readAll(t, tr, httptestRequest("POST", primary.URL+"/v1/chat/completions", contBody))
+		if !errors.Is(err, io.ErrUnexpectedEOF) || backup.Calls() != 0 {
+			t.Errorf("read error %v, %d continuations; want the cut's, none: the answer was whole", err, backup.Calls())
+		}
+	})
 }

@@ -148,11 +148,15 @@ func (s *splice) events(end bool) {
 }
 
 // passRaw has the stream passed on as it comes from now on: no longer
-// read as events, never continued. Only the first stream is: a
-// continuation's must be rewritten to the end.
+// read as events, never continued. Only the first stream can be: a
+// continuation's must be rewritten to its end, so that one whose event
+// outgrows the splice breaks, for good.
 func (s *splice) passRaw() {
 	if s.made > 0 {
 		s.a.blocked = true
+		if len(s.pend) > maxSpliceEvent {
+			s.inband, s.pend = errEventTooLarge, nil
+		}
 		return
 	}
 	s.raw = true
@@ -196,7 +200,7 @@ func (s *splice) broke(cause error) {
 	s.mu.Unlock()
 	rc.Close()
 	from, err := s.from.broken[len(s.from.broken)-1], error(nil)
-	if s.a.blocked {
+	if s.a.blocked || s.a.finished || s.a.ended {
 		err = errCannotContinue
 	} else if s.made >= s.max {
 		err = errContinueLimit
@@ -265,6 +269,9 @@ func (s *splice) report(from *upstream, cause, err error) {
 		tr.Continued(TraceContinued{From: from.name, To: to, Cause: t.scrub(cause, req, nil), Err: t.scrub(err, req, nil)})
 	}
 }
+
+// errEventTooLarge: a continuation's event outgrew maxSpliceEvent.
+var errEventTooLarge = errors.New("failover: a continuation's stream event is larger than 1 MiB")
 
 // errContinueLimit: the stream took ContinueConfig.Max continuations.
 var errContinueLimit = errors.New("failover: the stream took its continuations")
