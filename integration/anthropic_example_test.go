@@ -2,6 +2,7 @@ package integration_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -12,6 +13,7 @@ import (
 	"github.com/anthropics/anthropic-sdk-go/v2"
 	"github.com/anthropics/anthropic-sdk-go/v2/option"
 	"github.com/failover-go/failover"
+	"github.com/failover-go/failover/failovertest"
 )
 
 // anthropic-sdk-go over a failover.Transport. Two things differ from
@@ -168,4 +170,82 @@ func Example_anthropicStreamGuard() {
 	// primary got POST /v1/messages
 	// backup got POST /v1/messages
 	// by default: Hello from the backup.
+}
+
+// Config.Continue under anthropic-sdk-go: the primary cuts its stream
+// after "Once upon a time,", and the backup, whose Upstream.Prefill takes
+// an assistant prefill (Messages: true), gets the request again with that
+// text as a trailing assistant message. Message.Accumulate makes one
+// message of the stream the SDK reads: one text block, the primary's id,
+// one stop reason, and the tokens of both upstreams added. Claude models
+// since Opus 4.6 refuse prefill: name the models that take it in
+// Prefill.Models. Where the backup refuses, the SDK's stream fails with
+// the primary's own cause, as without Continue.
+func Example_anthropicContinue() {
+	var t cleanups // in a test: t *testing.T
+	defer t.run()
+
+	event := func(typ, data string) string { return "event: " + typ + "\ndata: " + data + "\n\n" }
+	primary := failovertest.NewServer(&t, failovertest.Step{
+		Chunks: []string{
+			event("message_start", `{"type":"message_start","message":{"id":"msg_1","type":"message","role":"assistant","model":"claude-sonnet-4-5","content":[],"stop_reason":null,"stop_sequence":null,"usage":{"input_tokens":25,"output_tokens":1}}}`),
+			event("content_block_start", `{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}`),
+			event("content_block_delta", `{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Once upon "}}`),
+			event("content_block_delta", `{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"a time,"}}`),
+		},
+		End: failovertest.EndCut,
+	})
+	backup := failovertest.NewServer(&t, failovertest.Step{Chunks: []string{
+		event("message_start", `{"type":"message_start","message":{"id":"msg_2","type":"message","role":"assistant","model":"claude-sonnet-4-5","content":[],"stop_reason":null,"stop_sequence":null,"usage":{"input_tokens":31,"output_tokens":1}}}`),
+		event("content_block_start", `{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}`),
+		event("content_block_delta", `{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":" there was a fox."}}`),
+		event("content_block_stop", `{"type":"content_block_stop","index":0}`),
+		event("message_delta", `{"type":"message_delta","delta":{"stop_reason":"end_turn","stop_sequence":null},"usage":{"output_tokens":6}}`),
+		event("message_stop", `{"type":"message_stop"}`),
+	}})
+
+	tr, err := failover.New(failover.Config{
+		Continue: failover.ContinueConfig{On: true},
+		Upstreams: []failover.Upstream{
+			{Name: "anthropic", BaseURL: primary.URL, Header: http.Header{"X-Api-Key": {"sk-ant-primary"}}},
+			{Name: "gateway", BaseURL: backup.URL + "/anthropic", Header: http.Header{"X-Api-Key": {"sk-ant-backup"}},
+				Prefill: failover.Prefill{Messages: true}},
+		},
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer tr.Close()
+
+	client := anthropic.NewClient(
+		option.WithoutEnvironmentDefaults(),
+		option.WithHTTPClient(&http.Client{Transport: tr}),
+		option.WithBaseURL(primary.URL),
+	)
+	stream := client.Messages.NewStreaming(context.Background(), anthropic.MessageNewParams{
+		Model:     anthropic.Model("claude-sonnet-4-5"),
+		MaxTokens: 100,
+		Messages:  []anthropic.MessageParam{anthropic.NewUserMessage(anthropic.NewTextBlock("Tell a story."))},
+	})
+	defer stream.Close()
+	var msg anthropic.Message
+	for stream.Next() {
+		if err := msg.Accumulate(stream.Current()); err != nil {
+			log.Fatal(err)
+		}
+	}
+	if err := stream.Err(); err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(msg.Content[0].Text)
+	fmt.Println(msg.ID, msg.StopReason, msg.Usage.InputTokens, "in", msg.Usage.OutputTokens, "out")
+
+	r := backup.Requests()[0]
+	var sent struct{ Messages []struct{ Role string } }
+	json.Unmarshal(r.Body, &sent)
+	fmt.Printf("gateway got %s with x-api-key %s, ending in the %s's message\n", r.Path, r.Header.Get("X-Api-Key"), sent.Messages[len(sent.Messages)-1].Role)
+	// Output:
+	// Once upon a time, there was a fox.
+	// msg_1 end_turn 56 in 7 out
+	// gateway got /anthropic/v1/messages with x-api-key sk-ant-backup, ending in the assistant's message
 }

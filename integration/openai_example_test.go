@@ -2,6 +2,7 @@ package integration_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"github.com/failover-go/failover"
+	"github.com/failover-go/failover/failovertest"
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 )
@@ -147,4 +149,90 @@ func Example_openaiRetries() {
 	// the SDK's default (2 retries):     2 attempts: primary#0 backup#0, then 503
 	// Config.Retries 1:                  4 attempts: primary#0 backup#0 primary#0 backup#0, then 503
 	// Config.SDKRetries:                 6 attempts: primary#0 backup#0 primary#1 backup#1 primary#2 backup#2, then 503
+}
+
+// cleanups stands in for the *testing.T that failovertest.NewServer takes
+// in a test: run shuts the servers down at the end of an Example.
+type cleanups []func()
+
+func (c *cleanups) Cleanup(f func()) { *c = append(*c, f) }
+
+func (c *cleanups) run() {
+	for i := len(*c) - 1; i >= 0; i-- {
+		(*c)[i]()
+	}
+}
+
+// Config.Continue under openai-go: the primary cuts its stream after
+// "Once upon a time,", and the backup, whose Upstream.Prefill says it
+// continues a trailing assistant message, gets the request again with
+// that message appended. The SDK reads one stream, which
+// openai.ChatCompletionAccumulator makes into one completion: the
+// primary's id, one finish reason, and the usage both upstreams reported
+// (the backup's alone here: the primary was cut before its usage chunk,
+// which comes last). Had the backup refused, the SDK's stream would have
+// failed with the cut's unexpected EOF, as without Continue.
+func Example_openaiContinue() {
+	var t cleanups // in a test: t *testing.T
+	defer t.run()
+
+	primary := failovertest.NewServer(&t, failovertest.Step{
+		Chunks: []string{
+			`data: {"id":"chatcmpl-1","object":"chat.completion.chunk","created":1700000000,"model":"gpt-4o","choices":[{"index":0,"delta":{"role":"assistant","content":"Once upon "},"finish_reason":null}]}` + "\n\n",
+			`data: {"id":"chatcmpl-1","object":"chat.completion.chunk","created":1700000000,"model":"gpt-4o","choices":[{"index":0,"delta":{"content":"a time,"},"finish_reason":null}]}` + "\n\n",
+		},
+		End: failovertest.EndCut,
+	})
+	backup := failovertest.NewServer(&t, failovertest.Step{Chunks: []string{
+		`data: {"id":"gen-2","object":"chat.completion.chunk","created":1700000001,"model":"gpt-4o","choices":[{"index":0,"delta":{"role":"assistant","content":" there was"},"finish_reason":null}]}` + "\n\n",
+		`data: {"id":"gen-2","object":"chat.completion.chunk","created":1700000001,"model":"gpt-4o","choices":[{"index":0,"delta":{"content":" a fox."},"finish_reason":"stop"}]}` + "\n\n",
+		`data: {"id":"gen-2","object":"chat.completion.chunk","created":1700000001,"model":"gpt-4o","choices":[],"usage":{"prompt_tokens":20,"completion_tokens":5,"total_tokens":25}}` + "\n\n",
+		"data: [DONE]\n\n",
+	}})
+
+	tr, err := failover.New(failover.Config{
+		Continue: failover.ContinueConfig{On: true},
+		Upstreams: []failover.Upstream{
+			{Name: "openai", BaseURL: primary.URL + "/v1"},
+			{Name: "openrouter", BaseURL: backup.URL + "/api/v1", Header: http.Header{"Authorization": {"Bearer sk-backup"}},
+				Prefill: failover.Prefill{Chat: failover.ChatTrailingAssistant}},
+		},
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer tr.Close()
+
+	client := openai.NewClient(
+		option.WithHTTPClient(&http.Client{Transport: tr}),
+		option.WithBaseURL(primary.URL+"/v1"),
+		option.WithAPIKey("sk-caller"),
+	)
+	stream := client.Chat.Completions.NewStreaming(context.Background(), openai.ChatCompletionNewParams{
+		Model:         openai.ChatModel("gpt-4o"),
+		Messages:      []openai.ChatCompletionMessageParamUnion{openai.UserMessage("Tell a story.")},
+		StreamOptions: openai.ChatCompletionStreamOptionsParam{IncludeUsage: openai.Bool(true)},
+	})
+	defer stream.Close()
+	var acc openai.ChatCompletionAccumulator
+	for stream.Next() {
+		acc.AddChunk(stream.Current())
+	}
+	if err := stream.Err(); err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(acc.Choices[0].Message.Content)
+	fmt.Println(acc.ID, acc.Choices[0].FinishReason, acc.Usage.TotalTokens, "tokens")
+
+	r := backup.Requests()[0]
+	var sent struct {
+		Messages []struct{ Role, Content string }
+	}
+	json.Unmarshal(r.Body, &sent)
+	last := sent.Messages[len(sent.Messages)-1]
+	fmt.Printf("backup got %s with %s, ending in %s %q\n", r.Path, r.Header.Get("Authorization"), last.Role, last.Content)
+	// Output:
+	// Once upon a time, there was a fox.
+	// chatcmpl-1 stop 25 tokens
+	// backup got /api/v1/chat/completions with Bearer sk-backup, ending in assistant "Once upon a time,"
 }
