@@ -241,11 +241,12 @@ func Example_anthropicContinue() {
 	fmt.Println(msg.ID, msg.StopReason, msg.Usage.InputTokens, "in", msg.Usage.OutputTokens, "out")
 
 	r := backup.Requests()[0]
-	var sent struct{ Messages []struct{ Role string } }
+	var sent struct{ Messages []struct{ Role, Content string } }
 	json.Unmarshal(r.Body, &sent)
-	fmt.Printf("gateway got %s with x-api-key %s, ending in the %s's message\n", r.Path, r.Header.Get("X-Api-Key"), sent.Messages[len(sent.Messages)-1].Role)
+	last := sent.Messages[len(sent.Messages)-1]
+	fmt.Printf("gateway got %s with x-api-key %s, ending in the %s's %q\n", r.Path, r.Header.Get("X-Api-Key"), last.Role, last.Content)
 	// Output:
 	// Once upon a time, there was a fox.
 	// msg_1 end_turn 56 in 7 out
-	// gateway got /anthropic/v1/messages with x-api-key sk-ant-backup, ending in the assistant's message
+	// gateway got /anthropic/v1/messages with x-api-key sk-ant-backup, ending in the assistant's "Once upon a time,"
 }

@@ -10,7 +10,9 @@
 // Example_anthropic shows anthropic-sdk-go's X-Api-Key in Upstream.Header
 // and its base URL without /v1; Example_anthropicStreamGuard shows
 // Config.StreamGuard failing over a 200 stream that begins with
-// overloaded_error; Example_otelhttp puts the upstream that answered on
+// overloaded_error; Example_openaiContinue and Example_anthropicContinue
+// read one complete answer through a stream cut after its content began
+// (Config.Continue); Example_otelhttp puts the upstream that answered on
 // otelhttp's span through a failover.Trace.
 //
 // It is a module of its own (github.com/failover-go/failover/integration),
