@@ -241,7 +241,9 @@ func Example_anthropicContinue() {
 	fmt.Println(msg.ID, msg.StopReason, msg.Usage.InputTokens, "in", msg.Usage.OutputTokens, "out")
 
 	r := backup.Requests()[0]
-	var sent struct{ Messages []struct{ Role, Content string } }
+	var sent struct {
+		Messages []struct{ Role, Content string }
+	}
 	json.Unmarshal(r.Body, &sent)
 	last := sent.Messages[len(sent.Messages)-1]
 	fmt.Printf("gateway got %s with x-api-key %s, ending in the %s's %q\n", r.Path, r.Header.Get("X-Api-Key"), last.Role, last.Content)
