@@ -281,6 +281,7 @@ type replayMode struct {
 	name           string
 	getBody        bool          // the request has GetBody, as SDKs set it
 	attemptTimeout time.Duration // Config.AttemptTimeout
+	cont           bool          // Config.Continue on, the second upstream taking a prefix: whole streams pass as they are
 }
 
 var replayModes = []replayMode{
@@ -288,6 +289,7 @@ var replayModes = []replayMode{
 	// Without GetBody the Transport buffers the body to replay it; an
 	// attempt timeout wraps the response body.
 	{name: "buffered", getBody: false, attemptTimeout: time.Minute},
+	{name: "continue", getBody: true, cont: true},
 }
 
 // TestRecordingsTransparent replays every recorded exchange through a
@@ -326,8 +328,10 @@ func checkReplay(t *testing.T, ex *recordedExchange, mode replayMode) {
 			// The first upstream has no Header: the caller's own
 			// credentials reach it, as recorded.
 			{Name: "first", BaseURL: first.URL},
-			{Name: "second", BaseURL: second.URL + secondBase, Header: http.Header{"Authorization": {secondKey}}},
+			{Name: "second", BaseURL: second.URL + secondBase, Header: http.Header{"Authorization": {secondKey}},
+				Prefill: failover.Prefill{Chat: failover.ChatTrailingAssistant, Messages: true}},
 		},
+		Continue:       failover.ContinueConfig{On: mode.cont},
 		AttemptTimeout: mode.attemptTimeout,
 		Retry:          failover.RetryConfig{Off: true}, // each upstream gets the recording once
 	})
