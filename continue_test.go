@@ -718,3 +718,34 @@ func TestContinueBounded(t *testing.T) {
 		}
 	})
 }
+
+func TestContinueCapabilities(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		prefill  Prefill
+		models   map[string]string
+		want     bool
+		wantSent string // the model the continuation names
+	}{
+		{"messages only", Prefill{Messages: true}, nil, false, ""},
+		{"model listed", Prefill{Chat: ChatTrailingAssistant, Models: []string{"m"}}, nil, true, "m"},
+		{"model not listed", Prefill{Chat: ChatTrailingAssistant, Models: []string{"other"}}, nil, false, ""},
+		{"mapped model listed", Prefill{Chat: ChatTrailingAssistant, Models: []string{"m-large"}}, map[string]string{"m": "m-large"}, true, "m-large"},
+		{"mapped from a listed name", Prefill{Chat: ChatTrailingAssistant, Models: []string{"m"}}, map[string]string{"m": "m-large"}, false, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg, primary, backup := continuedPair(t, failovertest.EndCut, tc.prefill)
+			cfg.Upstreams[1].Models = tc.models
+			tr := newTestTransport(t, cfg)
+			got, err := readAll(t, tr, httptestRequest("POST", primary.URL+"/v1/chat/completions", contBody))
+			if tc.want != (err == nil) || tc.want != (backup.Calls() == 1) {
+				t.Fatalf("read %q, %v; backup got %d requests", got, err, backup.Calls())
+			}
+			if tc.want {
+				if m := gjson.GetBytes(backup.Requests()[0].Body, "model").Str; m != tc.wantSent {
+					t.Errorf("continuation names model %q, want %q", m, tc.wantSent)
+				}
+			}
+		})
+	}
+}
