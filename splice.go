@@ -427,7 +427,7 @@ func (a *soFar) chat(j gjson.Result) {
 		}
 		d := c.Get("delta")
 		if v := d.Get("content"); v.Type == gjson.String {
-			a.text.WriteString(v.Str)
+			a.add(v.Str)
 		}
 		if nonEmpty(d.Get("tool_calls")) || nonEmpty(d.Get("function_call")) || nonEmpty(d.Get("refusal")) || nonEmpty(d.Get("audio")) {
 			a.blocked = true
@@ -460,13 +460,13 @@ func (a *soFar) message(kind string, j gjson.Result, cont bool) {
 		}
 		if !cont {
 			a.blocks = append(a.blocks, msgBlock{open: true, text: text})
-			a.text.WriteString(cb.Get("text").Str)
+			a.add(cb.Get("text").Str)
 		}
 	case "content_block_delta":
 		if d := j.Get("delta"); d.Get("type").Str != "text_delta" {
 			a.blocked = true
 		} else if !cont {
-			a.text.WriteString(d.Get("text").Str)
+			a.add(d.Get("text").Str)
 		}
 	case "content_block_stop":
 		if i := j.Get("index").Int(); !cont && i >= 0 && i < int64(len(a.blocks)) {
@@ -575,7 +575,7 @@ func (a *soFar) rewriteMessage(out []byte, kind string, j gjson.Result, m map[st
 		if len(a.index) == 0 && cb.Get("type").Str == "text" && len(a.blocks) > 0 && a.blocks[len(a.blocks)-1].open && a.blocks[len(a.blocks)-1].text {
 			a.index[i] = len(a.blocks) - 1 // it goes on with the caller's open text
 			if t := a.trimmed(cb.Get("text").Str); t != "" {
-				a.text.WriteString(t)
+				a.add(t)
 				out = appendEvent(out, "content_block_delta", marshalRaw(map[string]any{
 					"type": "content_block_delta", "index": len(a.blocks) - 1,
 					"delta": map[string]string{"type": "text_delta", "text": t},
@@ -586,7 +586,7 @@ func (a *soFar) rewriteMessage(out []byte, kind string, j gjson.Result, m map[st
 		out = a.closeOpen(out)
 		a.index[i] = len(a.blocks)
 		a.blocks = append(a.blocks, msgBlock{open: true, text: cb.Get("type").Str == "text"})
-		a.text.WriteString(cb.Get("text").Str)
+		a.add(cb.Get("text").Str)
 		m["index"] = json.RawMessage(strconv.Itoa(a.index[i]))
 	case "content_block_delta", "content_block_stop":
 		at, ok := a.index[j.Get("index").Int()]
@@ -604,7 +604,7 @@ func (a *soFar) rewriteMessage(out []byte, kind string, j gjson.Result, m map[st
 				}
 				m["delta"] = marshalRaw(map[string]string{"type": "text_delta", "text": t})
 			}
-			a.text.WriteString(t)
+			a.add(t)
 		}
 	case "message_delta":
 		out = a.closeOpen(out)
@@ -707,4 +707,12 @@ func marshalRaw(v any) json.RawMessage {
 func isNull(raw json.RawMessage) bool {
 	s := bytes.TrimSpace(raw)
 	return len(s) == 0 || string(s) == "null"
+}
+
+// add adds s to the text so far, while it can still be continued: the
+// text is held for that alone.
+func (a *soFar) add(s string) {
+	if !a.blocked {
+		a.text.WriteString(s)
+	}
 }
