@@ -682,3 +682,73 @@ func ExampleStallError() {
 	// primary went silent for 50ms
 	// its failures: 1
 }
+
+// A stream cut after its content began is continued by the backup, whose
+// chat completions take a trailing assistant message: the caller reads one
+// stream, as if one upstream had written it.
+func ExampleContinueConfig() {
+	chunk := func(id, text, finish string) string {
+		f := "null"
+		if finish != "" {
+			f = `"` + finish + `"`
+		}
+		return `data: {"id":"` + id + `","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":"` + text + `"},"finish_reason":` + f + "}]}\n\n"
+	}
+	primary := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		io.WriteString(w, chunk("chatcmpl-1", "Once upon ", "")+chunk("chatcmpl-1", "a time,", ""))
+		w.(http.Flusher).Flush()
+		panic(http.ErrAbortHandler) // the connection drops mid-answer
+	}))
+	defer primary.Close()
+	backup := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var req struct{ Messages []struct{ Role, Content string } }
+		json.NewDecoder(r.Body).Decode(&req)
+		last := req.Messages[len(req.Messages)-1]
+		fmt.Printf("backup continues the %s's %q\n", last.Role, last.Content)
+		w.Header().Set("Content-Type", "text/event-stream")
+		io.WriteString(w, chunk("gen-7", " there was a fox.", "stop")+"data: [DONE]\n\n")
+	}))
+	defer backup.Close()
+
+	t, err := failover.New(failover.Config{
+		Continue: failover.ContinueConfig{On: true},
+		Upstreams: []failover.Upstream{
+			{Name: "primary", BaseURL: primary.URL + "/v1"},
+			{Name: "backup", BaseURL: backup.URL + "/v1", Prefill: failover.Prefill{Chat: failover.ChatTrailingAssistant}},
+		},
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer t.Close()
+
+	resp, err := (&http.Client{Transport: t}).Post(primary.URL+"/v1/chat/completions", "application/json",
+		strings.NewReader(`{"model":"m","stream":true,"messages":[{"role":"user","content":"Tell a story."}]}`))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		log.Fatal(err)
+	}
+	var text strings.Builder
+	ids := map[string]bool{}
+	for _, ev := range strings.Split(string(body), "\n\n") {
+		var c struct {
+			ID      string
+			Choices []struct{ Delta struct{ Content string } }
+		}
+		if json.Unmarshal([]byte(strings.TrimPrefix(ev, "data: ")), &c) == nil && len(c.Choices) > 0 {
+			ids[c.ID] = true
+			text.WriteString(c.Choices[0].Delta.Content)
+		}
+	}
+	fmt.Println(text.String())
+	fmt.Println("ids:", len(ids), "ends with [DONE]:", strings.HasSuffix(string(body), "data: [DONE]\n\n"))
+	// Output:
+	// backup continues the assistant's "Once upon a time,"
+	// Once upon a time, there was a fox.
+	// ids: 1 ends with [DONE]: true
+}
