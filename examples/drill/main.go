@@ -10,6 +10,7 @@
 //	go run ./examples/drill -fleet 10
 //	go run ./examples/drill -plot drill.svg
 //	go run ./examples/drill -only affinity
+//	go run ./examples/drill -only continue
 //
 // The upstreams are local OpenAI-compatible servers (POST
 // /v1/chat/completions, streamed when the body says "stream": true) with the
@@ -108,11 +109,12 @@
 //	                  takes many: on a 2-CPU machine (Linux 6.18), 2 to 16
 //	                  hogs left the drill's worst wake-up under 50 ms, while
 //	                  20 to 24 starved it as issue 12's other jobs did
-//	-only part        run only this part: drill (the outage drill) or
+//	-only part        run only this part: drill (the outage drill),
 //	                  affinity (the prompt-cache affinity part, a few
-//	                  seconds, a table only). By default both run, affinity
-//	                  after the drill's table; with -json or -upstream the
-//	                  drill only
+//	                  seconds, a table only) or continue (the stream
+//	                  continuation part, a few seconds, a table only). By
+//	                  default all three run, in this order; with -json or
+//	                  -upstream the drill only
 //	-quiet            no live status on stderr
 //	-faults           instead of the drill, play a catalogue of provider
 //	                  faults at once, each against servers of its own: a
@@ -142,7 +144,16 @@
 // cache each, with the Transport's affinity (its default) and with
 // Config.Affinity.Off, both at once; it prints the share of input tokens
 // read from the cache, requests per upstream and latency of each (see
-// affinity.go). -only picks one part.
+// affinity.go).
+//
+// A third part measures stream continuation: OpenAI chat streams whose
+// primary cuts the connection, goes silent past its Timeouts.Idle or ends
+// the stream early after a few content chunks, and cuts while the backup
+// refuses the continuation with a 400, each through a Transport with
+// Config.Continue on and off; it counts the streams the caller read
+// complete, those that ended in their original error and those that ended
+// like a success with a short answer, and the time a continuation added
+// (see continue.go). -only picks one part.
 //
 // While it runs, stderr shows each upstream's state, success rate and p99,
 // redrawn in place on a terminal and as lines each second otherwise.
@@ -218,7 +229,7 @@ func main() {
 	flag.StringVar(&o.Redis, "redis", "", "Redis of -fleet, host:port or redis:// URL (default: start redis-server from PATH)")
 	flag.IntVar(&o.Hogs, "hogs", 0, "run this many CPU hogs (child processes spinning) beside the drill, started and ended by it")
 	flag.BoolVar(&o.NoLastResort, "no-last-resort", false, "turn the Transport's last resort off (Config.LastResort.Off): a request every circuit refuses fails at once")
-	flag.StringVar(&only, "only", "", "run only this part: drill or affinity (default: both, affinity after the drill)")
+	flag.StringVar(&only, "only", "", "run only this part: drill, affinity or continue (default: all three, in this order)")
 	flag.BoolVar(&quiet, "quiet", false, "no live status on stderr")
 	flag.BoolVar(&faults, "faults", false, "instead of the drill, play the catalogue of provider faults, one request each, default Config, under openai-go (takes 80s)")
 	flag.Parse()
@@ -227,11 +238,11 @@ func main() {
 		os.Exit(2)
 	}
 	switch {
-	case only != "" && only != "drill" && only != "affinity":
-		fmt.Fprintf(os.Stderr, "drill: -only %q: want drill or affinity\n", only)
+	case only != "" && only != "drill" && only != "affinity" && only != "continue":
+		fmt.Fprintf(os.Stderr, "drill: -only %q: want drill, affinity or continue\n", only)
 		os.Exit(2)
-	case only == "affinity" && (faults || o.JSON || len(ups) > 0):
-		fmt.Fprintln(os.Stderr, "drill: -only affinity takes none of -faults, -json and -upstream")
+	case (only == "affinity" || only == "continue") && (faults || o.JSON || len(ups) > 0):
+		fmt.Fprintf(os.Stderr, "drill: -only %s takes none of -faults, -json and -upstream\n", only)
 		os.Exit(2)
 	}
 	o.Upstreams = ups
@@ -275,11 +286,17 @@ func main() {
 		err = faultDrill(ctx, o.Hogs, os.Stdout)
 	case only == "affinity":
 		err = affinityDrill(ctx, defaultAffinity(o), os.Stdout)
+	case only == "continue":
+		err = contDrill(ctx, defaultContinue(o), os.Stdout)
 	default:
 		err = drill(ctx, o, os.Stdout)
 		if err == nil && only == "" && !o.JSON && len(ups) == 0 {
 			fmt.Println()
 			err = affinityDrill(ctx, defaultAffinity(o), os.Stdout)
+			if err == nil {
+				fmt.Println()
+				err = contDrill(ctx, defaultContinue(o), os.Stdout)
+			}
 		}
 	}
 	stop()
