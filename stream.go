@@ -674,8 +674,9 @@ func (b *stallBody) Read(p []byte) (int, error) {
 	}
 	b.timer.Reset(b.limit)
 	n, err := b.rc.Read(p)
-	if !b.timer.Stop() && b.stalled.Load() {
-		return 0, b.err
+	b.timer.Stop()
+	if err != nil && b.stalled.Load() {
+		return n, b.err // the stall closed the body: its error is the stall's (the next Read's too, when this one got bytes)
 	}
 	return n, err
 }
