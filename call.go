@@ -123,7 +123,12 @@ func (c *call) ended(resp *http.Response, err error) {
 	if resp != nil {
 		u = c.answer.u
 	}
-	c.t.reqs.count(u, o, took)
+	k := c.continuation()
+	if k == nil {
+		c.t.reqs.count(u, o, took) // (a continuation is part of the caller's request, counted once)
+	} else {
+		k.sent = c.sent
+	}
 	if u != nil && !(c.meters() && c.meter(resp, u)) {
 		// (A first look at the first byte spares isEventStream's work on
 		// the JSON answers most requests get.)
@@ -131,7 +136,7 @@ func (c *call) ended(resp *http.Response, err error) {
 			resp.Body = &firstByteBody{ReadCloser: resp.Body, start: c.start, hist: &u.m.firstByte}
 		}
 	}
-	if c.trace != nil && c.trace.Done != nil {
+	if c.trace != nil && c.trace.Done != nil && k == nil {
 		d := TraceDone{Outcome: requestOutcomes[o], Attempts: int(c.sent), Err: c.t.scrub(err, c.req, c.hop), Duration: took}
 		if resp != nil {
 			d.StatusCode = resp.StatusCode

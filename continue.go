@@ -175,6 +175,7 @@ type continuation struct {
 	ups    []*upstream // in the request's order, those that broke the stream left out
 	prefix string      // the answer so far, with the caller's own prefill in front
 	base   []byte      // the caller's body, its own trailing assistant message removed when it had one
+	sent   int32       // the attempts the caller's request sent before, then with the continuation's
 }
 
 // bodyFor is the continued request's body for u: the caller's, with the
@@ -326,6 +327,7 @@ type contFrom struct {
 	ups    []*upstream // the request's WithUpstreams list; nil: every upstream
 	model  string      // the request's model, when the call read it
 	broken []*upstream // the upstreams whose streams broke, first the one that answered
+	sent   int32       // the attempts sent so far, continuations' included: a continuation's are numbered after them
 	kept   []byte      // the body, when the call kept it in memory (no GetBody)
 }
 
@@ -346,7 +348,7 @@ func (c *call) continuable(resp *http.Response) *http.Response {
 	if kind == kindNone {
 		return resp
 	}
-	from := &contFrom{t: c.t, req: c.req, kind: kind, ups: c.ups, model: c.model, broken: []*upstream{u}}
+	from := &contFrom{t: c.t, req: c.req, kind: kind, ups: c.ups, model: c.model, broken: []*upstream{u}, sent: c.sent}
 	if len(from.others()) == 0 {
 		return resp // no other upstream continues it
 	}
@@ -417,7 +419,7 @@ func (f *contFrom) send(ctx context.Context, answer string) (*http.Response, *up
 	if err != nil {
 		return nil, nil, err
 	}
-	k.ups = ups
+	k.ups, k.sent = ups, f.sent
 	t := f.t
 	if !t.retry.budget.take() {
 		return nil, nil, errContinueBudget
@@ -431,6 +433,7 @@ func (f *contFrom) send(ctx context.Context, answer string) (*http.Response, *up
 	req.Header.Del("Content-Length")
 	req.TransferEncoding = nil
 	resp, u, err := t.roundTrip(req, k)
+	f.sent = k.sent
 	switch {
 	case err != nil:
 		return nil, nil, err

@@ -749,3 +749,33 @@ func TestContinueCapabilities(t *testing.T) {
 		})
 	}
 }
+
+func TestContinueTraced(t *testing.T) {
+	cfg, primary, _ := continuedPair(t, failovertest.EndCut, Prefill{Chat: ChatTrailingAssistant})
+	set := metrics.NewSet()
+	cfg.Metrics = set
+	tr := newTestTransport(t, cfg)
+	var mu sync.Mutex
+	var attempts []string
+	dones := 0
+	req := httptestRequest("POST", primary.URL+"/v1/chat/completions", contBody)
+	req = req.WithContext(WithTrace(req.Context(), &Trace{
+		AttemptStart: func(a TraceAttempt) {
+			mu.Lock()
+			attempts = append(attempts, a.Upstream+" "+strconv.Itoa(a.Attempt))
+			mu.Unlock()
+		},
+		Done: func(TraceDone) { dones++ },
+	}))
+	if _, err := readAll(t, tr, req); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Join(attempts, ", ") != "primary 1, backup 2" || dones != 1 {
+		t.Errorf("attempts %v, %d Dones; want primary 1, backup 2, and one Done", attempts, dones)
+	}
+	var b strings.Builder
+	set.WritePrometheus(&b)
+	if !strings.Contains(b.String(), `failover_requests_total{upstream="primary",outcome="answered"} 1`) || !strings.Contains(b.String(), `failover_requests_total{upstream="backup",outcome="answered"} 0`) {
+		t.Errorf("requests counted:\n%s", grepLines(b.String(), "failover_requests_total"))
+	}
+}

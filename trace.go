@@ -43,15 +43,17 @@ type Trace struct {
 	// when the answer reports it: unlike the other hooks, once its body
 	// has been read to its end or closed, on the goroutine that did so,
 	// usually after RoundTrip has returned. It meters the request's
-	// answer even when Config.MeterUsage is off.
+	// answer even when Config.MeterUsage is off. A stream continued by
+	// other upstreams (Config.Continue) reports each upstream's answer.
 	Usage func(Usage)
 
 	// Continued is called when a stream of the answer broke after its
 	// content began and continuation is on ([ContinueConfig]): whether
 	// another upstream continued it. Like Usage, it comes after
 	// RoundTrip has returned, on the goroutine reading the body. The
-	// continuation's own attempts are traced as a request's, with a Done
-	// of their own.
+	// continuation's attempts come to Skipped, AttemptStart and
+	// AttemptDone, numbered after the request's, and its answer's usage
+	// to Usage; Done is not called again.
 	Continued func(TraceContinued)
 }
 
@@ -245,6 +247,7 @@ func (t *Trace) compose(old *Trace) *Trace {
 		AttemptDone:  both(t.AttemptDone, old.AttemptDone),
 		Done:         both(t.Done, old.Done),
 		Usage:        both(t.Usage, old.Usage),
+		Continued:    both(t.Continued, old.Continued),
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"reflect"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -537,5 +538,39 @@ func TestTraceAttemptURL(t *testing.T) {
 	want := []string{primary.URL + "/v1/chat/completions", backup.URL + "/v1/chat/completions"}
 	if !slices.Equal(got, want) {
 		t.Errorf("URLs %q, want %q", got, want)
+	}
+}
+
+// TestWithTraceComposesEveryHook: each hook of a Trace, present or added
+// later, is called for both Traces of a context.
+func TestWithTraceComposesEveryHook(t *testing.T) {
+	calls := map[string]int{}
+	hooks := func() *Trace {
+		tr := &Trace{}
+		v := reflect.ValueOf(tr).Elem()
+		for i := range v.NumField() {
+			f, name := v.Field(i), v.Type().Field(i).Name
+			if f.Kind() != reflect.Func {
+				continue
+			}
+			f.Set(reflect.MakeFunc(f.Type(), func([]reflect.Value) []reflect.Value { calls[name]++; return nil }))
+		}
+		return tr
+	}
+	ctx := WithTrace(WithTrace(context.Background(), hooks()), hooks())
+	v := reflect.ValueOf(ContextTrace(ctx)).Elem()
+	for i := range v.NumField() {
+		f, name := v.Field(i), v.Type().Field(i).Name
+		if f.Kind() != reflect.Func {
+			continue
+		}
+		if f.IsNil() {
+			t.Errorf("%s not composed", name)
+			continue
+		}
+		f.Call([]reflect.Value{reflect.New(f.Type().In(0)).Elem()})
+		if calls[name] != 2 {
+			t.Errorf("%s called %d times, want both", name, calls[name])
+		}
 	}
 }

@@ -758,6 +758,7 @@ func (t *Transport) roundTrip(req *http.Request, k *continuation) (*http.Respons
 			o.cont = k
 		}
 		r.opts = o
+		c.sent = k.sent // its attempts are numbered after those before
 	}
 	if r.addressed == nil {
 		resp, err := t.roundTripUnrouted(*r)

@@ -26,20 +26,23 @@ const ScopeName = "github.com/failover-go/failover/otel"
 
 // The attributes of this package's own (see Transport).
 const (
-	attrUpstream   = attribute.Key("failover.upstream")
-	attrOutcome    = attribute.Key("failover.outcome")
-	attrAttempt    = attribute.Key("failover.attempt")
-	attrAttempts   = attribute.Key("failover.attempts")
-	attrHedge      = attribute.Key("failover.hedge")
-	attrLastResort = attribute.Key("failover.last_resort")
-	attrDemoted    = attribute.Key("failover.demoted")
-	attrAbandoned  = attribute.Key("failover.abandoned")
-	attrRound      = attribute.Key("failover.round")
-	attrReason     = attribute.Key("failover.reason")
-	attrRetryAfter = attribute.Key("failover.retry_after")
-	attrKey        = attribute.Key("failover.key")
+	attrUpstream    = attribute.Key("failover.upstream")
+	attrOutcome     = attribute.Key("failover.outcome")
+	attrAttempt     = attribute.Key("failover.attempt")
+	attrAttempts    = attribute.Key("failover.attempts")
+	attrHedge       = attribute.Key("failover.hedge")
+	attrLastResort  = attribute.Key("failover.last_resort")
+	attrDemoted     = attribute.Key("failover.demoted")
+	attrAbandoned   = attribute.Key("failover.abandoned")
+	attrRound       = attribute.Key("failover.round")
+	attrReason      = attribute.Key("failover.reason")
+	attrRetryAfter  = attribute.Key("failover.retry_after")
+	attrKey         = attribute.Key("failover.key")
+	attrContinuedBy = attribute.Key("failover.continued_by")
+	attrCause       = attribute.Key("failover.cause")
 
-	eventSkip = "failover.skip"
+	eventSkip      = "failover.skip"
+	eventContinued = "failover.continued"
 )
 
 // Transport is an http.RoundTripper that traces each request through a
@@ -63,7 +66,13 @@ const (
 // failover.upstream and failover.attempt of the answer it returns; each
 // upstream the request passed over is an event failover.skip on it, with
 // failover.upstream, failover.reason and failover.retry_after (seconds).
-// No attribute holds a query, a header or a credential.
+// A stream that broke after its content began and was continued
+// (failover.Config.Continue) is an event failover.continued, with
+// failover.upstream (whose stream broke), failover.continued_by (empty
+// when none continued it) and failover.cause; the continuation's attempts
+// are spans of the request's, numbered after its own, and
+// gen_ai.usage.* add up every upstream's answer. No attribute holds a
+// query, a header or a credential.
 //
 // The request span's context is injected into the request's headers
 // (traceparent, with the default propagator): every upstream sees the
@@ -187,6 +196,7 @@ type requestTrace struct {
 
 	mu       sync.Mutex
 	attempts map[int]trace.Span // the attempts started, not yet done, by number
+	in, out  int64              // the usage of the answers so far (a continued stream has several)
 }
 
 func (rt *requestTrace) hooks() *failover.Trace {
@@ -196,6 +206,7 @@ func (rt *requestTrace) hooks() *failover.Trace {
 		AttemptDone:  rt.attemptDone,
 		Done:         rt.done,
 		Usage:        rt.usage,
+		Continued:    rt.continued,
 	}
 }
 
@@ -289,7 +300,22 @@ func (rt *requestTrace) done(d failover.TraceDone) {
 }
 
 func (rt *requestTrace) usage(u failover.Usage) {
-	rt.span.SetAttributes(semconv.GenAIUsageInputTokens(int(u.Input)), semconv.GenAIUsageOutputTokens(int(u.Output)))
+	rt.mu.Lock()
+	rt.in += u.Input
+	rt.out += u.Output
+	in, out := rt.in, rt.out
+	rt.mu.Unlock()
+	rt.span.SetAttributes(semconv.GenAIUsageInputTokens(int(in)), semconv.GenAIUsageOutputTokens(int(out)))
+}
+
+// continued records a stream that broke, and who continued it, as an
+// event of the request's span.
+func (rt *requestTrace) continued(c failover.TraceContinued) {
+	attrs := []attribute.KeyValue{attrUpstream.String(c.From), attrContinuedBy.String(c.To)}
+	if c.Cause != nil {
+		attrs = append(attrs, attrCause.String(errorType(0, c.Cause)))
+	}
+	rt.span.AddEvent(eventContinued, trace.WithAttributes(attrs...))
 }
 
 // spanBody ends the request span when the answer's body is read to its

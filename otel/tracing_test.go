@@ -21,6 +21,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/failover-go/failover"
+	"github.com/failover-go/failover/failovertest"
 	failoverotel "github.com/failover-go/failover/otel"
 )
 
@@ -322,5 +323,62 @@ func TestTransportKey(t *testing.T) {
 		t.Fatalf("no attempt span among %d", len(ended))
 	}
 	check(t, "attempt", attrs(attempt.Attributes()), map[string]string{"failover.key": "team-a", "failover.upstream": "p"})
+	noSecret(t, ended)
+}
+
+// A stream cut after its content began and continued by the backup: one
+// request span, with the attempts of both and an event
+// failover.continued; its usage adds both upstreams'.
+func TestTransportContinued(t *testing.T) {
+	chunk := func(id, text, finish string) string {
+		f := "null"
+		if finish != "" {
+			f = `"` + finish + `"`
+		}
+		return `data: {"id":"` + id + `","choices":[{"index":0,"delta":{"content":"` + text + `"},"finish_reason":` + f + "}]}\n\n"
+	}
+	primary := failovertest.NewServer(t, failovertest.Step{Chunks: []string{chunk("p", "one ", "")}, End: failovertest.EndCut})
+	backup := failovertest.NewServer(t, failovertest.Step{Chunks: []string{chunk("b", "two", "stop"),
+		`data: {"id":"b","choices":[],"usage":{"prompt_tokens":7,"completion_tokens":1}}` + "\n\n", "data: [DONE]\n\n"}})
+	tr, err := failover.New(failover.Config{
+		Continue:   failover.ContinueConfig{On: true},
+		MeterUsage: true,
+		Upstreams: []failover.Upstream{
+			{Name: "primary", BaseURL: primary.URL + "/v1"},
+			{Name: "backup", BaseURL: backup.URL + "/v1", Header: http.Header{"Authorization": {"Bearer " + backupKey}},
+				Prefill: failover.Prefill{Chat: failover.ChatTrailingAssistant}},
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tr.Close() })
+	spans := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans))
+	client := &http.Client{Transport: failoverotel.NewTransport(tr, failoverotel.WithTracerProvider(tp))}
+	resp, err := client.Post(primary.URL+"/v1/chat/completions", "application/json", strings.NewReader(`{"model":"m","stream":true,"messages":[{"role":"user","content":"count"}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil || !strings.Contains(string(body), "two") {
+		t.Fatalf("read %q, %v", body, err)
+	}
+	ended := spans.Ended()
+	if len(ended) != 3 {
+		t.Fatalf("%d spans, want two attempts and the request", len(ended))
+	}
+	check(t, "continuation's attempt", attrs(ended[1].Attributes()), map[string]string{"failover.upstream": "backup", "failover.attempt": "2"})
+	req := ended[2]
+	check(t, "request", attrs(req.Attributes()), map[string]string{"failover.upstream": "primary", "failover.attempts": "1", "gen_ai.usage.input_tokens": "7"})
+	ev := req.Events()
+	if len(ev) != 1 || ev[0].Name != "failover.continued" {
+		t.Fatalf("events %v, want one failover.continued", ev)
+	}
+	check(t, "continued event", attrs(ev[0].Attributes), map[string]string{"failover.upstream": "primary", "failover.continued_by": "backup"})
+	if c := attrs(ev[0].Attributes)["failover.cause"]; c == "" {
+		t.Errorf("the event has no failover.cause")
+	}
 	noSecret(t, ended)
 }
