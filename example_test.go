@@ -702,7 +702,9 @@ func ExampleContinueConfig() {
 	}))
 	defer primary.Close()
 	backup := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		var req struct{ Messages []struct{ Role, Content string } }
+		var req struct {
+			Messages []struct{ Role, Content string }
+		}
 		json.NewDecoder(r.Body).Decode(&req)
 		last := req.Messages[len(req.Messages)-1]
 		fmt.Printf("backup continues the %s's %q\n", last.Role, last.Content)
