@@ -194,6 +194,8 @@ func driven(t *testing.T) *failover.Transport {
 		Hedge:   &failover.HedgeConfig{Delay: 50 * time.Millisecond},
 		Probe:   failover.ProbeConfig{Interval: 100 * time.Millisecond},
 		Shared:  &localShared{},
+		// On for its family: the exposition lists every family.
+		Continue: failover.ContinueConfig{On: true},
 	})
 	if err != nil {
 		t.Fatal(err)
