@@ -1241,3 +1241,56 @@ func roundTripOK(rt http.RoundTripper, req *http.Request) error {
 	}
 	return nil
 }
+
+// BenchmarkStreamRead reads a 400-chunk chat completion stream through the
+// Transport, with Config.Continue off and on: what the splice (which reads
+// the stream an event at a time, to continue it if it breaks) costs an
+// unbroken stream. Base answers from memory, so the Transport's own work
+// is all that is timed.
+func BenchmarkStreamRead(b *testing.B) {
+	var stream bytes.Buffer
+	for i := range 400 {
+		fmt.Fprintf(&stream, `data: {"id":"chatcmpl-1","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"content":"token %d "},"finish_reason":null}]}`+"\n\n", i)
+	}
+	stream.WriteString("data: [DONE]\n\n")
+	data := stream.Bytes()
+	base := roundTripper(func(r *http.Request) (*http.Response, error) {
+		if r.Body != nil {
+			io.Copy(io.Discard, r.Body)
+			r.Body.Close()
+		}
+		return &http.Response{StatusCode: 200, Header: http.Header{"Content-Type": {"text/event-stream"}},
+			Body: io.NopCloser(bytes.NewReader(data)), Request: r}, nil
+	})
+	for _, on := range []bool{false, true} {
+		b.Run(fmt.Sprintf("continue=%v", on), func(b *testing.B) {
+			tr, err := failover.New(failover.Config{
+				Base:     base,
+				Continue: failover.ContinueConfig{On: on},
+				Upstreams: []failover.Upstream{
+					{Name: "a", BaseURL: "http://a.test/v1"},
+					{Name: "b", BaseURL: "http://b.test/v1", Prefill: failover.Prefill{Chat: failover.ChatTrailingAssistant}},
+				},
+			})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer tr.Close()
+			body := `{"model":"m","stream":true,"messages":[{"role":"user","content":"count"}]}`
+			buf := make([]byte, 32<<10)
+			b.SetBytes(int64(len(data)))
+			b.ReportAllocs()
+			for b.Loop() {
+				req, _ := http.NewRequest("POST", "http://a.test/v1/chat/completions", strings.NewReader(body))
+				resp, err := tr.RoundTrip(req)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if _, err := io.CopyBuffer(io.Discard, struct{ io.Reader }{resp.Body}, buf); err != nil {
+					b.Fatal(err)
+				}
+				resp.Body.Close()
+			}
+		})
+	}
+}
