@@ -779,3 +779,21 @@ func TestContinueTraced(t *testing.T) {
 		t.Errorf("requests counted:\n%s", grepLines(b.String(), "failover_requests_total"))
 	}
 }
+
+func TestContinueAnswerPastLimitPassesAsIs(t *testing.T) {
+	chunks := []string{chatRole("p1"), chatChunk("p1", strings.Repeat("a", 700), ""), chatChunk("p1", strings.Repeat("b", 700), ""), chatChunk("p1", "c", "stop"), "data: [DONE]\n\n"}
+	primary := failovertest.NewServer(t, failovertest.Step{Chunks: chunks})
+	backup := failovertest.NewServer(t)
+	tr := newTestTransport(t, Config{
+		Continue:      ContinueConfig{On: true},
+		MaxBodyBuffer: 1024,
+		Upstreams: []Upstream{
+			{Name: "primary", BaseURL: primary.URL + "/v1"},
+			{Name: "backup", BaseURL: backup.URL + "/v1", Prefill: Prefill{Chat: ChatTrailingAssistant}},
+		},
+	})
+	got, err := readAll(t, tr, httptestRequest("POST", primary.URL+"/v1/chat/completions", contBody))
+	if err != nil || got != strings.Join(chunks, "") {
+		t.Errorf("read %d bytes, %v; want the stream byte for byte (%d bytes)", len(got), err, len(strings.Join(chunks, "")))
+	}
+}

@@ -136,32 +136,29 @@ func (s *splice) events(end bool) {
 		s.event(s.pend[off : off+n])
 		off += n
 	}
-	if s.raw {
-		s.out = append(s.out, s.pend[off:]...)
-		s.pend = s.pend[:0]
-		return
-	}
 	s.pend = s.pend[:copy(s.pend, s.pend[off:])]
 	if len(s.pend) > maxSpliceEvent {
+		if s.made > 0 && s.inband == nil {
+			s.inband = errEventTooLarge
+		}
 		s.passRaw()
+	}
+	if s.raw {
+		s.out = append(s.out, s.pend...)
+		s.pend = s.pend[:0]
 	}
 }
 
-// passRaw has the stream passed on as it comes from now on: no longer
-// read as events, never continued. Only the first stream can be: a
-// continuation's must be rewritten to its end, so that one whose event
-// outgrows the splice breaks, for good.
+// passRaw has the stream passed on as it comes from now on (what is left
+// of pend included): no longer read as events, never continued. Only the
+// first stream can be: a continuation's must be rewritten to its end, so
+// that one whose event outgrows the splice breaks, for good.
 func (s *splice) passRaw() {
 	if s.made > 0 {
 		s.a.blocked = true
-		if len(s.pend) > maxSpliceEvent {
-			s.inband, s.pend = errEventTooLarge, nil
-		}
 		return
 	}
 	s.raw = true
-	s.out = append(s.out, s.pend...)
-	s.pend = nil
 }
 
 // flush passes on what is left of an event the stream did not complete.
