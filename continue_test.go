@@ -797,3 +797,63 @@ func TestContinueAnswerPastLimitPassesAsIs(t *testing.T) {
 		t.Errorf("read %d bytes, %v; want the stream byte for byte (%d bytes)", len(got), err, len(strings.Join(chunks, "")))
 	}
 }
+
+// sseEvents parses an event stream as the WHATWG spec (and the SDKs) do:
+// lines end in CRLF, LF or CR, a blank line dispatches the event, data
+// lines join with "\n", and what follows the last blank line is dropped.
+func sseEvents(body string) (events []string) {
+	var data []string
+	seen := false
+	for len(body) > 0 {
+		i := strings.IndexAny(body, "\r\n")
+		if i < 0 {
+			break // no line ending: not a line, dropped at the end
+		}
+		line := body[:i]
+		if body[i] == '\r' && i+1 < len(body) && body[i+1] == '\n' {
+			i++
+		}
+		body = body[i+1:]
+		if line == "" {
+			if seen {
+				events = append(events, strings.Join(data, "\n"))
+			}
+			data, seen = nil, false
+			continue
+		}
+		name, value, _ := strings.Cut(line, ":")
+		if name == "data" {
+			data, seen = append(data, strings.TrimPrefix(value, " ")), true
+		}
+	}
+	return events
+}
+
+func TestContinueAfterEventCutBeforeBlankLine(t *testing.T) {
+	for _, tc := range []struct{ name, eol string }{{"LF", "\n"}, {"CRLF", "\r\n"}, {"CR", "\r"}} {
+		t.Run(tc.name, func(t *testing.T) {
+			two := strings.TrimSuffix(chatChunk("p1", "two ", ""), "\n\n") + tc.eol // its blank line never comes
+			cfg, _, _ := continuedPair(t, failovertest.EndCut, Prefill{Chat: ChatTrailingAssistant})
+			primary := failovertest.NewServer(t, failovertest.Step{Chunks: []string{chatRole("p1"), chatChunk("p1", "one ", ""), two}, End: failovertest.EndCut})
+			cfg.Upstreams[0].BaseURL = primary.URL + "/v1"
+			tr := newTestTransport(t, cfg)
+			got, err := readAll(t, tr, httptestRequest("POST", primary.URL+"/v1/chat/completions", contBody))
+			if err != nil {
+				t.Fatal(err)
+			}
+			text := ""
+			for _, ev := range sseEvents(got) {
+				if ev == "[DONE]" {
+					continue
+				}
+				if !json.Valid([]byte(ev)) {
+					t.Errorf("an event the SDK cannot read: %q", ev)
+				}
+				text += gjson.Get(ev, "choices.0.delta.content").Str
+			}
+			if text != "one two three four" {
+				t.Errorf("the SDK reads %q\n%q", text, got)
+			}
+		})
+	}
+}

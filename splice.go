@@ -55,6 +55,7 @@ type splice struct {
 	out   []byte // bytes ready for the caller
 	err   error  // what Read returns once out is empty: io.EOF at the end, or why it broke
 	raw   bool   // passed on as it comes: continuation is off for the stream
+	tail  string // the blank line the first stream's last event lacks, owed before a continuation's
 	empty int    // reads in a row that returned nothing
 
 	a        soFar
@@ -132,6 +133,9 @@ func (s *splice) events(end bool) {
 		n := eventEnd(s.pend[off:], end)
 		if n < 0 {
 			break
+		}
+		if end && s.made == 0 && eventEnd(s.pend[off:off+n], false) != n {
+			s.tail = string(s.pend[off+n-1]) // the line end that makes a blank line after it
 		}
 		s.event(s.pend[off : off+n])
 		off += n
@@ -244,6 +248,7 @@ func (s *splice) resume() error {
 	}
 	s.rc = resp.Body
 	s.from.broken = append(s.from.broken, u)
+	s.out, s.tail = append(s.out, s.tail...), ""
 	s.a.resumed()
 	s.pend, s.inband, s.errEvent, s.empty = s.pend[:0], nil, nil, 0
 	return nil
