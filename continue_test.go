@@ -3,6 +3,7 @@ package failover
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"strconv"
@@ -410,7 +411,7 @@ func TestContinueRefusedEndsInOriginalCause(t *testing.T) {
 			tr := newTestTransport(t, Config{
 				Continue: ContinueConfig{On: true},
 				Upstreams: []Upstream{
-					{Name: "primary", BaseURL: primary.URL + "/v1", Timeouts: Timeouts{Idle: 50 * time.Millisecond}},
+					{Name: "primary", BaseURL: primary.URL + "/v1", Timeouts: Timeouts{Idle: 50 * time.Millisecond, FirstContent: 50 * time.Millisecond}},
 					{Name: "backup", BaseURL: backup.URL + "/v1", Prefill: Prefill{Chat: ChatTrailingAssistant, Messages: true}},
 				},
 			})
@@ -855,5 +856,68 @@ func TestContinueAfterEventCutBeforeBlankLine(t *testing.T) {
 				t.Errorf("the SDK reads %q\n%q", text, got)
 			}
 		})
+	}
+}
+
+func TestContinuationFailingBeforeContentEndsInOriginalCause(t *testing.T) {
+	overloaded := msgEvent("error", `{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}`)
+	for _, tc := range []struct {
+		name          string
+		first, second failovertest.Step
+		check         func(t *testing.T, body string, err error)
+	}{
+		{"cut, then an error event",
+			failovertest.Step{Chunks: []string{chatRole("p1"), chatChunk("p1", "one ", "")}, End: failovertest.EndCut},
+			failovertest.Step{Chunks: []string{chatRole("b1"), `data: {"error":{"message":"backup overloaded","type":"server_error"}}` + "\n\n"}},
+			func(t *testing.T, body string, err error) {
+				if !errors.Is(err, io.ErrUnexpectedEOF) || strings.Contains(body, "backup overloaded") {
+					t.Errorf("read %q, %v; want the primary's cut", body, err)
+				}
+			}},
+		{"stall, then a cut",
+			failovertest.Step{Chunks: []string{chatRole("p1"), chatChunk("p1", "one ", "")}, End: failovertest.EndStall},
+			failovertest.Step{Chunks: []string{chatRole("b1")}, End: failovertest.EndCut},
+			func(t *testing.T, body string, err error) {
+				var se *StallError
+				if !errors.As(err, &se) || se.Upstream != "primary" {
+					t.Errorf("read error %v, want the primary's *StallError", err)
+				}
+			}},
+		{"error event, then a truncation",
+			failovertest.Step{Chunks: []string{msgStart("msg_p", 25, 1), msgBlockStart(0), msgText(0, "one "), overloaded}},
+			failovertest.Step{Chunks: []string{msgStart("msg_b", 31, 1)}},
+			func(t *testing.T, body string, err error) {
+				if err != nil || !strings.HasSuffix(body, overloaded) {
+					t.Errorf("read %q, %v; want the primary's own error event last", body, err)
+				}
+			}},
+	} {
+		for _, guard := range []*StreamGuard{nil, {HoldEvents: -1}} {
+			if guard != nil && tc.first.End == failovertest.EndStall {
+				continue // a stream passed on before its content is bound by FirstContent, not Idle
+			}
+			t.Run(fmt.Sprintf("%s, guard %v", tc.name, guard), func(t *testing.T) {
+				primary := failovertest.NewServer(t, tc.first)
+				backup := failovertest.NewServer(t, tc.second)
+				tr := newTestTransport(t, Config{
+					Continue:    ContinueConfig{On: true},
+					StreamGuard: guard,
+					Upstreams: []Upstream{
+						{Name: "primary", BaseURL: primary.URL + "/v1", Timeouts: Timeouts{Idle: 50 * time.Millisecond}},
+						{Name: "backup", BaseURL: backup.URL + "/v1", Prefill: Prefill{Chat: ChatTrailingAssistant, Messages: true}},
+					},
+				})
+				path := "/v1/chat/completions"
+				body := contBody
+				if strings.Contains(tc.first.Chunks[0], "message_start") {
+					path, body = "/v1/messages", msgBody
+				}
+				got, err := readAll(t, tr, httptestRequest("POST", primary.URL+path, body))
+				tc.check(t, got, err)
+				if backup.Calls() != 1 {
+					t.Errorf("backup got %d requests, want the continuation", backup.Calls())
+				}
+			})
+		}
 	}
 }

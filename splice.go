@@ -61,6 +61,12 @@ type splice struct {
 	a        soFar
 	inband   error  // the error event that broke the stream read now
 	errEvent []byte // that event, as it came, for the caller when nothing continues the stream
+	gave     bool   // the stream read now, a continuation, sent content
+
+	// The break the stream read now continues, as the caller gets it
+	// when the continuation breaks before its own content.
+	prior      error
+	priorEvent []byte
 }
 
 func newSplice(from *contFrom, rc io.ReadCloser, max int) *splice {
@@ -176,10 +182,13 @@ func (s *splice) flush() {
 // event handles one whole event, block being its bytes as they came.
 func (s *splice) event(block []byte) {
 	typ, data := eventFields(block)
-	if classify(typ, data) == eventError {
+	switch classify(typ, data) {
+	case eventError:
 		s.inband = newStreamError(typ, data)
 		s.errEvent = bytes.Clone(block)
 		return
+	case eventContent:
+		s.gave = true
 	}
 	if s.made == 0 {
 		s.a.read(typ, data)
@@ -200,6 +209,12 @@ func (s *splice) broke(cause error) {
 	rc := s.rc
 	s.mu.Unlock()
 	rc.Close()
+	own, ownEvent := cause, s.errEvent
+	if s.made > 0 && !s.gave {
+		// The continuation broke before its content: the break it
+		// continues is the stream's, not the continuation's own.
+		own, ownEvent = s.prior, s.priorEvent
+	}
 	from, err := s.from.broken[len(s.from.broken)-1], error(nil)
 	if s.a.blocked || s.a.finished || s.a.ended {
 		err = errCannotContinue
@@ -208,19 +223,20 @@ func (s *splice) broke(cause error) {
 	} else if err = s.from.req.Context().Err(); err == nil {
 		s.made++
 		if err = s.resume(); err == nil {
+			s.prior, s.priorEvent = own, ownEvent
 			s.report(from, cause, nil)
 			return
 		}
 	}
 	s.report(from, cause, err)
-	if s.errEvent != nil {
-		s.out = append(s.out, s.errEvent...)
-		s.errEvent = nil
+	s.errEvent = nil
+	if ownEvent != nil {
+		s.out = append(s.out, ownEvent...)
 		s.err = io.EOF // the SDK reads the error event as it would have
 		return
 	}
 	s.flush()
-	s.err = cause
+	s.err = own
 }
 
 // resume sends the continuation and reads its stream from now on.
@@ -250,7 +266,7 @@ func (s *splice) resume() error {
 	s.from.broken = append(s.from.broken, u)
 	s.out, s.tail = append(s.out, s.tail...), ""
 	s.a.resumed()
-	s.pend, s.inband, s.errEvent, s.empty = s.pend[:0], nil, nil, 0
+	s.pend, s.inband, s.errEvent, s.empty, s.gave = s.pend[:0], nil, nil, 0, false
 	return nil
 }
 
