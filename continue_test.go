@@ -921,3 +921,25 @@ func TestContinuationFailingBeforeContentEndsInOriginalCause(t *testing.T) {
 		}
 	}
 }
+
+func TestContinueKeepsFractionalUsage(t *testing.T) {
+	primary := failovertest.NewServer(t, failovertest.Step{Chunks: []string{chatRole("p1"), chatChunk("p1", "one ", "")}, End: failovertest.EndCut})
+	usage := `data: {"id":"b1","object":"chat.completion.chunk","created":1,"model":"m","choices":[],"usage":{"prompt_tokens":12,"completion_tokens":2,"total_tokens":14,"cost":0.5,"cost_details":{"upstream_inference_cost":0.25},"prompt_tokens_details":{"cached_tokens":3}}}` + "\n\n"
+	backup := failovertest.NewServer(t, failovertest.Step{Chunks: []string{chatRole("b1"), chatChunk("b1", "two", "stop"), usage, "data: [DONE]\n\n"}})
+	tr := newTestTransport(t, Config{
+		Continue: ContinueConfig{On: true},
+		Upstreams: []Upstream{
+			{Name: "primary", BaseURL: primary.URL + "/v1"},
+			{Name: "backup", BaseURL: backup.URL + "/v1", Prefill: Prefill{Chat: ChatTrailingAssistant}},
+		},
+	})
+	got, err := readAll(t, tr, httptestRequest("POST", primary.URL+"/v1/chat/completions", contBody))
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := readChat(t, got).usage
+	if u.Get("cost").Float() != 0.5 || u.Get("cost_details.upstream_inference_cost").Float() != 0.25 ||
+		u.Get("prompt_tokens").Int() != 12 || u.Get("prompt_tokens_details.cached_tokens").Int() != 3 {
+		t.Errorf("usage %s, want the backup's as it reported it", u.Raw)
+	}
+}

@@ -387,8 +387,9 @@ type soFar struct {
 type msgBlock struct{ open, text bool }
 
 // usage is a stream's usage report as paths ("input_tokens",
-// "prompt_tokens_details.cached_tokens") to counts.
-type usage map[string]int64
+// "prompt_tokens_details.cached_tokens") to counts, or to amounts that
+// need not be whole (OpenRouter's "cost").
+type usage map[string]float64
 
 // take records the counts of a usage object.
 func (u *usage) take(obj gjson.Result) {
@@ -401,11 +402,11 @@ func (u *usage) take(obj gjson.Result) {
 	obj.ForEach(func(k, v gjson.Result) bool {
 		switch {
 		case v.Type == gjson.Number:
-			(*u)[k.Str] = v.Int()
+			(*u)[k.Str] = v.Float()
 		case v.IsObject():
 			v.ForEach(func(k2, v2 gjson.Result) bool {
 				if v2.Type == gjson.Number {
-					(*u)[k.Str+"."+k2.Str] = v2.Int()
+					(*u)[k.Str+"."+k2.Str] = v2.Float()
 				}
 				return true
 			})
@@ -686,14 +687,14 @@ func (a *soFar) summed(raw json.RawMessage) json.RawMessage {
 	for path, n := range total {
 		parent, child, nested := strings.Cut(path, ".")
 		if !nested {
-			m[path] = json.RawMessage(strconv.FormatInt(n, 10))
+			m[path] = json.RawMessage(strconv.FormatFloat(n, 'f', -1, 64))
 			continue
 		}
 		var sub map[string]json.RawMessage
 		if json.Unmarshal(m[parent], &sub) != nil || sub == nil {
 			sub = map[string]json.RawMessage{}
 		}
-		sub[child] = json.RawMessage(strconv.FormatInt(n, 10))
+		sub[child] = json.RawMessage(strconv.FormatFloat(n, 'f', -1, 64))
 		m[parent] = marshalRaw(sub)
 	}
 	return marshalRaw(m)
