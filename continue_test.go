@@ -1,6 +1,7 @@
 package failover
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -942,4 +943,89 @@ func TestContinueKeepsFractionalUsage(t *testing.T) {
 		u.Get("prompt_tokens").Int() != 12 || u.Get("prompt_tokens_details.cached_tokens").Int() != 3 {
 		t.Errorf("usage %s, want the backup's as it reported it", u.Raw)
 	}
+}
+
+func TestContinueNotACallersEnd(t *testing.T) {
+	for _, how := range []string{"cancel", "close"} {
+		t.Run(how, func(t *testing.T) {
+			cfg, primary, backup := continuedPair(t, failovertest.EndStall, Prefill{Chat: ChatTrailingAssistant})
+			set := metrics.NewSet()
+			cfg.Metrics = set
+			var logs logBuffer
+			cfg.Logger = newLogger(&logs)
+			entered := make(chan struct{}, 1) // a read of the primary's stream began
+			base := http.DefaultTransport.(*http.Transport).Clone()
+			cfg.Base = roundTripFunc(func(r *http.Request) (*http.Response, error) {
+				resp, err := base.RoundTrip(r)
+				if err == nil && r.URL.Host == strings.TrimPrefix(primary.URL, "http://") {
+					resp.Body = &enteredBody{resp.Body, entered}
+				}
+				return resp, err
+			})
+			tr := newTestTransport(t, cfg)
+			var mu sync.Mutex
+			var continued []TraceContinued
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			req := httptestRequest("POST", primary.URL+"/v1/chat/completions", contBody)
+			req = req.WithContext(WithTrace(ctx, &Trace{Continued: func(c TraceContinued) {
+				mu.Lock()
+				continued = append(continued, c)
+				mu.Unlock()
+			}}))
+			resp, err := do(t, tr, req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []byte
+			buf := make([]byte, 64)
+			for !strings.Contains(string(got), "two ") {
+				n, err := resp.Body.Read(buf)
+				if err != nil {
+					t.Fatalf("read %q, %v", got, err)
+				}
+				got = append(got, buf[:n]...)
+			}
+			select {
+			case <-entered:
+			default:
+			}
+			done := make(chan error, 1)
+			go func() {
+				_, err := io.ReadAll(resp.Body) // waits in the stall
+				done <- err
+			}()
+			<-entered
+			if how == "cancel" {
+				cancel()
+			} else {
+				resp.Body.Close()
+			}
+			if err := <-done; err == nil {
+				t.Errorf("read of an ended stream ended with no error")
+			}
+			resp.Body.Close()
+			var b strings.Builder
+			set.WritePrometheus(&b)
+			mu.Lock()
+			defer mu.Unlock()
+			if len(continued) != 0 || backup.Calls() != 0 || strings.Contains(b.String(), `result="not_continued"} 1`) || strings.Contains(logs.String(), "not continued") {
+				t.Errorf("the caller's own end taken for a break: Trace %+v, %d continuations, log %s\n%s", continued, backup.Calls(), logs.String(), b.String())
+			}
+		})
+	}
+}
+
+// enteredBody signals each Read it begins.
+type enteredBody struct {
+	io.ReadCloser
+	entered chan struct{}
+}
+
+func (b *enteredBody) Read(p []byte) (int, error) {
+	select {
+	case b.entered <- struct{}{}:
+	default:
+	}
+	return b.ReadCloser.Read(p)
 }

@@ -206,9 +206,16 @@ func (s *splice) event(block []byte) {
 // gets cause (or the error event that broke it).
 func (s *splice) broke(cause error) {
 	s.mu.Lock()
-	rc := s.rc
+	rc, closed := s.rc, s.closed
 	s.mu.Unlock()
 	rc.Close()
+	if closed || s.from.req.Context().Err() != nil {
+		// The caller ended the stream (Close, its context): no break of
+		// the upstream's, nothing to continue or report.
+		s.flush()
+		s.err = cause
+		return
+	}
 	own, ownEvent := cause, s.errEvent
 	if s.made > 0 && !s.gave {
 		// The continuation broke before its content: the break it
@@ -220,7 +227,7 @@ func (s *splice) broke(cause error) {
 		err = errCannotContinue
 	} else if s.made >= s.max {
 		err = errContinueLimit
-	} else if err = s.from.req.Context().Err(); err == nil {
+	} else {
 		s.made++
 		if err = s.resume(); err == nil {
 			s.prior, s.priorEvent = own, ownEvent
