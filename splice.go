@@ -18,6 +18,7 @@ import (
 	"strings"
 	"sync"
 	"unicode"
+	"unsafe"
 
 	"github.com/tidwall/gjson"
 )
@@ -53,6 +54,7 @@ type splice struct {
 	buf   []byte // the read buffer
 	pend  []byte // bytes of events not complete yet
 	out   []byte // bytes ready for the caller
+	obuf  []byte // out's buffer, kept from one fill to the next
 	err   error  // what Read returns once out is empty: io.EOF at the end, or why it broke
 	raw   bool   // passed on as it comes: continuation is off for the stream
 	tail  string // the blank line the first stream's last event lacks, owed before a continuation's
@@ -108,6 +110,12 @@ func (s *splice) fill() {
 		s.err = err
 		return
 	}
+	s.out = s.obuf[:0] // (empty: fill is called when the caller has read it all)
+	defer func() {
+		if !s.raw {
+			s.obuf = s.out[:0]
+		}
+	}()
 	s.pend = append(s.pend, s.buf[:n]...)
 	s.events(err != nil)
 	switch {
@@ -182,7 +190,21 @@ func (s *splice) flush() {
 // event handles one whole event, block being its bytes as they came.
 func (s *splice) event(block []byte) {
 	typ, data := eventFields(block)
-	switch classify(typ, data) {
+	// The data is validated once, for classify's verdict and for read.
+	d := bytes.TrimSpace(data)
+	var js string
+	verdict := eventContent // data deeper than any JSON this package reads, as data that is not JSON
+	switch {
+	case len(d) == 0 || d[0] != '{' || string(typ) == "error":
+		verdict = classify(typ, d)
+	case nestsShallow(d):
+		if js = unsafe.String(unsafe.SliceData(d), len(d)); gjson.Valid(js) {
+			verdict = classifyObject(typ, js) // read in place: nothing of it outlives the event
+		} else {
+			js = ""
+		}
+	}
+	switch verdict {
 	case eventError:
 		s.inband = newStreamError(typ, data)
 		s.errEvent = bytes.Clone(block)
@@ -191,7 +213,7 @@ func (s *splice) event(block []byte) {
 		s.gave = true
 	}
 	if s.made == 0 {
-		s.a.read(typ, data)
+		s.a.read(typ, d, js)
 		s.out = append(s.out, block...)
 	} else {
 		s.out = s.a.rewrite(s.out, typ, data)
@@ -346,6 +368,7 @@ func eventEnd(b []byte, end bool) int {
 
 // eventFields reads an event's type and data from its bytes.
 func eventFields(block []byte) (typ, data []byte) {
+	lines := 0
 	for len(block) > 0 {
 		i := bytes.IndexAny(block, "\r\n")
 		line := block
@@ -360,10 +383,11 @@ func eventFields(block []byte) (typ, data []byte) {
 		case "event":
 			typ = value
 		case "data":
-			if data != nil {
-				data = append(data, '\n')
+			if lines++; lines == 1 {
+				data = value[:len(value):len(value)] // block's own bytes: a second line copies them
+			} else {
+				data = append(append(data, '\n'), value...)
 			}
-			data = append(data, value...)
 		}
 	}
 	return typ, data
@@ -409,7 +433,7 @@ func (u *usage) take(obj gjson.Result) {
 	obj.ForEach(func(k, v gjson.Result) bool {
 		switch {
 		case v.Type == gjson.Number:
-			(*u)[k.Str] = v.Float()
+			u.set(k.Str, v.Float())
 		case v.IsObject():
 			v.ForEach(func(k2, v2 gjson.Result) bool {
 				if v2.Type == gjson.Number {
@@ -422,22 +446,28 @@ func (u *usage) take(obj gjson.Result) {
 	})
 }
 
-// read takes in one event of the first stream.
-func (a *soFar) read(typ, data []byte) {
-	d := bytes.TrimSpace(data)
+// set sets the count of path, a name that may point into a stream's
+// buffer: a new one is cloned.
+func (u usage) set(path string, v float64) {
+	if _, ok := u[path]; !ok {
+		path = strings.Clone(path)
+	}
+	u[path] = v
+}
+
+// read takes in one event of the first stream, its data d (trimmed): js
+// when it is a valid JSON object, read in place ("" otherwise).
+func (a *soFar) read(typ, d []byte, js string) {
 	if string(d) == "[DONE]" {
 		a.ended = true
 		return
 	}
-	if len(d) == 0 || d[0] != '{' || !nestsShallow(d) || !gjson.ValidBytes(d) {
+	if js == "" {
 		return
 	}
-	j := gjson.ParseBytes(d)
+	j := gjson.Parse(js) // what is kept of it is cloned
 	switch a.kind {
 	case kindChat:
-		if a.id == "" {
-			a.id, a.created = j.Get("id").Raw, j.Get("created").Raw
-		}
 		a.chat(j)
 	case kindMessages:
 		a.message(msgType(typ, j), j, false)
@@ -446,20 +476,55 @@ func (a *soFar) read(typ, data []byte) {
 
 // chat reads a chat completion chunk.
 func (a *soFar) chat(j gjson.Result) {
-	a.now.take(j.Get("usage"))
-	j.Get("choices").ForEach(func(_, c gjson.Result) bool {
-		if c.Get("index").Int() != 0 {
-			a.blocked = true // several choices
+	// One pass over each object, as classify reads them.
+	j.ForEach(func(k, v gjson.Result) bool {
+		switch k.Str {
+		case "id":
+			if a.id == "" {
+				a.id = strings.Clone(v.Raw)
+			}
+		case "created":
+			if a.created == "" {
+				a.created = strings.Clone(v.Raw)
+			}
+		case "usage":
+			a.now.take(v)
+		case "choices":
+			v.ForEach(func(_, c gjson.Result) bool {
+				a.choice(c)
+				return true
+			})
 		}
-		d := c.Get("delta")
-		if v := d.Get("content"); v.Type == gjson.String {
-			a.add(v.Str)
-		}
-		if nonEmpty(d.Get("tool_calls")) || nonEmpty(d.Get("function_call")) || nonEmpty(d.Get("refusal")) || nonEmpty(d.Get("audio")) {
-			a.blocked = true
-		}
-		if nonEmpty(c.Get("finish_reason")) {
-			a.finished = true
+		return true
+	})
+}
+
+// choice reads one choice of a chat completion chunk.
+func (a *soFar) choice(c gjson.Result) {
+	c.ForEach(func(k, v gjson.Result) bool {
+		switch k.Str {
+		case "index":
+			if v.Int() != 0 {
+				a.blocked = true // several choices
+			}
+		case "finish_reason":
+			if nonEmpty(v) {
+				a.finished = true
+			}
+		case "delta":
+			v.ForEach(func(k, v gjson.Result) bool {
+				switch k.Str {
+				case "content":
+					if v.Type == gjson.String {
+						a.add(v.Str)
+					}
+				case "tool_calls", "function_call", "refusal", "audio":
+					if nonEmpty(v) {
+						a.blocked = true
+					}
+				}
+				return true
+			})
 		}
 		return true
 	})

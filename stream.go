@@ -16,6 +16,7 @@ import (
 	"sync/atomic"
 	"time"
 	"unicode/utf8"
+	"unsafe"
 
 	"github.com/failover-go/failover/internal/sse"
 	"github.com/tidwall/gjson"
@@ -425,10 +426,16 @@ func classify(typ, data []byte) int {
 	if !nestsShallow(d) {
 		return eventContent // deeper than any JSON this package reads, as data that is not JSON
 	}
-	js := string(d)
+	js := unsafe.String(unsafe.SliceData(d), len(d)) // read in place: nothing of it outlives the call
 	if !gjson.Valid(js) {
 		return eventContent // not a JSON object after all
 	}
+	return classifyObject(typ, js)
+}
+
+// classifyObject is classify for an event whose data js is a valid JSON
+// object, nested at most maxJSONDepth deep.
+func classifyObject(typ []byte, js string) int {
 	// One pass over the top-level members.
 	var kind string
 	var errv, choices, candidates, block, item gjson.Result
