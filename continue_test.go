@@ -1029,3 +1029,134 @@ func (b *enteredBody) Read(p []byte) (int, error) {
 	}
 	return b.ReadCloser.Read(p)
 }
+
+func TestContinueKeepsCallersCredentials(t *testing.T) {
+	const secret = "caller-secret-789"
+	for _, tc := range []struct {
+		name        string
+		addressedOK bool // the addressed upstream takes a prefix: it continues
+	}{
+		{"to another", false},
+		{"to the addressed", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			addressed := failovertest.NewServer(t, failovertest.Step{Status: 500, Body: `{"error":{"message":"down"}}`},
+				failovertest.Step{Chunks: []string{chatRole("a1"), chatChunk("a1", "three", "stop"), "data: [DONE]\n\n"}})
+			second := failovertest.NewServer(t, failovertest.Step{Chunks: []string{chatRole("s1"), chatChunk("s1", "one ", "")}, End: failovertest.EndCut})
+			third := failovertest.NewServer(t, failovertest.Step{Chunks: []string{chatRole("t1"), chatChunk("t1", "three", "stop"), "data: [DONE]\n\n"}})
+			var prefill Prefill
+			if tc.addressedOK {
+				prefill.Chat = ChatTrailingAssistant
+			}
+			var mu sync.Mutex
+			var traced []string
+			var logs logBuffer
+			tr := newTestTransport(t, Config{
+				Continue: ContinueConfig{On: true},
+				Retry:    RetryConfig{Off: true},
+				Logger:   newLogger(&logs),
+				Upstreams: []Upstream{
+					{Name: "addressed", BaseURL: addressed.URL + "/v1", Prefill: prefill},
+					{Name: "second", BaseURL: second.URL + "/v1", Header: http.Header{"Authorization": {"Bearer second-key"}}, Prefill: Prefill{Chat: ChatTrailingAssistant}},
+					{Name: "third", BaseURL: third.URL + "/v1", Header: http.Header{"Authorization": {"Bearer third-key"}}, Prefill: Prefill{Chat: ChatTrailingAssistant}},
+				},
+			})
+			req := httptestRequest("POST", addressed.URL+"/v1/chat/completions?key="+secret+"&api-key="+secret, contBody)
+			for _, h := range []string{"Authorization", "X-Api-Key", "Api-Key"} {
+				req.Header.Set(h, "Bearer "+secret)
+			}
+			req = req.WithContext(WithTrace(req.Context(), &Trace{Continued: func(c TraceContinued) {
+				mu.Lock()
+				traced = append(traced, fmt.Sprint(c))
+				mu.Unlock()
+			}}))
+			got, err := readAll(t, tr, req)
+			if err != nil || readChat(t, got).text != "one three" {
+				t.Fatalf("read %q, %v", got, err)
+			}
+			leaked := func(s *failovertest.Server) bool {
+				for _, r := range s.Requests() {
+					if strings.Contains(fmt.Sprint(r.Header), secret) || strings.Contains(r.RawQuery, secret) {
+						return true
+					}
+				}
+				return false
+			}
+			if leaked(second) || leaked(third) {
+				t.Errorf("the caller's credentials reached an upstream it did not address")
+			}
+			if tc.addressedOK && (addressed.Calls() != 2 || !strings.Contains(fmt.Sprint(addressed.Requests()[1].Header), secret)) {
+				t.Errorf("the addressed upstream continued without the caller's credentials (%d calls)", addressed.Calls())
+			}
+			if !tc.addressedOK && third.Calls() != 1 {
+				t.Errorf("third got %d requests", third.Calls())
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if strings.Contains(fmt.Sprint(traced), secret) || strings.Contains(logs.String(), secret) {
+				t.Errorf("a key in the trace or the log: %v\n%s", traced, logs.String())
+			}
+		})
+	}
+}
+
+func TestContinueMessagesBlocks(t *testing.T) {
+	toolStart := msgEvent("content_block_start", `{"type":"content_block_start","index":0,"content_block":{"type":"tool_use","id":"toolu_1","name":"f","input":{}}}`)
+	toolDelta := msgEvent("content_block_delta", `{"type":"content_block_delta","index":0,"delta":{"type":"input_json_delta","partial_json":"{}"}}`)
+	for _, tc := range []struct {
+		name        string
+		first, cont []string
+		blocks      []string
+	}{
+		{"a tool call after the open text",
+			[]string{msgStart("msg_p", 5, 1), msgBlockStart(0), msgText(0, "one ")},
+			append([]string{msgStart("msg_b", 7, 1), toolStart, toolDelta, msgBlockStop(0)}, msgEnd(2)...),
+			[]string{"one ", ""}},
+		{"the caller's block closed",
+			[]string{msgStart("msg_p", 5, 1), msgBlockStart(0), msgText(0, "one"), msgBlockStop(0)},
+			append([]string{msgStart("msg_b", 7, 1), msgBlockStart(0), msgText(0, "two"), msgBlockStop(0)}, msgEnd(2)...),
+			[]string{"one", "two"}},
+		{"no block",
+			[]string{msgStart("msg_p", 5, 1), msgBlockStart(0), msgText(0, "one")},
+			append([]string{msgStart("msg_b", 7, 1)}, msgEnd(2)...),
+			[]string{"one"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			primary := failovertest.NewServer(t, failovertest.Step{Chunks: tc.first, End: failovertest.EndCut})
+			backup := failovertest.NewServer(t, failovertest.Step{Chunks: tc.cont})
+			tr := newTestTransport(t, Config{
+				Continue: ContinueConfig{On: true},
+				Upstreams: []Upstream{
+					{Name: "primary", BaseURL: primary.URL + "/v1"},
+					{Name: "backup", BaseURL: backup.URL + "/v1", Prefill: Prefill{Messages: true}},
+				},
+			})
+			got, err := readAll(t, tr, httptestRequest("POST", primary.URL+"/v1/messages", msgBody))
+			if err != nil {
+				t.Fatal(err)
+			}
+			r := readMessages(t, got)
+			if len(r.ids) != 1 || fmt.Sprint(r.blocks) != fmt.Sprint(tc.blocks) || r.stop != "end_turn" || !r.ended || r.in != 12 || r.out != 3 {
+				t.Errorf("read %+v\n%s", r, got)
+			}
+			// Every block started is stopped once, before the message ends.
+			open := map[int64]bool{}
+			for _, ev := range sseEvents(got) {
+				j := gjson.Parse(ev)
+				switch i := j.Get("index").Int(); j.Get("type").Str {
+				case "content_block_start":
+					open[i] = true
+				case "content_block_stop":
+					if !open[i] {
+						t.Errorf("block %d stopped, not open", i)
+					}
+					delete(open, i)
+				case "message_delta":
+					if len(open) > 0 {
+						t.Errorf("blocks %v open at the message's end", open)
+					}
+				}
+			}
+		})
+	}
+}
