@@ -341,7 +341,7 @@ func (c *call) continuable(resp *http.Response) *http.Response {
 		resp.StatusCode/100 != 2 || resp.Body == nil || resp.Body == http.NoBody || !isEventStream(resp.Header.Get("Content-Type")) {
 		return resp
 	}
-	if ce := resp.Header.Get("Content-Encoding"); ce != "" && !strings.EqualFold(ce, "identity") {
+	if !identity(resp.Header.Get("Content-Encoding")) {
 		return resp // compressed at the caller's asking: the events cannot be read
 	}
 	kind := kindOf(c.req.URL.Path)
@@ -431,6 +431,7 @@ func (f *contFrom) send(ctx context.Context, answer string) (*http.Response, *up
 	req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
 	req.ContentLength = int64(len(body))
 	req.Header.Del("Content-Length")
+	req.Header.Del("Accept-Encoding") // the splice reads the events: net/http decompresses what it asked for
 	req.TransferEncoding = nil
 	resp, u, err := t.roundTrip(req, k)
 	f.sent = k.sent
@@ -440,16 +441,23 @@ func (f *contFrom) send(ctx context.Context, answer string) (*http.Response, *up
 	case resp.StatusCode/100 != 2 || !isEventStream(resp.Header.Get("Content-Type")):
 		discard(resp)
 		return nil, u, &continueRefused{status: resp.StatusCode}
+	case !identity(resp.Header.Get("Content-Encoding")):
+		discard(resp)
+		return nil, u, errContinueEncoded
 	}
 	return resp, u, nil
 }
 
+// identity reports whether a Content-Encoding leaves the body as it is.
+func identity(ce string) bool { return ce == "" || strings.EqualFold(ce, "identity") }
+
 // Why a stream was not continued; the caller's read fails with the
 // stream's own cause all the same, and these go to the log and the Trace.
 var (
-	errCannotContinue = errors.New("failover: the answer so far cannot be continued")
-	errNoContinuer    = errors.New("failover: no other upstream continues the stream")
-	errContinueBudget = errors.New("failover: the retry budget is spent")
+	errCannotContinue  = errors.New("failover: the answer so far cannot be continued")
+	errNoContinuer     = errors.New("failover: no other upstream continues the stream")
+	errContinueBudget  = errors.New("failover: the retry budget is spent")
+	errContinueEncoded = errors.New("failover: the continuation's stream is compressed")
 )
 
 // continueRefused is a continuation answered with no stream.

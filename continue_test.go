@@ -1,12 +1,14 @@
 package failover
 
 import (
+	"compress/gzip"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"strconv"
 	"strings"
 	"sync"
@@ -1158,5 +1160,35 @@ func TestContinueMessagesBlocks(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+func TestContinueReadsACompressedContinuation(t *testing.T) {
+	primary := failovertest.NewServer(t, failovertest.Step{Chunks: []string{chatRole("p1"), chatChunk("p1", "one ", "")}, End: failovertest.EndCut})
+	backup := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		stream := chatRole("b1") + chatChunk("b1", "two", "stop") + "data: [DONE]\n\n"
+		if !strings.Contains(r.Header.Get("Accept-Encoding"), "gzip") {
+			io.WriteString(w, stream)
+			return
+		}
+		w.Header().Set("Content-Encoding", "gzip") // as a CDN in front of a provider may
+		zw := gzip.NewWriter(w)
+		io.WriteString(zw, stream)
+		zw.Close()
+	}))
+	t.Cleanup(backup.Close)
+	tr := newTestTransport(t, Config{
+		Continue: ContinueConfig{On: true},
+		Upstreams: []Upstream{
+			{Name: "primary", BaseURL: primary.URL + "/v1"},
+			{Name: "backup", BaseURL: backup.URL + "/v1", Prefill: Prefill{Chat: ChatTrailingAssistant}},
+		},
+	})
+	req := httptestRequest("POST", primary.URL+"/v1/chat/completions", contBody)
+	req.Header.Set("Accept-Encoding", "gzip, deflate") // as Python's httpx sends, forwarded
+	got, err := readAll(t, tr, req)
+	if r := readChat(t, got); err != nil || r.text != "one two" || !r.done {
+		t.Errorf("read %q, %v", got, err)
 	}
 }
