@@ -58,6 +58,7 @@ type splice struct {
 	err   error  // what Read returns once out is empty: io.EOF at the end, or why it broke
 	raw   bool   // passed on as it comes: continuation is off for the stream
 	tail  string // the blank line the first stream's last event lacks, owed before a continuation's
+	scan  int    // where in pend the search for the end of its first event goes on
 	empty int    // reads in a row that returned nothing
 
 	a        soFar
@@ -142,19 +143,24 @@ func (s *splice) fill() {
 // events handles each event complete in pend (at the end of the stream,
 // the last one needs no blank line after it), and keeps what is left.
 func (s *splice) events(end bool) {
-	off := 0
+	off, from := 0, s.scan
+	s.scan = 0
 	for s.inband == nil && !s.raw {
-		n := eventEnd(s.pend[off:], end)
+		n, resume := eventScan(s.pend[off:], from, end)
 		if n < 0 {
+			s.scan = resume
 			break
 		}
+		from = 0
 		if end && s.made == 0 && eventEnd(s.pend[off:off+n], false) != n {
 			s.tail = string(s.pend[off+n-1]) // the line end that makes a blank line after it
 		}
 		s.event(s.pend[off : off+n])
 		off += n
 	}
-	s.pend = s.pend[:copy(s.pend, s.pend[off:])]
+	if off > 0 {
+		s.pend = s.pend[:copy(s.pend, s.pend[off:])]
+	}
 	if len(s.pend) > maxSpliceEvent {
 		if s.made > 0 && s.inband == nil {
 			s.inband = errEventTooLarge
@@ -163,7 +169,7 @@ func (s *splice) events(end bool) {
 	}
 	if s.raw {
 		s.out = append(s.out, s.pend...)
-		s.pend = s.pend[:0]
+		s.pend, s.scan = s.pend[:0], 0
 	}
 }
 
@@ -184,7 +190,7 @@ func (s *splice) flush() {
 	if s.made == 0 {
 		s.out = append(s.out, s.pend...)
 	}
-	s.pend = s.pend[:0]
+	s.pend, s.scan = s.pend[:0], 0
 }
 
 // event handles one whole event, block being its bytes as they came.
@@ -295,7 +301,7 @@ func (s *splice) resume() error {
 	s.from.broken = append(s.from.broken, u)
 	s.out, s.tail = append(s.out, s.tail...), ""
 	s.a.resumed()
-	s.pend, s.inband, s.errEvent, s.empty, s.gave = s.pend[:0], nil, nil, 0, false
+	s.pend, s.scan, s.inband, s.errEvent, s.empty, s.gave = s.pend[:0], 0, nil, nil, 0, false
 	return nil
 }
 
@@ -340,8 +346,21 @@ func (s *splice) Close() error {
 // the stream (end), what is left is an event whether a blank line ends it
 // or not, once a line ends it.
 func eventEnd(b []byte, end bool) int {
-	line := 0 // where the current line starts
-	for i := 0; i < len(b); i++ {
+	n, _ := eventScan(b, 0, end)
+	return n
+}
+
+// eventScan is eventEnd with the scan begun at from, where a scan of b
+// before it grew stopped: what is before from is lines none of which is
+// blank, and maybe the start of a line that is not blank either. With no
+// event whole in b, it also returns where the next scan may begin, so
+// that an event that comes in many reads is scanned once, not once a read.
+func eventScan(b []byte, from int, end bool) (n, resume int) {
+	line := from // where the current line starts; -1: before from
+	if from > 0 && b[from-1] != '\n' && b[from-1] != '\r' {
+		line = -1
+	}
+	for i := from; i < len(b); i++ {
 		c := b[i]
 		if c != '\n' && c != '\r' {
 			continue
@@ -349,21 +368,21 @@ func eventEnd(b []byte, end bool) int {
 		next := i + 1
 		if c == '\r' {
 			if next == len(b) && !end {
-				return -1 // maybe a CRLF split between reads
+				return -1, i // maybe a CRLF split between reads
 			}
 			if next < len(b) && b[next] == '\n' {
 				next++
 			}
 		}
 		if i == line {
-			return next // a blank line
+			return next, 0 // a blank line
 		}
 		line, i = next, next-1
 	}
 	if end && line == len(b) && line > 0 {
-		return line
+		return line, 0
 	}
-	return -1
+	return -1, len(b)
 }
 
 // eventFields reads an event's type and data from its bytes.

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/tidwall/gjson"
 )
@@ -55,7 +56,7 @@ func FuzzSplice(f *testing.F) {
 // checkSplice splices first, a primary's stream, and cont, a backup's, as
 // FuzzSplice says.
 func checkSplice(t *testing.T, first, cont, sizes []byte, mode byte) {
-	if len(first) > 1<<16 || len(cont) > 1<<16 {
+	if len(first) > 16*maxSpliceEvent || len(cont) > 1<<16 {
 		return
 	}
 	path, body := "/v1/chat/completions", contBody
@@ -137,6 +138,72 @@ func checkSplice(t *testing.T, first, cont, sizes []byte, mode byte) {
 		}
 		if id := gjson.Get(ev, "id"); mode&2 == 0 && len(ids) == 1 && id.Exists() && !ids[id.Raw] {
 			t.Fatalf("an event of id %s after the first's %v: %q", id.Raw, ids, out)
+		}
+	}
+}
+
+// TestSpliceLargeEventsLinear splices events of almost maxSpliceEvent
+// that come in many small reads in about the time the stream takes to
+// pass with continuation off: each byte is looked at for an event's end
+// once, not once a read.
+func TestSpliceLargeEventsLinear(t *testing.T) {
+	var first strings.Builder
+	first.WriteString(chatRole("p1"))
+	for range 2 {
+		first.WriteString(chatChunk("p1", strings.Repeat("x", maxSpliceEvent-1<<10), ""))
+	}
+	first.WriteString("data: [DONE]\n\n")
+	sizes := bytes.Repeat([]byte{255}, first.Len()/255+1)
+	read := func(on bool) time.Duration {
+		tr, err := New(Config{
+			Base: roundTripFunc(func(r *http.Request) (*http.Response, error) {
+				body := &piecesBody{data: []byte(first.String()), sizes: bytes.Clone(sizes), end: io.EOF}
+				return &http.Response{StatusCode: 200, Header: http.Header{"Content-Type": {"text/event-stream"}}, Body: body, Request: r}, nil
+			}),
+			Continue: ContinueConfig{On: on},
+			Upstreams: []Upstream{
+				{Name: "primary", BaseURL: "http://primary.test/v1"},
+				{Name: "backup", BaseURL: "http://backup.test/v1", Prefill: Prefill{Chat: ChatTrailingAssistant}},
+			},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		resp, err := tr.RoundTrip(httptestRequest("POST", "http://primary.test/v1/chat/completions", contBody))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		if n, err := io.Copy(io.Discard, resp.Body); err != nil || n != int64(first.Len()) {
+			t.Fatalf("read %d bytes, %v", n, err)
+		}
+		return time.Since(start)
+	}
+	read(true) // warm up
+	off, on := read(false), read(true)
+	if on > 20*off+500*time.Millisecond { // the old scan took tens of seconds here
+		t.Errorf("spliced in %v, passed in %v", on, off)
+	}
+}
+
+func TestEventScanResumes(t *testing.T) {
+	for _, b := range []string{
+		"data: x\n\n", "data: x\r\n\r\n", "data: x\r\rdata: y\r\r", "event: e\ndata: x\ndata: y\n\n",
+		": comment\n\ndata: x\n\n", "data: x\n\r\n", "data: x\n\r", "data: x\r\n\n", "\n", "\r\n", "data: x",
+		"data: " + strings.Repeat("x", 100) + "\r\n" + "data: y\r\n\r\n",
+	} {
+		for _, end := range []bool{false, true} {
+			want := eventEnd([]byte(b), end)
+			for k := 0; k <= len(b); k++ {
+				n, resume := eventScan([]byte(b[:k]), 0, end && k == len(b))
+				if n >= 0 {
+					continue // an event whole in the first part
+				}
+				if got, _ := eventScan([]byte(b), resume, end); got != want {
+					t.Errorf("%q, end %v: scanned again from %d after %d bytes: %d, want %d", b, end, resume, k, got, want)
+				}
+			}
 		}
 	}
 }
