@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strconv"
 	"strings"
 	"sync"
@@ -1190,5 +1191,87 @@ func TestContinueReadsACompressedContinuation(t *testing.T) {
 	got, err := readAll(t, tr, req)
 	if r := readChat(t, got); err != nil || r.text != "one two" || !r.done {
 		t.Errorf("read %q, %v", got, err)
+	}
+}
+
+func TestContinueBudgetBalanced(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		cont failovertest.Step
+		max  int
+	}{
+		{"continued", failovertest.Step{Chunks: []string{chatRole("b1"), chatChunk("b1", "two", "stop"), "data: [DONE]\n\n"}}, 1},
+		{"refused", failovertest.Step{Status: 400, Body: `{"error":{"message":"no prefix"}}`}, 1},
+		{"broken again", failovertest.Step{Chunks: []string{chatRole("b1"), chatChunk("b1", "two ", "")}, End: failovertest.EndCut}, 3},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			primary := failovertest.NewServer(t, failovertest.Step{Chunks: []string{chatRole("p1"), chatChunk("p1", "one ", "")}, End: failovertest.EndCut})
+			backup := failovertest.NewServer(t, tc.cont)
+			tr := newTestTransport(t, Config{
+				Continue: ContinueConfig{On: true, Max: tc.max},
+				Retry:    RetryConfig{BudgetMin: 1},
+				Upstreams: []Upstream{
+					{Name: "primary", BaseURL: primary.URL + "/v1"},
+					{Name: "backup", BaseURL: backup.URL + "/v1", Prefill: Prefill{Chat: ChatTrailingAssistant}},
+				},
+			})
+			for range 3 { // a place leaked would deny the next continuation
+				readAll(t, tr, httptestRequest("POST", primary.URL+"/v1/chat/completions", contBody))
+				if r, a := tr.retry.budget.retrying.Load(), tr.retry.budget.active.Load(); r != 0 || a != 0 {
+					t.Fatalf("after the stream, %d retry places taken, %d requests active", r, a)
+				}
+			}
+			if backup.Calls() != 3 {
+				t.Errorf("backup got %d requests, want 3", backup.Calls())
+			}
+		})
+	}
+}
+
+func TestContinueFailureKeepsKeysOut(t *testing.T) {
+	const secret = "caller-secret-789"
+	var mu sync.Mutex
+	calls := map[string]int{}
+	base := roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		mu.Lock()
+		calls[r.URL.Host]++
+		n := calls[r.URL.Host]
+		mu.Unlock()
+		switch {
+		case r.URL.Host == "addressed.test" && n == 1:
+			return respond(500, `{"error":{"message":"down"}}`), nil
+		case r.URL.Host == "addressed.test":
+			return nil, &url.Error{Op: "Post", URL: r.URL.String(), Err: errors.New("connection refused " + r.Header.Get("Authorization"))}
+		}
+		body := chatRole("s1") + chatChunk("s1", "one ", "")
+		return &http.Response{StatusCode: 200, Header: http.Header{"Content-Type": {"text/event-stream"}}, Request: r,
+			Body: &piecesBody{data: []byte(body), end: io.ErrUnexpectedEOF}}, nil
+	})
+	var logs logBuffer
+	var traced []string
+	tr := newTestTransport(t, Config{
+		Base:     base,
+		Continue: ContinueConfig{On: true},
+		Retry:    RetryConfig{Off: true},
+		Logger:   newLogger(&logs),
+		Upstreams: []Upstream{
+			{Name: "addressed", BaseURL: "http://addressed.test/v1", Prefill: Prefill{Chat: ChatTrailingAssistant}},
+			{Name: "second", BaseURL: "http://second.test/v1", Header: http.Header{"Authorization": {"Bearer second-key"}}},
+		},
+	})
+	req := httptestRequest("POST", "http://addressed.test/v1/chat/completions?key="+secret, contBody)
+	req.Header.Set("Authorization", "Bearer "+secret)
+	req = req.WithContext(WithTrace(req.Context(), &Trace{Continued: func(c TraceContinued) { traced = append(traced, fmt.Sprint(c)) }}))
+	resp, err := tr.RoundTrip(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !errors.Is(err, io.ErrUnexpectedEOF) {
+		t.Errorf("read %q, %v; want the cut's", got, err)
+	}
+	if len(traced) == 0 || strings.Contains(fmt.Sprint(traced), secret) || strings.Contains(logs.String(), secret) || strings.Contains(fmt.Sprint(err), secret) {
+		t.Errorf("a key in the trace, the log or the error: %v\n%s", traced, logs.String())
 	}
 }
