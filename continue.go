@@ -88,7 +88,7 @@ type Prefill struct {
 
 	// Messages says the upstream's Anthropic Messages continue an
 	// assistant prefill (trailing whitespace trimmed, as the API
-	// requires). Claude models since Opus 4.6 refuse prefill: leave it
+	// requires). Recent Claude models refuse prefill: leave it
 	// false for them, or list the models that take it in Models.
 	Messages bool
 

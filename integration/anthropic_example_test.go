@@ -177,8 +177,8 @@ func Example_anthropicStreamGuard() {
 // an assistant prefill (Messages: true), gets the request again with that
 // text as a trailing assistant message. Message.Accumulate makes one
 // message of the stream the SDK reads: one text block, the primary's id,
-// one stop reason, and the tokens of both upstreams added. Claude models
-// since Opus 4.6 refuse prefill: name the models that take it in
+// one stop reason, and the tokens of both upstreams added. Recent Claude
+// models refuse prefill: name the models that take it in
 // Prefill.Models. Where the backup refuses, the SDK's stream fails with
 // the primary's own cause, as without Continue.
 func Example_anthropicContinue() {

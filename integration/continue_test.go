@@ -468,7 +468,7 @@ func TestOpenAIContinueRefused(t *testing.T) {
 }
 
 // TestAnthropicContinueRefused: when the backup refuses the prefill
-// (400 invalid_request_error, as Claude models since Opus 4.6 do),
+// (400 invalid_request_error, as recent Claude models do),
 // anthropic-sdk-go's stream fails with the primary's own cause (the cut's
 // io.ErrUnexpectedEOF, the stall's *failover.StallError, the primary's
 // overloaded_error as an *anthropic.Error), never the backup's 400.
