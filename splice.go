@@ -51,15 +51,16 @@ type splice struct {
 	closed bool
 	cancel context.CancelFunc // ends the continuation's context
 
-	buf   []byte // the read buffer
-	pend  []byte // bytes of events not complete yet
-	out   []byte // bytes ready for the caller
-	obuf  []byte // out's buffer, kept from one fill to the next
-	err   error  // what Read returns once out is empty: io.EOF at the end, or why it broke
-	raw   bool   // passed on as it comes: continuation is off for the stream
-	tail  string // the blank line the first stream's last event lacks, owed before a continuation's
-	scan  int    // where in pend the search for the end of its first event goes on
-	empty int    // reads in a row that returned nothing
+	buf     []byte // the read buffer
+	pend    []byte // bytes of events not complete yet
+	out     []byte // bytes ready for the caller
+	obuf    []byte // out's buffer, kept from one fill to the next
+	err     error  // what Read returns once out is empty: io.EOF at the end, or why it broke
+	raw     bool   // passed on as it comes: continuation is off for the stream
+	tail    string // the blank line the first stream's last event lacks, owed before a continuation's
+	scan    int    // where in pend the search for the end of its first event goes on
+	scanned int64  // bytes the searches looked at: about each byte once (see TestSpliceLargeEventsLinear)
+	empty   int    // reads in a row that returned nothing
 
 	a        soFar
 	inband   error  // the error event that broke the stream read now
@@ -147,6 +148,11 @@ func (s *splice) events(end bool) {
 	s.scan = 0
 	for s.inband == nil && !s.raw {
 		n, resume := eventScan(s.pend[off:], from, end)
+		if n < 0 {
+			s.scanned += int64(len(s.pend) - off - from)
+		} else {
+			s.scanned += int64(n - min(from, n))
+		}
 		if n < 0 {
 			s.scan = resume
 			break
