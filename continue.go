@@ -21,7 +21,8 @@ import (
 )
 
 // ContinueConfig turns on the continuation of streamed answers that break
-// after their content began: the answer so far goes, as the assistant's
+// once they are the caller's (after their first content, or once the
+// [StreamGuard] passed them on): the answer so far goes, as the assistant's
 // prefix, to the next upstream whose [Upstream.Prefill] says how it takes
 // one, and what it generates is spliced into the caller's stream. The
 // caller reads one well-formed stream: one message start, contiguous
