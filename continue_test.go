@@ -438,7 +438,6 @@ func TestContinueRefusedEndsInOriginalCause(t *testing.T) {
 }
 
 func TestContinueNotWhatCannotBeContinued(t *testing.T) {
-	tool := `data: {"id":"p1","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"call_1","type":"function","function":{"name":"f","arguments":"{\"a\":"}}]},"finish_reason":null}]}` + "\n\n"
 	two := `data: {"id":"p1","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":1,"delta":{"content":"x"},"finish_reason":null}]}` + "\n\n"
 	for _, tc := range []struct {
 		name  string
@@ -446,7 +445,6 @@ func TestContinueNotWhatCannotBeContinued(t *testing.T) {
 		body  string
 		ctx   func(*http.Request) *http.Request
 	}{
-		{"a tool call", tool, contBody, nil},
 		{"several choices", two, contBody, nil},
 		{"n=2", "", `{"model":"m","stream":true,"n":2,"messages":[{"role":"user","content":"count"}]}`, nil},
 		{"sent once", "", contBody, func(r *http.Request) *http.Request { return r.WithContext(WithoutFailover(r.Context())) }},
@@ -1274,4 +1272,149 @@ func TestContinueFailureKeepsKeysOut(t *testing.T) {
 	if len(traced) == 0 || strings.Contains(fmt.Sprint(traced), secret) || strings.Contains(logs.String(), secret) || strings.Contains(fmt.Sprint(err), secret) {
 		t.Errorf("a key in the trace, the log or the error: %v\n%s", traced, logs.String())
 	}
+}
+
+// chatTool is a chat chunk with a tool call's delta.
+func chatTool(id string, i int, callID, name, args string) string {
+	f := map[string]any{"arguments": args}
+	tc := map[string]any{"index": i, "function": f}
+	if name != "" {
+		tc["id"], tc["type"], f["name"] = callID, "function", name
+	}
+	b, _ := json.Marshal(map[string]any{"id": id, "object": "chat.completion.chunk", "created": 1, "model": "m",
+		"choices": []any{map[string]any{"index": 0, "delta": map[string]any{"tool_calls": []any{tc}}, "finish_reason": nil}}})
+	return "data: " + string(b) + "\n\n"
+}
+
+// A stream cut inside a tool call's arguments: the continuation goes on
+// from the text and makes the call again; the caller gets only the
+// arguments it lacks, under its own call's id. A continuation that makes
+// another call leaves the caller with the original cause, and nothing of
+// its own.
+func TestContinueToolCalls(t *testing.T) {
+	t.Run("chat", func(t *testing.T) {
+		for _, tc := range []struct {
+			name  string
+			regen []string
+			want  string // the arguments the caller reads; "" for the cut's error
+		}{
+			{"same call", []string{chatTool("b1", 0, "call_b", "weather", ""), chatTool("b1", 0, "", "", `{"city":`), chatTool("b1", 0, "", "", ` "Paris"}`)}, `{"city": "Paris"}`},
+			{"in one piece", []string{chatTool("b1", 0, "call_b", "weather", `{"city": "Paris"}`)}, `{"city": "Paris"}`},
+			{"other arguments", []string{chatTool("b1", 0, "call_b", "weather", `{"city": "Rome"}`)}, ""},
+			{"other function", []string{chatTool("b1", 0, "call_b", "time", `{"city": "Paris"}`)}, ""},
+			{"text instead", []string{chatChunk("b1", "It is sunny.", "")}, ""},
+			{"the call short", []string{chatTool("b1", 0, "call_b", "weather", `{"ci`)}, ""},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				primary := failovertest.NewServer(t, failovertest.Step{
+					Chunks: []string{chatRole("p1"), chatChunk("p1", "Checking.", ""), chatTool("p1", 0, "call_p", "weather", `{"ci`), chatTool("p1", 0, "", "", `ty": "Pa`)},
+					End:    failovertest.EndCut,
+				})
+				backup := failovertest.NewServer(t, failovertest.Step{Chunks: append(append([]string{chatRole("b1")}, tc.regen...), chatChunk("b1", "", "tool_calls"), "data: [DONE]\n\n")})
+				tr := newTestTransport(t, Config{
+					Continue: ContinueConfig{On: true},
+					Upstreams: []Upstream{
+						{Name: "primary", BaseURL: primary.URL + "/v1"},
+						{Name: "backup", BaseURL: backup.URL + "/v1", Prefill: Prefill{Chat: ChatTrailingAssistant}},
+					},
+				})
+				got, err := readAll(t, tr, httptestRequest("POST", primary.URL+"/v1/chat/completions", contBody))
+				var args, ids, names []string
+				for _, ev := range strings.Split(got, "\n\n") {
+					j := gjson.Parse(strings.TrimPrefix(ev, "data: "))
+					j.Get("choices.0.delta.tool_calls").ForEach(func(_, c gjson.Result) bool {
+						args = append(args, c.Get("function.arguments").Str)
+						if id := c.Get("id").Str; id != "" {
+							ids = append(ids, id)
+						}
+						if n := c.Get("function.name").Str; n != "" {
+							names = append(names, n)
+						}
+						return true
+					})
+				}
+				if tc.want == "" {
+					if !errors.Is(err, io.ErrUnexpectedEOF) || strings.Contains(got, `"b1"`) || strings.Contains(got, "sunny") || strings.Contains(got, `"finish_reason":"tool_calls"`) {
+						t.Errorf("read %q, %v; want the cut's error and nothing of the backup's", got, err)
+					}
+					return
+				}
+				r := readChat(t, got)
+				if err != nil || strings.Join(args, "") != tc.want || strings.Join(ids, ",") != "call_p" || strings.Join(names, ",") != "weather" ||
+					r.text != "Checking." || len(r.ids) != 1 || strings.Join(r.finish, ",") != "tool_calls" || !r.done {
+					t.Errorf("read %v: arguments %q, ids %v, names %v, %+v\n%s", err, strings.Join(args, ""), ids, names, r, got)
+				}
+				if last := gjson.GetBytes(backup.Requests()[0].Body, "messages.1"); last.Get("content").Str != "Checking." || last.Get("tool_calls").Exists() {
+					t.Errorf("backup's trailing message %s, want the text alone", last.Raw)
+				}
+			})
+		}
+	})
+	t.Run("messages", func(t *testing.T) {
+		toolStart := func(i int, name string) string {
+			return msgEvent("content_block_start", `{"type":"content_block_start","index":`+strconv.Itoa(i)+`,"content_block":{"type":"tool_use","id":"toolu_`+name+`","name":"`+name+`","input":{}}}`)
+		}
+		toolArgs := func(i int, partial string) string {
+			b, _ := json.Marshal(partial)
+			return msgEvent("content_block_delta", `{"type":"content_block_delta","index":`+strconv.Itoa(i)+`,"delta":{"type":"input_json_delta","partial_json":`+string(b)+`}}`)
+		}
+		toolEnd := []string{
+			msgEvent("message_delta", `{"type":"message_delta","delta":{"stop_reason":"tool_use","stop_sequence":null},"usage":{"output_tokens":9}}`),
+			msgEvent("message_stop", `{"type":"message_stop"}`),
+		}
+		for _, tc := range []struct {
+			name  string
+			regen []string
+			want  string
+		}{
+			{"same call", []string{toolStart(0, "weather"), toolArgs(0, `{"city":`), toolArgs(0, ` "Paris"}`), msgBlockStop(0)}, `{"city": "Paris"}`},
+			{"other arguments", []string{toolStart(0, "weather"), toolArgs(0, `{"city": "Rome"}`), msgBlockStop(0)}, ""},
+			{"text first", []string{msgBlockStart(0), msgText(0, "Sure."), msgBlockStop(0), toolStart(1, "weather"), toolArgs(1, `{"city": "Paris"}`), msgBlockStop(1)}, ""},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				primary := failovertest.NewServer(t, failovertest.Step{
+					Chunks: []string{msgStart("msg_p", 25, 1), msgBlockStart(0), msgText(0, "Checking."), msgBlockStop(0), toolStart(1, "weather"), toolArgs(1, `{"city": "Pa`)},
+					End:    failovertest.EndCut,
+				})
+				backup := failovertest.NewServer(t, failovertest.Step{Chunks: append(append([]string{msgStart("msg_b", 31, 1)}, tc.regen...), toolEnd...)})
+				tr := newTestTransport(t, Config{
+					Continue: ContinueConfig{On: true},
+					Upstreams: []Upstream{
+						{Name: "primary", BaseURL: primary.URL + "/v1"},
+						{Name: "backup", BaseURL: backup.URL + "/v1", Prefill: Prefill{Messages: true}},
+					},
+				})
+				got, err := readAll(t, tr, httptestRequest("POST", primary.URL+"/v1/messages", msgBody))
+				if tc.want == "" {
+					if !errors.Is(err, io.ErrUnexpectedEOF) || strings.Contains(got, "Rome") || strings.Contains(got, "Sure") || strings.Contains(got, "message_delta") {
+						t.Errorf("read %q, %v; want the cut's error and nothing of the backup's", got, err)
+					}
+					return
+				}
+				var input string
+				starts, stops := 0, 0
+				for _, ev := range strings.Split(got, "\n\n") {
+					_, data, _ := strings.Cut(ev, "data: ")
+					j := gjson.Parse(data)
+					switch j.Get("type").Str {
+					case "content_block_start":
+						starts++
+					case "content_block_stop":
+						stops++
+					case "content_block_delta":
+						if j.Get("index").Int() == 1 {
+							input += j.Get("delta.partial_json").Str
+						}
+					}
+				}
+				r := readMessages(t, got)
+				if err != nil || input != tc.want || starts != 2 || stops != 2 || r.stop != "tool_use" || !r.ended || r.in != 25+31 || r.out != 1+9 {
+					t.Errorf("read %v: input %q, %d starts, %d stops, %+v\n%s", err, input, starts, stops, r, got)
+				}
+				if last := gjson.GetBytes(backup.Requests()[0].Body, "messages.1"); last.Get("content").Str != "Checking." {
+					t.Errorf("backup's prefill %s, want the text alone", last.Raw)
+				}
+			})
+		}
+	})
 }

@@ -221,14 +221,20 @@ func (s *splice) event(block []byte) {
 		s.inband = newStreamError(typ, data)
 		s.errEvent = bytes.Clone(block)
 		return
-	case eventContent:
-		s.gave = true
 	}
 	if s.made == 0 {
 		s.a.read(typ, d, js)
 		s.out = append(s.out, block...)
 	} else {
+		// A continuation's content counts once the caller gets some: of
+		// a tool call made again, what it had is dropped.
+		n := len(s.out)
 		s.out = s.a.rewrite(s.out, typ, data)
+		s.gave = s.gave || verdict == eventContent && len(s.out) > n
+		if s.a.diverged {
+			s.inband = errDiverged
+			return
+		}
 	}
 	if s.a.text.Len() > int(s.from.t.readLimit()) {
 		s.passRaw() // an answer too long to send again
@@ -328,6 +334,9 @@ func (s *splice) report(from *upstream, cause, err error) {
 		tr.Continued(TraceContinued{From: from.name, To: to, Cause: t.scrub(cause, req, nil), Err: t.scrub(err, req, nil)})
 	}
 }
+
+// errDiverged: a continuation did not make the caller's tool calls again.
+var errDiverged = errors.New("failover: the continuation made other tool calls than the stream it continues")
 
 // errEventTooLarge: a continuation's event outgrew maxSpliceEvent.
 var errEventTooLarge = errors.New("failover: a continuation's stream event is larger than 1 MiB")
@@ -438,9 +447,34 @@ type soFar struct {
 
 	prior usage // what the streams before reported, summed
 	now   usage // what the stream read now reported, each figure's last report
+
+	// Tool calls the caller was sent (chat: by index; Messages: the
+	// tool_use blocks, in order). A continuation cannot take a tool call
+	// as a prefix: it is asked to go on from the text, and makes the
+	// calls again, of which the caller gets only what it lacks (regen).
+	tools    []toolSoFar
+	regens   int  // tools that a continuation makes again: those of the streams before
+	started  int  // Messages: tool_use blocks the continuation started
+	cont     bool // the stream read now is a continuation
+	diverged bool // the continuation made a tool call other than the caller's
 }
 
-type msgBlock struct{ open, text bool }
+type msgBlock struct {
+	open, text bool
+	tool       int // the index in tools of a tool_use block, else -1
+}
+
+// toolSoFar is one tool call the caller was sent.
+type toolSoFar struct {
+	name    string
+	args    strings.Builder // its arguments so far
+	block   int             // Messages: its block's index
+	matched int             // the bytes of args that the continuation made again
+	seen    bool            // the continuation began it again
+}
+
+// maxTools bounds the tool calls of a continued answer.
+const maxTools = 64
 
 // usage is a stream's usage report as paths ("input_tokens",
 // "prompt_tokens_details.cached_tokens") to counts, or to amounts that
@@ -524,6 +558,25 @@ func (a *soFar) chat(j gjson.Result) {
 	})
 }
 
+// chatTool reads a tool call's delta of a chat completion chunk.
+func (a *soFar) chatTool(tc gjson.Result) {
+	i := int(tc.Get("index").Int())
+	switch {
+	case a.blocked:
+		return
+	case i < 0 || i >= maxTools || i > len(a.tools):
+		a.blocked = true
+		return
+	case i == len(a.tools):
+		a.tools = append(a.tools, toolSoFar{})
+	}
+	t := &a.tools[i]
+	if n := tc.Get("function.name").Str; n != "" {
+		t.name += strings.Clone(n) // (tc is read in place)
+	}
+	t.args.WriteString(tc.Get("function.arguments").Str)
+}
+
 // choice reads one choice of a chat completion chunk.
 func (a *soFar) choice(c gjson.Result) {
 	c.ForEach(func(k, v gjson.Result) bool {
@@ -541,9 +594,19 @@ func (a *soFar) choice(c gjson.Result) {
 				switch k.Str {
 				case "content":
 					if v.Type == gjson.String {
+						if v.Str != "" && len(a.tools) > 0 {
+							a.blocked = true // text after a tool call: no prefix holds both
+						}
 						a.add(v.Str)
 					}
-				case "tool_calls", "function_call", "refusal", "audio":
+				case "tool_calls":
+					if !a.cont {
+						v.ForEach(func(_, tc gjson.Result) bool {
+							a.chatTool(tc)
+							return true
+						})
+					}
+				case "function_call", "refusal", "audio":
 					if nonEmpty(v) {
 						a.blocked = true
 					}
@@ -569,20 +632,45 @@ func (a *soFar) message(kind string, j gjson.Result, cont bool) {
 	case "message_start":
 		a.now.take(j.Get("message.usage"))
 	case "content_block_start":
+		if cont {
+			return // (rewriteMessage reads it)
+		}
 		cb := j.Get("content_block")
-		text := cb.Get("type").Str == "text"
-		if !text {
-			a.blocked = true // a tool call, thinking: not text
-		}
-		if !cont {
-			a.blocks = append(a.blocks, msgBlock{open: true, text: text})
+		b := msgBlock{open: true, tool: -1}
+		switch cb.Get("type").Str {
+		case "text":
+			b.text = true
+			if len(a.tools) > 0 {
+				a.blocked = true // text after a tool call: no prefix holds both
+			}
 			a.add(cb.Get("text").Str)
+		case "tool_use":
+			if len(a.tools) >= maxTools {
+				a.blocked = true
+				break
+			}
+			b.tool = len(a.tools)
+			a.tools = append(a.tools, toolSoFar{name: strings.Clone(cb.Get("name").Str), block: len(a.blocks)}) // (j is read in place)
+		default:
+			a.blocked = true // thinking, a server tool: not text
 		}
+		a.blocks = append(a.blocks, b)
 	case "content_block_delta":
-		if d := j.Get("delta"); d.Get("type").Str != "text_delta" {
-			a.blocked = true
-		} else if !cont {
+		if cont {
+			return
+		}
+		d := j.Get("delta")
+		switch d.Get("type").Str {
+		case "text_delta":
 			a.add(d.Get("text").Str)
+		case "input_json_delta":
+			if i := j.Get("index").Int(); i >= 0 && i < int64(len(a.blocks)) && a.blocks[i].tool >= 0 {
+				a.tools[a.blocks[i].tool].args.WriteString(d.Get("partial_json").Str)
+			} else {
+				a.blocked = true
+			}
+		default:
+			a.blocked = true
 		}
 	case "content_block_stop":
 		if i := j.Get("index").Int(); !cont && i >= 0 && i < int64(len(a.blocks)) {
@@ -607,6 +695,10 @@ func (a *soFar) resumed() {
 		a.prior[k] += v
 	}
 	a.now, a.index = nil, map[int64]int{}
+	a.cont, a.regens, a.started = true, len(a.tools), 0
+	for i := range a.tools {
+		a.tools[i].matched, a.tools[i].seen = 0, false
+	}
 	if a.kind == kindMessages {
 		s := a.text.String()
 		a.trim = len(strings.TrimRightFunc(s, unicode.IsSpace)) < len(s)
@@ -659,7 +751,25 @@ func (a *soFar) rewriteChat(out []byte, j gjson.Result, m map[string]json.RawMes
 				if string(delta["content"]) == `""` {
 					delete(delta, "content")
 				}
+				if _, ok := delta["content"]; ok && a.regenPending() {
+					a.diverged = true // text where the caller's tool calls were to come again
+					return out
+				}
+				if tc, ok := delta["tool_calls"]; ok {
+					if tc = a.regenChat(tc); a.diverged {
+						return out
+					} else if tc == nil {
+						delete(delta, "tool_calls")
+					} else {
+						delta["tool_calls"] = tc
+					}
+				}
 				c["delta"] = marshalRaw(delta)
+			}
+			if !isNull(c["finish_reason"]) {
+				if a.regenDone(); a.diverged {
+					return out
+				}
 			}
 			if len(delta) == 0 && isNull(c["finish_reason"]) && isNull(c["logprobs"]) {
 				continue // a role chunk: the caller had it
@@ -677,6 +787,89 @@ func (a *soFar) rewriteChat(out []byte, j gjson.Result, m map[string]json.RawMes
 	return appendEvent(out, "", marshalRaw(m))
 }
 
+// regenChat rewrites a continuation's tool call deltas (raw, a JSON
+// array): of a call the caller has, only the arguments past what it was
+// sent, under its index (the caller has its id and name); a new call as it
+// is. It returns nil when nothing is left.
+func (a *soFar) regenChat(raw json.RawMessage) json.RawMessage {
+	var tcs []map[string]json.RawMessage
+	if json.Unmarshal(raw, &tcs) != nil {
+		return raw
+	}
+	kept := tcs[:0]
+	for _, tc := range tcs {
+		j := gjson.ParseBytes(marshalRaw(tc))
+		i := int(j.Get("index").Int())
+		if i < 0 || i >= a.regens {
+			a.blocked = true // its own call: a later continuation would have two to match
+			kept = append(kept, tc)
+			continue
+		}
+		rest, ok := a.regen(i, j.Get("function.name").Str, j.Get("function.arguments").Str)
+		if !ok {
+			a.diverged = true
+			return nil
+		}
+		if rest == "" {
+			continue
+		}
+		kept = append(kept, map[string]json.RawMessage{
+			"index":    json.RawMessage(strconv.Itoa(i)),
+			"function": marshalRaw(map[string]string{"arguments": rest}),
+		})
+	}
+	if len(kept) == 0 {
+		return nil
+	}
+	return marshalRaw(kept)
+}
+
+// regen takes in part of tool call i that a continuation makes again: its
+// name, if it says one, and args, the next arguments. It returns the part
+// of args the caller lacks, and false when the call is not the caller's
+// (another name, other arguments).
+func (a *soFar) regen(i int, name, args string) (string, bool) {
+	t := &a.tools[i]
+	t.seen = true
+	if name != "" && name != t.name {
+		return "", false
+	}
+	sent := t.args.String()
+	if t.matched < len(sent) {
+		n := min(len(args), len(sent)-t.matched)
+		if args[:n] != sent[t.matched:t.matched+n] {
+			return "", false
+		}
+		t.matched += n
+		args = args[n:]
+	}
+	if args != "" {
+		t.args.WriteString(args)
+		t.matched += len(args)
+	}
+	return args, true
+}
+
+// regenPending reports whether a tool call of the caller's is still to be
+// made again, whole.
+func (a *soFar) regenPending() bool {
+	for i := range a.regens {
+		if t := &a.tools[i]; !t.seen || t.matched < t.args.Len() {
+			return true
+		}
+	}
+	return false
+}
+
+// regenDone checks, at the continuation's finish, that it made again
+// every tool call the caller had, whole: otherwise the caller's calls
+// would end where they broke off.
+func (a *soFar) regenDone() {
+	if a.regenPending() {
+		a.diverged = true
+	}
+}
+
 // rewriteMessage rewrites a continuation's Anthropic Messages event: no
 // message start (the caller had one), its blocks after the caller's (its
 // first text continuing the caller's open one), its usage summed.
@@ -688,7 +881,26 @@ func (a *soFar) rewriteMessage(out []byte, kind string, j gjson.Result, m map[st
 	case "content_block_start":
 		i := j.Get("index").Int()
 		cb := j.Get("content_block")
-		if len(a.index) == 0 && cb.Get("type").Str == "text" && len(a.blocks) > 0 && a.blocks[len(a.blocks)-1].open && a.blocks[len(a.blocks)-1].text {
+		typ := cb.Get("type").Str
+		if a.started < a.regens {
+			// The caller's tool calls come first, made again.
+			if typ != "tool_use" {
+				a.diverged = true // text before them: another answer
+				return out
+			}
+			t := &a.tools[a.started]
+			a.started++
+			if _, ok := a.regen(a.started-1, cb.Get("name").Str, ""); !ok {
+				a.diverged = true
+				return out
+			}
+			a.index[i] = t.block
+			return out // the caller has its start
+		}
+		if typ != "text" {
+			a.blocked = true // its own tool call, thinking: a later continuation could not take it
+		}
+		if len(a.index) == 0 && typ == "text" && len(a.blocks) > 0 && a.blocks[len(a.blocks)-1].open && a.blocks[len(a.blocks)-1].text {
 			a.index[i] = len(a.blocks) - 1 // it goes on with the caller's open text
 			if t := a.trimmed(cb.Get("text").Str); t != "" {
 				a.add(t)
@@ -701,7 +913,7 @@ func (a *soFar) rewriteMessage(out []byte, kind string, j gjson.Result, m map[st
 		}
 		out = a.closeOpen(out)
 		a.index[i] = len(a.blocks)
-		a.blocks = append(a.blocks, msgBlock{open: true, text: cb.Get("type").Str == "text"})
+		a.blocks = append(a.blocks, msgBlock{open: true, text: typ == "text", tool: -1})
 		a.add(cb.Get("text").Str)
 		m["index"] = json.RawMessage(strconv.Itoa(a.index[i]))
 	case "content_block_delta", "content_block_stop":
@@ -710,6 +922,35 @@ func (a *soFar) rewriteMessage(out []byte, kind string, j gjson.Result, m map[st
 			return out // of no block it started
 		}
 		m["index"] = json.RawMessage(strconv.Itoa(at))
+		if k := a.blocks[at].tool; k >= 0 && k < a.regens {
+			// A tool call of the caller's, made again.
+			if kind == "content_block_stop" {
+				if t := &a.tools[k]; t.matched < t.args.Len() {
+					a.diverged = true // it ends short of what the caller has
+					return out
+				}
+				if !a.blocks[at].open {
+					return out // the caller had its stop
+				}
+				a.blocks[at].open = false
+				break
+			}
+			d := j.Get("delta")
+			if d.Get("type").Str != "input_json_delta" {
+				a.diverged = true
+				return out
+			}
+			rest, ok := a.regen(k, "", d.Get("partial_json").Str)
+			if !ok {
+				a.diverged = true
+				return out
+			}
+			if rest == "" {
+				return out
+			}
+			m["delta"] = marshalRaw(map[string]string{"type": "input_json_delta", "partial_json": rest})
+			break
+		}
 		if kind == "content_block_stop" {
 			a.blocks[at].open = false
 		} else if d := j.Get("delta"); d.Get("type").Str == "text_delta" {
@@ -723,6 +964,9 @@ func (a *soFar) rewriteMessage(out []byte, kind string, j gjson.Result, m map[st
 			a.add(t)
 		}
 	case "message_delta":
+		if a.regenDone(); a.diverged {
+			return out
+		}
 		out = a.closeOpen(out)
 		m["usage"] = a.summed(m["usage"])
 	}

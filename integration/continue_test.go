@@ -507,3 +507,82 @@ func TestAnthropicContinueRefused(t *testing.T) {
 		})
 	}
 }
+
+// TestContinueToolCallUnderSDKs: a stream cut inside a tool call's
+// arguments is continued by a backup that makes the call again, and each
+// SDK's accumulator reads one call with the primary's id and the whole
+// arguments, as if one upstream had sent them.
+func TestContinueToolCallUnderSDKs(t *testing.T) {
+	t.Run("openai-go", func(t *testing.T) {
+		tool := func(id, callID, name, args string) string {
+			f := map[string]any{"arguments": args}
+			tc := map[string]any{"index": 0, "function": f}
+			if name != "" {
+				tc["id"], tc["type"], f["name"] = callID, "function", name
+			}
+			b, _ := json.Marshal(map[string]any{"id": id, "object": "chat.completion.chunk", "created": 1, "model": "gpt-test",
+				"choices": []any{map[string]any{"index": 0, "delta": map[string]any{"tool_calls": []any{tc}}, "finish_reason": nil}}})
+			return "data: " + string(b) + "\n\n"
+		}
+		primary := failovertest.NewServer(t, failovertest.Step{Chunks: []string{
+			chatEvent("chatcmpl-primary", "assistant", "", ""),
+			tool("chatcmpl-primary", "call_primary", "get_weather", `{"city": "Pa`),
+		}, End: failovertest.EndCut})
+		backup := failovertest.NewServer(t, failovertest.Step{Chunks: []string{
+			chatEvent("chatcmpl-backup", "assistant", "", ""),
+			tool("chatcmpl-backup", "call_backup", "get_weather", ""),
+			tool("chatcmpl-backup", "", "", `{"city": "Paris"}`),
+			chatEvent("chatcmpl-backup", "", "", "tool_calls"),
+			"data: [DONE]\n\n",
+		}})
+		tr := continueTransport(t,
+			failover.Upstream{Name: "primary", BaseURL: primary.URL + "/v1"},
+			failover.Upstream{Name: "backup", BaseURL: backup.URL + "/v1", Prefill: failover.Prefill{Chat: failover.ChatTrailingAssistant}},
+		)
+		client := newOpenAIClient(t, tr, primary.URL+"/v1", option.WithMaxRetries(0))
+		acc, err := openAIContinueStream(t, client, nil)
+		if err != nil {
+			t.Fatalf("stream.Err() = %v", err)
+		}
+		if len(acc.Choices) != 1 || len(acc.Choices[0].Message.ToolCalls) != 1 {
+			t.Fatalf("accumulated %+v, want one tool call", acc.Choices)
+		}
+		call := acc.Choices[0].Message.ToolCalls[0]
+		if call.ID != "call_primary" || call.Function.Name != "get_weather" || call.Function.Arguments != `{"city": "Paris"}` || acc.Choices[0].FinishReason != "tool_calls" {
+			t.Errorf("tool call %s %s(%s), finish %q", call.ID, call.Function.Name, call.Function.Arguments, acc.Choices[0].FinishReason)
+		}
+	})
+	t.Run("anthropic-sdk-go", func(t *testing.T) {
+		toolStart := `{"type":"content_block_start","index":%d,"content_block":{"type":"tool_use","id":"%s","name":"get_weather","input":{}}}`
+		args := func(i int, partial string) string {
+			b, _ := json.Marshal(partial)
+			return messageEvent("content_block_delta", `{"type":"content_block_delta","index":`+strconv.Itoa(i)+`,"delta":{"type":"input_json_delta","partial_json":`+string(b)+`}}`)
+		}
+		primary := failovertest.NewServer(t, failovertest.Step{Chunks: []string{
+			messageStart("msg_primary", 25, 1), textStart(0), textDelta(0, "Let me check."),
+			messageEvent("content_block_stop", `{"type":"content_block_stop","index":0}`),
+			messageEvent("content_block_start", strings.Replace(strings.Replace(toolStart, "%d", "1", 1), "%s", "toolu_primary", 1)),
+			args(1, `{"city": "Pa`),
+		}, End: failovertest.EndCut})
+		backup := failovertest.NewServer(t, failovertest.Step{Chunks: []string{
+			messageStart("msg_backup", 31, 1),
+			messageEvent("content_block_start", strings.Replace(strings.Replace(toolStart, "%d", "0", 1), "%s", "toolu_backup", 1)),
+			args(0, `{"city": "Paris"}`),
+			messageEvent("content_block_stop", `{"type":"content_block_stop","index":0}`),
+			messageEvent("message_delta", `{"type":"message_delta","delta":{"stop_reason":"tool_use","stop_sequence":null},"usage":{"output_tokens":12}}`),
+			messageEvent("message_stop", `{"type":"message_stop"}`),
+		}})
+		tr := continueTransport(t,
+			failover.Upstream{Name: "primary", BaseURL: primary.URL},
+			failover.Upstream{Name: "backup", BaseURL: backup.URL, Prefill: failover.Prefill{Messages: true}},
+		)
+		msg, err := anthropicContinueStream(t, tr, primary.URL, nil)
+		if err != nil {
+			t.Fatalf("stream.Err() = %v", err)
+		}
+		if len(msg.Content) != 2 || msg.Content[0].Text != "Let me check." || msg.Content[1].ID != "toolu_primary" || string(msg.Content[1].Input) != `{"city": "Paris"}` ||
+			msg.StopReason != "tool_use" || msg.Usage.InputTokens != 25+31 || msg.Usage.OutputTokens != 1+12 {
+			t.Errorf("accumulated %+v", msg)
+		}
+	})
+}
