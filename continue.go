@@ -37,11 +37,14 @@ import (
 // A stream breaks when its body fails (a cut connection, a silence past
 // [Timeouts.Idle]), when it sends an error event after its content, or
 // when it ends without its last event ("[DONE]", message_stop). Only
-// OpenAI chat completions and Anthropic Messages streams, with one choice
-// and text alone so far, are continued; and never a request sent at most
-// once ([WithoutFailover]) or one that references state an upstream holds
-// ([PinConfig]). Where no upstream can continue it, or the continuation
-// fails before its own content, the caller's read fails with the
+// OpenAI chat completions and Anthropic Messages streams with one choice,
+// of text and tool calls so far, are continued; and never a request sent
+// at most once ([WithoutFailover]) or one that references state an
+// upstream holds ([PinConfig]). A prefix holds text alone: the
+// continuation makes the caller's tool calls again, and the caller gets
+// only the arguments it lacks. Where no upstream can continue it, or the
+// continuation fails before its own content or makes other tool calls,
+// the caller's read fails with the
 // original cause, or gets the original error event: never the
 // continuation's own error, never a stream that ends like a success.
 //
