@@ -705,6 +705,24 @@ func TestContinueBounded(t *testing.T) {
 			t.Errorf("read %d bytes, %v", len(got), err)
 		}
 	})
+	t.Run("tool arguments too long", func(t *testing.T) {
+		args := strings.Repeat("a", 2000)
+		chunks := []string{chatRole("p1"), chatTool("p1", 0, "call_p", "f", args)}
+		primary := failovertest.NewServer(t, failovertest.Step{Chunks: chunks, End: failovertest.EndCut})
+		backup := failovertest.NewServer(t)
+		tr := newTestTransport(t, Config{
+			Continue:      ContinueConfig{On: true},
+			MaxBodyBuffer: 1024,
+			Upstreams: []Upstream{
+				{Name: "primary", BaseURL: primary.URL + "/v1"},
+				{Name: "backup", BaseURL: backup.URL + "/v1", Prefill: Prefill{Chat: ChatTrailingAssistant}},
+			},
+		})
+		got, err := readAll(t, tr, httptestRequest("POST", primary.URL+"/v1/chat/completions", contBody))
+		if !errors.Is(err, io.ErrUnexpectedEOF) || got != strings.Join(chunks, "") || backup.Calls() != 0 {
+			t.Errorf("read %d bytes, %v, %d continuations; want the stream as it came, its cut, none", len(got), err, backup.Calls())
+		}
+	})
 	t.Run("after the finish", func(t *testing.T) {
 		primary := failovertest.NewServer(t, failovertest.Step{Chunks: []string{chatRole("p1"), chatChunk("p1", "one", "stop")}, End: failovertest.EndCut})
 		backup := failovertest.NewServer(t)

@@ -236,7 +236,7 @@ func (s *splice) event(block []byte) {
 			return
 		}
 	}
-	if s.a.text.Len() > int(s.from.t.readLimit()) {
+	if s.a.text.Len()+s.a.argBytes > int(s.from.t.readLimit()) {
 		s.passRaw() // an answer too long to send again
 	}
 }
@@ -453,6 +453,7 @@ type soFar struct {
 	// as a prefix: it is asked to go on from the text, and makes the
 	// calls again, of which the caller gets only what it lacks (regen).
 	tools    []toolSoFar
+	argBytes int  // the bytes of the tools' arguments, which count with the text against its bound
 	regens   int  // tools that a continuation makes again: those of the streams before
 	started  int  // Messages: tool_use blocks the continuation started
 	cont     bool // the stream read now is a continuation
@@ -574,7 +575,7 @@ func (a *soFar) chatTool(tc gjson.Result) {
 	if n := tc.Get("function.name").Str; n != "" {
 		t.name += strings.Clone(n) // (tc is read in place)
 	}
-	t.args.WriteString(tc.Get("function.arguments").Str)
+	a.addArgs(t, tc.Get("function.arguments").Str)
 }
 
 // choice reads one choice of a chat completion chunk.
@@ -665,7 +666,7 @@ func (a *soFar) message(kind string, j gjson.Result, cont bool) {
 			a.add(d.Get("text").Str)
 		case "input_json_delta":
 			if i := j.Get("index").Int(); i >= 0 && i < int64(len(a.blocks)) && a.blocks[i].tool >= 0 {
-				a.tools[a.blocks[i].tool].args.WriteString(d.Get("partial_json").Str)
+				a.addArgs(&a.tools[a.blocks[i].tool], d.Get("partial_json").Str)
 			} else {
 				a.blocked = true
 			}
@@ -844,7 +845,7 @@ func (a *soFar) regen(i int, name, args string) (string, bool) {
 		args = args[n:]
 	}
 	if args != "" {
-		t.args.WriteString(args)
+		a.addArgs(t, args)
 		t.matched += len(args)
 	}
 	return args, true
@@ -1067,6 +1068,15 @@ func marshalRaw(v any) json.RawMessage {
 func isNull(raw json.RawMessage) bool {
 	s := bytes.TrimSpace(raw)
 	return len(s) == 0 || string(s) == "null"
+}
+
+// addArgs adds s to the arguments so far of t, one of tools.
+func (a *soFar) addArgs(t *toolSoFar, s string) {
+	if a.blocked {
+		return // held to be matched by a later continuation: there is none
+	}
+	t.args.WriteString(s)
+	a.argBytes += len(s)
 }
 
 // add adds s to the text so far, while it can still be continued: the
