@@ -96,6 +96,19 @@ func readChat(t *testing.T, body string) chatRead {
 
 const contBody = `{"model":"m","stream":true,"stream_options":{"include_usage":true},"messages":[{"role":"user","content":"count"}]}`
 
+// pairTransport is a Transport over the servers at primary and backup, continuation on
+// and the backup taking a prefix as p says.
+func pairTransport(t *testing.T, primary, backup string, p Prefill) *Transport {
+	t.Helper()
+	return newTestTransport(t, Config{
+		Continue: ContinueConfig{On: true},
+		Upstreams: []Upstream{
+			{Name: "primary", BaseURL: primary + "/v1"},
+			{Name: "backup", BaseURL: backup + "/v1", Prefill: p},
+		},
+	})
+}
+
 // continuedPair is a primary whose stream ends as end after "one two ",
 // and a backup that takes a trailing assistant message and answers
 // "three four".
@@ -459,13 +472,7 @@ func TestContinueNotWhatCannotBeContinued(t *testing.T) {
 			}
 			primary := failovertest.NewServer(t, failovertest.Step{Chunks: chunks, End: failovertest.EndCut})
 			backup := failovertest.NewServer(t, failovertest.Step{Chunks: []string{chatChunk("b1", "more", "stop"), "data: [DONE]\n\n"}})
-			tr := newTestTransport(t, Config{
-				Continue: ContinueConfig{On: true},
-				Upstreams: []Upstream{
-					{Name: "primary", BaseURL: primary.URL + "/v1"},
-					{Name: "backup", BaseURL: backup.URL + "/v1", Prefill: Prefill{Chat: ChatTrailingAssistant}},
-				},
-			})
+			tr := pairTransport(t, primary.URL, backup.URL, Prefill{Chat: ChatTrailingAssistant})
 			req := httptestRequest("POST", primary.URL+"/v1/chat/completions", tc.body)
 			if tc.ctx != nil {
 				req = tc.ctx(req)
@@ -489,13 +496,7 @@ func TestContinueKeepsCallersPrefill(t *testing.T) {
 	backup := failovertest.NewServer(t, failovertest.Step{
 		Chunks: append([]string{msgStart("msg_b", 31, 1), msgBlockStart(0), msgText(0, ` "b": 2}`), msgBlockStop(0)}, msgEnd(3)...),
 	})
-	tr := newTestTransport(t, Config{
-		Continue: ContinueConfig{On: true},
-		Upstreams: []Upstream{
-			{Name: "primary", BaseURL: primary.URL + "/v1"},
-			{Name: "backup", BaseURL: backup.URL + "/v1", Prefill: Prefill{Messages: true}},
-		},
-	})
+	tr := pairTransport(t, primary.URL, backup.URL, Prefill{Messages: true})
 	body := `{"model":"claude","max_tokens":100,"stream":true,"messages":[{"role":"user","content":"json"},{"role":"assistant","content":[{"type":"text","text":"{"}]}]}`
 	got, err := readAll(t, tr, httptestRequest("POST", primary.URL+"/v1/messages", body))
 	if err != nil {
@@ -554,13 +555,7 @@ func TestContinuePassesWholeStreamAsIs(t *testing.T) {
 	chunks := []string{chatRole("p1"), ": keep-alive\r\n\r\n", chatChunk("p1", "one ", ""), "event: x\ndata: {\"id\":\"p1\",\n\ndata: [1,2]\r\r", chatChunk("p1", "two", "stop"), chatUsage("p1", 3, 2), "data: [DONE]\n\n"}
 	primary := failovertest.NewServer(t, failovertest.Step{Chunks: chunks})
 	backup := failovertest.NewServer(t)
-	tr := newTestTransport(t, Config{
-		Continue: ContinueConfig{On: true},
-		Upstreams: []Upstream{
-			{Name: "primary", BaseURL: primary.URL + "/v1"},
-			{Name: "backup", BaseURL: backup.URL + "/v1", Prefill: Prefill{Chat: ChatTrailingAssistant}},
-		},
-	})
+	tr := pairTransport(t, primary.URL, backup.URL, Prefill{Chat: ChatTrailingAssistant})
 	got, err := readAll(t, tr, httptestRequest("POST", primary.URL+"/v1/chat/completions", contBody))
 	if err != nil || got != strings.Join(chunks, "") {
 		t.Errorf("read %q, %v; want the stream byte for byte", got, err)
@@ -570,13 +565,7 @@ func TestContinuePassesWholeStreamAsIs(t *testing.T) {
 func TestContinueCloseEndsContinuation(t *testing.T) {
 	primary := failovertest.NewServer(t, failovertest.Step{Chunks: []string{chatRole("p1"), chatChunk("p1", "one ", "")}, End: failovertest.EndCut})
 	backup := failovertest.NewServer(t, failovertest.Step{Delay: time.Hour})
-	tr := newTestTransport(t, Config{
-		Continue: ContinueConfig{On: true},
-		Upstreams: []Upstream{
-			{Name: "primary", BaseURL: primary.URL + "/v1"},
-			{Name: "backup", BaseURL: backup.URL + "/v1", Prefill: Prefill{Chat: ChatTrailingAssistant}},
-		},
-	})
+	tr := pairTransport(t, primary.URL, backup.URL, Prefill{Chat: ChatTrailingAssistant})
 	resp, err := do(t, tr, httptestRequest("POST", primary.URL+"/v1/chat/completions", contBody))
 	if err != nil {
 		t.Fatal(err)
@@ -693,13 +682,7 @@ func TestContinueBounded(t *testing.T) {
 		primary := failovertest.NewServer(t, failovertest.Step{Chunks: []string{chatRole("p1"), chatChunk("p1", "one ", "")}, End: failovertest.EndCut})
 		huge := "data: " + strings.Repeat("x", 3*maxSpliceEvent) // never ends
 		backup := failovertest.NewServer(t, failovertest.Step{Chunks: []string{chatRole("b1"), chatChunk("b1", "two ", ""), huge}, End: failovertest.EndStall})
-		tr := newTestTransport(t, Config{
-			Continue: ContinueConfig{On: true},
-			Upstreams: []Upstream{
-				{Name: "primary", BaseURL: primary.URL + "/v1"},
-				{Name: "backup", BaseURL: backup.URL + "/v1", Prefill: Prefill{Chat: ChatTrailingAssistant}},
-			},
-		})
+		tr := pairTransport(t, primary.URL, backup.URL, Prefill{Chat: ChatTrailingAssistant})
 		got, err := readAll(t, tr, httptestRequest("POST", primary.URL+"/v1/chat/completions", contBody))
 		if !errors.Is(err, errEventTooLarge) || readChat(t, got).text != "one two " {
 			t.Errorf("read %d bytes, %v", len(got), err)
@@ -726,13 +709,7 @@ func TestContinueBounded(t *testing.T) {
 	t.Run("after the finish", func(t *testing.T) {
 		primary := failovertest.NewServer(t, failovertest.Step{Chunks: []string{chatRole("p1"), chatChunk("p1", "one", "stop")}, End: failovertest.EndCut})
 		backup := failovertest.NewServer(t)
-		tr := newTestTransport(t, Config{
-			Continue: ContinueConfig{On: true},
-			Upstreams: []Upstream{
-				{Name: "primary", BaseURL: primary.URL + "/v1"},
-				{Name: "backup", BaseURL: backup.URL + "/v1", Prefill: Prefill{Chat: ChatTrailingAssistant}},
-			},
-		})
+		tr := pairTransport(t, primary.URL, backup.URL, Prefill{Chat: ChatTrailingAssistant})
 		_, err := readAll(t, tr, httptestRequest("POST", primary.URL+"/v1/chat/completions", contBody))
 		if !errors.Is(err, io.ErrUnexpectedEOF) || backup.Calls() != 0 {
 			t.Errorf("read error %v, %d continuations; want the cut's, none: the answer was whole", err, backup.Calls())
@@ -946,13 +923,7 @@ func TestContinueKeepsFractionalUsage(t *testing.T) {
 	primary := failovertest.NewServer(t, failovertest.Step{Chunks: []string{chatRole("p1"), chatChunk("p1", "one ", "")}, End: failovertest.EndCut})
 	usage := `data: {"id":"b1","object":"chat.completion.chunk","created":1,"model":"m","choices":[],"usage":{"prompt_tokens":12,"completion_tokens":2,"total_tokens":14,"cost":0.5,"cost_details":{"upstream_inference_cost":0.25},"prompt_tokens_details":{"cached_tokens":3}}}` + "\n\n"
 	backup := failovertest.NewServer(t, failovertest.Step{Chunks: []string{chatRole("b1"), chatChunk("b1", "two", "stop"), usage, "data: [DONE]\n\n"}})
-	tr := newTestTransport(t, Config{
-		Continue: ContinueConfig{On: true},
-		Upstreams: []Upstream{
-			{Name: "primary", BaseURL: primary.URL + "/v1"},
-			{Name: "backup", BaseURL: backup.URL + "/v1", Prefill: Prefill{Chat: ChatTrailingAssistant}},
-		},
-	})
+	tr := pairTransport(t, primary.URL, backup.URL, Prefill{Chat: ChatTrailingAssistant})
 	got, err := readAll(t, tr, httptestRequest("POST", primary.URL+"/v1/chat/completions", contBody))
 	if err != nil {
 		t.Fatal(err)
@@ -1143,13 +1114,7 @@ func TestContinueMessagesBlocks(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			primary := failovertest.NewServer(t, failovertest.Step{Chunks: tc.first, End: failovertest.EndCut})
 			backup := failovertest.NewServer(t, failovertest.Step{Chunks: tc.cont})
-			tr := newTestTransport(t, Config{
-				Continue: ContinueConfig{On: true},
-				Upstreams: []Upstream{
-					{Name: "primary", BaseURL: primary.URL + "/v1"},
-					{Name: "backup", BaseURL: backup.URL + "/v1", Prefill: Prefill{Messages: true}},
-				},
-			})
+			tr := pairTransport(t, primary.URL, backup.URL, Prefill{Messages: true})
 			got, err := readAll(t, tr, httptestRequest("POST", primary.URL+"/v1/messages", msgBody))
 			if err != nil {
 				t.Fatal(err)
@@ -1195,13 +1160,7 @@ func TestContinueReadsACompressedContinuation(t *testing.T) {
 		zw.Close()
 	}))
 	t.Cleanup(backup.Close)
-	tr := newTestTransport(t, Config{
-		Continue: ContinueConfig{On: true},
-		Upstreams: []Upstream{
-			{Name: "primary", BaseURL: primary.URL + "/v1"},
-			{Name: "backup", BaseURL: backup.URL + "/v1", Prefill: Prefill{Chat: ChatTrailingAssistant}},
-		},
-	})
+	tr := pairTransport(t, primary.URL, backup.URL, Prefill{Chat: ChatTrailingAssistant})
 	req := httptestRequest("POST", primary.URL+"/v1/chat/completions", contBody)
 	req.Header.Set("Accept-Encoding", "gzip, deflate") // as Python's httpx sends, forwarded
 	got, err := readAll(t, tr, req)
@@ -1329,13 +1288,7 @@ func TestContinueToolCalls(t *testing.T) {
 					End:    failovertest.EndCut,
 				})
 				backup := failovertest.NewServer(t, failovertest.Step{Chunks: append(append([]string{chatRole("b1")}, tc.regen...), chatChunk("b1", "", "tool_calls"), "data: [DONE]\n\n")})
-				tr := newTestTransport(t, Config{
-					Continue: ContinueConfig{On: true},
-					Upstreams: []Upstream{
-						{Name: "primary", BaseURL: primary.URL + "/v1"},
-						{Name: "backup", BaseURL: backup.URL + "/v1", Prefill: Prefill{Chat: ChatTrailingAssistant}},
-					},
-				})
+				tr := pairTransport(t, primary.URL, backup.URL, Prefill{Chat: ChatTrailingAssistant})
 				got, err := readAll(t, tr, httptestRequest("POST", primary.URL+"/v1/chat/completions", contBody))
 				var args, ids, names []string
 				for _, ev := range strings.Split(got, "\n\n") {
@@ -1395,13 +1348,7 @@ func TestContinueToolCalls(t *testing.T) {
 					End:    failovertest.EndCut,
 				})
 				backup := failovertest.NewServer(t, failovertest.Step{Chunks: append(append([]string{msgStart("msg_b", 31, 1)}, tc.regen...), toolEnd...)})
-				tr := newTestTransport(t, Config{
-					Continue: ContinueConfig{On: true},
-					Upstreams: []Upstream{
-						{Name: "primary", BaseURL: primary.URL + "/v1"},
-						{Name: "backup", BaseURL: backup.URL + "/v1", Prefill: Prefill{Messages: true}},
-					},
-				})
+				tr := pairTransport(t, primary.URL, backup.URL, Prefill{Messages: true})
 				got, err := readAll(t, tr, httptestRequest("POST", primary.URL+"/v1/messages", msgBody))
 				if tc.want == "" {
 					if !errors.Is(err, io.ErrUnexpectedEOF) || strings.Contains(got, "Rome") || strings.Contains(got, "Sure") || strings.Contains(got, "message_delta") {
