@@ -582,10 +582,13 @@ func TestContinueCloseEndsContinuation(t *testing.T) {
 	}
 }
 
-func TestContinueWithHedging(t *testing.T) {
+// TestContinueCounted: a continued stream counts in
+// failover_stream_continuations_total, with hedging configured (and never
+// needed: the streams answer at once); TestContinueHedged hedges.
+func TestContinueCounted(t *testing.T) {
 	cfg, primary, backup := continuedPair(t, failovertest.EndCut, Prefill{Chat: ChatTrailingAssistant})
-	cfg.Hedge = &HedgeConfig{Delay: time.Hour} // on, and never needed: the streams answer at once
-	var set = metrics.NewSet()
+	cfg.Hedge = &HedgeConfig{Delay: time.Hour}
+	set := metrics.NewSet()
 	cfg.Metrics = set
 	tr := newTestTransport(t, cfg)
 	got, err := readAll(t, tr, httptestRequest("POST", primary.URL+"/v1/chat/completions", contBody))
